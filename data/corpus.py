@@ -1,0 +1,158 @@
+"""Find or download the text, split it into train and val, encode it once into .bin memmaps.
+
+The prepared token ids live in `<cache>/prepared/<name>-<tokenizer>-<hash>/` as train.bin and
+val.bin (raw unsigned integers) beside meta.json (tokenizer, vocabulary, dtype, source hash).
+They are reused while the source text and the tokenizer stay the same.
+"""
+
+import hashlib
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from data.tokenizer import TOKENIZERS, CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
+
+TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+DEFAULT_CACHE_DIR = Path(__file__).resolve().parent / "cache"
+TRAIN_FRACTION = 0.9
+FORMAT_VERSION = 1
+
+
+class DataError(Exception):
+    """A problem with the corpus that the user can fix; the message says how."""
+
+
+@dataclass
+class Corpus:
+    train: np.ndarray  # token ids of the first 90% of the text (a read-only memmap)
+    val: np.ndarray  # token ids of the last 10%
+    tokenizer: Tokenizer
+    source: Path  # the text file the ids came from
+    source_sha256: str
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def download_tiny_shakespeare(cache_dir: Path) -> Path:
+    """Return the cached Tiny Shakespeare, downloading it once; it is used only if its SHA-256 matches."""
+    path = cache_dir / "tinyshakespeare.txt"
+    if not path.exists():
+        try:
+            with urllib.request.urlopen(TINY_SHAKESPEARE_URL, timeout=30) as response:
+                data = response.read()
+        except OSError as e:
+            raise DataError(
+                f"could not download Tiny Shakespeare from {TINY_SHAKESPEARE_URL} ({getattr(e, 'reason', e)}); "
+                f"save that file as {path}, or train on your own text with --data-file PATH"
+            ) from None
+        if hashlib.sha256(data).hexdigest() != TINY_SHAKESPEARE_SHA256:
+            raise DataError(f"the file downloaded from {TINY_SHAKESPEARE_URL} does not match its expected SHA-256; nothing was saved")
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, data)
+    elif sha256_of(path) != TINY_SHAKESPEARE_SHA256:
+        raise DataError(f"{path} is not the expected Tiny Shakespeare (SHA-256 mismatch); delete it to download it again")
+    return path
+
+
+def read_text(path: Path) -> str:
+    if not path.exists():
+        raise DataError(f"data file {path} does not exist; pass --data-file with the path of a UTF-8 text file")
+    if not path.is_file():
+        raise DataError(f"data file {path} is not a regular file; pass --data-file with the path of a UTF-8 text file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"data file {path} is not UTF-8 text (bad byte at offset {e.start}); convert it to UTF-8 or pick a text file"
+        ) from None
+    except OSError as e:
+        raise DataError(f"cannot read data file {path}: {e.strerror}") from None
+    if not text.strip():
+        raise DataError(f"data file {path} is empty; give it some text to learn from")
+    return text
+
+
+def make_tokenizer(name: str, text: str) -> Tokenizer:
+    if name == "gpt2":
+        return GPT2Tokenizer()
+    if name == "char":
+        return CharTokenizer.from_text(text)
+    raise DataError(f"unknown tokenizer {name!r}; choose one of {', '.join(TOKENIZERS)}")
+
+
+def load_corpus(data_cfg) -> Corpus:
+    """Return the train and val token ids of data_cfg.path (Tiny Shakespeare when empty), preparing them once."""
+    cache_dir = Path(data_cfg.cache_dir) if data_cfg.cache_dir else DEFAULT_CACHE_DIR
+    try:
+        source = Path(data_cfg.path).expanduser() if data_cfg.path else download_tiny_shakespeare(cache_dir)
+        text = None if not data_cfg.path else read_text(source)  # read early so bad files fail fast
+        source_sha = sha256_of(source)
+        prepared = cache_dir / "prepared" / f"{source.stem}-{data_cfg.tokenizer}-{source_sha[:16]}"
+        meta = read_meta(prepared / "meta.json")
+        if meta is None or meta.get("source_sha256") != source_sha or meta.get("format") != FORMAT_VERSION:
+            meta = prepare(text if text is not None else read_text(source), data_cfg.tokenizer, source_sha, prepared)
+        tokenizer = GPT2Tokenizer() if meta["tokenizer"] == "gpt2" else CharTokenizer(meta["chars"])
+    except TokenizerError as e:
+        raise DataError(str(e)) from None
+    except OSError as e:
+        raise DataError(f"cannot write prepared data under {cache_dir}: {e.strerror}; set --data.cache_dir to a writable folder") from None
+    train, val = (np.memmap(prepared / f"{split}.bin", dtype=meta["dtype"], mode="r") for split in ("train", "val"))
+    return Corpus(train, val, tokenizer, source, source_sha)
+
+
+def read_meta(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # absent or damaged: prepare again
+
+
+def prepare(text: str, tokenizer_name: str, source_sha: str, folder: Path) -> dict:
+    """Encode both splits and write them; meta.json is written last, so it marks a finished job.
+
+    Validation is the last 10% of the text, not a random sample: contiguous text would leak
+    across a random split (neighbouring lines share names, phrases and scenes).
+    """
+    tokenizer = make_tokenizer(tokenizer_name, text)
+    cut = int(len(text) * TRAIN_FRACTION)
+    dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, part in (("train", text[:cut]), ("val", text[cut:])):
+        write_atomically(folder / f"{split}.bin", np.array(tokenizer.encode(part), dtype=dtype).tobytes())
+    meta = {"format": FORMAT_VERSION, "source_sha256": source_sha, "dtype": dtype, **tokenizer.state()}
+    meta["tokenizer"] = meta.pop("name")
+    meta["vocab_size"] = tokenizer.vocab_size
+    write_atomically(folder / "meta.json", json.dumps(meta).encode())
+    return meta
+
+
+def check_split_lengths(corpus: Corpus, block_size: int) -> None:
+    """Each split must hold at least one (block_size + 1)-token window: block_size inputs and their targets."""
+    for split in ("train", "val"):
+        n = len(getattr(corpus, split))
+        if n < block_size + 1:
+            raise DataError(
+                f"the {split} split of {corpus.source} has {n} tokens, fewer than block_size + 1 = {block_size + 1}; "
+                f"use a longer text or a smaller --model.block_size"
+            )

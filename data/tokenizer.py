@@ -1,0 +1,88 @@
+"""Tokenizers with one interface: encode(str) -> list[int], decode(list[int]) -> str, vocab_size.
+
+gpt2 is OpenAI's byte-pair encoding through tiktoken (50257 tokens). char maps each distinct
+character of the corpus to an id; its vocabulary is saved with the prepared data and in
+every checkpoint, so sampling decodes with exactly the vocabulary the model was trained on.
+"""
+
+from typing import Protocol
+
+TOKENIZERS = ("gpt2", "char")
+
+
+class TokenizerError(ValueError):
+    """Text or a vocabulary that a tokenizer cannot handle; the message says what to do."""
+
+
+class Tokenizer(Protocol):
+    name: str
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+    def state(self) -> dict: ...
+
+
+class GPT2Tokenizer:
+    name = "gpt2"
+
+    def __init__(self):
+        import tiktoken  # imported here so that char-only runs never need its BPE files
+
+        try:
+            self.enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:  # tiktoken raises requests/OS errors of several kinds when offline
+            raise TokenizerError(
+                f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded once on first use: "
+                "connect to the internet, set TIKTOKEN_CACHE_DIR to a folder holding its files, or use --data.tokenizer=char"
+            ) from None
+        self.vocab_size = self.enc.n_vocab
+
+    def encode(self, text: str) -> list[int]:
+        return self.enc.encode_ordinary(text)  # special tokens are plain text here
+
+    def decode(self, ids: list[int]) -> str:
+        return self.enc.decode(ids)
+
+    def state(self) -> dict:
+        return {"name": self.name}
+
+
+class CharTokenizer:
+    name = "char"
+
+    def __init__(self, chars: list[str]):
+        if not chars or len(set(chars)) != len(chars) or any(not isinstance(c, str) or len(c) != 1 for c in chars):
+            raise TokenizerError("a char vocabulary must be a non-empty list of distinct single characters")
+        self.chars = list(chars)
+        self.vocab_size = len(chars)
+        self.stoi = {c: i for i, c in enumerate(chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharTokenizer":
+        return cls(sorted(set(text)))
+
+    def encode(self, text: str) -> list[int]:
+        unknown = sorted(set(text) - self.stoi.keys())
+        if unknown:
+            shown = "".join(unknown[:10])
+            raise TokenizerError(
+                f"{len(unknown)} character(s) not in the training vocabulary: {shown!r}; use only characters of the training text"
+            )
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.chars[i] for i in ids)
+
+    def state(self) -> dict:
+        return {"name": self.name, "chars": self.chars}
+
+
+def tokenizer_from_state(state: dict) -> Tokenizer:
+    """Rebuild a tokenizer from the plain dict that `state()` returned (as stored in checkpoints)."""
+    name = state.get("name") if isinstance(state, dict) else None
+    if name == "gpt2":
+        return GPT2Tokenizer()
+    if name == "char":
+        return CharTokenizer(state.get("chars"))
+    raise TokenizerError(f"unknown tokenizer {name!r}; expected one of {', '.join(TOKENIZERS)}")

@@ -1,0 +1,133 @@
+"""Attention, the heart of the GPT, written to be read top to bottom.
+
+Shape legend, used in every comment below:
+    B  batch size
+    T  time: the position of a token in its block (T <= block_size)
+    C  model width, n_embd
+    H  number of heads
+    D  head size (C = H * D)
+    V  vocabulary size
+
+Each token asks a question (its query q), advertises what it holds (its key k) and offers
+a message (its value v). A token's output is the average of the values of the tokens it may
+see, weighted by how well their keys answer its query.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    dropout: nn.Module | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention, the whole mechanism.
+
+    Scores are multiplied by D**-0.5 so that their variance stays near 1 when q and k have
+    unit-variance components; without it they grow with D and the softmax saturates into
+    near one-hot rows (the --no-scale ablation passes scale=1.0). Masked positions get -inf
+    *before* the softmax, so they receive exactly zero weight and every row still sums to 1.
+
+    Args:
+        q: (..., T, D) queries; k, v: (..., S, D) keys and values (S = T without a cache).
+        mask: (T, S) boolean, True where a query may look; None lets every token see all.
+        scale: D**-0.5, or 1.0 for the unscaled ablation.
+        dropout: applied to the weights during training, or None.
+    Returns:
+        y: (..., T, D) the mixed values, and weights: (..., T, S), each row summing to 1.
+    """
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # the future is -inf before softmax
+    weights = scores.softmax(dim=-1)  # (..., T, S): each row sums to 1
+    dropped = dropout(weights) if dropout is not None else weights
+    y = dropped @ v  # (..., T, S) @ (..., S, D) -> (..., T, D)
+    return y, weights
+
+
+def check_length(T: int, block_size: int) -> None:
+    if T > block_size:
+        raise ValueError(f"sequence length {T} exceeds block_size {block_size}; crop the input to the last {block_size} tokens")
+
+
+class Head(nn.Module):
+    """One head of attention with its own query, key and value projections, as the lessons draw it."""
+
+    def __init__(self, n_embd: int, head_size: int, block_size: int, dropout: float = 0.0, causal: bool = True, scaled: bool = True):
+        super().__init__()
+        self.query = nn.Linear(n_embd, head_size, bias=False)
+        self.key = nn.Linear(n_embd, head_size, bias=False)
+        self.value = nn.Linear(n_embd, head_size, bias=False)
+        self.block_size, self.causal, self.dropout_p = block_size, causal, dropout
+        self.scale = head_size**-0.5 if scaled else 1.0
+        self.attn_dropout = nn.Dropout(dropout)
+        # Lower-triangular: row t is True up to column t. Not a parameter, and not saved.
+        self.register_buffer("causal_mask", torch.ones(block_size, block_size, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(self, x: torch.Tensor, return_weights: bool = False):
+        B, T, C = x.shape
+        check_length(T, self.block_size)
+        q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, T, C) -> (B, T, D)
+        if return_weights:
+            mask = self.causal_mask[:T, :T] if self.causal else None
+            y, weights = attention(q, k, v, mask, self.scale, self.attn_dropout)  # (B, T, D), (B, T, T)
+            return y, weights
+        p = self.dropout_p if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal, scale=self.scale)
+
+
+class MultiHead(nn.Module):
+    """H heads side by side, computed in one batched matmul, then merged and projected.
+
+    This is H `Head`s concatenated (a test copies the weights across and checks it): the fused
+    `qkv` layer holds every head's query, key and value projection in one matrix.
+    The readable `attention()` runs when the weights are asked for, or when the config picks
+    backend "manual"; otherwise torch's fused kernel runs the same math without ever storing
+    the (T, T) weights. Both obey the same two flags, so the ablations run at full speed too.
+    """
+
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        dropout: float = 0.0,
+        causal: bool = True,
+        scaled: bool = True,
+        backend: str = "sdpa",
+    ):
+        super().__init__()
+        if n_embd % n_head != 0:
+            raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
+        self.n_head, self.block_size, self.causal, self.backend = n_head, block_size, causal, backend
+        self.scale = (n_embd // n_head) ** -0.5 if scaled else 1.0
+        self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=False)  # every head's q, k and v in one matrix
+        self.proj = nn.Linear(n_embd, n_embd)  # mixes what the heads found
+        self.dropout_p = dropout
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.register_buffer("causal_mask", torch.ones(block_size, block_size, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(self, x: torch.Tensor, return_weights: bool = False):
+        B, T, C = x.shape
+        check_length(T, self.block_size)
+        H, D = self.n_head, C // self.n_head
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, 3C) -> 3 x (B, T, C)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
+        k = k.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
+        v = v.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
+        weights = None
+        if return_weights or self.backend == "manual":
+            mask = self.causal_mask[:T, :T] if self.causal else None
+            y, weights = attention(q, k, v, mask, self.scale, self.attn_dropout)  # (B, H, T, D), (B, H, T, T)
+        else:
+            p = self.dropout_p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal, scale=self.scale)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C): heads side by side
+        y = self.resid_dropout(self.proj(y))  # (B, T, C)
+        return (y, weights) if return_weights else y

@@ -1,0 +1,39 @@
+"""ModelConfig: every size and switch that decides the shape and behaviour of the GPT."""
+
+from dataclasses import dataclass
+
+ATTENTION_BACKENDS = ("sdpa", "manual")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_layer: int = 4  # transformer blocks
+    n_head: int = 4  # attention heads per block
+    n_embd: int = 128  # model width C; head_size = n_embd // n_head
+    block_size: int = 64  # longest context, in tokens
+    vocab_size: int = 50257  # filled in from the tokenizer by train.py
+    dropout: float = 0.0  # on attention weights, residual outputs and embeddings
+    causal: bool = True  # False is the --no-mask ablation: every token sees the future
+    scaled: bool = True  # False is the --no-scale ablation: scores are not divided by sqrt(head_size)
+    attention: str = "sdpa"  # "sdpa": torch's fused kernel; "manual": the readable path
+    qk_init_std: float = 0.02  # std of the query/key weights at init (0.02 is GPT-2's)
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be a positive integer, got {getattr(self, name)}")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(
+                f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
+                f"try n_head in {[h for h in range(1, 17) if self.n_embd % h == 0]}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"model.attention must be one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention!r}")
+        if self.qk_init_std <= 0:
+            raise ValueError(f"model.qk_init_std must be positive, got {self.qk_init_std}")
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head

@@ -1,0 +1,263 @@
+"""Tests for model/attention.py: attention(), Head and MultiHead (STYLE.md section 10)."""
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+
+from model.attention import Head, MultiHead, attention
+from model.config import ModelConfig
+
+FLAGS = list(itertools.product([True, False], [True, False]))  # (causal, scaled)
+FLAG_IDS = [f"causal={c}-scaled={s}" for c, s in FLAGS]
+
+
+def make_head(causal: bool = True, scaled: bool = True, n_embd: int = 8, head_size: int = 4, block_size: int = 6) -> Head:
+    torch.manual_seed(0)
+    return Head(n_embd, head_size, block_size, dropout=0.0, causal=causal, scaled=scaled).eval()
+
+
+def make_multihead(
+    causal: bool = True,
+    scaled: bool = True,
+    n_embd: int = 12,
+    n_head: int = 3,
+    block_size: int = 6,
+    backend: str = "sdpa",
+) -> MultiHead:
+    torch.manual_seed(0)
+    return MultiHead(n_embd, n_head, block_size, dropout=0.0, causal=causal, scaled=scaled, backend=backend).eval()
+
+
+# 1. Hand-computed examples
+
+
+def test_attention_hand_computed_two_tokens():
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # T = 2, D = 2; q = k = v = x
+    scale = 2**-0.5
+    causal = torch.ones(2, 2, dtype=torch.bool).tril()
+
+    y, w = attention(x, x, x, causal, scale)
+    # Token 0 sees only itself; token 1 has scores [0, 1/sqrt(2)] -> weights [0.3302, 0.6698].
+    assert_close(w, torch.tensor([[1.0, 0.0], [0.3302, 0.6698]]), atol=1e-4, msg="masked weights")
+    assert_close(y, torch.tensor([[1.0, 0.0], [0.3302, 0.6698]]), atol=1e-4, msg="masked output")
+
+    y_open, w_open = attention(x, x, x, None, scale)
+    # Without the mask token 0 also sees token 1: scores [1/sqrt(2), 0].
+    assert_close(y_open[0], torch.tensor([0.6698, 0.3302]), atol=1e-4, msg="unmasked token 0")
+    assert_close(y_open[1], torch.tensor([0.3302, 0.6698]), atol=1e-4, msg="unmasked token 1")
+    assert w_open[0, 1].item() == pytest.approx(0.3302, abs=1e-4)
+
+
+def test_head_hand_computed_identity_projections():
+    head = Head(n_embd=2, head_size=2, block_size=3).eval()
+    with torch.no_grad():
+        for lin in (head.query, head.key, head.value):
+            lin.weight.copy_(torch.eye(2))
+    x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]])  # (1, 3, 2)
+    # Token 2: q = [1, 1], scores [1, 1, 2] / sqrt(2) -> weights [0.2483, 0.2483, 0.5035].
+    expected = torch.tensor([[[1.0, 0.0], [0.3302, 0.6698], [0.7517, 0.7517]]])
+
+    y_manual, w = head(x, return_weights=True)
+    assert_close(y_manual, expected, atol=1e-4, msg="Head return_weights=True")
+    assert_close(w[0, 2], torch.tensor([0.2483, 0.2483, 0.5035]), atol=1e-4, msg="Head weights row 2")
+    y_sdpa = head(x)
+    assert_close(y_sdpa, expected, atol=1e-4, msg="Head default (sdpa) path")
+
+
+# 2. Against PyTorch
+
+
+@pytest.mark.parametrize("causal,scaled", FLAGS, ids=FLAG_IDS)
+def test_attention_matches_sdpa(causal, scaled):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    scale = 4**-0.5 if scaled else 1.0
+    mask = torch.ones(5, 5, dtype=torch.bool).tril() if causal else None
+    y, w = attention(q, k, v, mask, scale)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    assert_close(y, ref, atol=1e-5, msg=f"attention vs sdpa causal={causal} scaled={scale}")
+    assert w.shape == (2, 3, 5, 5)
+
+
+# 3. Both paths agree
+
+
+@pytest.mark.parametrize("T", [6, 4], ids=["T=block_size", "T<block_size"])
+@pytest.mark.parametrize("causal,scaled", FLAGS, ids=FLAG_IDS)
+def test_head_weights_path_matches_sdpa(causal, scaled, T):
+    head = make_head(causal, scaled, block_size=6)
+    x = torch.randn(2, T, 8)
+    y_default = head(x)
+    y_manual, w = head(x, return_weights=True)
+    assert y_default.shape == (2, T, 4)
+    assert w.shape == (2, T, T)
+    assert_close(y_manual, y_default, atol=1e-5, msg="Head manual vs sdpa")
+
+
+@pytest.mark.parametrize("T", [6, 4], ids=["T=block_size", "T<block_size"])
+@pytest.mark.parametrize("causal,scaled", FLAGS, ids=FLAG_IDS)
+def test_multihead_weights_path_matches_sdpa(causal, scaled, T):
+    mh = make_multihead(causal, scaled, block_size=6)
+    x = torch.randn(2, T, 12)
+    y_default = mh(x)
+    y_manual, w = mh(x, return_weights=True)
+    assert y_default.shape == (2, T, 12)
+    assert w.shape == (2, 3, T, T)
+    assert_close(y_manual, y_default, atol=1e-5, msg="MultiHead return_weights vs default")
+
+
+@pytest.mark.parametrize("T", [6, 4], ids=["T=block_size", "T<block_size"])
+@pytest.mark.parametrize("causal,scaled", FLAGS, ids=FLAG_IDS)
+def test_multihead_manual_backend_matches_sdpa(causal, scaled, T):
+    sdpa = make_multihead(causal, scaled, backend="sdpa")
+    manual = MultiHead(12, 3, 6, dropout=0.0, causal=causal, scaled=scaled, backend="manual").eval()
+    manual.load_state_dict(sdpa.state_dict())
+    torch.manual_seed(1)
+    x = torch.randn(2, T, 12)
+    y_sdpa = sdpa(x)
+    y_manual = manual(x)
+    assert_close(y_manual, y_sdpa, atol=1e-5, msg="backend manual vs sdpa")
+    y_manual_w, w = manual(x, return_weights=True)
+    assert_close(y_manual_w, y_manual, atol=0.0, msg="manual backend with/without weights")
+    assert w.shape == (2, 3, T, T)
+
+
+# 4. Heads: MultiHead is H Heads side by side
+
+
+def heads_from_multihead(mh: MultiHead, n_embd: int, n_head: int, block_size: int, causal: bool, scaled: bool) -> list[Head]:
+    D = n_embd // n_head
+    W = mh.qkv.weight.detach()  # (3C, C): rows [q heads 0..H-1; k heads; v heads]
+    heads = []
+    for h in range(n_head):
+        head = Head(n_embd, D, block_size, dropout=0.0, causal=causal, scaled=scaled).eval()
+        with torch.no_grad():
+            for part, lin in enumerate((head.query, head.key, head.value)):
+                start = part * n_embd + h * D
+                lin.weight.copy_(W[start : start + D])
+        heads.append(head)
+    return heads
+
+
+@pytest.mark.parametrize("causal,scaled", FLAGS, ids=FLAG_IDS)
+def test_heads_concat_match_multihead(causal, scaled):
+    C, H, T = 12, 3, 6
+    mh = make_multihead(causal, scaled, n_embd=C, n_head=H, block_size=T)
+    heads = heads_from_multihead(mh, C, H, T, causal, scaled)
+    torch.manual_seed(1)
+    x = torch.randn(2, T, C)
+    with torch.no_grad():
+        concat = torch.cat([head(x) for head in heads], dim=-1)  # (B, T, C)
+        assert_close(mh.proj(concat), mh(x), atol=1e-5, msg="proj(concat(Heads)) vs MultiHead")
+        # The per-head weights also match MultiHead's weights for that head.
+        _, w_mh = mh(x, return_weights=True)
+        for h, head in enumerate(heads):
+            _, w_h = head(x, return_weights=True)
+            assert_close(w_h, w_mh[:, h], atol=1e-6, msg=f"weights of head {h}")
+
+
+def test_heads_concat_match_multihead_identity_proj():
+    C, H, T = 12, 3, 6
+    mh = make_multihead(n_embd=C, n_head=H, block_size=T)
+    with torch.no_grad():
+        mh.proj.weight.copy_(torch.eye(C))
+        mh.proj.bias.zero_()
+    heads = heads_from_multihead(mh, C, H, T, causal=True, scaled=True)
+    torch.manual_seed(1)
+    x = torch.randn(2, T, C)
+    with torch.no_grad():
+        concat = torch.cat([head(x) for head in heads], dim=-1)
+        assert_close(concat, mh(x), atol=1e-5, msg="concat(Heads) vs MultiHead with identity proj")
+
+
+# 5. Causality
+
+
+@pytest.mark.parametrize("kind", ["head", "multihead", "multihead-manual"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_causality(kind, causal):
+    if kind == "head":
+        module, C = make_head(causal=causal, n_embd=8, block_size=6), 8
+    else:
+        backend = "manual" if kind == "multihead-manual" else "sdpa"
+        module, C = make_multihead(causal=causal, n_embd=12, block_size=6, backend=backend), 12
+    T, t = 6, 2
+    torch.manual_seed(1)
+    x = torch.randn(2, T, C)
+    x2 = x.clone()
+    x2[:, t + 1 :] = torch.randn(2, T - t - 1, C)  # change only the future of position t
+    with torch.no_grad():
+        y, y2 = module(x), module(x2)
+    past_diff = (y[:, : t + 1] - y2[:, : t + 1]).abs().max().item()
+    future_diff = (y[:, t + 1 :] - y2[:, t + 1 :]).abs().max().item()
+    assert future_diff > 1e-3, f"changing x after t should change outputs after t (max diff {future_diff:.3e})"
+    if causal:
+        assert_close(y[:, : t + 1], y2[:, : t + 1], atol=1e-6, msg="causal outputs at positions <= t")
+    else:
+        assert past_diff > 1e-3, f"non-causal: earlier outputs should change, max diff {past_diff:.3e}"
+
+
+# 6. Weights
+
+
+@pytest.mark.parametrize("kind", ["head", "multihead"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_weights_rows_and_mask(kind, causal):
+    T = 6
+    if kind == "head":
+        module, C = make_head(causal=causal, block_size=T), 8
+    else:
+        module, C = make_multihead(causal=causal, block_size=T), 12
+    torch.manual_seed(1)
+    x = torch.randn(2, T, C)
+    with torch.no_grad():
+        _, w = module(x, return_weights=True)
+    assert_close(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-6, msg="rows sum to 1")
+    above = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)
+    upper = w[..., above]  # entries strictly above the diagonal
+    if causal:
+        assert torch.count_nonzero(upper).item() == 0, f"causal weights above diagonal, max {upper.abs().max().item():.3e}"
+        assert (w[..., ~above] > 0).all(), "causal weights on/below the diagonal should be > 0"
+    else:
+        assert (upper > 0).all(), f"non-causal weights above diagonal should be > 0, min {upper.min().item():.3e}"
+
+
+# 7. Errors
+
+
+def test_too_long_sequence_raises():
+    head = make_head(block_size=6)
+    mh = make_multihead(block_size=6)
+    with pytest.raises(ValueError, match="block_size"):
+        head(torch.randn(1, 7, 8))
+    with pytest.raises(ValueError, match="block_size"):
+        head(torch.randn(1, 7, 8), return_weights=True)
+    with pytest.raises(ValueError, match="block_size"):
+        mh(torch.randn(1, 7, 12))
+    with pytest.raises(ValueError, match="block_size"):
+        mh(torch.randn(1, 7, 12), return_weights=True)
+
+
+def test_indivisible_heads_raise():
+    with pytest.raises(ValueError, match="divisible"):
+        MultiHead(n_embd=10, n_head=3, block_size=4)
+    with pytest.raises(ValueError, match="divisible"):
+        ModelConfig(n_embd=10, n_head=3)
+
+
+# 8. Buffers
+
+
+def test_causal_mask_not_in_state_dict():
+    head, mh = make_head(), make_multihead()
+    assert "causal_mask" not in head.state_dict()
+    assert "causal_mask" not in mh.state_dict()
+    assert sorted(head.state_dict()) == ["key.weight", "query.weight", "value.weight"]
+    assert sorted(mh.state_dict()) == ["proj.bias", "proj.weight", "qkv.weight"]
+    # The buffer itself still exists and is the lower triangle.
+    assert torch.equal(mh.causal_mask, torch.ones(6, 6, dtype=torch.bool).tril())
+    assert math.isclose(head.scale, 4**-0.5)

@@ -1,0 +1,207 @@
+"""Tests for model/gpt.py: shapes, loss at init, parameter count, init, overfitting, generate, flags."""
+
+import math
+
+import pytest
+import torch
+from conftest import assert_close
+
+from model import GPT, ModelConfig
+
+TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "dropout": 0.0}
+
+
+def make_gpt(seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(ModelConfig(**{**TINY, **overrides}))
+
+
+def expected_params(L: int, C: int, V: int, T: int) -> int:
+    return 12 * L * C**2 + 10 * L * C + V * C + T * C + 2 * C
+
+
+# 1. Shape and initial loss
+
+
+def test_logits_shape_and_initial_loss():
+    model = make_gpt(n_embd=64, n_head=4, block_size=32).eval()
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 65, (4, 32), generator=g)
+    targets = torch.randint(0, 65, (4, 32), generator=g)
+    with torch.no_grad():
+        logits, loss = model(idx, targets)
+        logits_only, no_loss = model(idx)
+    assert logits.shape == (4, 32, 65)
+    assert no_loss is None
+    assert_close(logits_only, logits, atol=0.0, msg="logits with and without targets")
+    assert abs(loss.item() - math.log(65)) < 0.3, f"initial loss {loss.item():.4f}, expected ~ln 65 = {math.log(65):.4f}"
+
+
+# 2. Parameter count
+
+
+def test_num_params_formula_small():
+    model = make_gpt()
+    n = expected_params(L=2, C=32, V=65, T=16)
+    assert n == 12 * 2 * 1024 + 10 * 2 * 32 + 65 * 32 + 16 * 32 + 64 == 27_872
+    assert model.num_params() == n
+
+
+def test_num_params_reference_config():
+    assert expected_params(L=6, C=384, V=65, T=256) == 10_763_904
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65))
+    assert model.num_params() == 10_763_904
+
+
+# 3. Weight tying
+
+
+def test_lm_head_tied_to_token_embedding():
+    model = make_gpt()
+    assert model.lm_head.weight is model.tok_emb.weight
+    assert model.lm_head.weight.data_ptr() == model.tok_emb.weight.data_ptr()
+
+
+# 4. Initialisation
+
+
+@pytest.mark.parametrize("qk_std", [0.02, 1 / math.sqrt(64)], ids=["qk=0.02", "qk=1/sqrt(C)"])
+def test_init_stds(qk_std):
+    L, C = 4, 64
+    model = make_gpt(n_layer=L, n_head=4, n_embd=C, qk_init_std=qk_std)
+    resid_std = 0.02 / math.sqrt(2 * L)
+    for i, block in enumerate(model.blocks):
+        for name, w in (("attn.proj", block.attn.proj.weight), ("mlp.proj", block.mlp.proj.weight)):
+            std = w.std().item()
+            assert abs(std / resid_std - 1) < 0.1, f"block {i} {name} std {std:.5f}, expected {resid_std:.5f}"
+        qk = block.attn.qkv.weight[: 2 * C]
+        v = block.attn.qkv.weight[2 * C :]
+        assert abs(qk.std().item() / qk_std - 1) < 0.1, f"block {i} q/k std {qk.std().item():.5f}, expected {qk_std:.5f}"
+        assert abs(v.std().item() / 0.02 - 1) < 0.1, f"block {i} value std {v.std().item():.5f}, expected 0.02"
+        assert abs(block.mlp.fc.weight.std().item() / 0.02 - 1) < 0.1
+        assert torch.count_nonzero(block.attn.proj.bias).item() == 0
+        assert torch.count_nonzero(block.mlp.fc.bias).item() == 0
+    assert abs(model.tok_emb.weight.std().item() / 0.02 - 1) < 0.1
+
+
+# 5. Overfitting one batch
+
+
+def test_overfits_one_batch():
+    model = make_gpt().train()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 65, (4, 16), generator=g)
+    y = torch.randint(0, 65, (4, 16), generator=g)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    _, loss = model(x, y)
+    start = loss.item()
+    for _ in range(200):
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if loss.item() < start / 2:
+            break
+    with torch.no_grad():
+        _, final = model.eval()(x, y)
+    assert final.item() < start / 2, f"loss {start:.3f} -> {final.item():.3f} after 200 steps, expected < {start / 2:.3f}"
+
+
+# 6. generate
+
+
+def test_generate_top_k_1_is_greedy_and_deterministic():
+    model = make_gpt().eval()
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    out1 = model.generate(prompt, max_new_tokens=5, top_k=1)
+    out2 = model.generate(prompt, max_new_tokens=5, top_k=1)
+    assert out1.shape == (2, 3 + 5)
+    assert torch.equal(out1, out2)
+    assert torch.equal(out1[:, :3], prompt)
+    # Each new token is the argmax of the logits at the previous position.
+    with torch.no_grad():
+        logits, _ = model(out1[:, :-1])
+    assert torch.equal(logits[:, 2:].argmax(-1), out1[:, 3:])
+
+
+def test_generate_seeded_generator_reproducible():
+    model = make_gpt().eval()
+    prompt = torch.zeros(2, 1, dtype=torch.long)
+    a = model.generate(prompt, 20, generator=torch.Generator().manual_seed(123))
+    b = model.generate(prompt, 20, generator=torch.Generator().manual_seed(123))
+    c = model.generate(prompt, 20, generator=torch.Generator().manual_seed(124))
+    assert a.shape == (2, 21)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c), "a different seed should give different samples"
+    assert int(a.min()) >= 0 and int(a.max()) < 65
+
+
+def test_generate_past_block_size_crops_context():
+    model = make_gpt(block_size=8).eval()
+    prompt = torch.tensor([[7, 8, 9]])
+    out = model.generate(prompt, max_new_tokens=20, top_k=1)
+    assert out.shape == (1, 23)
+    # The last token is the greedy prediction from the last block_size tokens before it.
+    with torch.no_grad():
+        logits, _ = model(out[:, -9:-1])
+    assert int(logits[0, -1].argmax()) == int(out[0, -1])
+
+
+# 7. causal / scaled flags reach every head
+
+
+def test_flags_reach_every_block():
+    for causal, scaled in ((True, True), (False, False)):
+        model = make_gpt(n_layer=3, causal=causal, scaled=scaled)
+        head_size = 32 // 2
+        for i, block in enumerate(model.blocks):
+            assert block.attn.causal is causal, f"block {i} causal={block.attn.causal}, config causal={causal}"
+            expected_scale = head_size**-0.5 if scaled else 1.0
+            assert block.attn.scale == expected_scale, f"block {i} scale {block.attn.scale}, expected {expected_scale}"
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_weights_every_layer(causal):
+    model = make_gpt(n_layer=3, causal=causal).eval()
+    idx = torch.randint(0, 65, (2, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        weights = model.attention_weights(idx)
+    assert len(weights) == 3
+    above = torch.ones(10, 10, dtype=torch.bool).triu(diagonal=1)
+    for i, w in enumerate(weights):
+        assert w.shape == (2, 2, 10, 10)
+        assert_close(w.sum(-1), torch.ones(2, 2, 10), atol=1e-6, msg=f"layer {i} rows sum to 1")
+        upper = w[..., above]
+        if causal:
+            assert torch.count_nonzero(upper).item() == 0, f"layer {i}: max weight above diagonal {upper.max().item():.3e}"
+        else:
+            assert (upper > 0).all(), f"layer {i}: min weight above diagonal {upper.min().item():.3e}"
+
+
+# 8. sdpa and manual give the same logits
+
+
+@pytest.mark.parametrize("causal,scaled", [(True, True), (False, False)])
+def test_sdpa_and_manual_same_logits(causal, scaled):
+    sdpa = make_gpt(attention="sdpa", causal=causal, scaled=scaled).eval()
+    manual = make_gpt(seed=1, attention="manual", causal=causal, scaled=scaled).eval()
+    manual.load_state_dict(sdpa.state_dict())
+    idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits_sdpa, _ = sdpa(idx)
+        logits_manual, _ = manual(idx)
+    assert_close(logits_manual, logits_sdpa, atol=1e-5, msg="manual vs sdpa logits")
+
+
+# 9. Errors
+
+
+def test_too_long_input_raises():
+    model = make_gpt(block_size=8)
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match="block_size"):
+        model.attention_weights(torch.zeros(1, 9, dtype=torch.long))
+    logits, _ = model(torch.zeros(1, 8, dtype=torch.long))  # exactly block_size is fine
+    assert logits.shape == (1, 8, 65)
