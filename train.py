@@ -20,9 +20,16 @@ from tqdm import tqdm
 from configs import Config, ConfigError, TrainConfig, load_config
 from data.batches import get_batch
 from data.corpus import DataError, check_split_lengths, load_corpus, write_atomically
+from data.tokenizer import Tokenizer, TokenizerError
 from model import GPT
+from model.diagnostics import attention_summary, bits_per_byte, honest_loss, honest_positions, qk_grad_norm
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
+HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
+SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
+HEATMAP_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+HEATMAP_MAX_TOKENS = 48
+CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,14 @@ class RunLogger:
         self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
         self.jsonl.flush()
         if console:
-            tqdm.write(f"step {step:5d} | " + " | ".join(f"{tag} {value:.4g}" for tag, value in metrics.items()))
+            shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
+            tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4g}" for name, value in shown))
+
+    def log_text(self, step: int, tag: str, text: str) -> None:
+        self.writer.add_text(tag, "\n".join("    " + line for line in text.splitlines()), step)  # indented: shown verbatim
+
+    def log_figure(self, step: int, tag: str, figure) -> None:
+        self.writer.add_figure(tag, figure, step)  # closes the figure
 
     def close(self) -> None:
         self.writer.close()
@@ -144,11 +158,71 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
+@dataclass
+class EvalSet:
+    """Everything an evaluation looks at, drawn once so that every evaluation sees the same data."""
+
+    batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]  # split -> fixed (x, y) batches
+    honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches and the positions scored honestly
+    val_bytes: int  # UTF-8 bytes of the decoded val targets, for bits per byte
+    heatmap_ids: list[int]  # the probe text drawn in the heatmaps
+    heatmap_labels: list[str]
+    prompt_ids: list[int]  # start of the logged samples
+
+
+def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
+    from inspect_attention import token_labels
+
+    B, T = cfg.train.batch_size, cfg.model.block_size
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    batches = {split: [get_batch(getattr(corpus, split), B, T, gen) for _ in range(cfg.train.eval_batches)] for split in ("train", "val")}
+    honest = [(x, y, honest_positions(T, HONEST_POSITIONS, gen)) for x, y in batches["val"][: cfg.train.honest_batches]]
+    val_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for _, y in batches["val"] for row in y)
+    try:
+        heatmap_ids = tokenizer.encode(HEATMAP_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
+        prompt_ids = tokenizer.encode("\n")
+    except TokenizerError:  # a corpus without these characters: use its own text
+        heatmap_ids = corpus.val[: min(T, HEATMAP_MAX_TOKENS)].tolist()
+        prompt_ids = corpus.val[:1].tolist()
+    return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids)
+
+
+@torch.no_grad()
+def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, logger: "RunLogger", step: int) -> dict[str, float]:
+    """Losses, honest loss, attention statistics, heatmaps and a sample, all logged at `step`."""
+    from inspect_attention import heatmap_figure
+
+    device = runtime.device
+    metrics = {f"loss/{split}": estimate_loss(model, batches, runtime) for split, batches in ev.batches.items()}
+    n_val_tokens = sum(y.numel() for _, y in ev.batches["val"])
+    metrics["loss/val_bpc"] = bits_per_byte(metrics["loss/val"], n_val_tokens, ev.val_bytes)
+    model.eval()
+    with runtime.autocast():
+        pairs = [honest_loss(model, x.to(device), y.to(device), positions) for x, y, positions in ev.honest]
+        metrics["loss/val_honest"] = sum(h for h, _ in pairs) / len(pairs)
+        metrics["loss/leak_gap"] = metrics["loss/val_honest"] - sum(f for _, f in pairs) / len(pairs)
+        metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
+        heatmaps = model.attention_weights(torch.tensor([ev.heatmap_ids], device=device))
+    flags = ("causal" if model.cfg.causal else "NO MASK") + ", " + ("scaled" if model.cfg.scaled else "NO SCALE")
+    for layer, weights in enumerate(heatmaps):
+        logger.log_figure(
+            step, f"attn/heatmap/L{layer}", heatmap_figure(weights[0], ev.heatmap_labels, f"layer {layer} at step {step} ({flags})")
+        )
+    generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
+    prompt = torch.tensor([ev.prompt_ids], device=device)
+    sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())
+    logger.log_text(step, "samples", sample)
+    model.train()
+    logger.log(step, console=True, **metrics)
+    return {**metrics, "sample": sample}
+
+
 def main(cfg: Config) -> dict:
     runtime = setup_runtime(cfg.train)
     corpus = load_corpus(cfg.data)
     check_split_lengths(corpus, cfg.model.block_size)
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size))
+    tokenizer = corpus.tokenizer
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=tokenizer.vocab_size))
     run_dir = cfg.run_dir
     moved = start_run_dir(run_dir)
     write_atomically(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
@@ -164,22 +238,18 @@ def main(cfg: Config) -> dict:
 
     B, T = cfg.train.batch_size, cfg.model.block_size
     train_gen = torch.Generator().manual_seed(cfg.train.seed)
-    eval_gen = torch.Generator().manual_seed(EVAL_SEED)
-    eval_sets = {
-        split: [get_batch(getattr(corpus, split), B, T, eval_gen) for _ in range(cfg.train.eval_batches)] for split in ("train", "val")
-    }
+    ev = make_eval_set(corpus, tokenizer, cfg)
     logger = RunLogger(run_dir)
-    last: dict[str, float] = {}
+    last: dict = {}
 
     def evaluate_and_save(step: int) -> None:
-        last.update({f"loss/{split}": estimate_loss(model, batches, runtime) for split, batches in eval_sets.items()})
-        logger.log(step, console=True, **last)
+        last.update(evaluate(model, ev, runtime, tokenizer, logger, step))
         checkpoint = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "config": cfg.to_dict(),
             "step": step,
-            "tokenizer": corpus.tokenizer.state(),
+            "tokenizer": tokenizer.state(),
             "val_loss": last["loss/val"],
         }
         save_checkpoint(run_dir / "ckpt.pt", checkpoint)
@@ -199,14 +269,16 @@ def main(cfg: Config) -> dict:
             _, loss = model(x.to(runtime.device), y.to(runtime.device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        log_now = (step + 1) % cfg.train.log_interval == 0 or step + 1 == cfg.train.max_steps
+        qk_norm = qk_grad_norm(model) if log_now else None  # before clipping: what the softmax let through
         if cfg.train.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
         optimizer.step()
         window_loss, window_steps = window_loss + loss.detach(), window_steps + 1
-        if (step + 1) % cfg.train.log_interval == 0 or step + 1 == cfg.train.max_steps:
+        if log_now:
             mean_loss = (window_loss / window_steps).item()  # the only sync with the device
             tok_s = tokens_per_second(window_steps * B * T, time.perf_counter() - window_start)
-            logger.log(step + 1, **{"loss/train_step": mean_loss, "lr": lr, "perf/tokens_per_s": tok_s})
+            logger.log(step + 1, **{"loss/train_step": mean_loss, "lr": lr, "perf/tokens_per_s": tok_s, "grad/qk_norm": qk_norm})
             bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s / 1e3:.1f}k")
             window_start, window_loss, window_steps = time.perf_counter(), 0.0, 0
     bar.close()
@@ -214,7 +286,10 @@ def main(cfg: Config) -> dict:
     logger.close()
     elapsed = time.perf_counter() - start
     summary = {**last, "wall_s": elapsed, "tokens_per_s": cfg.train.max_steps * B * T / elapsed}
-    print(f"done in {elapsed:.1f}s: train {last['loss/train']:.4f}, val {last['loss/val']:.4f}; checkpoint {run_dir / 'ckpt.pt'}")
+    print(
+        f"done in {elapsed:.1f}s: train {last['loss/train']:.4f}, val {last['loss/val']:.4f}, "
+        f"honest {last['loss/val_honest']:.4f}; checkpoint {run_dir / 'ckpt.pt'}\nsample at the last step:\n{last['sample']}"
+    )
     return summary
 
 

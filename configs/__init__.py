@@ -61,6 +61,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
     eval_interval: int = 100  # steps between evaluations (and one at the end)
     eval_batches: int = 20  # fixed batches per split in each evaluation
+    honest_batches: int = 2  # of those val batches, how many are also scored prefix by prefix (loss/val_honest)
     log_interval: int = 10  # steps between training-loss logs
     seed: int = 1337  # one seed for init and the training batches
     device: str = "auto"  # "auto" picks cuda, then mps, then cpu
@@ -68,7 +69,7 @@ class TrainConfig:
     runs_dir: str = "runs"  # where every run's folder goes
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "log_interval"):
+        for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "honest_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}")
         if not self.lr > 0:

@@ -18,6 +18,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def attention_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """How well each key answers each query: (..., T, D), (..., S, D) -> (..., T, S), masked with -inf.
+
+    Scores are multiplied by D**-0.5 so that their variance stays near 1 when q and k have
+    unit-variance components; without it they grow with D and the softmax saturates into
+    near one-hot rows (the --no-scale ablation passes scale=1.0). Masked positions get -inf
+    *before* the softmax, so they receive exactly zero weight and every row still sums to 1.
+    """
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # the future is -inf before softmax
+    return scores
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -26,12 +40,7 @@ def attention(
     scale: float,
     dropout: nn.Module | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled dot-product attention, the whole mechanism.
-
-    Scores are multiplied by D**-0.5 so that their variance stays near 1 when q and k have
-    unit-variance components; without it they grow with D and the softmax saturates into
-    near one-hot rows (the --no-scale ablation passes scale=1.0). Masked positions get -inf
-    *before* the softmax, so they receive exactly zero weight and every row still sums to 1.
+    """Scaled dot-product attention, the whole mechanism: scores, softmax, weighted sum of values.
 
     Args:
         q: (..., T, D) queries; k, v: (..., S, D) keys and values (S = T without a cache).
@@ -41,9 +50,7 @@ def attention(
     Returns:
         y: (..., T, D) the mixed values, and weights: (..., T, S), each row summing to 1.
     """
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # the future is -inf before softmax
+    scores = attention_scores(q, k, mask, scale)  # (..., T, S)
     weights = scores.softmax(dim=-1)  # (..., T, S): each row sums to 1
     dropped = dropout(weights) if dropout is not None else weights
     y = dropped @ v  # (..., T, S) @ (..., S, D) -> (..., T, D)
@@ -113,21 +120,71 @@ class MultiHead(nn.Module):
         self.resid_dropout = nn.Dropout(dropout)
         self.register_buffer("causal_mask", torch.ones(block_size, block_size, dtype=torch.bool).tril(), persistent=False)
 
-    def forward(self, x: torch.Tensor, return_weights: bool = False):
+    def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Project x (B, T, C) to queries, keys and values, each (B, H, T, D)."""
         B, T, C = x.shape
-        check_length(T, self.block_size)
         H, D = self.n_head, C // self.n_head
         q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, 3C) -> 3 x (B, T, C)
         q = q.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
         k = k.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
         v = v.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
+        return q, k, v
+
+    def mask(self, T: int) -> torch.Tensor | None:
+        """The (T, T) causal mask for the readable path, or None for the --no-mask ablation."""
+        return self.causal_mask[:T, :T] if self.causal else None
+
+    def forward(self, x: torch.Tensor, return_weights: bool = False):
+        B, T, C = x.shape
+        check_length(T, self.block_size)
+        q, k, v = self.split_heads(x)  # each (B, H, T, D)
         weights = None
         if return_weights or self.backend == "manual":
-            mask = self.causal_mask[:T, :T] if self.causal else None
-            y, weights = attention(q, k, v, mask, self.scale, self.attn_dropout)  # (B, H, T, D), (B, H, T, T)
+            y, weights = attention(q, k, v, self.mask(T), self.scale, self.attn_dropout)  # (B, H, T, D), (B, H, T, T)
         else:
             p = self.dropout_p if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal, scale=self.scale)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C): heads side by side
         y = self.resid_dropout(self.proj(y))  # (B, T, C)
         return (y, weights) if return_weights else y
+
+
+# Statistics of attention weights (..., T, S), as pure functions. Rows whose query may see only
+# one position (the first row of a causal matrix) carry no information and are left out.
+
+
+def visible_counts(T: int, S: int, causal: bool, device=None) -> torch.Tensor:
+    """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S."""
+    if causal:
+        return torch.arange(S - T + 1, S + 1, device=device)
+    return torch.full((T,), S, device=device)
+
+
+def normalized_entropy(weights: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Entropy of each row divided by the log of its visible count: 1 is uniform, 0 is one-hot.
+
+    Returns (..., T'), where T' counts the rows that may see at least two positions.
+    """
+    T, S = weights.shape[-2:]
+    visible = visible_counts(T, S, causal, weights.device)
+    keep = visible > 1
+    entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1)  # (..., T); 0 * log 0 counts as 0
+    return entropy[..., keep] / visible[keep].log()
+
+
+def row_max(weights: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The largest weight in each row with at least two visible positions: (..., T')."""
+    T, S = weights.shape[-2:]
+    keep = visible_counts(T, S, causal, weights.device) > 1
+    return weights.amax(-1)[..., keep]
+
+
+def saturated_fraction(weights: torch.Tensor, causal: bool, threshold: float = 0.99) -> torch.Tensor:
+    """Share of rows (with at least two visible positions) whose largest weight exceeds `threshold`."""
+    return (row_max(weights, causal) > threshold).float().mean()
+
+
+def future_mass(weights: torch.Tensor) -> torch.Tensor:
+    """Mean attention mass that a query puts on later positions: exactly 0 under the causal mask."""
+    T, S = weights.shape[-2:]
+    return weights.triu(diagonal=S - T + 1).sum(-1).mean()

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import MultiHead
+from model.attention import MultiHead, attention_scores
 from model.config import ModelConfig
 
 
@@ -78,22 +78,20 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # the tied matrix is counted once
 
-    def hidden(self, idx: torch.Tensor, return_weights: bool = False):
-        """Final hidden states (B, T, C), and with return_weights a list of n_layer (B, H, T, T) weights."""
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token plus position embeddings: idx (B, T) -> x (B, T, C)."""
         B, T = idx.shape
         if T > self.cfg.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}; crop the input")
         pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C) + (T, C) -> (B, T, C)
-        all_weights = []
+        return self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C) + (T, C) -> (B, T, C)
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (B, T, C), after the last LayerNorm."""
+        x = self.embed(idx)
         for block in self.blocks:
-            if return_weights:
-                x, weights = block(x, return_weights=True)
-                all_weights.append(weights)
-            else:
-                x = block(x)
-        x = self.ln_f(x)
-        return (x, all_weights) if return_weights else x
+            x = block(x)
+        return self.ln_f(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """idx (B, T) -> logits (B, T, V), and the mean next-token cross-entropy when targets (B, T) are given."""
@@ -103,9 +101,22 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())  # over B*T predictions
         return logits, loss
 
+    @torch.no_grad()
+    def attention_probe(self, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer, the pre-softmax scores and the weights (B, H, T, T) of the readable path."""
+        T = idx.shape[1]
+        x = self.embed(idx)
+        maps = []
+        for block in self.blocks:
+            q, k, _ = block.attn.split_heads(block.ln1(x))
+            scores = attention_scores(q, k, block.attn.mask(T), block.attn.scale)  # (B, H, T, T)
+            x, weights = block(x, return_weights=True)
+            maps.append((scores, weights))
+        return maps
+
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """The attention weights of every layer, n_layer tensors of shape (B, H, T, T)."""
-        return self.hidden(idx, return_weights=True)[1]
+        return [weights for _, weights in self.attention_probe(idx)]
 
     @torch.no_grad()
     def generate(

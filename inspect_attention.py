@@ -1,0 +1,126 @@
+"""Look inside a trained model: python inspect_attention.py --run NAME --text "ROMEO: But soft"
+
+Writes token-labelled heatmaps of the attention weights (one grid of heads per layer, and one
+picture per head) and prints, per head, the statistics that TensorBoard logs during training.
+Works on any checkpoint, including --no-mask and --no-scale runs.
+"""
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no window
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
+from model.attention import future_mass, normalized_entropy, row_max  # noqa: E402
+
+
+def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    """One readable label per token: whitespace made visible, long tokens shortened."""
+    labels = []
+    for i in ids:
+        text = tokenizer.decode([i]).replace("\n", "\\n").replace(" ", "\u2423")
+        labels.append(text if len(text) <= 8 else text[:7] + "\u2026")
+    return labels
+
+
+def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_names: list[str] | None = None):
+    """A grid of (T, T) heatmaps, one per head, from weights (H, T, T); rows are queries, columns keys."""
+    H, T = weights.shape[0], weights.shape[-1]
+    cols = min(H, 4)
+    rows = (H + cols - 1) // cols
+    size = 2.2 + 0.13 * T
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    fontsize = max(4, min(9, 300 // max(T, 1)))
+    for h, ax in enumerate(axes.flat):
+        if h >= H:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[h].float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+        ax.set_title(head_names[h] if head_names else f"head {h}", fontsize=9)
+        ax.set_xticks(range(T), labels, rotation=90, fontsize=fontsize)
+        ax.set_yticks(range(T), labels, fontsize=fontsize)
+        ax.set_xlabel("key (attended to)", fontsize=8)
+        ax.set_ylabel("query", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def head_table(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
+    """Per layer and head: mean normalised entropy, mean row maximum, saturated share and future mass."""
+    rows = []
+    for layer, weights in enumerate(weights_per_layer):  # each (B, H, T, T)
+        for head in range(weights.shape[1]):
+            w = weights[:, head].float()
+            maxima = row_max(w, causal)
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "entropy": normalized_entropy(w, causal).mean().item(),
+                    "max_weight": maxima.mean().item(),
+                    "saturated": (maxima > 0.99).float().mean().item(),
+                    "future_mass": future_mass(w).item(),
+                }
+            )
+    return rows
+
+
+def main(argv: list[str]) -> Path:
+    from sample import CheckpointError, OneLineParser, load_model  # noqa: F401  (sample imports train)
+
+    parser = OneLineParser(description="Heatmaps and per-head statistics of a trained model's attention.")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--run", default="base", help="run folder name under --runs-dir (default: base)")
+    where.add_argument("--checkpoint", type=Path, help="path to a ckpt.pt (overrides --run)")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--text", default="ROMEO:\nBut soft, what light through yonder window breaks?")
+    parser.add_argument("--out", type=Path, help="folder for the PNGs (default: <run folder>/inspect)")
+    args = parser.parse_args(argv)
+
+    path = args.checkpoint or Path(args.runs_dir) / args.run / "ckpt.pt"
+    model, tokenizer, _ = load_model(path, "cpu")
+    ids = tokenizer.encode(args.text)
+    if not ids:
+        raise TokenizerError("the text is empty; give some with --text")
+    block_size = model.cfg.block_size
+    if len(ids) > block_size:
+        print(f"note: the text is {len(ids)} tokens; only its first {block_size} (block_size) are shown")
+        ids = ids[:block_size]
+    weights = model.attention_weights(torch.tensor([ids]))  # n_layer x (1, H, T, T)
+    labels = token_labels(tokenizer, ids)
+    out = args.out or path.parent / "inspect"
+    out.mkdir(parents=True, exist_ok=True)
+    flags = ("causal" if model.cfg.causal else "NO MASK") + ", " + ("scaled" if model.cfg.scaled else "NO SCALE")
+    for layer, w in enumerate(weights):
+        fig = heatmap_figure(w[0], labels, f"{path.parent.name}: layer {layer} ({flags})")
+        fig.savefig(out / f"attn_L{layer}.png", dpi=110)
+        plt.close(fig)
+        for head in range(w.shape[1]):
+            fig = heatmap_figure(w[0, head : head + 1], labels, f"{path.parent.name}: layer {layer}, head {head}", [f"L{layer}H{head}"])
+            fig.savefig(out / f"attn_L{layer}_H{head}.png", dpi=110)
+            plt.close(fig)
+
+    print(f"{path} ({flags}), {len(ids)} tokens; heatmaps in {out}/")
+    print("| layer | head | entropy | max weight | saturated | future mass |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for row in head_table(weights, model.cfg.causal):
+        print(
+            f"| {row['layer']} | {row['head']} | {row['entropy']:.3f} | {row['max_weight']:.3f} | "
+            f"{row['saturated']:.2f} | {row['future_mass']:.3f} |"
+        )
+    return out
+
+
+if __name__ == "__main__":
+    from sample import CheckpointError
+
+    try:
+        main(sys.argv[1:])
+    except (CheckpointError, TokenizerError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,86 @@
+"""Measurements of a GPT that make its failures visible: honest loss and attention statistics.
+
+Teacher-forced loss scores every position of a block in one pass. A causal model cannot tell
+the difference, but a model trained without the mask reads the answer from the next position
+and looks brilliant. `honest_loss` gives the model only the tokens before each target, as
+generation does, so the cheating shows as a gap between the two.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from model.attention import future_mass, normalized_entropy, row_max
+from model.gpt import GPT
+
+
+def honest_positions(T: int, n: int, generator: torch.Generator) -> list[int]:
+    """n positions spread over 0..T-1: one drawn at random from each of n equal strata."""
+    n = min(n, T)
+    edges = [round(i * T / n) for i in range(n + 1)]
+    return [lo + int(torch.randint(hi - lo, (1,), generator=generator)) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+
+
+@torch.no_grad()
+def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int]) -> tuple[float, float]:
+    """Mean loss at `positions`, (honest, teacher-forced), on inputs x and targets y (B, T).
+
+    honest: for each position t, the model runs on the prefix x[:, :t+1] alone and its last
+    logits are scored against y[:, t]. teacher-forced: one pass over the whole of x, scored at
+    the same positions. For a causal model the two agree; their gap measures future leakage.
+    """
+    forced_logits = model.lm_head(model.hidden(x)[:, positions])  # (B, P, V)
+    forced = F.cross_entropy(forced_logits.flatten(0, 1).float(), y[:, positions].flatten())
+    honest_logits = torch.stack([model.lm_head(model.hidden(x[:, : t + 1])[:, -1]) for t in positions], dim=1)  # (B, P, V)
+    honest = F.cross_entropy(honest_logits.flatten(0, 1).float(), y[:, positions].flatten())
+    return honest.item(), forced.item()
+
+
+@torch.no_grad()
+def attention_summary(model: GPT, idx: torch.Tensor, per_head: bool = True) -> dict[str, float]:
+    """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags.
+
+    attn/entropy: mean normalised row entropy (1 = uniform over what a query may see, 0 = one-hot);
+    attn/max_weight: mean row maximum; attn/saturated_frac: share of rows whose maximum exceeds 0.99;
+    attn/future_mass: mean weight on later positions (0 under the causal mask);
+    attn/score_std: std of the pre-softmax scores at visible positions, averaged over layers.
+    """
+    causal = model.cfg.causal
+    entropies, maxima, future, score_std, stats = [], [], [], [], {}
+    for layer, (scores, weights) in enumerate(model.attention_probe(idx)):
+        entropy = normalized_entropy(weights.float(), causal)  # (B, H, T')
+        entropies.append(entropy.mean().item())
+        maxima.append(row_max(weights.float(), causal))
+        future.append(future_mass(weights.float()).item())
+        score_std.append(scores[scores.isfinite()].float().std().item())
+        if per_head:
+            for head, value in enumerate(entropy.mean(dim=(0, 2)).tolist()):
+                stats[f"attn/entropy/L{layer}H{head}"] = value
+    all_maxima = torch.cat([m.flatten() for m in maxima])
+    return {
+        "attn/entropy": sum(entropies) / len(entropies),
+        "attn/max_weight": all_maxima.mean().item(),
+        "attn/saturated_frac": (all_maxima > 0.99).float().mean().item(),
+        "attn/future_mass": sum(future) / len(future),
+        "attn/score_std": sum(score_std) / len(score_std),
+        **stats,
+    }
+
+
+def qk_grad_norm(model: GPT) -> float:
+    """Norm of the gradients that reach the query and key projections of every layer.
+
+    A saturated softmax has near-zero derivatives, so these gradients starve without the scale.
+    """
+    squares = 0.0
+    for block in model.blocks:
+        grad = block.attn.qkv.weight.grad
+        if grad is not None:
+            squares += grad[: 2 * model.cfg.n_embd].float().pow(2).sum().item()  # query and key rows
+    return math.sqrt(squares)
+
+
+def bits_per_byte(loss: float, n_tokens: int, n_bytes: int) -> float:
+    """Convert a mean loss in nats per token to bits per byte of decoded text (bits per character for ASCII)."""
+    return loss * n_tokens / (n_bytes * math.log(2))
