@@ -6,9 +6,7 @@ Checkpoints are read with torch.load(weights_only=True): plain tensors and data,
 """
 
 import argparse
-import pickle
 import sys
-import zipfile
 from pathlib import Path
 
 import torch
@@ -16,29 +14,8 @@ import torch
 from configs import ConfigError, TrainConfig
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
 from model import GPT, ModelConfig
+from model.checkpoint import CheckpointError, read_checkpoint
 from train import setup_runtime
-
-
-class CheckpointError(Exception):
-    """A checkpoint that is missing, unreadable or not of this project; the message says what to do."""
-
-
-def read_checkpoint(path: Path, map_location="cpu") -> dict:
-    """torch.load with weights_only=True, turning every way it can fail into one CheckpointError."""
-    if not path.is_file():
-        raise CheckpointError(
-            f"no checkpoint at {path}; train one first (python train.py --config base) or pass --run NAME / --checkpoint PATH"
-        )
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"refused to load {path}: it holds more than tensors and plain data ({first_line[:160]})") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"cannot read {path}: the file is truncated, corrupt or not a checkpoint ({type(e).__name__})") from None
-    if not isinstance(checkpoint, dict) or not {"model", "config", "tokenizer"} <= checkpoint.keys():
-        raise CheckpointError(f"{path} is not a checkpoint of this project (it lacks model, config or tokenizer)")
-    return checkpoint
 
 
 def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
@@ -101,6 +78,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     where.add_argument("--run", default="base", help="run folder name under --runs-dir (default: base)")
     where.add_argument("--checkpoint", type=Path, help="path to a ckpt.pt (overrides --run)")
     parser.add_argument("--runs-dir", default="runs", help="where run folders live (default: runs)")
+    parser.add_argument("--best", action="store_true", help="use the run's best-by-val checkpoint (best.pt) instead of the latest")
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     parser.add_argument("--num-samples", type=positive_int, default=1)
     parser.add_argument("--max-new-tokens", type=non_negative_int, default=500)
@@ -117,7 +95,7 @@ def main(argv: list[str]) -> list[str]:
         runtime = setup_runtime(TrainConfig(device=args.device))
     except ValueError as e:
         raise ConfigError(str(e).replace("train.device", "--device")) from None
-    path = args.checkpoint or Path(args.runs_dir) / args.run / "ckpt.pt"
+    path = args.checkpoint or Path(args.runs_dir) / args.run / ("best.pt" if args.best else "ckpt.pt")
     model, tokenizer, checkpoint = load_model(path, runtime.device)
     prompt_ids = tokenizer.encode(args.prompt)
     if not prompt_ids:

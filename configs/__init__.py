@@ -29,6 +29,7 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--data-file": ("data.path", None),
     "--run-name": ("train.run_name", None),
     "--runs-dir": ("train.runs_dir", None),
+    "--resume": ("train.resume", "true"),
 }
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
 
@@ -50,7 +51,8 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = 32  # sequences per step
+    batch_size: int = 32  # sequences per micro-batch, per process
+    grad_accum_steps: int = 1  # micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x processes
     max_steps: int = 1000  # optimizer steps in the whole run
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     min_lr: float = 1e-4  # learning rate at the last step of the cosine decay
@@ -67,9 +69,10 @@ class TrainConfig:
     device: str = "auto"  # "auto" picks cuda, then mps, then cpu
     run_name: str = ""  # folder under runs_dir; empty derives it from config and flags
     runs_dir: str = "runs"  # where every run's folder goes
+    resume: bool = False  # continue runs_dir/run_name/ckpt.pt instead of starting afresh
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "honest_batches", "log_interval"):
+        for name in ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches", "honest_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}")
         if not self.lr > 0:
@@ -138,15 +141,31 @@ def field_types(section: str) -> dict[str, type]:
     return {f.name: f.type for f in dataclasses.fields(SECTIONS[section])}
 
 
+def nearest_key(dotted: str) -> str | None:
+    """The valid key a typo most likely meant: an abbreviation (learning_rate -> lr), else the closest spelling."""
+    section, _, name = dotted.partition(".")
+    valid = [f"{s}.{n}" for s in SECTIONS for n in field_types(s)]
+    if section in SECTIONS:
+        initials = "".join(part[:1] for part in name.split("_"))
+        for field_name in field_types(section):
+            if field_name == initials or field_name.replace("_", "") == name.replace("_", ""):
+                return f"{section}.{field_name}"
+        hint = difflib.get_close_matches(name, list(field_types(section)), n=1, cutoff=0.5)
+        if hint:
+            return f"{section}.{hint[0]}"
+    hint = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.5)
+    return hint[0] if hint else None
+
+
 def check_key(dotted: str) -> tuple[str, str]:
     """Split 'section.field' and make sure it exists, suggesting the nearest valid key if not."""
     section, _, name = dotted.partition(".")
-    valid = [f"{s}.{n}" for s in SECTIONS for n in field_types(s)]
     if section not in SECTIONS or name not in field_types(section):
-        hint = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.5)
         if section not in SECTIONS and not name:
             raise ConfigError(f"unknown section [{section}]; valid sections are {', '.join(SECTIONS)}")
-        suggestion = f", did you mean {hint[0]}?" if hint else f"; valid keys: {', '.join(valid)}"
+        hint = nearest_key(dotted)
+        valid = [f"{s}.{n}" for s in SECTIONS for n in field_types(s)]
+        suggestion = f", did you mean {hint}?" if hint else f"; valid keys: {', '.join(valid)}"
         raise ConfigError(f"unknown key {dotted}{suggestion}")
     if dotted in FROM_TOKENIZER:
         raise ConfigError(f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead")

@@ -46,7 +46,7 @@ def sha256_of(path: Path) -> str:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")  # per process: concurrent writers never share one
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -117,8 +117,15 @@ def load_corpus(data_cfg) -> Corpus:
         raise DataError(str(e)) from None
     except OSError as e:
         raise DataError(f"cannot write prepared data under {cache_dir}: {e.strerror}; set --data.cache_dir to a writable folder") from None
-    train, val = (np.memmap(prepared / f"{split}.bin", dtype=meta["dtype"], mode="r") for split in ("train", "val"))
+    train, val = (read_ids(prepared / f"{split}.bin", meta["dtype"]) for split in ("train", "val"))
     return Corpus(train, val, tokenizer, source, source_sha)
+
+
+def read_ids(path: Path, dtype: str) -> np.ndarray:
+    """Memory-map a .bin of token ids (an empty split cannot be mapped: it becomes an empty array)."""
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
 
 
 def read_meta(path: Path) -> dict | None:

@@ -1,6 +1,18 @@
-"""Shared test helpers. Import them with `from conftest import assert_close` (pytest puts tests/ on sys.path)."""
+"""Shared test helpers. Import them with `from conftest import assert_close` (pytest puts tests/ on sys.path).
 
+Tests never touch the network, data/cache or runs/: each one writes its own small corpus with
+`write_corpus` (or the `corpus_file` fixture) and points the cache and run folders into tmp_path.
+"""
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def assert_close(a: torch.Tensor, b: torch.Tensor, atol: float, msg: str = "") -> None:
@@ -10,3 +22,107 @@ def assert_close(a: torch.Tensor, b: torch.Tensor, atol: float, msg: str = "") -
     diff = (a.detach().double() - b.detach().double()).abs()
     max_diff, mean_diff = diff.max().item(), diff.mean().item()
     assert max_diff <= atol, f"{msg} max abs diff {max_diff:.3e} > atol {atol:.1e} (mean abs diff {mean_diff:.3e})"
+
+
+# A small synthetic play: ASCII only, varied words, and refrains that repeat so a tiny model can learn.
+
+SPEAKERS = ["KING", "QUEEN", "PRINCE", "NURSE", "FIRST CITIZEN", "SECOND CITIZEN", "GHOST", "FOOL"]
+SUBJECTS = ["the king", "my lord", "the queen", "this house", "our father", "the old man", "a young maid", "the ghost", "thy brother"]
+VERBS = ["loves", "fears", "speaks of", "walks with", "remembers", "forgets", "calls for", "waits upon", "looks at"]
+OBJECTS = ["the crown", "the river", "a sword", "the night", "the morning light", "his horse", "her letter", "the castle gate"]
+TAILS = ["", " tonight", " in the rain", " before the dawn", " with a heavy heart", " and says nothing", " again and again"]
+REFRAINS = [
+    "To be, or not to be, that is the question.",
+    "All the world's a stage, and all the men and women merely players.",
+    "What light through yonder window breaks?",
+    "Now is the winter of our discontent.",
+]
+
+
+def make_corpus_text(min_chars: int = 30_000, seed: int = 0) -> str:
+    """About min_chars characters of English-like dialogue, the same on every call with the same seed."""
+    rng = random.Random(seed)
+    parts: list[str] = []
+    size = 0
+    while size < min_chars:
+        lines = []
+        for _ in range(rng.randint(1, 3)):
+            if rng.random() < 0.25:
+                lines.append(rng.choice(REFRAINS))
+            else:
+                s = f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}{rng.choice(TAILS)}"
+                lines.append(s[0].upper() + s[1:] + rng.choice([".", "!", "?", ";"]))
+        speech = f"{rng.choice(SPEAKERS)}:\n" + "\n".join(lines) + "\n\n"
+        parts.append(speech)
+        size += len(speech)
+    return "".join(parts)
+
+
+def write_corpus(folder: Path, name: str = "corpus.txt", text: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(make_corpus_text() if text is None else text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_cpu_thread():
+    """Run torch on one CPU thread for a module, then restore the previous count.
+
+    The training and sampling tests run a 30k-parameter model: its ops are microseconds, and a
+    second intra-op thread only adds synchronisation. On a busy 2-core machine that thread spins
+    waiting for a core: a 2-step tiny run measured 13.6 s with 2 threads and 1.7 s with one.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def corpus_file(tmp_path: Path) -> Path:
+    """A ~30 KB UTF-8 text file in tmp_path."""
+    return write_corpus(tmp_path / "text")
+
+
+def tiny_argv(root: Path, corpus: Path, *extra: str) -> list[str]:
+    """argv for the tiny preset on `corpus`, with the cache and run folders under `root`."""
+    return [
+        "--config",
+        "tiny",
+        "--data-file",
+        str(corpus),
+        "--data.cache_dir",
+        str(root / "cache"),
+        "--runs-dir",
+        str(root / "runs"),
+        "--device",
+        "cpu",
+        *extra,
+    ]
+
+
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
+    """Run `python <script> args...` from the repository root, capturing text output."""
+    return subprocess.run([sys.executable, script, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """The script failed as a user error: exit 2, a single 'error: ...' line on stderr, no traceback."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, f"exit code {proc.returncode}, stderr:\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{proc.stderr}"
+    assert lines[0].startswith("error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def gpt2_encoding_or_skip():
+    """tiktoken's gpt2 encoding, or skip: it needs its BPE files (TIKTOKEN_CACHE_DIR or the network)."""
+    tiktoken = pytest.importorskip("tiktoken")
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except Exception as e:  # offline without TIKTOKEN_CACHE_DIR: requests/OS errors of several kinds
+        pytest.skip(f"tiktoken gpt2 files unavailable ({type(e).__name__}); set TIKTOKEN_CACHE_DIR to run this test")

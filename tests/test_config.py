@@ -1,0 +1,318 @@
+"""Tests for configs/: presets, typed CLI overrides, helpful errors, run names, precedence, immutability."""
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from configs import CONFIG_DIR, Config, ConfigError, DataConfig, TrainConfig, load_config
+from model import ModelConfig
+
+SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def assert_matches_toml(cfg: Config, preset: str) -> None:
+    """Every key in configs/<preset>.toml is in cfg with the file's value; every other field keeps its default."""
+    table = tomllib.loads((CONFIG_DIR / f"{preset}.toml").read_text(encoding="utf-8"))
+    for section, cls in SECTION_CLASSES.items():
+        loaded = getattr(cfg, section)
+        for f in dataclasses.fields(cls):
+            expected = table.get(section, {}).get(f.name, f.default)
+            assert getattr(loaded, f.name) == expected, f"{section}.{f.name}: {getattr(loaded, f.name)!r} != {expected!r}"
+            assert type(getattr(loaded, f.name)) is f.type, f"{section}.{f.name} has type {type(getattr(loaded, f.name))}"
+
+
+def write_toml(tmp_path: Path, text: str, name: str = "custom.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# 1. Presets
+
+
+def test_tiny_preset_loads_with_the_file_values():
+    cfg = load_config(["--config", "tiny"])
+    assert_matches_toml(cfg, "tiny")
+    assert cfg.name == "tiny"
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.block_size) == (2, 2, 32, 32)
+    assert cfg.model.head_size == 16
+    assert cfg.data.tokenizer == "char"
+    assert (cfg.train.batch_size, cfg.train.max_steps, cfg.train.warmup_steps) == (8, 40, 5)
+    assert (cfg.train.lr, cfg.train.min_lr) == (3e-3, 3e-4)
+    assert (cfg.train.eval_interval, cfg.train.eval_batches, cfg.train.log_interval) == (20, 2, 5)
+    assert cfg.train.weight_decay == 0.1  # not in tiny.toml: the dataclass default
+
+
+@pytest.mark.parametrize("preset", ["base", "char", "tiny"])
+def test_every_preset_loads(preset):
+    cfg = load_config(["--config", preset])
+    assert cfg.name == preset
+    assert_matches_toml(cfg, preset)
+
+
+def test_base_is_the_default_and_char_uses_characters():
+    base = load_config([])
+    assert base == load_config(["--config", "base"])
+    assert (base.data.tokenizer, base.model.block_size, base.train.max_steps) == ("gpt2", 64, 600)
+    char = load_config(["--config", "char"])
+    assert (char.data.tokenizer, char.model.block_size, char.train.max_steps) == ("char", 128, 2000)
+
+
+def test_config_from_a_toml_path(tmp_path):
+    path = write_toml(tmp_path, "[model]\nn_layer = 3\n", name="mine.toml")
+    cfg = load_config(["--config", str(path)])
+    assert cfg.name == "mine"
+    assert cfg.model.n_layer == 3
+    assert cfg.run_name == "mine"
+
+
+# 2. Typed overrides
+
+
+@pytest.mark.parametrize("argv", [["--model.n_layer=4"], ["--model.n_layer", "4"], ["--model.n_layer= 4 "]])
+def test_int_override_both_spellings(argv):
+    cfg = load_config(["--config", "tiny", *argv])
+    assert cfg.model.n_layer == 4
+    assert type(cfg.model.n_layer) is int
+
+
+@pytest.mark.parametrize(("value", "expected"), [("3e-4", 3e-4), ("0.01", 0.01), ("1", 1.0)])
+def test_float_override(value, expected):
+    cfg = load_config(["--config", "tiny", "--train.lr", value])
+    assert cfg.train.lr == expected
+    assert type(cfg.train.lr) is float
+
+
+@pytest.mark.parametrize(("value", "expected"), [("false", False), ("true", True), ("False", False), ("TRUE", True)])
+def test_bool_override(value, expected):
+    cfg = load_config(["--config", "tiny", f"--model.causal={value}"])
+    assert cfg.model.causal is expected
+
+
+@pytest.mark.parametrize("value", ["yes", "no", "1", "0", "on", ""])
+def test_bool_override_accepts_only_true_or_false(value):
+    with pytest.raises(ConfigError, match="model.causal takes true or false"):
+        load_config(["--config", "tiny", f"--model.causal={value}"])
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("--train.lr=abc", "train.lr takes a number, got 'abc'"),
+        ("--model.n_layer=4.5", "model.n_layer takes an integer, got '4.5'"),
+        ("--train.max_steps=1e3", "train.max_steps takes an integer"),
+        ("--model.dropout=lots", "model.dropout takes a number"),
+    ],
+)
+def test_bad_numbers(arg, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(["--config", "tiny", arg])
+
+
+def test_string_override_is_kept_verbatim(tmp_path):
+    cfg = load_config(["--config", "tiny", f"--data.path={tmp_path}/my text.txt", "--model.attention=manual"])
+    assert cfg.data.path == f"{tmp_path}/my text.txt"
+    assert cfg.model.attention == "manual"
+
+
+def test_toml_values_are_converted_and_checked(tmp_path):
+    cfg = load_config(["--config", str(write_toml(tmp_path, "[train]\nlr = 1\n[model]\ncausal = false\n"))])
+    assert cfg.train.lr == 1.0 and type(cfg.train.lr) is float
+    assert cfg.model.causal is False
+    with pytest.raises(ConfigError, match="model.n_layer takes int, got float 4.5"):
+        load_config(["--config", str(write_toml(tmp_path, "[model]\nn_layer = 4.5\n", name="a.toml"))])
+    with pytest.raises(ConfigError, match="model.causal takes bool, got int 1"):
+        load_config(["--config", str(write_toml(tmp_path, "[model]\ncausal = 1\n", name="b.toml"))])
+
+
+# 3. Unknown names
+
+
+def test_unknown_key_names_the_nearest_valid_key():
+    with pytest.raises(ConfigError, match=r"unknown key model\.n_layers, did you mean model\.n_layer\?"):
+        load_config(["--config", "tiny", "--model.n_layers=4"])
+
+
+def test_unknown_key_learning_rate_suggests_lr():
+    # STYLE.md section 4 gives this exact example: "unknown key train.learning_rate, did you mean train.lr?"
+    with pytest.raises(ConfigError, match="unknown key train.learning_rate") as e:
+        load_config(["--config", "tiny", "--train.learning_rate=1"])
+    assert "train.lr" in str(e.value), str(e.value)
+
+
+def test_unknown_key_in_toml(tmp_path):
+    path = write_toml(tmp_path, "[train]\nbatchsize = 4\n")
+    with pytest.raises(ConfigError, match=r"unknown key train\.batchsize, did you mean train\.batch_size\?"):
+        load_config(["--config", str(path)])
+
+
+def test_unknown_section(tmp_path):
+    path = write_toml(tmp_path, "[optim]\nlr = 1e-3\n")
+    with pytest.raises(ConfigError, match=r"unknown section \[optim\]") as e:
+        load_config(["--config", str(path)])
+    assert str(path) in str(e.value) and "model, data, train" in str(e.value)
+    with pytest.raises(ConfigError, match=r"unknown key optim\.lr, did you mean train\.lr\?"):
+        load_config(["--config", "tiny", "--optim.lr=1e-3"])
+
+
+def test_unknown_config_name_lists_presets():
+    with pytest.raises(ConfigError, match="unknown config 'nope'") as e:
+        load_config(["--config", "nope"])
+    assert "base, char, tiny" in str(e.value)
+    with pytest.raises(ConfigError, match="did you mean tiny?"):
+        load_config(["--config", "tinny"])
+
+
+def test_missing_toml_path(tmp_path):
+    missing = tmp_path / "missing.toml"
+    with pytest.raises(ConfigError, match="not found") as e:
+        load_config(["--config", str(missing)])
+    assert str(missing) in str(e.value)
+
+
+def test_malformed_toml_names_the_file(tmp_path):
+    path = write_toml(tmp_path, "[model\nn_layer = 2\n", name="broken.toml")
+    with pytest.raises(ConfigError, match="malformed TOML") as e:
+        load_config(["--config", str(path)])
+    assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "unknown argument '--bogus'"),
+        (["tiny"], "unknown argument 'tiny'"),
+        (["--no-mask=true"], "--no-mask takes no value"),
+        (["--device"], "--device needs a value"),
+        (["--model.n_layer"], "--model.n_layer needs a value"),
+    ],
+)
+def test_bad_arguments(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(["--config", "tiny", *argv])
+
+
+# 4. Checks at load time
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("--model.n_head=3", r"model.n_embd \(32\) must be divisible by model.n_head \(3\)"),
+        ("--train.lr=0", "train.lr must be positive"),
+        ("--train.lr=-1e-3", "train.lr must be positive"),
+        ("--train.batch_size=0", "train.batch_size must be a positive integer"),
+        ("--model.dropout=-0.1", r"model.dropout must be in \[0, 1\)"),
+        ("--model.dropout=1", r"model.dropout must be in \[0, 1\)"),
+        ("--model.block_size=0", "model.block_size must be a positive integer"),
+        ("--model.n_head=0", "model.n_head must be a positive integer"),
+        ("--data.tokenizer=bpe", "data.tokenizer must be one of gpt2, char"),
+        ("--train.device=tpu", "train.device must be one of auto, cpu, cuda, mps"),
+        ("--train.device=cuda:x", "train.device must be one of"),
+        ("--train.min_lr=1", r"train.min_lr must be between 0 and train.lr"),
+        ("--train.warmup_steps=41", r"train.warmup_steps must be between 0 and train.max_steps \(40\)"),
+        ("--train.run_name=a/b", "train.run_name must be a plain folder name"),
+        ("--model.attention=flash", "model.attention must be one of sdpa, manual"),
+    ],
+)
+def test_invalid_values_fail_at_load_time(arg, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(["--config", "tiny", arg])
+
+
+def test_unknown_device_shorthand():
+    with pytest.raises(ConfigError, match="train.device must be one of auto, cpu, cuda, mps"):
+        load_config(["--config", "tiny", "--device", "tpu"])
+    assert load_config(["--config", "tiny", "--device", "cuda:1"]).train.device == "cuda:1"  # checked later, at setup
+
+
+def test_vocab_size_cannot_be_set_by_hand(tmp_path):
+    with pytest.raises(ConfigError, match="model.vocab_size is set from the tokenizer"):
+        load_config(["--config", "tiny", "--model.vocab_size=100"])
+    with pytest.raises(ConfigError, match="model.vocab_size is set from the tokenizer"):
+        load_config(["--config", str(write_toml(tmp_path, "[model]\nvocab_size = 100\n"))])
+
+
+# 5. Shorthands and run names
+
+
+def test_shorthands_map_to_fields(tmp_path):
+    cfg = load_config(
+        [
+            "--config",
+            "tiny",
+            "--no-mask",
+            "--no-scale",
+            "--device",
+            "cpu",
+            "--data-file",
+            str(tmp_path / "t.txt"),
+            "--run-name",
+            "exp1",
+            f"--runs-dir={tmp_path}/runs",
+        ]
+    )
+    assert cfg.model.causal is False and cfg.model.scaled is False
+    assert cfg.train.device == "cpu"
+    assert cfg.data.path == str(tmp_path / "t.txt")
+    assert cfg.train.run_name == "exp1"
+    assert cfg.train.runs_dir == f"{tmp_path}/runs"
+    assert cfg.run_dir == tmp_path / "runs" / "exp1"
+
+
+@pytest.mark.parametrize(
+    ("flags", "run_name"),
+    [
+        ([], "base"),
+        (["--no-mask"], "base-no-mask"),
+        (["--no-scale"], "base-no-scale"),
+        (["--no-mask", "--no-scale"], "base-no-mask-no-scale"),
+        (["--no-scale", "--no-mask"], "base-no-mask-no-scale"),
+        (["--model.causal=false"], "base-no-mask"),
+        (["--no-mask", "--run-name", "mine"], "mine"),
+    ],
+)
+def test_run_name_derivation(flags, run_name):
+    cfg = load_config(["--config", "base", *flags])
+    assert cfg.run_name == run_name
+    assert cfg.run_dir == Path("runs") / run_name
+
+
+# 6. Precedence and immutability
+
+
+def test_precedence_defaults_then_toml_then_cli(tmp_path):
+    path = write_toml(tmp_path, "[train]\nlr = 5e-3\nbatch_size = 4\n[model]\nn_layer = 3\n")
+    from_file = load_config(["--config", str(path)])
+    assert (from_file.train.lr, from_file.train.batch_size, from_file.model.n_layer) == (5e-3, 4, 3)
+    assert from_file.train.weight_decay == TrainConfig().weight_decay == 0.1  # default: not in file or CLI
+    assert from_file.model.n_embd == ModelConfig().n_embd == 128
+    cfg = load_config(["--config", str(path), "--train.lr=1e-4", "--model.n_embd", "64"])
+    assert cfg.train.lr == 1e-4  # CLI beats TOML
+    assert cfg.model.n_embd == 64  # CLI beats default
+    assert cfg.train.batch_size == 4  # TOML beats default
+    assert load_config(["--config", "tiny", "--train.lr=1", "--train.lr=2"]).train.lr == 2.0  # the last flag wins
+
+
+def test_configs_are_frozen():
+    cfg = load_config(["--config", "tiny"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.train.lr = 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.model.n_layer = 8
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.data.tokenizer = "gpt2"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.name = "other"
+    variant = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=1e-3))  # the way to derive a variant
+    assert (variant.train.lr, cfg.train.lr) == (1e-3, 3e-3)
+
+
+def test_to_dict_round_trip():
+    cfg = load_config(["--config", "tiny", "--no-mask"])
+    d = cfg.to_dict()
+    assert d["name"] == "tiny" and d["model"]["causal"] is False and d["train"]["lr"] == 3e-3
+    rebuilt = Config(name=d["name"], **{s: cls(**d[s]) for s, cls in SECTION_CLASSES.items()})
+    assert rebuilt == cfg

@@ -1,0 +1,291 @@
+"""Tests for train.py: the learning-rate schedule, the helpers, a smoke run of tiny.toml, and user errors.
+
+Every run trains on a synthetic corpus in tmp_path, with its cache and run folders there too.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import assert_close, assert_one_line_error, run_script, tiny_argv, write_corpus
+
+import train
+from configs import ConfigError, TrainConfig, load_config
+from data.corpus import DataError
+from model import GPT, ModelConfig
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
+
+SMOKE_STEPS = 20
+SHORT = ["--train.max_steps=2", "--train.warmup_steps=1"]  # a few steps: enough to check files and folders
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def eval_lines(metrics: list[dict]) -> list[dict]:
+    return [m for m in metrics if "loss/val" in m]
+
+
+def quiet_main(argv: list[str], capsys) -> dict:
+    summary = train.main(load_config(argv))
+    capsys.readouterr()  # the console lines are not under test here
+    return summary
+
+
+# 1. Learning-rate schedule
+
+
+SCHEDULE = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=111)  # 100 decay steps after warmup
+
+
+def test_lr_rises_linearly_through_warmup():
+    lrs = [train.lr_at(step, SCHEDULE) for step in range(10)]
+    assert lrs == pytest.approx([1e-4 * (step + 1) for step in range(10)], rel=1e-12)
+    steps = [b - a for a, b in zip(lrs, lrs[1:], strict=False)]
+    assert steps == pytest.approx([1e-4] * 9, rel=1e-9)  # equal increments: a straight line
+
+
+def test_lr_at_end_of_warmup_middle_and_last_step():
+    assert train.lr_at(10, SCHEDULE) == pytest.approx(1e-3, rel=1e-12)  # step == warmup_steps: the peak
+    assert train.lr_at(60, SCHEDULE) == pytest.approx((1e-3 + 1e-4) / 2, rel=1e-12)  # halfway down the cosine
+    assert train.lr_at(110, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # step max_steps - 1: min_lr
+    assert train.lr_at(500, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # past the end it stays at min_lr
+
+
+def test_lr_decreases_monotonically_after_warmup():
+    lrs = [train.lr_at(step, SCHEDULE) for step in range(10, 111)]
+    assert all(b < a for a, b in zip(lrs, lrs[1:], strict=False))
+    assert max(lrs) == lrs[0] and min(lrs) == lrs[-1]
+
+
+def test_lr_without_warmup_starts_at_peak():
+    cfg = TrainConfig(lr=2e-3, min_lr=2e-4, warmup_steps=0, max_steps=5)
+    assert [train.lr_at(s, cfg) for s in (0, 4)] == pytest.approx([2e-3, 2e-4], rel=1e-12)
+
+
+# 2. Small helpers
+
+
+def test_estimate_loss_is_the_eval_mode_mean_and_restores_train_mode():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.5))
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(0, 11, (2, 8), generator=g), torch.randint(0, 11, (2, 8), generator=g)) for _ in range(3)]
+    runtime = train.setup_runtime(TrainConfig(device="cpu"))
+    model.train()
+    loss = train.estimate_loss(model, batches, runtime)
+    assert model.training  # switched back
+    model.eval()
+    with torch.no_grad():
+        expected = sum(model(x, y)[1].item() for x, y in batches) / 3  # no dropout in eval()
+    assert loss == pytest.approx(expected, abs=1e-6)
+    assert train.estimate_loss(model, batches, runtime) == pytest.approx(expected, abs=1e-6)
+    assert not model.training  # an eval-mode model stays in eval mode
+
+
+def test_setup_runtime_cpu():
+    runtime = train.setup_runtime(TrainConfig(device="cpu"))
+    assert runtime.device == torch.device("cpu")
+    assert runtime.autocast_dtype is None
+    assert runtime.why == "from train.device"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA machine; this one has CUDA")
+def test_setup_runtime_without_cuda():
+    runtime = train.setup_runtime(TrainConfig(device="auto"))
+    if not torch.backends.mps.is_available():
+        assert runtime.device == torch.device("cpu")
+        assert "no CUDA" in runtime.why
+    with pytest.raises(ConfigError, match="no CUDA; use --device auto or --device cpu"):
+        train.setup_runtime(TrainConfig(device="cuda"))
+
+
+def test_start_run_dir_moves_a_previous_run_aside(tmp_path):
+    run_dir = tmp_path / "runs" / "exp"
+    assert train.start_run_dir(run_dir) is None and run_dir.is_dir()  # created
+    assert train.start_run_dir(run_dir) is None  # empty: nothing to move
+    (run_dir / "metrics.jsonl").write_text("first\n")
+    first_mtime = run_dir.stat().st_mtime
+    moved = Path(train.start_run_dir(run_dir))
+    assert moved.name.startswith("exp.old-") and (moved / "metrics.jsonl").read_text() == "first\n"
+    assert list(run_dir.iterdir()) == []
+    (run_dir / "metrics.jsonl").write_text("second\n")
+    os.utime(run_dir, (first_mtime, first_mtime))  # the same timestamp: the names would collide
+    again = Path(train.start_run_dir(run_dir))
+    assert again.name == moved.name + "-1"
+    assert (again / "metrics.jsonl").read_text() == "second\n" and (moved / "metrics.jsonl").read_text() == "first\n"
+
+
+def test_save_checkpoint_replaces_atomically(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    train.save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
+    train.save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
+    loaded = torch.load(path, weights_only=True)
+    assert loaded["step"] == 2
+    assert_close(loaded["w"], torch.zeros(3), atol=0.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]  # no .tmp left behind
+
+
+# 3. A smoke run of tiny.toml
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, one_cpu_thread):
+    """One 20-step run of the tiny preset; several tests read what it wrote."""
+    root = tmp_path_factory.mktemp("smoke")
+    corpus = write_corpus(root / "text")
+    argv = tiny_argv(root, corpus, f"--train.max_steps={SMOKE_STEPS}", "--train.eval_interval=10")
+    cfg = load_config(argv)
+    summary = train.main(cfg)
+    return {"root": root, "corpus": corpus, "argv": argv, "cfg": cfg, "summary": summary, "run_dir": root / "runs" / "tiny"}
+
+
+def test_smoke_run_lowers_val_loss(smoke):
+    evals = eval_lines(read_metrics(smoke["run_dir"]))
+    assert [m["step"] for m in evals] == [0, 10, SMOKE_STEPS]
+    first, last = evals[0]["loss/val"], evals[-1]["loss/val"]
+    vocab = len(set(smoke["corpus"].read_text(encoding="utf-8")))
+    assert abs(first - torch.log(torch.tensor(float(vocab))).item()) < 0.3  # about ln V at initialisation
+    assert last < first - 0.3, f"val loss {first:.3f} -> {last:.3f}"
+    assert evals[-1]["loss/train"] < evals[0]["loss/train"] - 0.3
+
+
+def test_smoke_summary_matches_the_last_evaluation(smoke):
+    summary, last = smoke["summary"], eval_lines(read_metrics(smoke["run_dir"]))[-1]
+    assert {"loss/train", "loss/val", "wall_s", "tokens_per_s"} <= summary.keys()
+    assert summary["loss/val"] == last["loss/val"] and summary["loss/train"] == last["loss/train"]
+    assert summary["wall_s"] > 0
+    assert summary["tokens_per_s"] == pytest.approx(SMOKE_STEPS * 8 * 32 / summary["wall_s"], rel=1e-9)
+
+
+def test_smoke_logs_the_schedule(smoke):
+    logged = [m for m in read_metrics(smoke["run_dir"]) if "lr" in m]
+    assert [m["step"] for m in logged] == [5, 10, 15, 20]  # every log_interval = 5 steps
+    for m in logged:
+        assert m["lr"] == train.lr_at(m["step"] - 1, smoke["cfg"].train)  # the lr of the step just taken
+    assert logged[-1]["lr"] == pytest.approx(3e-4, rel=1e-12)  # min_lr at the last step
+
+
+def test_smoke_checkpoint_contents(smoke):
+    ckpt = torch.load(smoke["run_dir"] / "ckpt.pt", map_location="cpu", weights_only=True)
+    assert {"model", "optimizer", "config", "step", "tokenizer"} <= ckpt.keys()
+    assert ckpt["step"] == SMOKE_STEPS
+    chars = sorted(set(smoke["corpus"].read_text(encoding="utf-8")))
+    assert ckpt["tokenizer"] == {"name": "char", "chars": chars}
+    assert ckpt["config"]["model"]["vocab_size"] == len(chars)
+    assert ckpt["config"]["train"]["max_steps"] == SMOKE_STEPS
+    assert ckpt["model"]["tok_emb.weight"].shape == (len(chars), 32)
+    assert not any("causal_mask" in key for key in ckpt["model"])  # a non-persistent buffer
+    model = GPT(ModelConfig(**ckpt["config"]["model"]))
+    model.load_state_dict(ckpt["model"])  # strict: every key and shape fits
+    assert ckpt["optimizer"]["param_groups"][0]["lr"] == pytest.approx(3e-4, rel=1e-12)
+    assert len(ckpt["optimizer"]["state"]) == sum(1 for p in model.parameters())
+    assert ckpt["val_loss"] == eval_lines(read_metrics(smoke["run_dir"]))[-1]["loss/val"]
+
+
+def test_smoke_config_json_has_vocab_size(smoke):
+    saved = json.loads((smoke["run_dir"] / "config.json").read_text())
+    ckpt = torch.load(smoke["run_dir"] / "ckpt.pt", map_location="cpu", weights_only=True)
+    assert saved == ckpt["config"]
+    assert saved["name"] == "tiny"
+    assert saved["model"]["vocab_size"] == len(set(smoke["corpus"].read_text(encoding="utf-8")))
+    assert saved["data"]["path"] == str(smoke["corpus"])
+    assert {k: v for k, v in saved["model"].items() if k != "vocab_size"} == {
+        k: v for k, v in smoke["cfg"].to_dict()["model"].items() if k != "vocab_size"
+    }
+
+
+def test_smoke_writes_tensorboard_events(smoke):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = smoke["run_dir"].glob("events.out.tfevents.*")
+    acc = EventAccumulator(str(events))
+    acc.Reload()
+    assert {"loss/train", "loss/val", "lr"} <= set(acc.Tags()["scalars"])
+    scalars = acc.Scalars("loss/val")
+    evals = eval_lines(read_metrics(smoke["run_dir"]))
+    assert [s.step for s in scalars] == [m["step"] for m in evals]
+    assert [s.value for s in scalars] == pytest.approx([m["loss/val"] for m in evals], rel=1e-6)  # float32 in TensorBoard
+
+
+def test_smoke_prepares_data_in_the_given_cache_only(smoke):
+    prepared = list((smoke["root"] / "cache" / "prepared").iterdir())
+    assert len(prepared) == 1 and prepared[0].name.startswith("corpus-char-")
+
+
+def test_identical_runs_give_identical_losses(smoke, capsys):
+    quiet_main([*smoke["argv"], "--run-name", "again"], capsys)
+    first, second = read_metrics(smoke["run_dir"]), read_metrics(smoke["root"] / "runs" / "again")
+
+    def without_timing(lines):
+        return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in lines]
+
+    assert len(first) == len(second)
+    assert without_timing(first) == without_timing(second)  # exact equality, not approx
+    assert [m["loss/val"] for m in eval_lines(second)] == [m["loss/val"] for m in eval_lines(first)]
+
+
+# 4. Run folders
+
+
+def test_second_run_moves_the_first_aside(tmp_path, corpus_file, capsys):
+    quiet_main(tiny_argv(tmp_path, corpus_file, "--train.max_steps=4", "--train.warmup_steps=1"), capsys)
+    quiet_main(tiny_argv(tmp_path, corpus_file, *SHORT), capsys)
+    runs = tmp_path / "runs"
+    names = sorted(p.name for p in runs.iterdir())
+    assert len(names) == 2 and names[0] == "tiny" and names[1].startswith("tiny.old-"), names
+    old, new = read_metrics(runs / names[1]), read_metrics(runs / "tiny")
+    assert {m["step"] for m in old} == {0, 4}
+    assert {m["step"] for m in new} == {0, 2}  # only the new run's lines
+    assert [m["step"] for m in eval_lines(new)] == [0, 2]
+    assert json.loads((runs / names[1] / "config.json").read_text())["train"]["max_steps"] == 4
+    assert json.loads((runs / "tiny" / "config.json").read_text())["train"]["max_steps"] == 2
+    assert torch.load(runs / names[1] / "ckpt.pt", weights_only=True)["step"] == 4
+
+
+def test_no_mask_run_gets_its_own_folder(tmp_path, corpus_file, capsys):
+    quiet_main(tiny_argv(tmp_path, corpus_file, "--no-mask", *SHORT), capsys)
+    run_dir = tmp_path / "runs" / "tiny-no-mask"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny-no-mask"]
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["model"]["causal"] is False and saved["model"]["scaled"] is True
+    assert torch.load(run_dir / "ckpt.pt", weights_only=True)["config"]["model"]["causal"] is False
+
+
+def test_block_size_longer_than_val_split_fails_before_the_run_folder(tmp_path, corpus_file):
+    with pytest.raises(DataError, match="fewer than block_size"):
+        train.main(load_config(tiny_argv(tmp_path, corpus_file, "--model.block_size=5000")))
+    assert not (tmp_path / "runs").exists()
+
+
+# 5. The script: user errors are one line on stderr and exit code 2
+
+
+def test_script_unknown_config():
+    proc = run_script("train.py", "--config", "nope")
+    assert_one_line_error(proc, "unknown config 'nope'", "base, char, tiny")
+
+
+def test_script_bad_number(tmp_path, corpus_file):
+    proc = run_script("train.py", *tiny_argv(tmp_path, corpus_file, "--train.lr=abc"))
+    assert_one_line_error(proc, "train.lr takes a number, got 'abc'")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_script_data_file_is_a_directory(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    proc = run_script("train.py", *tiny_argv(tmp_path, folder))
+    assert_one_line_error(proc, str(folder), "not a regular file")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so --device cuda is not an error")
+def test_script_cuda_without_cuda(tmp_path, corpus_file):
+    proc = run_script("train.py", *tiny_argv(tmp_path, corpus_file, "--device", "cuda"))
+    assert_one_line_error(proc, "--device cuda asked for, but this machine has no CUDA")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()  # fails before touching data
