@@ -7,15 +7,20 @@ Shape legend, used in every comment below:
     H  number of heads
     D  head size (C = H * D)
     V  vocabulary size
+    S  key length: the positions a query may look at (S = T, or more with a KV cache)
 
 Each token asks a question (its query q), advertises what it holds (its key k) and offers
 a message (its value v). A token's output is the average of the values of the tokens it may
 see, weighted by how well their keys answer its query.
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from model.tiled import tiled_attention
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
@@ -88,14 +93,39 @@ class Head(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal, scale=self.scale)
 
 
+@dataclass
+class KVCache:
+    """One layer's keys and values so far, each (B, H, S, D), so a new token costs one position.
+
+    Only a causal model can cache: there a position never sees later ones, so the keys and
+    values of earlier positions stay the same when a token is appended.
+    """
+
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the new positions k, v (B, H, T, D); return every position so far, each (B, H, S, D)."""
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=2)  # (B, H, S - T, D) + (B, H, T, D) -> (B, H, S, D)
+            self.v = torch.cat([self.v, v], dim=2)  # (B, H, S - T, D) + (B, H, T, D) -> (B, H, S, D)
+        return self.k, self.v
+
+
 class MultiHead(nn.Module):
     """H heads side by side, computed in one batched matmul, then merged and projected.
 
     This is H `Head`s concatenated (a test copies the weights across and checks it): the fused
     `qkv` layer holds every head's query, key and value projection in one matrix.
     The readable `attention()` runs when the weights are asked for, or when the config picks
-    backend "manual"; otherwise torch's fused kernel runs the same math without ever storing
-    the (T, T) weights. Both obey the same two flags, so the ablations run at full speed too.
+    backend "manual"; "sdpa" is torch's fused kernel and "tiled" our online softmax over tiles
+    (model/tiled.py): both run the same math without ever storing the (T, S) weights. All obey
+    the same two flags, so the ablations run at full speed too.
     """
 
     def __init__(
@@ -130,20 +160,32 @@ class MultiHead(nn.Module):
         v = v.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
         return q, k, v
 
-    def mask(self, T: int) -> torch.Tensor | None:
-        """The (T, T) causal mask for the readable path, or None for the --no-mask ablation."""
-        return self.causal_mask[:T, :T] if self.causal else None
+    def mask(self, T: int, S: int | None = None) -> torch.Tensor | None:
+        """The (T, S) causal mask for T queries after S - T cached positions (S defaults to T), or None for --no-mask."""
+        S = T if S is None else S
+        return self.causal_mask[S - T : S, :S] if self.causal else None  # the last T rows: queries come last
 
-    def forward(self, x: torch.Tensor, return_weights: bool = False):
+    def forward(self, x: torch.Tensor, return_weights: bool = False, cache: KVCache | None = None):
+        """x (B, T, C) -> (B, T, C); with a cache, x holds the T positions after the cached ones."""
         B, T, C = x.shape
-        check_length(T, self.block_size)
+        S = T + (len(cache) if cache is not None else 0)  # keys: the cached past, then these T positions
+        check_length(S, self.block_size)
+        if cache is not None and not self.causal:
+            raise ValueError("a KV cache needs causal attention: without the mask each new token changes what earlier positions see")
         q, k, v = self.split_heads(x)  # each (B, H, T, D)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H, T, D) -> (B, H, S, D)
         weights = None
         if return_weights or self.backend == "manual":
-            y, weights = attention(q, k, v, self.mask(T), self.scale, self.attn_dropout)  # (B, H, T, D), (B, H, T, T)
+            y, weights = attention(q, k, v, self.mask(T, S), self.scale, self.attn_dropout)  # (B, H, T, D), (B, H, T, S)
+        elif self.backend == "tiled":
+            y = tiled_attention(q, k, v, self.causal, self.scale, self.attn_dropout)  # (B, H, T, D)
         else:
             p = self.dropout_p if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal, scale=self.scale)
+            # is_causal draws its triangle from the top-left corner, right only when S == T. After a
+            # cached past, one new query may see every key; several get the last rows of the mask.
+            mask = self.mask(T, S) if S > T > 1 else None
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=self.causal and S == T, scale=self.scale)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C): heads side by side
         y = self.resid_dropout(self.proj(y))  # (B, T, C)
         return (y, weights) if return_weights else y

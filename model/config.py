@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-ATTENTION_BACKENDS = ("sdpa", "manual")
+ATTENTION_BACKENDS = ("sdpa", "manual", "tiled")
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class ModelConfig:
     dropout: float = 0.0  # on attention weights, residual outputs and embeddings
     causal: bool = True  # False is the --no-mask ablation: every token sees the future
     scaled: bool = True  # False is the --no-scale ablation: scores are not divided by sqrt(head_size)
-    attention: str = "sdpa"  # "sdpa": torch's fused kernel; "manual": the readable path
+    attention: str = "sdpa"  # "sdpa": torch's fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights
     qk_init_std: float = 0.02  # std of the query/key weights at init (0.02 is GPT-2's)
 
     def __post_init__(self) -> None:

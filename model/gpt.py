@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import MultiHead, attention_scores
+from model.attention import KVCache, MultiHead, attention_scores
 from model.config import ModelConfig
 
 
@@ -33,12 +33,12 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, return_weights: bool = False):
+    def forward(self, x: torch.Tensor, return_weights: bool = False, cache: KVCache | None = None):
         if return_weights:
-            a, weights = self.attn(self.ln1(x), return_weights=True)
+            a, weights = self.attn(self.ln1(x), return_weights=True, cache=cache)
             x = x + a
             return x + self.mlp(self.ln2(x)), weights
-        x = x + self.attn(self.ln1(x))  # residual connection around attention
+        x = x + self.attn(self.ln1(x), cache=cache)  # residual connection around attention
         return x + self.mlp(self.ln2(x))  # and around the MLP
 
 
@@ -78,19 +78,29 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # the tied matrix is counted once
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token plus position embeddings: idx (B, T) -> x (B, T, C)."""
+    @property
+    def can_cache(self) -> bool:
+        """Whether generate() can keep keys and values: only under the causal mask (see KVCache)."""
+        return self.cfg.causal
+
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token plus position embeddings: idx (B, T) -> x (B, T, C), at positions start .. start + T - 1."""
         B, T = idx.shape
-        if T > self.cfg.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}; crop the input")
-        pos = torch.arange(T, device=idx.device)
+        if start + T > self.cfg.block_size:
+            raise ValueError(f"sequence length {start + T} exceeds block_size {self.cfg.block_size}; crop the input")
+        pos = torch.arange(start, start + T, device=idx.device)
         return self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C) + (T, C) -> (B, T, C)
 
-    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
-        """Final hidden states (B, T, C), after the last LayerNorm."""
-        x = self.embed(idx)
-        for block in self.blocks:
-            x = block(x)
+    def hidden(self, idx: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+        """Final hidden states (B, T, C), after the last LayerNorm.
+
+        With caches (one KVCache per layer), idx holds only the positions after the cached ones;
+        their keys and values are appended to the caches.
+        """
+        caches = caches if caches is not None else [None] * len(self.blocks)
+        x = self.embed(idx, start=len(caches[0]) if caches[0] is not None else 0)
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x = block(x, cache=cache)
         return self.ln_f(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
@@ -126,13 +136,38 @@ class GPT(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        use_cache: bool = True,
     ) -> torch.Tensor:
-        """Append max_new_tokens sampled tokens to idx (B, T0); the context is cropped to block_size."""
+        """Append max_new_tokens sampled tokens to idx (B, T0) and return (B, T0 + max_new_tokens).
+
+        The context policy is the same with and without the cache, so both give the same tokens:
+        the model sees at most the last block_size tokens, and when that window is full it keeps
+        only its most recent block_size // 2 tokens and continues from there. Why not slide it by
+        one token? Positions are learned absolute embeddings, so sliding moves every token to a
+        new position and invalidates every cached key and value. Halving re-encodes the window
+        once (a fresh prefill) per block_size // 2 new tokens; the other steps cost one position.
+        Without the cache, each step runs the model on the whole current window.
+
+        A model with causal=False cannot cache (every new token changes what earlier positions
+        see), so there use_cache is ignored and each step recomputes; see `can_cache`.
+        """
+        block_size, keep = self.cfg.block_size, max(1, self.cfg.block_size // 2)
+        use_cache = use_cache and self.can_cache
+        window = idx[:, -block_size:]  # (B, T): what the model sees
+        caches = None  # per layer, the keys and values of window[:, :-1]
         for _ in range(max_new_tokens):
-            context = idx[:, -self.cfg.block_size :]
-            logits = self.lm_head(self.hidden(context)[:, -1, :])  # only the last position: (B, V)
-            idx_next = sample_next(logits, temperature, top_k, generator)
-            idx = torch.cat([idx, idx_next], dim=1)  # (B, T) -> (B, T + 1)
+            if not use_cache:
+                x = self.hidden(window)  # the whole window, every step
+            elif caches is None:
+                caches = [KVCache() for _ in self.blocks]
+                x = self.hidden(window, caches)  # prefill: encode the whole window once
+            else:
+                x = self.hidden(window[:, -1:], caches)  # only the newest position: (B, 1, C)
+            idx_next = sample_next(self.lm_head(x[:, -1]), temperature, top_k, generator)  # (B, V) -> (B, 1)
+            idx = torch.cat([idx, idx_next], dim=1)  # (B, T0 + n) -> (B, T0 + n + 1)
+            window = torch.cat([window, idx_next], dim=1)  # (B, T) -> (B, T + 1)
+            if window.shape[1] > block_size:  # full: keep the most recent half, encode it afresh
+                window, caches = window[:, -keep:], None
         return idx
 
 

@@ -137,15 +137,30 @@ def test_generate_seeded_generator_reproducible():
     assert int(a.min()) >= 0 and int(a.max()) < 65
 
 
-def test_generate_past_block_size_crops_context():
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no-cache"])
+def test_generate_past_block_size_crops_context(use_cache):
     model = make_gpt(block_size=8).eval()
     prompt = torch.tensor([[7, 8, 9]])
-    out = model.generate(prompt, max_new_tokens=20, top_k=1)
+    out = model.generate(prompt, max_new_tokens=20, top_k=1, use_cache=use_cache)
     assert out.shape == (1, 23)
-    # The last token is the greedy prediction from the last block_size tokens before it.
-    with torch.no_grad():
-        logits, _ = model(out[:, -9:-1])
-    assert int(logits[0, -1].argmax()) == int(out[0, -1])
+
+    def greedy(context: torch.Tensor) -> int:
+        with torch.no_grad():
+            logits, _ = model(context)
+        return int(logits[0, -1].argmax())
+
+    # The window grows to block_size = 8 tokens; the token after a full window restarts it
+    # from the most recent 8 // 2 = 4 tokens. Token 8 is predicted from out[0:8]; token 9,
+    # once the window was halved, from out[5:9] (positions 0..3), not from out[1:9].
+    assert greedy(out[:, 0:8]) == int(out[0, 8])
+    assert greedy(out[:, 5:9]) == int(out[0, 9])
+    # Every token follows that policy: replay it step by step with full forward passes.
+    window = prompt
+    for t in range(3, 23):
+        assert greedy(window) == int(out[0, t]), f"token {t} is not the greedy prediction from its window"
+        window = torch.cat([window, out[:, t : t + 1]], dim=1)
+        if window.shape[1] > 8:
+            window = window[:, -4:]
 
 
 # 7. causal / scaled flags reach every head

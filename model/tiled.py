@@ -1,0 +1,71 @@
+"""Tiled attention: the same math as attention() in attention.py, without ever holding the (T, S) weights.
+
+Shape legend as in attention.py (B, T, C, H, D, V, S), plus two tile sizes:
+    Tq  queries in one tile (at most `tile`)
+    Sk  keys in one tile (at most `tile`)
+
+This is the idea behind FlashAttention, in plain PyTorch: readable and light on memory, but
+slower than torch's fused kernel (sdpa), since every tile is a few small ops launched from Python.
+"""
+
+import torch
+import torch.nn as nn
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float,
+    dropout: nn.Module | None = None,
+    tile: int = 256,
+) -> torch.Tensor:
+    """softmax(q k^T * scale, masked) @ v, computed one (Tq, Sk) tile of scores at a time.
+
+    The online softmax: for one query row, walk over the key tiles keeping three running values,
+    the largest score m seen so far, the sum denom of exp(score - m), and the sum acc of
+    exp(score - m) * value. When a tile raises the maximum from m to m_new, everything summed so
+    far was measured against the old m, so denom and acc are multiplied by exp(m - m_new) before
+    the tile's own terms are added. After the last tile, acc / denom is softmax(scores) @ v;
+    subtracting the maximum only keeps exp() from overflowing. Memory beyond q, k, v and the
+    output is a few (..., Tq, Sk) tiles instead of the (..., T, S) scores and weights.
+
+    With `causal`, query t sits at position S - T + t (earlier keys came from a cache) and sees
+    keys up to there. Key tiles entirely in the future of a whole query tile are skipped;
+    tiles entirely in the past need no mask. Dropout, when given, drops the unnormalised tile
+    weights, while denom sums them undropped: the same as dropping the normalised weights.
+
+    Args:
+        q: (..., T, D) queries; k, v: (..., S, D) keys and values.
+        causal: False is the --no-mask ablation; scale: D**-0.5, or 1.0 for --no-scale.
+        tile: queries and keys per tile.
+    Returns:
+        y: (..., T, D), equal to attention()'s y up to float rounding.
+    """
+    T, S = q.shape[-2], k.shape[-2]
+    past = S - T  # keys before the first query, from a cache
+    outputs = []
+    for q0 in range(0, T, tile):
+        qt = q[..., q0 : q0 + tile, :]  # (..., T, D) -> (..., Tq, D)
+        Tq = qt.shape[-2]
+        first, last = past + q0, past + q0 + Tq - 1  # positions of this tile's first and last query
+        m = torch.full_like(qt[..., :1], float("-inf"))  # (..., Tq, 1): running max of each row's scores
+        denom = torch.zeros_like(m)  # (..., Tq, 1): running sum of exp(score - m), softmax's denominator
+        acc = torch.zeros_like(qt)  # (..., Tq, D): running sum of exp(score - m) * value
+        for k0 in range(0, last + 1 if causal else S, tile):  # causal: keys after `last` are skipped
+            kt, vt = k[..., k0 : k0 + tile, :], v[..., k0 : k0 + tile, :]  # (..., S, D) -> (..., Sk, D)
+            scores = (qt @ kt.transpose(-2, -1)) * scale  # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
+            if causal and k0 + kt.shape[-2] - 1 > first:  # some key here is later than some query
+                rows = torch.arange(first, last + 1, device=q.device)  # (Tq,) query positions
+                cols = torch.arange(k0, k0 + kt.shape[-2], device=q.device)  # (Sk,) key positions
+                scores = scores.masked_fill(cols > rows[:, None], float("-inf"))  # (Tq, Sk) future mask
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., Tq, 1)
+            p = (scores - m_new).exp()  # (..., Tq, Sk): this tile's weights, not yet normalised
+            rescale = (m - m_new).exp()  # (..., Tq, 1): moves earlier sums onto the new maximum
+            denom = denom * rescale + p.sum(dim=-1, keepdim=True)
+            dropped = dropout(p) if dropout is not None else p
+            acc = acc * rescale + dropped @ vt  # (..., Tq, Sk) @ (..., Sk, D) -> (..., Tq, D)
+            m = m_new
+        outputs.append(acc / denom)  # (..., Tq, D): every row normalised once, at the end
+    return torch.cat(outputs, dim=-2)  # n_tiles x (..., Tq, D) -> (..., T, D)

@@ -1,0 +1,100 @@
+"""Tests for the KV cache: cached generation gives the same tokens as recomputing every step."""
+
+import pytest
+import torch
+from conftest import assert_close
+
+from model import GPT, ModelConfig
+from model.attention import KVCache, MultiHead
+
+TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "dropout": 0.0}
+BACKENDS = ["sdpa", "manual", "tiled"]
+
+
+def make_gpt(seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(ModelConfig(**{**TINY, **overrides})).eval()
+
+
+def generate_both(model: GPT, prompt: torch.Tensor, n: int, seed: int = 7, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    cached = model.generate(prompt, n, generator=torch.Generator().manual_seed(seed), use_cache=True, **kwargs)
+    uncached = model.generate(prompt, n, generator=torch.Generator().manual_seed(seed), use_cache=False, **kwargs)
+    return cached, uncached
+
+
+# 1. Same tokens with and without the cache
+
+
+@pytest.mark.parametrize("scaled", [True, False], ids=["scaled", "unscaled"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n_new", [10, 60], ids=["within-block", "past-block"])
+def test_cached_equals_uncached(backend, scaled, n_new):
+    model = make_gpt(attention=backend, scaled=scaled)
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])  # B = 3
+    cached, uncached = generate_both(model, prompt, n_new, temperature=1.5)  # a hot temperature: varied tokens
+    assert cached.shape == (3, 3 + n_new)
+    assert torch.equal(cached, uncached), f"first differing column {int((cached != uncached).any(0).nonzero()[0])}"
+    assert len(set(cached[:, 3:].flatten().tolist())) > 5, "samples should vary, or the test shows little"
+
+
+def test_cached_equals_uncached_long_prompt():
+    model = make_gpt()
+    prompt = torch.randint(0, 65, (2, 40), generator=torch.Generator().manual_seed(0))  # longer than block_size
+    cached, uncached = generate_both(model, prompt, 30)
+    assert torch.equal(cached, uncached)
+    assert torch.equal(cached[:, :40], prompt)
+
+
+def test_block_size_one():
+    model = make_gpt(block_size=1)
+    cached, uncached = generate_both(model, torch.tensor([[3]]), 5)
+    assert torch.equal(cached, uncached)
+
+
+# 2. Non-causal models cannot cache
+
+
+def test_non_causal_generates_without_cache():
+    model = make_gpt(causal=False)
+    assert not model.can_cache
+    assert make_gpt().can_cache
+    cached, uncached = generate_both(model, torch.tensor([[1, 2, 3]]), 40)
+    assert cached.shape == (1, 43)
+    assert torch.equal(cached, uncached)
+
+
+def test_multihead_refuses_cache_without_mask():
+    mh = MultiHead(12, 3, 8, causal=False).eval()
+    with pytest.raises(ValueError, match="causal"):
+        mh(torch.randn(1, 2, 12), cache=KVCache())
+
+
+# 3. Per-step logits equal the full forward pass
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cached_step_logits_match_full_forward(backend):
+    model = make_gpt(attention=backend)
+    idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
+    caches = [KVCache() for _ in model.blocks]
+    with torch.no_grad():
+        full, _ = model(idx)  # (B, T, V)
+        prefill = model.lm_head(model.hidden(idx[:, :5], caches))  # positions 0..4 at once
+        assert_close(prefill, full[:, :5], atol=1e-5, msg=f"{backend} prefill logits")
+        for t in range(5, 16):
+            step = model.lm_head(model.hidden(idx[:, t : t + 1], caches))  # (B, 1, V)
+            assert_close(step[:, 0], full[:, t], atol=1e-5, msg=f"{backend} cached logits at position {t}")
+            assert len(caches[0]) == t + 1
+        chunk_caches = [KVCache() for _ in model.blocks]
+        model.hidden(idx[:, :6], chunk_caches)
+        chunk = model.lm_head(model.hidden(idx[:, 6:11], chunk_caches))  # several new positions after a cached past
+        assert_close(chunk, full[:, 6:11], atol=1e-5, msg=f"{backend} chunk after a cached past")
+
+
+def test_cache_cannot_grow_past_block_size():
+    model = make_gpt(block_size=4)
+    caches = [KVCache() for _ in model.blocks]
+    with torch.no_grad():
+        model.hidden(torch.zeros(1, 4, dtype=torch.long), caches)
+        with pytest.raises(ValueError, match="block_size"):
+            model.hidden(torch.zeros(1, 1, dtype=torch.long), caches)
