@@ -97,6 +97,12 @@ def main(argv: list[str]) -> list[str]:
         raise ConfigError(str(e).replace("train.device", "--device")) from None
     path = args.checkpoint or Path(args.runs_dir) / args.run / ("best.pt" if args.best else "ckpt.pt")
     model, tokenizer, checkpoint = load_model(path, runtime.device)
+    if not model.can_cache:
+        print(
+            "note: this model was trained without the causal mask, so every new token changes what earlier "
+            "positions see; sampling recomputes the whole context for each token (no KV cache)",
+            file=sys.stderr,
+        )
     prompt_ids = tokenizer.encode(args.prompt)
     if not prompt_ids:
         raise TokenizerError("the prompt is empty; give at least one character with --prompt")

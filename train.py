@@ -33,7 +33,7 @@ EVAL_SEED = 2024  # eval batches come from their own generator: identical on eve
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
 SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
 HEATMAP_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
-HEATMAP_MAX_TOKENS = 48
+HEATMAP_MAX_TOKENS = 32
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 
 
@@ -48,6 +48,7 @@ class Runtime:
     why: str  # how the device was chosen, for the start-up line
     rank: int = 0  # this process's index under torchrun
     world_size: int = 1  # number of processes
+    use_compile: bool = False  # torch.compile the training model
 
     @property
     def is_main(self) -> bool:
@@ -87,7 +88,9 @@ def setup_runtime(train_cfg: TrainConfig) -> Runtime:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         autocast_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-    return Runtime(device, autocast_dtype, why, rank, world_size)
+    # torch.compile pays on a GPU; on a CPU it took 26 s here and made the char step no faster.
+    use_compile = train_cfg.compile == "true" or (train_cfg.compile == "auto" and device.type == "cuda")
+    return Runtime(device, autocast_dtype, why, rank, world_size, use_compile)
 
 
 def lr_at(step: int, train_cfg: TrainConfig) -> float:
@@ -107,7 +110,7 @@ def make_optimizer(model: GPT, train_cfg: TrainConfig, device: torch.device) -> 
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     betas = (train_cfg.beta1, train_cfg.beta2)
-    return torch.optim.AdamW(groups, lr=train_cfg.lr, betas=betas, fused=device.type == "cuda")
+    return torch.optim.AdamW(groups, lr=train_cfg.lr, betas=betas, fused=device.type in ("cpu", "cuda"))  # one kernel per step
 
 
 @torch.no_grad()
@@ -133,6 +136,14 @@ def tokens_per_second(n_tokens: int, seconds: float) -> float:
     return n_tokens / max(seconds, 1e-9)
 
 
+def parse_step(line: str) -> int | None:
+    """The step of a metrics.jsonl line, or None for a line torn by a killed process."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 class RunLogger:
     """The one place metrics go: TensorBoard, runs/<name>/metrics.jsonl, and the console."""
 
@@ -141,7 +152,8 @@ class RunLogger:
 
         path = run_dir / "metrics.jsonl"
         if resume_step is not None:  # drop what an interrupted run logged after its checkpoint
-            kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= resume_step]
+            steps = [(line, parse_step(line)) for line in path.read_text().splitlines()]
+            kept = [line for line, step in steps if step is not None and step <= resume_step]
             write_atomically(path, "".join(line + "\n" for line in kept).encode())
         purge = None if resume_step is None else resume_step + 1  # TensorBoard hides later events of the old run
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
@@ -205,8 +217,8 @@ class StopFlag:
         self.signum = signum
 
     def __exit__(self, *exc) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+        for sig, handler in self.previous.items():  # after a requested stop, later signals are ignored: the run is ending
+            signal.signal(sig, signal.SIG_IGN if self.signum is not None else handler)
 
 
 def check_resumable(checkpoint: dict, cfg: Config, source_sha256: str, path: Path) -> None:
@@ -339,6 +351,10 @@ def main(cfg: Config) -> dict:
     tokenizer = corpus.tokenizer
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=tokenizer.vocab_size))
     run_dir, resume = cfg.run_dir, cfg.train.resume
+    if resume and not (run_dir / "ckpt.pt").is_file():
+        raise CheckpointError(
+            f"nothing to resume: no checkpoint at {run_dir / 'ckpt.pt'}; check --run-name and --runs-dir, or start afresh without --resume"
+        )
     checkpoint = read_checkpoint(run_dir / "ckpt.pt") if resume else None
     if checkpoint is not None:
         check_resumable(checkpoint, cfg, corpus.source_sha256, run_dir / "ckpt.pt")
@@ -357,11 +373,19 @@ def main(cfg: Config) -> dict:
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         train_gen.set_state(checkpoint["train_rng"])
-        torch.set_rng_state(checkpoint["torch_rng"])
+        rng_states = checkpoint["torch_rng"]
+        if len(rng_states) == runtime.world_size:
+            torch.set_rng_state(rng_states[runtime.rank])
+        else:
+            say(
+                f"note: the checkpoint comes from {len(rng_states)} processes, this run has {runtime.world_size}; dropout draws new random masks"
+            )
         start_step, evaluated = checkpoint["step"], checkpoint.get("evaluated", False)
         best_val, window = checkpoint.get("best_val", math.inf), tuple(checkpoint.get("window", (0.0, 0)))
         say(f"resuming {run_dir} from step {start_step}")
     ddp_model = torch.nn.parallel.DistributedDataParallel(model) if runtime.world_size > 1 else model
+    if runtime.use_compile:
+        ddp_model = torch.compile(ddp_model)  # training steps only; evaluation runs the plain model
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum_steps * runtime.world_size * cfg.model.block_size
     say(
         f"model: {model.num_params() / 1e6:.2f}M parameters; corpus {corpus.source}: {len(corpus.train):,} train / "
@@ -370,12 +394,16 @@ def main(cfg: Config) -> dict:
 
     ev = make_eval_set(corpus, tokenizer, cfg)
     logger = RunLogger(run_dir, start_step if resume else None) if runtime.is_main else None
-    last: dict = {}
+    last: dict = {} if checkpoint is None else {"loss/val": checkpoint.get("val_loss")}  # the latest evaluation
 
     last_eval_step = start_step if evaluated else None
 
     def save(step: int) -> None:
         nonlocal best_val
+        rng_states = [torch.get_rng_state()]  # dropout randomness differs per rank: keep each rank's
+        if runtime.world_size > 1:
+            rng_states = [None] * runtime.world_size
+            torch.distributed.all_gather_object(rng_states, torch.get_rng_state())
         if not runtime.is_main:
             return
         was_evaluated = last_eval_step == step
@@ -387,13 +415,13 @@ def main(cfg: Config) -> dict:
             "val_loss": last.get("loss/val"),
             "source_sha256": corpus.source_sha256,
         }
-        if was_evaluated and last["loss/val"] < best_val:
+        if was_evaluated and last.get("loss/val") is not None and last["loss/val"] < best_val:
             best_val = last["loss/val"]
             save_checkpoint(run_dir / "best.pt", payload)  # weights for sampling, no optimizer state
         resume_state = {
             "optimizer": optimizer.state_dict(),
             "train_rng": train_gen.get_state(),
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": rng_states,
             "evaluated": was_evaluated,
             "best_val": best_val,
             "window": [float(window_loss), window_steps],
@@ -461,7 +489,7 @@ def main(cfg: Config) -> dict:
     }
     if stopped is not None:
         say(f"stopped at step {stopped}; checkpoint saved to {run_dir / 'ckpt.pt'}. Resume with the same command plus --resume")
-    else:
+    elif runtime.is_main:
         say(
             f"done in {elapsed:.1f}s: train {last['loss/train']:.4f}, val {last['loss/val']:.4f}, honest {last['loss/val_honest']:.4f}; "
             f"checkpoints {run_dir / 'ckpt.pt'} (latest), {run_dir / 'best.pt'} (best val)\nsample at the last step:\n{last['sample']}"
@@ -483,6 +511,8 @@ def run(argv: list[str]) -> int:
         print("interrupted before training started; nothing was saved", file=sys.stderr)
         return 130
     finally:
+        for sig in StopFlag.SIGNALS:  # shutting down: a late Ctrl-C must not print a traceback
+            signal.signal(sig, signal.SIG_IGN)
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     return 128 + summary["signal"] if summary["signal"] else 0

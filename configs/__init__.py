@@ -63,10 +63,11 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
     eval_interval: int = 100  # steps between evaluations (and one at the end)
     eval_batches: int = 20  # fixed batches per split in each evaluation
-    honest_batches: int = 2  # of those val batches, how many are also scored prefix by prefix (loss/val_honest)
+    honest_batches: int = 4  # of those val batches, how many are also scored prefix by prefix (loss/val_honest)
     log_interval: int = 10  # steps between training-loss logs
     seed: int = 1337  # one seed for init and the training batches
     device: str = "auto"  # "auto" picks cuda, then mps, then cpu
+    compile: str = "auto"  # torch.compile the training model: "auto" (CUDA only), "true" or "false"
     run_name: str = ""  # folder under runs_dir; empty derives it from config and flags
     runs_dir: str = "runs"  # where every run's folder goes
     resume: bool = False  # continue runs_dir/run_name/ckpt.pt instead of starting afresh
@@ -87,6 +88,8 @@ class TrainConfig:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.compile not in ("auto", "true", "false"):
+            raise ValueError(f"train.compile must be auto, true or false, got {self.compile!r}")
         base = self.device.split(":")[0]
         if base not in DEVICES or (":" in self.device and (base != "cuda" or not self.device.split(":")[1].isdigit())):
             raise ValueError(f"train.device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")

@@ -33,9 +33,13 @@ def save_checkpoint(path: Path, payload: dict) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write (a full disk) as RuntimeError
         tmp.unlink(missing_ok=True)
-        raise CheckpointError(f"could not save {path}: {e.strerror or e}; the previous checkpoint there is intact") from None
+        cause = e
+        while cause is not None and not isinstance(cause, OSError):  # torch wraps the OSError of a failed write
+            cause = cause.__cause__ or cause.__context__
+        reason = cause.strerror if cause is not None and cause.strerror else f"the write failed ({type(e).__name__})"
+        raise CheckpointError(f"could not save {path}: {reason}; the previous checkpoint there is intact") from None
 
 
 def read_checkpoint(path: Path, map_location="cpu") -> dict:

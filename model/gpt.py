@@ -172,10 +172,17 @@ class GPT(nn.Module):
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> torch.Tensor:
-    """Draw one token id per row from logits (B, V), returning (B, 1)."""
+    """Draw one token id per row from logits (B, V), returning (B, 1).
+
+    Inverse-CDF sampling: a uniform number u in [0, total) picks the first candidate whose
+    cumulative probability exceeds u. With top_k, only the k likeliest tokens are candidates,
+    so the work is on k numbers instead of the whole vocabulary.
+    """
     logits = logits.float() / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = logits.softmax(dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
+    ids = None
+    if top_k is not None and top_k < logits.size(-1):
+        logits, ids = torch.topk(logits, top_k)  # (B, V) -> (B, k) values and their token ids
+    cdf = logits.softmax(dim=-1).cumsum(dim=-1)  # (B, k): non-decreasing, last entry about 1
+    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]  # (B, 1)
+    choice = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1)  # (B, 1) index into candidates
+    return choice if ids is None else ids.gather(-1, choice)  # (B, 1) token ids

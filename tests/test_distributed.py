@@ -1,0 +1,258 @@
+"""Tests for "Scale past one device": train.py under torchrun (DistributedDataParallel over Gloo on CPU).
+
+A 2-process job must train exactly the model that one process trains with grad_accum_steps=2: the
+global batch is the same windows, split over ranks instead of micro-steps. Every run trains the tiny
+preset on a synthetic corpus in tmp_path, with its cache and run folders there too.
+"""
+
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO_ROOT, assert_close, tiny_argv, write_corpus
+
+import train
+from configs import load_config
+from model.checkpoint import read_checkpoint
+
+pytestmark = [
+    pytest.mark.skipif(
+        not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+        reason="this torch build has no torch.distributed with the Gloo backend",
+    ),
+    pytest.mark.usefixtures("one_cpu_thread"),  # see conftest: tiny models run faster on one thread
+]
+
+STEPS = 10
+DDP = [f"--train.max_steps={STEPS}", "--train.eval_interval=5", "--train.eval_batches=2", "--train.log_interval=1"]
+ATOL = 1e-5
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def by_step(metrics: list[dict], key: str) -> dict[int, float]:
+    return {m["step"]: m[key] for m in metrics if key in m}
+
+
+def cpu_runtime(rank: int, world_size: int) -> train.Runtime:
+    return train.Runtime(device=torch.device("cpu"), autocast_dtype=None, why="", rank=rank, world_size=world_size)
+
+
+def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node=2 train.py args...` from the repository root (--standalone picks a free port)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# 1. Splitting the global batch
+
+
+@pytest.mark.parametrize(("world_size", "accum"), [(2, 1), (2, 2), (4, 1)])
+def test_batches_split_over_ranks_equal_batches_split_over_micro_steps(world_size, accum):
+    """Ranks x micro-steps of one global step see the same windows, in the same order, as one process with more micro-steps."""
+    ids = torch.randint(0, 65, (5000,), generator=torch.Generator().manual_seed(0)).numpy()
+    cfg = load_config(["--config", "tiny", f"--train.grad_accum_steps={accum}"])
+    one = load_config(["--config", "tiny", f"--train.grad_accum_steps={accum * world_size}"])
+    per_rank, generators = [], []
+    for rank in range(world_size):
+        generators.append(torch.Generator().manual_seed(7))
+        per_rank.append(train.draw_micro_batches(ids, cfg, cpu_runtime(rank, world_size), generators[-1]))
+    single_gen = torch.Generator().manual_seed(7)
+    single = train.draw_micro_batches(ids, one, cpu_runtime(0, 1), single_gen)
+    split = [mb for rank_batches in per_rank for mb in rank_batches]
+    assert len(split) == len(single) == accum * world_size
+    for (x, y), (x1, y1) in zip(split, single, strict=True):
+        assert x.shape == y.shape == (cfg.train.batch_size, cfg.model.block_size)
+        assert torch.equal(x, x1) and torch.equal(y, y1)
+    assert not torch.equal(per_rank[0][0][0], per_rank[1][0][0])  # the ranks train on different windows
+    for gen in generators:  # every rank's generator moved on exactly like the single process's: the next step stays in sync
+        assert torch.equal(gen.get_state(), single_gen.get_state())
+
+
+# 2. A 2-process Gloo job against one process with gradient accumulation
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("text"))
+
+
+@pytest.fixture(scope="module")
+def ddp_job(tmp_path_factory, corpus) -> dict:
+    root = tmp_path_factory.mktemp("torchrun")
+    argv = tiny_argv(root, corpus, *DDP)
+    proc = torchrun(*argv)
+    return {"root": root, "corpus": corpus, "argv": argv, "proc": proc, "run_dir": root / "runs" / "tiny"}
+
+
+@pytest.fixture(scope="module")
+def accumulated(tmp_path_factory, corpus, one_cpu_thread) -> list[dict]:
+    """The same run in one process: batch_size sequences x 2 micro-steps per optimizer step."""
+    root = tmp_path_factory.mktemp("single")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train, "HEATMAP_MAX_TOKENS", 4)  # small heatmaps: the figures are not under test, and are most of an evaluation's time
+        train.main(load_config(tiny_argv(root, corpus, *DDP, "--train.grad_accum_steps=2")))
+    return read_metrics(root / "runs" / "tiny")
+
+
+def ddp_metrics(ddp_job) -> list[dict]:
+    assert (ddp_job["run_dir"] / "metrics.jsonl").exists(), ddp_job["proc"].stderr[-3000:]
+    return read_metrics(ddp_job["run_dir"])
+
+
+def test_torchrun_job_exits_cleanly(ddp_job):
+    proc = ddp_job["proc"]
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_torchrun_training_losses_match_gradient_accumulation(ddp_job, accumulated):
+    ddp = ddp_metrics(ddp_job)
+    got, want = by_step(ddp, "loss/train_step"), by_step(accumulated, "loss/train_step")
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    steps = sorted(want)
+    assert_close(torch.tensor([got[s] for s in steps]), torch.tensor([want[s] for s in steps]), atol=ATOL, msg="loss/train_step")
+    assert by_step(ddp, "lr") == by_step(accumulated, "lr")
+    assert want[STEPS] < want[1] - 0.3  # it did learn: the comparison is not between two untrained models
+
+
+@pytest.mark.parametrize("key", ["loss/train", "loss/val"])
+def test_torchrun_eval_losses_match_gradient_accumulation(ddp_job, accumulated, key):
+    got, want = by_step(ddp_metrics(ddp_job), key), by_step(accumulated, key)
+    assert sorted(got) == sorted(want) == [0, 5, STEPS]
+    steps = sorted(want)
+    assert_close(torch.tensor([got[s] for s in steps]), torch.tensor([want[s] for s in steps]), atol=ATOL, msg=key)
+
+
+def test_torchrun_writes_one_set_of_files(ddp_job):
+    run_dir = ddp_job["run_dir"]
+    names = sorted(p.name for p in run_dir.iterdir())
+    events = [n for n in names if n.startswith("events.out.tfevents.")]
+    assert len(events) == 1, names  # rank 1 opened no SummaryWriter
+    assert sorted(set(names) - set(events)) == ["best.pt", "ckpt.pt", "config.json", "metrics.jsonl"]
+    assert sorted(p.name for p in (ddp_job["root"] / "runs").iterdir()) == ["tiny"]  # no second run folder, nothing moved aside
+    metrics = ddp_metrics(ddp_job)
+    keys = [(m["step"], "loss/val" in m) for m in metrics]
+    assert len(keys) == len(set(keys)) == STEPS + 3, "a step was logged twice: more than one rank writes metrics.jsonl"
+    ckpt = read_checkpoint(run_dir / "ckpt.pt")
+    assert ckpt["step"] == STEPS
+    assert not any(key.startswith("module.") for key in ckpt["model"])  # the plain model's weights, not the DDP wrapper's
+
+
+def test_torchrun_prints_one_progress_and_summary(ddp_job):
+    out = ddp_job["proc"].stdout
+    assert out.count("done in ") == 1, out[-3000:]
+    assert out.count("device: cpu") == 1 and "rank 0 of 2 (gloo)" in out
+    assert out.count("step     0 | train") == 1  # the console line of the first evaluation, once
+    assert ddp_job["proc"].stderr.count(f"{STEPS}/{STEPS} [") <= 2  # one progress bar (its last refresh may repeat)
+
+
+def test_torchrun_resume_continues_the_run(ddp_job, tmp_path):
+    root = tmp_path / "resumed"
+    run_dir = root / "runs" / "tiny"
+    shutil.copytree(ddp_job["run_dir"], run_dir)
+    argv = [*tiny_argv(root, ddp_job["corpus"], *DDP), "--data.cache_dir", str(ddp_job["root"] / "cache")]
+    proc = torchrun(*argv, "--resume", "--train.max_steps=14")
+    assert f"resuming {run_dir} from step {STEPS}" in proc.stdout, proc.stderr[-3000:]
+    metrics = read_metrics(run_dir)
+    assert [m["step"] for m in metrics if "loss/train_step" in m] == list(range(1, 15))  # continues, no step twice
+    assert [m["step"] for m in metrics if "loss/val" in m] == [0, 5, STEPS, 14]
+    assert metrics[: STEPS + 3] == ddp_metrics(ddp_job)  # the first run's lines are kept as they were
+    assert read_checkpoint(run_dir / "ckpt.pt")["step"] == 14
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2
+
+
+# 3. Resuming a 2-process job with dropout: each rank must get its own random stream back
+
+
+def ddp_rank(rank: int, port: int, argv: list[str], stop_after: int, log: str) -> None:
+    """One rank of a 2-process Gloo job, set up the way torchrun sets it up (environment variables)."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1), os.dup2(fd, 2)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    train.HEATMAP_MAX_TOKENS = 4  # small heatmaps: the figures are not under test
+    if stop_after and rank == 0:  # Ctrl-C reaches rank 0 during step index stop_after - 1
+        real, calls = train.draw_micro_batches, [0]
+
+        def draw(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == stop_after:
+                os.kill(os.getpid(), signal.SIGINT)
+            return real(*args, **kwargs)
+
+        train.draw_micro_batches = draw
+    sys.exit(train.run(argv))
+
+
+def forkserver() -> multiprocessing.context.BaseContext:
+    """A multiprocessing context whose server has imported torch, torch._dynamo (imported by torch.optim) and train.py.
+
+    The preload list is the one tests/test_resume.py gives: whichever module starts the server first sets it.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(
+        ["train", "sample", "inspect_attention", "torch.utils.tensorboard", "torch._dynamo", "test_resume", "test_distributed"]
+    )
+    return ctx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ddp_job(argv: list[str], log_dir: Path, stop_after: int = 0) -> list[int]:
+    """Both ranks as processes forked from a server that has imported train.py (0.3 s a start instead of 3 s)."""
+    ctx, port = forkserver(), free_port()
+    procs = [ctx.Process(target=ddp_rank, args=(r, port, argv, stop_after, str(log_dir / f"rank{r}.txt"))) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    multiprocessing.connection.wait([proc.sentinel for proc in procs], timeout=120)  # the first rank to finish
+    for proc in procs:  # the other follows within seconds, unless it waits forever in a collective for a rank that died
+        proc.join(15)
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    return [proc.exitcode for proc in procs]
+
+
+def test_resumed_ddp_run_with_dropout_equals_the_uninterrupted_one(tmp_path, corpus):
+    """Stopped after step 6 and resumed, a 2-process run with dropout must log the numbers of the run that was never stopped.
+
+    Each rank seeds its dropout with seed + rank; resuming has to give every rank its own stream back.
+    """
+    args = [*DDP, "--model.dropout=0.1"]
+    full_root, resumed_root = tmp_path / "full", tmp_path / "resumed"
+    for folder in (full_root, resumed_root):
+        folder.mkdir()
+    run_ddp_job(tiny_argv(full_root, corpus, *args), full_root)
+    argv = tiny_argv(resumed_root, corpus, *args)
+    assert run_ddp_job(argv, resumed_root, stop_after=6)[0] == 130  # rank 0 got the SIGINT; both ranks stopped after step 6
+    assert read_checkpoint(resumed_root / "runs" / "tiny" / "ckpt.pt")["step"] == 6
+    run_ddp_job([*argv, "--resume"], resumed_root)
+    full, resumed = read_metrics(full_root / "runs" / "tiny"), read_metrics(resumed_root / "runs" / "tiny")
+    assert [m["step"] for m in resumed] == [m["step"] for m in full]
+    for key in ("loss/train_step", "loss/val"):
+        got, want = by_step(resumed, key), by_step(full, key)
+        assert sorted(got) == sorted(want)
+        before = [s for s in sorted(want) if s <= 6]  # logged by the first, interrupted job: same as the full run
+        assert [got[s] for s in before] == [want[s] for s in before], key
+        after = [s for s in sorted(want) if s > 6]
+        got_after, want_after = torch.tensor([got[s] for s in after]), torch.tensor([want[s] for s in after])
+        assert_close(got_after, want_after, atol=1e-6, msg=f"{key} at steps {after}, after resuming from step 6:")
