@@ -101,6 +101,9 @@ def main(argv: list[str]) -> dict[str, dict]:
     for variant, variant_cfg in configs.items():
         print(f"\n=== {variant}: {variant_cfg.run_name} ===")
         results[variant_cfg.run_name] = train_main(variant_cfg)
+        if results[variant_cfg.run_name]["signal"]:
+            print(f"comparison stopped; resume this run with: python train.py --config {cfg.name} --runs-dir {runs_dir} --resume ...")
+            raise SystemExit(128 + results[variant_cfg.run_name]["signal"])
     run_dirs = {c.run_name: c.run_dir for c in configs.values()}
     table = format_table(results)
     plot_runs(run_dirs, runs_dir / "compare.png", f"{cfg.name}: same seed, {cfg.train.max_steps} steps")

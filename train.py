@@ -217,8 +217,8 @@ class StopFlag:
         self.signum = signum
 
     def __exit__(self, *exc) -> None:
-        for sig, handler in self.previous.items():  # after a requested stop, later signals are ignored: the run is ending
-            signal.signal(sig, signal.SIG_IGN if self.signum is not None else handler)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def check_resumable(checkpoint: dict, cfg: Config, source_sha256: str, path: Path) -> None:
@@ -374,6 +374,7 @@ def main(cfg: Config) -> dict:
         optimizer.load_state_dict(checkpoint["optimizer"])
         train_gen.set_state(checkpoint["train_rng"])
         rng_states = checkpoint["torch_rng"]
+        rng_states = [rng_states] if isinstance(rng_states, torch.Tensor) else rng_states  # one process's state
         if len(rng_states) == runtime.world_size:
             torch.set_rng_state(rng_states[runtime.rank])
         else:
@@ -476,24 +477,24 @@ def main(cfg: Config) -> dict:
             last.update(evaluate(model, ev, runtime, tokenizer, logger, cfg.train.max_steps))
             last_eval_step = cfg.train.max_steps
         save(stopped if stopped is not None else cfg.train.max_steps)
-    if logger is not None:
-        logger.close()
-    elapsed = time.perf_counter() - start
-    steps_done = (stopped if stopped is not None else cfg.train.max_steps) - start_step
-    summary = {
-        **last,
-        "wall_s": elapsed,
-        "tokens_per_s": steps_done * tokens_per_step / elapsed,
-        "stopped_at": stopped,
-        "signal": stop.signum,
-    }
-    if stopped is not None:
-        say(f"stopped at step {stopped}; checkpoint saved to {run_dir / 'ckpt.pt'}. Resume with the same command plus --resume")
-    elif runtime.is_main:
-        say(
-            f"done in {elapsed:.1f}s: train {last['loss/train']:.4f}, val {last['loss/val']:.4f}, honest {last['loss/val_honest']:.4f}; "
-            f"checkpoints {run_dir / 'ckpt.pt'} (latest), {run_dir / 'best.pt'} (best val)\nsample at the last step:\n{last['sample']}"
-        )
+        if logger is not None:
+            logger.close()
+        elapsed = time.perf_counter() - start
+        steps_done = (stopped if stopped is not None else cfg.train.max_steps) - start_step
+        summary = {
+            **last,
+            "wall_s": elapsed,
+            "tokens_per_s": steps_done * tokens_per_step / elapsed,
+            "stopped_at": stopped,
+            "signal": stop.signum,
+        }
+        if stopped is not None:
+            say(f"stopped at step {stopped}; checkpoint saved to {run_dir / 'ckpt.pt'}. Resume with the same command plus --resume")
+        elif runtime.is_main:
+            say(
+                f"done in {elapsed:.1f}s: train {last['loss/train']:.4f}, val {last['loss/val']:.4f}, honest {last['loss/val_honest']:.4f}; "
+                f"checkpoints {run_dir / 'ckpt.pt'} (latest), {run_dir / 'best.pt'} (best val)\nsample at the last step:\n{last['sample']}"
+            )
     return summary
 
 

@@ -1,0 +1,187 @@
+"""Attention statistics on hand-made weights, the honest loss, the leak gap, and the tools that show them."""
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import assert_close, tiny_argv
+
+import compare
+import inspect_attention
+import train
+from configs import load_config
+from model import GPT, ModelConfig
+from model.attention import future_mass, normalized_entropy, row_max, saturated_fraction
+from model.diagnostics import attention_summary, bits_per_byte, honest_loss, honest_positions, qk_grad_norm
+
+
+def uniform_causal(T: int) -> torch.Tensor:
+    """Row t spreads its weight evenly over positions 0..t."""
+    mask = torch.ones(T, T).tril()
+    return mask / mask.sum(-1, keepdim=True)
+
+
+def test_uniform_rows_have_normalised_entropy_one():
+    T = 6
+    assert_close(normalized_entropy(uniform_causal(T), causal=True), torch.ones(T - 1), atol=1e-6)  # row 0 left out
+    assert_close(normalized_entropy(torch.full((2, T, T), 1 / T), causal=False), torch.ones(2, T), atol=1e-6)
+
+
+def test_one_hot_rows_have_entropy_zero_and_are_saturated():
+    T = 5
+    one_hot = torch.eye(T)  # each query looks only at itself: a valid causal matrix
+    assert_close(normalized_entropy(one_hot, causal=True), torch.zeros(T - 1), atol=1e-6)
+    assert saturated_fraction(one_hot, causal=True).item() == 1.0
+    assert_close(row_max(one_hot, causal=True), torch.ones(T - 1), atol=0)
+    looking_back = torch.zeros(T, T)
+    looking_back[:, 0] = 1.0  # every query attends to the first token only
+    assert saturated_fraction(looking_back, causal=False).item() == 1.0
+    assert saturated_fraction(uniform_causal(T), causal=True).item() == 0.0
+
+
+def test_entropy_of_a_two_way_split_by_hand():
+    weights = torch.tensor([[1.0, 0.0], [0.25, 0.75]])  # causal: only row 1 counts
+    expected = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75)) / math.log(2)  # 0.8113
+    assert_close(normalized_entropy(weights, causal=True), torch.tensor([expected]), atol=1e-6)
+
+
+def test_future_mass_is_zero_for_causal_and_measured_without_mask():
+    assert future_mass(uniform_causal(7)).item() == 0.0
+    T = 4
+    uniform = torch.full((T, T), 1 / T)  # row t puts (T - 1 - t) / T on later positions
+    expected = sum((T - 1 - t) / T for t in range(T)) / T  # 0.375
+    assert future_mass(uniform).item() == pytest.approx(expected, abs=1e-7)
+
+
+def test_attention_summary_of_a_causal_and_an_unmasked_model():
+    torch.manual_seed(0)
+    idx = torch.randint(0, 65, (2, 16))
+    for causal in (True, False):
+        model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65, causal=causal)).eval()
+        stats = attention_summary(model, idx)
+        assert (stats["attn/future_mass"] == 0.0) == causal
+        assert 0.9 < stats["attn/entropy"] <= 1.0  # small random init: close to uniform
+        assert {f"attn/entropy/L{layer}H{head}" for layer in range(2) for head in range(2)} <= stats.keys()
+
+
+def test_score_std_grows_by_sqrt_head_size_without_the_scale():
+    torch.manual_seed(0)
+    idx = torch.randint(0, 65, (4, 32))
+    stds = {}
+    for scaled in (True, False):
+        torch.manual_seed(1)  # identical weights in both models
+        cfg = ModelConfig(n_layer=1, n_head=1, n_embd=64, block_size=32, vocab_size=65, scaled=scaled, qk_init_std=64**-0.5)
+        stds[scaled] = attention_summary(GPT(cfg).eval(), idx)["attn/score_std"]
+    assert stds[False] / stds[True] == pytest.approx(math.sqrt(64), rel=1e-4)
+    assert 0.5 < stds[True] < 2.0  # unit-variance q and k: scaled scores of about unit std
+
+
+def test_honest_loss_equals_teacher_forced_for_a_causal_model():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65)).eval()
+    x, y = torch.randint(0, 65, (3, 16)), torch.randint(0, 65, (3, 16))
+    positions = honest_positions(16, 8, torch.Generator().manual_seed(0))
+    honest, forced = honest_loss(model, x, y, positions)
+    assert abs(honest - forced) < 1e-4
+    with torch.no_grad():  # the teacher-forced loss at those positions, computed the plain way
+        logits, _ = model(x)
+        direct = torch.nn.functional.cross_entropy(logits[:, positions].flatten(0, 1), y[:, positions].flatten()).item()
+    assert forced == pytest.approx(direct, abs=1e-5)
+
+
+def test_honest_positions_cover_the_block_in_equal_strata():
+    positions = honest_positions(128, 8, torch.Generator().manual_seed(3))
+    assert len(positions) == 8
+    assert [p // 16 for p in positions] == list(range(8))  # one position in each sixteenth
+    assert honest_positions(4, 8, torch.Generator().manual_seed(0)) == [0, 1, 2, 3]
+
+
+def test_bits_per_byte():
+    assert bits_per_byte(math.log(2), n_tokens=10, n_bytes=10) == pytest.approx(1.0)
+    assert bits_per_byte(math.log(2), n_tokens=10, n_bytes=40) == pytest.approx(0.25)  # 4 bytes a token
+
+
+def test_qk_grad_norm_reads_only_query_and_key_rows():
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=11))
+    assert qk_grad_norm(model) == 0.0  # no backward yet
+    for block in model.blocks:
+        grad = torch.zeros_like(block.attn.qkv.weight)
+        grad[:16] = 1.0  # query and key rows: 16 x 8 ones
+        grad[16:] = 100.0  # value rows must not count
+        block.attn.qkv.weight.grad = grad
+    assert qk_grad_norm(model) == pytest.approx(math.sqrt(2 * 16 * 8))
+
+
+def test_a_no_mask_model_learns_to_cheat(tmp_path, corpus_file, one_cpu_thread):
+    """After a short training on a tiny corpus, the unmasked model's honest loss is far above its teacher-forced one."""
+    flags = ["--train.max_steps=300", "--train.eval_interval=300", "--train.lr=1e-2", "--model.qk_init_std=0.18"]  # 1/sqrt(32)
+    argv = tiny_argv(tmp_path, corpus_file, *flags)
+    causal = train.main(load_config(argv))
+    cheat = train.main(load_config([*argv, "--no-mask"]))
+    assert abs(causal["loss/leak_gap"]) < 1e-4
+    assert cheat["loss/leak_gap"] > 0.5, cheat
+    assert cheat["attn/future_mass"] > 0.1
+    assert cheat["loss/val"] < causal["loss/val"]  # the leaked loss looks better than the honest model's
+
+
+def test_training_logs_every_issue_tag(tmp_path, corpus_file, one_cpu_thread):
+    argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=10", "--train.eval_interval=5", "--train.log_interval=5")
+    train.main(load_config(argv))
+    rows = [json.loads(line) for line in (tmp_path / "runs" / "tiny" / "metrics.jsonl").read_text().splitlines()]
+    tags = set().union(*rows)
+    wanted = {
+        "loss/train",
+        "loss/val",
+        "loss/val_honest",
+        "loss/leak_gap",
+        "loss/val_bpc",
+        "attn/entropy",
+        "attn/max_weight",
+        "attn/saturated_frac",
+        "attn/future_mass",
+        "attn/score_std",
+        "grad/qk_norm",
+        "perf/tokens_per_s",
+        "lr",
+        "attn/entropy/L0H0",
+    }
+    assert wanted <= tags, wanted - tags
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "runs" / "tiny"), size_guidance={"images": 0, "tensors": 0}).Reload()
+    assert {"attn/heatmap/L0", "attn/heatmap/L1"} <= set(events.Tags()["images"])
+    assert "samples/text_summary" in events.Tags()["tensors"]
+
+
+def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
+    argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=5", "--train.eval_interval=5", "--no-mask")
+    train.main(load_config(argv))
+    capsys.readouterr()
+    out = inspect_attention.main(["--run", "tiny-no-mask", "--runs-dir", str(tmp_path / "runs"), "--text", "the king"])
+    printed = capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["attn_L0.png", "attn_L1.png", "attn_L0_H0.png", "attn_L0_H1.png", "attn_L1_H0.png", "attn_L1_H1.png"]
+    )
+    table = [line for line in printed.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(table) == 4  # 2 layers x 2 heads
+    assert all(float(line.split("|")[6]) > 0 for line in table)  # future mass of an unmasked model
+
+
+def test_compare_runs_three_variants_side_by_side(tmp_path, corpus_file, one_cpu_thread, capsys):
+    argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=6", "--train.eval_interval=3")
+    results = compare.main(argv)
+    assert list(results) == ["tiny", "tiny-no-mask", "tiny-no-scale"]
+    folder = tmp_path / "runs" / "compare-tiny"
+    assert {p.name for p in folder.iterdir()} >= {"tiny", "tiny-no-mask", "tiny-no-scale", "compare.png", "compare.json"}
+    assert results["tiny"]["attn/future_mass"] == 0.0 < results["tiny-no-mask"]["attn/future_mass"]
+    table = capsys.readouterr().out
+    assert "| tiny-no-scale |" in table and "| run | train | val | val honest | leak gap |" in table
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: checks bf16 autocast and torch.compile")
+def test_cuda_run_uses_bf16_autocast_and_compile(tmp_path, corpus_file):
+    runtime = train.setup_runtime(load_config(["--config", "tiny", "--device", "cuda"]).train)
+    assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile
+    summary = train.main(load_config(tiny_argv(tmp_path, corpus_file, "--device", "cuda", "--train.max_steps=10")))
+    assert math.isfinite(summary["loss/val"])
