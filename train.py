@@ -268,7 +268,9 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, logger: "RunLogger", step: int) -> dict[str, float]:
+def evaluate(
+    model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, logger: "RunLogger", step: int, started: float
+) -> dict[str, float]:
     """Losses, honest loss, attention statistics, heatmaps and a sample, all logged at `step`."""
     from inspect_attention import heatmap_figure
 
@@ -295,6 +297,7 @@ def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, lo
     sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())
     logger.log_text(step, "samples", sample)
     model.train()
+    metrics["perf/elapsed_s"] = time.perf_counter() - started  # wall time of this process so far, evaluations included
     logger.log(step, console=True, **metrics)
     return {**metrics, "sample": sample}
 
@@ -443,7 +446,7 @@ def main(cfg: Config) -> dict:
     with StopFlag() as stop:
         for step in bar:
             if step % cfg.train.eval_interval == 0 and last_eval_step != step:
-                last.update(evaluate(model, ev, runtime, tokenizer, logger, step))
+                last.update(evaluate(model, ev, runtime, tokenizer, logger, step, start))
                 last_eval_step = step
                 save(step)
                 window_start = time.perf_counter()  # evaluation time is not training throughput
@@ -474,7 +477,7 @@ def main(cfg: Config) -> dict:
                 window_start, window_loss, window_steps = time.perf_counter(), 0.0, 0
         bar.close()
         if stopped is None:
-            last.update(evaluate(model, ev, runtime, tokenizer, logger, cfg.train.max_steps))
+            last.update(evaluate(model, ev, runtime, tokenizer, logger, cfg.train.max_steps, start))
             last_eval_step = cfg.train.max_steps
         save(stopped if stopped is not None else cfg.train.max_steps)
         if logger is not None:
