@@ -217,6 +217,8 @@ class StopFlag:
         self.signum = signum
 
     def __exit__(self, *exc) -> None:
+        if self.signum is not None:
+            return  # a stop was asked for: the run is ending, so later signals stay harmless until exit
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 

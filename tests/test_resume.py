@@ -884,16 +884,20 @@ def test_checkpoint_that_runs_code_is_refused_by_resume_and_sample(tmp_path, ref
 
 
 def test_stop_flag_turns_both_signals_into_a_flag_and_restores_the_handlers():
-    """Inside the block a signal only records itself; after it, the process's handlers are what they were.
-
-    main() is called in process by tests and by compare.py: a stop must not leave Ctrl-C ignored there.
-    """
+    """Inside the block a signal only records itself. Without a stop the handlers are restored afterwards;
+    after a stop the flag's handler stays, so a late Ctrl-C while the process exits is harmless (no traceback)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with train.StopFlag():
+        pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     with train.StopFlag() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.signum == signal.SIGTERM  # no exception, no exit: the loop decides when to stop
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.signum == signal.SIGINT
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    os.kill(os.getpid(), signal.SIGINT)  # after the block: recorded, no KeyboardInterrupt
+    assert stop.signum == signal.SIGINT
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
