@@ -16,7 +16,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from configs import Config, ConfigError, load_config  # noqa: E402
-from data.corpus import DataError  # noqa: E402
 
 VARIANTS = {"base": {}, "no-mask": {"causal": False}, "no-scale": {"scaled": False}}
 COLUMNS = [  # (header, metric tag, format)
@@ -116,8 +115,10 @@ def main(argv: list[str]) -> dict[str, dict]:
 
 
 if __name__ == "__main__":
+    from train import USER_ERRORS, TrainingError
+
     try:
         main(sys.argv[1:])
-    except (ConfigError, DataError) as e:
+    except (*USER_ERRORS, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(1 if isinstance(e, TrainingError) else 2)

@@ -503,11 +503,14 @@ def main(cfg: Config) -> dict:
     return summary
 
 
+USER_ERRORS = (ConfigError, DataError, CheckpointError, TokenizerError)  # mistakes in what was typed: exit code 2
+
+
 def run(argv: list[str]) -> int:
     """The command line: train, and turn every expected failure into one line and an exit code."""
     try:
         summary = main(load_config(argv))
-    except (ConfigError, DataError, CheckpointError, TokenizerError) as e:
+    except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except TrainingError as e:
