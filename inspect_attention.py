@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
-from model.attention import future_mass, normalized_entropy, row_max  # noqa: E402
+from model.diagnostics import flags_label, head_statistics  # noqa: E402
 
 
 def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
@@ -56,26 +56,6 @@ def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_na
     return fig
 
 
-def head_table(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
-    """Per layer and head: mean normalised entropy, mean row maximum, saturated share and future mass."""
-    rows = []
-    for layer, weights in enumerate(weights_per_layer):  # each (B, H, T, T)
-        for head in range(weights.shape[1]):
-            w = weights[:, head].float()
-            maxima = row_max(w, causal)
-            rows.append(
-                {
-                    "layer": layer,
-                    "head": head,
-                    "entropy": normalized_entropy(w, causal).mean().item(),
-                    "max_weight": maxima.mean().item(),
-                    "saturated": (maxima > 0.99).float().mean().item(),
-                    "future_mass": future_mass(w).item(),
-                }
-            )
-    return rows
-
-
 def main(argv: list[str]) -> Path:
     from sample import CheckpointError, OneLineParser, load_model  # noqa: F401  (sample imports train)
 
@@ -101,7 +81,7 @@ def main(argv: list[str]) -> Path:
     labels = token_labels(tokenizer, ids)
     out = args.out or path.parent / "inspect"
     out.mkdir(parents=True, exist_ok=True)
-    flags = ("causal" if model.cfg.causal else "NO MASK") + ", " + ("scaled" if model.cfg.scaled else "NO SCALE")
+    flags = flags_label(model.cfg)
     for layer, w in enumerate(weights):
         fig = heatmap_figure(w[0], labels, f"{path.parent.name}: layer {layer} ({flags})")
         fig.savefig(out / f"attn_L{layer}.png", dpi=110)
@@ -114,7 +94,7 @@ def main(argv: list[str]) -> Path:
     print(f"{path} ({flags}), {len(ids)} tokens; heatmaps in {out}/")
     print("| layer | head | entropy | max weight | saturated | future mass |")
     print("|---:|---:|---:|---:|---:|---:|")
-    for row in head_table(weights, model.cfg.causal):
+    for row in head_statistics(weights, model.cfg.causal):
         print(
             f"| {row['layer']} | {row['head']} | {row['entropy']:.3f} | {row['max_weight']:.3f} | "
             f"{row['saturated']:.2f} | {row['future_mass']:.3f} |"

@@ -27,7 +27,7 @@ from data.corpus import DataError, check_split_lengths, load_corpus, write_atomi
 from data.tokenizer import Tokenizer, TokenizerError
 from model import GPT
 from model.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
-from model.diagnostics import attention_summary, bits_per_byte, honest_loss, honest_positions, qk_grad_norm
+from model.diagnostics import attention_summary, bits_per_byte, flags_label, honest_loss, honest_positions, qk_grad_norm
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
@@ -289,7 +289,7 @@ def evaluate(
         metrics["loss/leak_gap"] = metrics["loss/val_honest"] - sum(f for _, f in pairs) / len(pairs)
         metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
         heatmaps = model.attention_weights(torch.tensor([ev.heatmap_ids], device=device))
-    flags = ("causal" if model.cfg.causal else "NO MASK") + ", " + ("scaled" if model.cfg.scaled else "NO SCALE")
+    flags = flags_label(model.cfg)
     for layer, weights in enumerate(heatmaps):
         logger.log_figure(
             step, f"attn/heatmap/L{layer}", heatmap_figure(weights[0], ev.heatmap_labels, f"layer {layer} at step {step} ({flags})")

@@ -37,34 +37,56 @@ def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[in
     return honest.item(), forced.item()
 
 
+def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
+    """Per layer and head, from weights (B, H, T, T) per layer: mean normalised entropy, mean row
+    maximum, share of saturated rows (maximum above 0.99) and mean attention mass on the future."""
+    rows = []
+    for layer, weights in enumerate(weights_per_layer):
+        for head in range(weights.shape[1]):
+            w = weights[:, head].float()  # (B, T, T)
+            maxima = row_max(w, causal)
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "entropy": normalized_entropy(w, causal).mean().item(),
+                    "max_weight": maxima.mean().item(),
+                    "saturated": (maxima > 0.99).float().mean().item(),
+                    "future_mass": future_mass(w).item(),
+                }
+            )
+    return rows
+
+
+def flags_label(cfg) -> str:
+    """How a model's attention was built, for titles: 'causal, scaled' or the ablations in capitals."""
+    return ("causal" if cfg.causal else "NO MASK") + ", " + ("scaled" if cfg.scaled else "NO SCALE")
+
+
 @torch.no_grad()
-def attention_summary(model: GPT, idx: torch.Tensor, per_head: bool = True) -> dict[str, float]:
+def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
     """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags.
 
     attn/entropy: mean normalised row entropy (1 = uniform over what a query may see, 0 = one-hot);
     attn/max_weight: mean row maximum; attn/saturated_frac: share of rows whose maximum exceeds 0.99;
     attn/future_mass: mean weight on later positions (0 under the causal mask);
     attn/score_std: std of the pre-softmax scores at visible positions, averaged over layers.
+    Every head has as many rows, so the means over heads are the means over all rows.
     """
-    causal = model.cfg.causal
-    entropies, maxima, future, score_std, stats = [], [], [], [], {}
-    for layer, (scores, weights) in enumerate(model.attention_probe(idx)):
-        entropy = normalized_entropy(weights.float(), causal)  # (B, H, T')
-        entropies.append(entropy.mean().item())
-        maxima.append(row_max(weights.float(), causal))
-        future.append(future_mass(weights.float()).item())
-        score_std.append(scores[scores.isfinite()].float().std().item())
-        if per_head:
-            for head, value in enumerate(entropy.mean(dim=(0, 2)).tolist()):
-                stats[f"attn/entropy/L{layer}H{head}"] = value
-    all_maxima = torch.cat([m.flatten() for m in maxima])
+    probe = model.attention_probe(idx)
+    heads = head_statistics([weights for _, weights in probe], model.cfg.causal)
+
+    def mean(key: str) -> float:
+        return sum(row[key] for row in heads) / len(heads)
+
+    score_std = [scores[scores.isfinite()].float().std().item() for scores, _ in probe]
     return {
-        "attn/entropy": sum(entropies) / len(entropies),
-        "attn/max_weight": all_maxima.mean().item(),
-        "attn/saturated_frac": (all_maxima > 0.99).float().mean().item(),
-        "attn/future_mass": sum(future) / len(future),
+        "attn/entropy": mean("entropy"),
+        "attn/max_weight": mean("max_weight"),
+        "attn/saturated_frac": mean("saturated"),
+        "attn/future_mass": mean("future_mass"),
         "attn/score_std": sum(score_std) / len(score_std),
-        **stats,
+        **{f"attn/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads},
     }
 
 
