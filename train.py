@@ -7,10 +7,12 @@ with DistributedDataParallel. `main(cfg)` reads like an outline; the helpers abo
 """
 
 import contextlib
+import ctypes
 import dataclasses
 import json
 import math
 import os
+import platform
 import signal
 import sys
 import threading
@@ -60,6 +62,22 @@ class Runtime:
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
 
+def keep_freed_memory(threshold: int = 2**30) -> bool:
+    """Make glibc's malloc keep freed blocks up to `threshold` bytes for reuse; True if it took effect.
+
+    On a CPU every tensor comes from malloc, and by default glibc hands big freed blocks back to
+    the kernel, so each training step faults its activations in again, page by page, zeroed. Here
+    that was thousands of page faults per char step and 205,000 per base step (its logits are
+    206 MB): 474 ms per base step instead of 264. Raising the mmap and trim thresholds lets the
+    next step reuse the memory of the last. Other C libraries (macOS, musl) are left alone.
+    """
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)  # the C library this process already runs on
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold) and libc.mallopt(M_TRIM_THRESHOLD, threshold))
+
+
 def setup_runtime(train_cfg: TrainConfig) -> Runtime:
     """Resolve train.device ("auto": CUDA, then Apple MPS, then CPU) and the backend switches."""
     has_cuda, has_mps = torch.cuda.is_available(), torch.backends.mps.is_available()
@@ -83,6 +101,8 @@ def setup_runtime(train_cfg: TrainConfig) -> Runtime:
             torch.distributed.init_process_group(backend="nccl" if wanted.startswith("cuda") else "gloo")
         why += f"; rank {rank} of {world_size} ({torch.distributed.get_backend()})"
     device = torch.device(wanted)
+    if device.type == "cpu":
+        keep_freed_memory()
     autocast_dtype = None
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
