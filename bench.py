@@ -177,17 +177,22 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     ids = np.random.default_rng(0).integers(0, V, size=max(100_000, 2 * T + 2))  # a random "corpus"
     g = torch.Generator().manual_seed(cfg.train.seed)
 
-    def step() -> None:  # the batch is drawn inside the timed step, as in train.py's loop
-        optimizer_step(model, optimizer, draw_micro_batches(ids, cfg, runtime, g), runtime, cfg.train.grad_clip)
+    step_model = torch.compile(model) if runtime.use_compile else model  # as train.py trains it
 
-    for _ in range(warmup_steps):
+    def step() -> None:  # the batch is drawn inside the timed step, as in train.py's loop
+        optimizer_step(step_model, optimizer, draw_micro_batches(ids, cfg, runtime, g), runtime, cfg.train.grad_clip)
+
+    compile_start = time.perf_counter()
+    step()  # with torch.compile, the first step compiles
+    compile_s = time.perf_counter() - compile_start if runtime.use_compile else 0.0
+    for _ in range(warmup_steps - 1):
         step()
     seconds = statistics.median(timed(step, runtime.device)[0] for _ in range(steps))
     # Baseline, not counted: parameters, optimizer state and the batch. Last step's gradients
     # are dropped first, so the step's new gradients count in full.
     optimizer.zero_grad(set_to_none=True)
     micro_batches = draw_micro_batches(ids, cfg, runtime, g)
-    peak = peak_memory_bytes(lambda: optimizer_step(model, optimizer, micro_batches, runtime, cfg.train.grad_clip), runtime.device)
+    peak = peak_memory_bytes(lambda: optimizer_step(step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip), runtime.device)
     state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
     params = model.num_params()
@@ -200,6 +205,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         "batch_size": cfg.train.batch_size,
         "block_size": T,
         "vocab_size": V,
+        "compiled": runtime.use_compile,
+        "compile_s": compile_s,
         "ms_per_step": seconds * 1e3,
         "tokens_per_s": tokens_per_s,
         "flops_per_token": flops_per_token,
@@ -285,7 +292,9 @@ def format_tables(r: dict) -> str:
         f"| config {r['config']}: {r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide, attention {r['attention']} | value |",
         "|---|---:|",
         f"| parameters | {r['params'] / 1e6:.2f} M |",
-        f"| training step ({r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}) | {r['ms_per_step']:.1f} ms |",
+        f"| training step ({r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
+        + (f", torch.compile: {r['compile_s']:.0f} s once" if r["compiled"] else "")
+        + f") | {r['ms_per_step']:.1f} ms |",
         f"| training throughput | {r['tokens_per_s']:,.0f} tokens/s |",
         f"| model FLOPs per token (6N + 12LCT) | {r['flops_per_token'] / 1e6:.2f} M |",
         f"| model FLOP/s | {r['model_flops_per_s'] / 1e9:.1f} G |",

@@ -1,5 +1,6 @@
 """Tests for bench.py: the CPU memory tracker on known allocations, and each measurement on tiny inputs."""
 
+import dataclasses
 import json
 
 import torch
@@ -77,7 +78,37 @@ def test_bench_functions_on_tiny_config():
     assert result["readable_peak_mem_1024"] >= 16 * MiB
     assert result["tiled_peak_mem_1024"] <= result["readable_peak_mem_1024"] / 8
     assert result["tiled_readable_mem_ratio_1024"] <= 1 / 8
+    assert result["compiled"] is False and result["compile_s"] == 0.0  # compile is off on a CPU unless asked for
 
     table = bench.format_tables(result)
     assert "| tiled |" in table and "T=1024" in table and "MFU" in table
     assert json.loads(json.dumps(result)) == result
+
+
+def test_bench_training_compiles_the_step_when_train_py_would(monkeypatch):
+    """With train.compile on, the timed step runs the compiled model, as train.py's loop does."""
+    cfg = load_config(["--config", "tiny", "--train.compile=true"])
+    runtime = setup_runtime(cfg.train)
+    assert runtime.use_compile
+    compiled = []
+
+    def fake_compile(model):  # stands in for torch.compile: records the call, runs the model as is
+        compiled.append(model)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    result = bench.bench_training(cfg, runtime, warmup_steps=1, steps=1)
+    assert len(compiled) == 1 and result["compiled"] is True and result["compile_s"] > 0
+    table = bench.format_tables({**result, **_table_fillers(cfg)})
+    assert "torch.compile:" in table
+
+
+def _table_fillers(cfg) -> dict:
+    """The keys format_tables needs besides the training ones, with placeholder values."""
+    fillers = {"config": "tiny", "machine": "m", "device": "cpu", "torch_threads": 1, "torch_version": "x", "load_avg_1min": None}
+    fillers.update(dataclasses.asdict(cfg.model))
+    fillers.update({"peak_flops": 1e9, "peak_flops_dtype": "float32", "mfu": 0.1, "sample_new_tokens": 1})
+    fillers.update({"sample_tokens_per_s_cached": 1.0, "sample_tokens_per_s_uncached": 1.0, "sample_cache_speedup": 1.0})
+    fillers.update({"sample_tokens_match": True, "tiled_readable_mem_ratio_64": 0.1})
+    fillers.update({f"{name}_{what}_64": 1.0 for name in ("readable", "sdpa", "tiled") for what in ("ms", "peak_mem")})
+    return fillers
