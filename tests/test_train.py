@@ -136,6 +136,31 @@ def test_keep_freed_memory_stops_refaulting_freed_tensors():
     assert int(kept) < 1_000  # now the freed memory is reused
 
 
+# Multiplies the smallest float32 denormal (1.4e-45, made from its bits) by 1 on two threads:
+# a thread that flushes denormals gets 0. "late" starts torch's thread pool before setup_runtime.
+DENORMALS_SCRIPT = """
+import sys, torch
+sys.path.insert(0, ".")
+import train
+from configs import TrainConfig
+
+torch.set_num_threads(2)
+if sys.argv[1] == "late":
+    torch.ones(1_000_000) * 2.0  # a parallel op: the pool's threads start here
+train.setup_runtime(TrainConfig(device="cpu"))
+x = torch.full((1_000_000,), 1, dtype=torch.int32).view(torch.float32)
+print(int((x * 1.0 != 0).sum()))  # elements not flushed to zero
+"""
+
+
+def test_setup_runtime_flushes_denormals_on_every_thread():
+    first = run_script("-c", DENORMALS_SCRIPT, "first")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["0"], "both threads should flush: they start after setup_runtime"
+    late = run_script("-c", DENORMALS_SCRIPT, "late")
+    assert int(late.stdout) > 0, "a thread started before the setting keeps denormals: why setup_runtime comes first"
+
+
 def test_start_run_dir_moves_a_previous_run_aside(tmp_path):
     run_dir = tmp_path / "runs" / "exp"
     assert train.start_run_dir(run_dir) is None and run_dir.is_dir()  # created
