@@ -8,14 +8,12 @@ Works on any checkpoint, including --no-mask and --no-scale runs.
 import sys
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only, no window
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-
-from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
-from model.diagnostics import flags_label, head_statistics  # noqa: E402
+from data.tokenizer import Tokenizer, TokenizerError
+from model.diagnostics import flags_label, head_statistics
 
 
 def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
@@ -27,33 +25,53 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
     return labels
 
 
-def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_names: list[str] | None = None):
-    """A grid of (T, T) heatmaps, one per head, from weights (H, T, T); rows are queries, columns keys."""
-    H, T = weights.shape[0], weights.shape[-1]
-    cols = min(H, 4)
-    rows = (H + cols - 1) // cols
-    size = 1.6 + 0.09 * T  # inches per panel: room for T labels, small enough to render fast
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows + 0.6), squeeze=False)
-    fig.subplots_adjust(
-        left=0.08 / cols, right=1 - 0.02 / cols, bottom=0.12 / rows, top=1 - 0.5 / (size * rows + 0.6), wspace=0.25, hspace=0.3
-    )
-    fontsize = max(4, min(8, 200 // max(T, 1)))
-    for h, ax in enumerate(axes.flat):
-        if h >= H:
-            ax.axis("off")
-            continue
-        ax.imshow(weights[h].float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
-        ax.set_title(head_names[h] if head_names else f"head {h}", fontsize=9)
-        ax.set_xticks(range(T), labels, rotation=90, fontsize=fontsize)
-        if h % cols == 0:  # query labels on the first column only: tick labels are slow to draw
-            ax.set_yticks(range(T), labels, fontsize=fontsize)
-            ax.set_ylabel("query", fontsize=8)
-        else:
-            ax.set_yticks([])
-        if h // cols == rows - 1:
-            ax.set_xlabel("key (attended to)", fontsize=8)
-    fig.suptitle(title)
-    return fig
+class HeatmapGrid:
+    """A grid of (T, T) heatmaps, one per head, for weights (H, T, T); rows are queries, columns keys.
+
+    Laying out the token labels is most of the cost of a picture, so the grid is built once and
+    draw() only refills the heatmaps and the title: training redraws one grid per layer at every
+    evaluation. A matplotlib Figure that pyplot does not track, so it goes when it is dropped.
+    """
+
+    def __init__(self, n_heads: int, labels: list[str], head_names: list[str] | None = None):
+        T = len(labels)
+        cols = min(n_heads, 4)
+        rows = (n_heads + cols - 1) // cols
+        size = 1.6 + 0.09 * T  # inches per panel: room for T labels, small enough to render fast
+        self.fig = Figure(figsize=(size * cols, size * rows + 0.6))
+        axes = self.fig.subplots(rows, cols, squeeze=False)
+        self.fig.subplots_adjust(
+            left=0.08 / cols, right=1 - 0.02 / cols, bottom=0.12 / rows, top=1 - 0.5 / (size * rows + 0.6), wspace=0.25, hspace=0.3
+        )
+        fontsize = max(4, min(8, 200 // max(T, 1)))
+        self.images = []
+        for h, ax in enumerate(axes.flat):
+            if h >= n_heads:
+                ax.axis("off")
+                continue
+            self.images.append(ax.imshow(np.zeros((T, T)), cmap="viridis", vmin=0.0, vmax=1.0))
+            ax.set_title(head_names[h] if head_names else f"head {h}", fontsize=9)
+            ax.set_xticks(range(T), labels, rotation=90, fontsize=fontsize)
+            if h % cols == 0:  # query labels on the first column only: tick labels are slow to draw
+                ax.set_yticks(range(T), labels, fontsize=fontsize)
+                ax.set_ylabel("query", fontsize=8)
+            else:
+                ax.set_yticks([])
+            if h // cols == rows - 1:
+                ax.set_xlabel("key (attended to)", fontsize=8)
+        self.title = self.fig.suptitle("")
+
+    def draw(self, weights: torch.Tensor, title: str) -> Figure:
+        """The figure, showing weights (H, T, T) under `title`."""
+        for image, head_weights in zip(self.images, weights, strict=True):
+            image.set_data(head_weights.float().cpu().numpy())
+        self.title.set_text(title)
+        return self.fig
+
+
+def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_names: list[str] | None = None) -> Figure:
+    """A one-off grid of heatmaps for weights (H, T, T)."""
+    return HeatmapGrid(weights.shape[0], labels, head_names).draw(weights, title)
 
 
 def main(argv: list[str]) -> Path:
@@ -85,11 +103,9 @@ def main(argv: list[str]) -> Path:
     for layer, w in enumerate(weights):
         fig = heatmap_figure(w[0], labels, f"{path.parent.name}: layer {layer} ({flags})")
         fig.savefig(out / f"attn_L{layer}.png", dpi=110)
-        plt.close(fig)
         for head in range(w.shape[1]):
             fig = heatmap_figure(w[0, head : head + 1], labels, f"{path.parent.name}: layer {layer}, head {head}", [f"L{layer}H{head}"])
             fig.savefig(out / f"attn_L{layer}_H{head}.png", dpi=110)
-            plt.close(fig)
 
     print(f"{path} ({flags}), {len(ids)} tokens; heatmaps in {out}/")
     print("| layer | head | entropy | max weight | saturated | future mass |")

@@ -197,7 +197,7 @@ class RunLogger:
         self.writer.add_text(tag, "\n".join("    " + line for line in text.splitlines()), step)  # indented: shown verbatim
 
     def log_figure(self, step: int, tag: str, figure) -> None:
-        self.writer.add_figure(tag, figure, step)  # closes the figure
+        self.writer.add_figure(tag, figure, step, close=False)  # the figure is drawn again at the next evaluation
 
     def close(self) -> None:
         self.writer.close()
@@ -273,12 +273,12 @@ class EvalSet:
     honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches and the positions scored honestly
     val_bytes: int  # UTF-8 bytes of the decoded val targets, for bits per byte
     heatmap_ids: list[int]  # the probe text drawn in the heatmaps
-    heatmap_labels: list[str]
+    heatmap_grids: list  # one inspect_attention.HeatmapGrid per layer, labelled with that text once
     prompt_ids: list[int]  # start of the logged samples
 
 
 def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
-    from inspect_attention import token_labels
+    from inspect_attention import HeatmapGrid, token_labels
 
     B, T = cfg.train.batch_size, cfg.model.block_size
     gen = torch.Generator().manual_seed(EVAL_SEED)
@@ -291,7 +291,9 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     except TokenizerError:  # a corpus without these characters: use its own text
         heatmap_ids = corpus.val[: min(T, HEATMAP_MAX_TOKENS)].tolist()
         prompt_ids = corpus.val[:1].tolist()
-    return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids)
+    labels = token_labels(tokenizer, heatmap_ids)
+    grids = [HeatmapGrid(cfg.model.n_head, labels) for _ in range(cfg.model.n_layer)]
+    return EvalSet(batches, honest, val_bytes, heatmap_ids, grids, prompt_ids)
 
 
 @torch.no_grad()
@@ -299,8 +301,6 @@ def evaluate(
     model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, logger: "RunLogger", step: int, started: float
 ) -> dict[str, float]:
     """Losses, honest loss, attention statistics, heatmaps and a sample, all logged at `step`."""
-    from inspect_attention import heatmap_figure
-
     device = runtime.device
     metrics = {f"loss/{split}": estimate_loss(model, batches, runtime) for split, batches in ev.batches.items()}
     if not runtime.is_main:
@@ -315,10 +315,8 @@ def evaluate(
         metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
         heatmaps = model.attention_weights(torch.tensor([ev.heatmap_ids], device=device))
     flags = flags_label(model.cfg)
-    for layer, weights in enumerate(heatmaps):
-        logger.log_figure(
-            step, f"attn/heatmap/L{layer}", heatmap_figure(weights[0], ev.heatmap_labels, f"layer {layer} at step {step} ({flags})")
-        )
+    for layer, (weights, grid) in enumerate(zip(heatmaps, ev.heatmap_grids, strict=True)):
+        logger.log_figure(step, f"attn/heatmap/L{layer}", grid.draw(weights[0], f"layer {layer} at step {step} ({flags})"))
     generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
     prompt = torch.tensor([ev.prompt_ids], device=device)
     sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())

@@ -154,6 +154,24 @@ def test_training_logs_every_issue_tag(tmp_path, corpus_file, one_cpu_thread):
     assert "samples/text_summary" in events.Tags()["tensors"]
 
 
+def test_heatmap_grid_redraws_with_the_latest_weights_and_title():
+    from torch.utils.tensorboard._utils import figure_to_image
+
+    labels = ["a", "b", "c", "d"]
+    grid = inspect_attention.HeatmapGrid(n_heads=2, labels=labels)
+    first = torch.stack([uniform_causal(4), torch.eye(4)])  # (H, T, T)
+    second = first.flip(0)  # the two heads swapped
+    picture = figure_to_image(grid.draw(first, "step 0"), close=False)
+    fig = grid.draw(second, "step 5")
+    for image, weights in zip(grid.images, second, strict=True):
+        assert_close(torch.from_numpy(image.get_array().data), weights, atol=0)
+    assert fig._suptitle.get_text() == "step 5"
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == labels
+    redrawn = figure_to_image(fig, close=False)
+    assert redrawn.shape == picture.shape and (redrawn != picture).any()
+    assert (figure_to_image(grid.draw(first, "step 0"), close=False) == picture).all(), "the same input draws the same picture"
+
+
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
     argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=5", "--train.eval_interval=5", "--no-mask")
     train.main(load_config(argv))
