@@ -104,7 +104,7 @@ def setup_runtime(train_cfg: TrainConfig) -> Runtime:
     if device.type == "cpu":
         keep_freed_memory()
         # Round float32 values below 1.2e-38 (denormals) to zero: a saturated softmax, as in
-        # --no-scale, fills attention's backward with them, and the CPU computes them about 4x
+        # --no-scale, fills attention's backward with them, and the CPU computes them 3 to 4x
         # slower. Threads inherit the setting when created, so it is set before torch's thread
         # pool starts, with the first parallel op; later, it would reach this thread only.
         torch.set_flush_denormal(True)
