@@ -63,9 +63,9 @@ def plot_runs(run_dirs: dict[str, Path], path: Path, title: str) -> None:
     """Overlay the logged curves of several runs, one panel per quantity."""
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     colors = dict(zip(run_dirs, ["tab:blue", "tab:red", "tab:orange", "tab:green"], strict=False))
+    metrics = {name: read_metrics(run_dir) for name, run_dir in run_dirs.items()}  # each file read once
     for ax, (panel, tags) in zip(axes.flat, PANELS, strict=True):
-        for name, run_dir in run_dirs.items():
-            rows = read_metrics(run_dir)
+        for name, rows in metrics.items():
             for tag, style in tags:
                 steps, values = curve(rows, tag)
                 ax.plot(steps, values, style, color=colors[name], label=f"{name}" if style == "-" else None)

@@ -183,6 +183,7 @@ class RunLogger:
         purge = None if resume_step is None else resume_step + 1  # TensorBoard hides later events of the old run
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
         self.jsonl = open(path, "a", encoding="utf-8")
+        self.heatmap_grids = []  # one inspect_attention.HeatmapGrid per layer, laid out at the first evaluation
 
     def log(self, step: int, console: bool = False, **metrics: float) -> None:
         for tag, value in metrics.items():
@@ -196,8 +197,15 @@ class RunLogger:
     def log_text(self, step: int, tag: str, text: str) -> None:
         self.writer.add_text(tag, "\n".join("    " + line for line in text.splitlines()), step)  # indented: shown verbatim
 
-    def log_figure(self, step: int, tag: str, figure) -> None:
-        self.writer.add_figure(tag, figure, step, close=False)  # the figure is drawn again at the next evaluation
+    def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str) -> None:
+        """One attn/heatmap/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
+        from inspect_attention import HeatmapGrid
+
+        if not self.heatmap_grids:
+            self.heatmap_grids = [HeatmapGrid(weights.shape[1], labels) for weights in weights_per_layer]
+        for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
+            figure = grid.draw(weights[0], f"layer {layer} at step {step} ({flags})")
+            self.writer.add_figure(f"attn/heatmap/L{layer}", figure, step, close=False)  # drawn again next time
 
     def close(self) -> None:
         self.writer.close()
@@ -273,12 +281,12 @@ class EvalSet:
     honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches and the positions scored honestly
     val_bytes: int  # UTF-8 bytes of the decoded val targets, for bits per byte
     heatmap_ids: list[int]  # the probe text drawn in the heatmaps
-    heatmap_grids: list  # one inspect_attention.HeatmapGrid per layer, labelled with that text once
+    heatmap_labels: list[str]
     prompt_ids: list[int]  # start of the logged samples
 
 
 def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
-    from inspect_attention import HeatmapGrid, token_labels
+    from inspect_attention import token_labels
 
     B, T = cfg.train.batch_size, cfg.model.block_size
     gen = torch.Generator().manual_seed(EVAL_SEED)
@@ -291,9 +299,7 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     except TokenizerError:  # a corpus without these characters: use its own text
         heatmap_ids = corpus.val[: min(T, HEATMAP_MAX_TOKENS)].tolist()
         prompt_ids = corpus.val[:1].tolist()
-    labels = token_labels(tokenizer, heatmap_ids)
-    grids = [HeatmapGrid(cfg.model.n_head, labels) for _ in range(cfg.model.n_layer)]
-    return EvalSet(batches, honest, val_bytes, heatmap_ids, grids, prompt_ids)
+    return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids)
 
 
 @torch.no_grad()
@@ -314,9 +320,7 @@ def evaluate(
         metrics["loss/leak_gap"] = metrics["loss/val_honest"] - sum(f for _, f in pairs) / len(pairs)
         metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
         heatmaps = model.attention_weights(torch.tensor([ev.heatmap_ids], device=device))
-    flags = flags_label(model.cfg)
-    for layer, (weights, grid) in enumerate(zip(heatmaps, ev.heatmap_grids, strict=True)):
-        logger.log_figure(step, f"attn/heatmap/L{layer}", grid.draw(weights[0], f"layer {layer} at step {step} ({flags})"))
+    logger.log_heatmaps(step, heatmaps, ev.heatmap_labels, flags_label(model.cfg))
     generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
     prompt = torch.tensor([ev.prompt_ids], device=device)
     sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())

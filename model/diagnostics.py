@@ -11,7 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from model.attention import future_mass, normalized_entropy, row_max
+from model.attention import future_mass, normalized_entropy, row_max, saturated_fraction
 from model.gpt import GPT
 
 
@@ -51,7 +51,7 @@ def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list
                     "head": head,
                     "entropy": normalized_entropy(w, causal).mean().item(),
                     "max_weight": maxima.mean().item(),
-                    "saturated": (maxima > 0.99).float().mean().item(),
+                    "saturated": saturated_fraction(w, causal).item(),
                     "future_mass": future_mass(w).item(),
                 }
             )
