@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from data.tokenizer import Tokenizer, TokenizerError
@@ -28,9 +29,11 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
 class HeatmapGrid:
     """A grid of (T, T) heatmaps, one per head, for weights (H, T, T); rows are queries, columns keys.
 
-    Laying out the token labels is most of the cost of a picture, so the grid is built once and
-    draw() only refills the heatmaps and the title: training redraws one grid per layer at every
-    evaluation. A matplotlib Figure that pyplot does not track, so it goes when it is dropped.
+    Laying out and drawing the token labels is most of the cost of a picture, so the grid is built
+    once and draw() only refills the heatmaps and the title; pixels() also draws the labels only
+    once and afterwards paints just the heatmaps and the title over a saved copy of them ("blitting"):
+    training renders one grid per layer at every evaluation. A matplotlib Figure that pyplot does
+    not track, so it goes when it is dropped.
     """
 
     def __init__(self, n_heads: int, labels: list[str], head_names: list[str] | None = None):
@@ -60,6 +63,8 @@ class HeatmapGrid:
             if h // cols == rows - 1:
                 ax.set_xlabel("key (attended to)", fontsize=8)
         self.title = self.fig.suptitle("")
+        self.canvas = FigureCanvasAgg(self.fig)
+        self.background = None  # the rendered grid without heatmaps and title, after the first pixels()
 
     def draw(self, weights: torch.Tensor, title: str) -> Figure:
         """The figure, showing weights (H, T, T) under `title`."""
@@ -67,6 +72,23 @@ class HeatmapGrid:
             image.set_data(head_weights.float().cpu().numpy())
         self.title.set_text(title)
         return self.fig
+
+    def pixels(self, weights: torch.Tensor, title: str) -> np.ndarray:
+        """The picture of weights (H, T, T) under `title`, as (height, width, 3) uint8 RGB."""
+        self.draw(weights, title)
+        frames = [spine for ax in self.fig.axes for spine in ax.spines.values()]  # drawn over the heatmaps' edges
+        on_top = [*self.images, *frames, self.title]  # in the order of a full draw
+        if self.background is None:
+            for artist in on_top:
+                artist.set_animated(True)  # left out of a full draw
+            self.canvas.draw()
+            self.background = self.canvas.copy_from_bbox(self.fig.bbox)
+            for artist in on_top:
+                artist.set_animated(False)
+        self.canvas.restore_region(self.background)
+        for artist in on_top:
+            self.fig.draw_artist(artist)
+        return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
 
 
 def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_names: list[str] | None = None) -> Figure:

@@ -204,8 +204,8 @@ class RunLogger:
         if not self.heatmap_grids:
             self.heatmap_grids = [HeatmapGrid(weights.shape[1], labels) for weights in weights_per_layer]
         for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
-            figure = grid.draw(weights[0], f"layer {layer} at step {step} ({flags})")
-            self.writer.add_figure(f"attn/heatmap/L{layer}", figure, step, close=False)  # drawn again next time
+            picture = grid.pixels(weights[0], f"layer {layer} at step {step} ({flags})")  # (height, width, 3)
+            self.writer.add_image(f"attn/heatmap/L{layer}", picture, step, dataformats="HWC")
 
     def close(self) -> None:
         self.writer.close()

@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import assert_close, tiny_argv
@@ -170,6 +171,24 @@ def test_heatmap_grid_redraws_with_the_latest_weights_and_title():
     redrawn = figure_to_image(fig, close=False)
     assert redrawn.shape == picture.shape and (redrawn != picture).any()
     assert (figure_to_image(grid.draw(first, "step 0"), close=False) == picture).all(), "the same input draws the same picture"
+
+
+def test_heatmap_grid_pixels_equal_a_full_draw_at_every_call():
+    """pixels() draws the labels once and then only the heatmaps and title: the picture must not show it."""
+    from torch.utils.tensorboard._utils import figure_to_image
+
+    labels = ["T", "o", " ", "b", "e", ",", " ", "o", "r"]
+    T = len(labels)
+    grid = inspect_attention.HeatmapGrid(n_heads=3, labels=labels)  # 3 heads: one empty panel in the grid
+    g = torch.Generator().manual_seed(0)
+    for step in range(3):
+        weights = torch.randn(3, T, T, generator=g).softmax(-1)  # (H, T, T), new weights each time
+        title = f"layer 0 at step {step * 100} ({'x' * step})"
+        picture = grid.pixels(weights, title)  # (height, width, 3)
+        fresh = inspect_attention.HeatmapGrid(n_heads=3, labels=labels)
+        full = figure_to_image(fresh.draw(weights, title), close=False)  # (3, height, width): a whole draw
+        assert picture.dtype == np.uint8 and picture.shape == (full.shape[1], full.shape[2], 3)
+        assert (picture == full.transpose(1, 2, 0)).all(), f"call {step}: the blitted picture differs from a full draw"
 
 
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
