@@ -105,6 +105,35 @@ def test_setup_runtime_without_cuda():
         train.setup_runtime(TrainConfig(device="cuda"))
 
 
+def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
+    """The defaults the README promises, checked on any machine by pretending CUDA or MPS is there.
+
+    CUDA: bf16 autocast, TF32 matmuls, fused AdamW and torch.compile. MPS: no autocast, no compile.
+    The real thing runs in test_cuda_run_uses_bf16_autocast_and_compile, on a CUDA machine.
+    """
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        cuda = train.setup_runtime(TrainConfig(device="auto"))
+        assert cuda.device == torch.device("cuda") and "CUDA found" in cuda.why
+        assert cuda.autocast_dtype == torch.bfloat16 and cuda.use_compile
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        assert not train.setup_runtime(TrainConfig(device="cuda", compile="false")).use_compile
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11))
+    for device, fused in (("cuda", True), ("cpu", True), ("mps", False)):  # one fused kernel where torch has one
+        assert train.make_optimizer(model, TrainConfig(), torch.device(device)).defaults["fused"] is fused
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    mps = train.setup_runtime(TrainConfig(device="auto"))
+    assert mps.device == torch.device("mps") and "Apple MPS found" in mps.why
+    assert mps.autocast_dtype is None and not mps.use_compile
+
+
 # Minor page faults of making and freeing a 64 MiB tensor (16,384 pages) three times, before and
 # after keep_freed_memory(), in a fresh interpreter: the test process may have tuned malloc already.
 PAGE_FAULTS_SCRIPT = """
