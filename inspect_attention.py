@@ -64,7 +64,9 @@ class HeatmapGrid:
                 ax.set_xlabel("key (attended to)", fontsize=8)
         self.title = self.fig.suptitle("")
         self.canvas = FigureCanvasAgg(self.fig)
-        self.background = None  # the rendered grid without heatmaps and title, after the first pixels()
+        frames = [spine for ax in self.fig.axes for spine in ax.spines.values()]  # drawn over the heatmaps' edges
+        self.on_top = [*self.images, *frames, self.title]  # what pixels() repaints, in the order of a full draw
+        self.background = None  # the rendered grid without self.on_top, after the first pixels()
 
     def draw(self, weights: torch.Tensor, title: str) -> Figure:
         """The figure, showing weights (H, T, T) under `title`."""
@@ -76,17 +78,15 @@ class HeatmapGrid:
     def pixels(self, weights: torch.Tensor, title: str) -> np.ndarray:
         """The picture of weights (H, T, T) under `title`, as (height, width, 3) uint8 RGB."""
         self.draw(weights, title)
-        frames = [spine for ax in self.fig.axes for spine in ax.spines.values()]  # drawn over the heatmaps' edges
-        on_top = [*self.images, *frames, self.title]  # in the order of a full draw
         if self.background is None:
-            for artist in on_top:
+            for artist in self.on_top:
                 artist.set_animated(True)  # left out of a full draw
             self.canvas.draw()
             self.background = self.canvas.copy_from_bbox(self.fig.bbox)
-            for artist in on_top:
+            for artist in self.on_top:
                 artist.set_animated(False)
         self.canvas.restore_region(self.background)
-        for artist in on_top:
+        for artist in self.on_top:
             self.fig.draw_artist(artist)
         return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
 
