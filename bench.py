@@ -28,11 +28,14 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from configs import Config, ConfigError, load_config
+from configs import Config, load_config
+from engine.cli import run_command
+from engine.optim import make_optimizer
+from engine.runtime import Runtime, setup_runtime
+from engine.step import draw_micro_batches, train_step
 from model import GPT
 from model.attention import attention
 from model.tiled import tiled_attention
-from train import Runtime, draw_micro_batches, make_optimizer, setup_runtime, train_step
 
 VOCAB_SIZES = {"char": 65, "gpt2": 50257}  # the tokenizers' vocabularies, so no corpus is needed
 ATTENTION_LENGTHS = (256, 1024, 4096)
@@ -336,8 +339,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run_command(main, sys.argv[1:]))

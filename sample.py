@@ -12,64 +12,10 @@ from pathlib import Path
 import torch
 
 from configs import ConfigError, TrainConfig
-from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
-from model import GPT, ModelConfig
-from model.checkpoint import CheckpointError, read_checkpoint
-from train import setup_runtime
-
-
-def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
-    """Rebuild the model and tokenizer stored in a checkpoint; returns (model in eval mode, tokenizer, checkpoint)."""
-    path = Path(path)
-    checkpoint = read_checkpoint(path)
-    try:
-        model_cfg = ModelConfig(**checkpoint["config"]["model"])
-        tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
-    except (TypeError, KeyError, ValueError) as e:
-        raise CheckpointError(f"{path} holds an invalid config or tokenizer: {e}") from None
-    if tokenizer.vocab_size != model_cfg.vocab_size:
-        raise CheckpointError(f"{path} is inconsistent: tokenizer has {tokenizer.vocab_size} tokens, model {model_cfg.vocab_size}")
-    model = GPT(model_cfg)
-    try:
-        model.load_state_dict(checkpoint["model"])
-    except (RuntimeError, TypeError, AttributeError) as e:
-        detail = str(e).strip().splitlines()[0]
-        raise CheckpointError(f"{path}: its weights do not fit its model config ({detail[:200]})") from None
-    return model.to(device).eval(), tokenizer, checkpoint
-
-
-def positive_int(text: str) -> int:
-    value = non_negative_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line on stderr and exit code 2, without the usage block."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see --help)\n")
+from data.tokenizer import TokenizerError
+from engine.checkpoints import load_model
+from engine.cli import OneLineParser, non_negative_int, positive_float, positive_int, run_command
+from engine.runtime import setup_runtime
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -117,8 +63,4 @@ def main(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (CheckpointError, TokenizerError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run_command(main, sys.argv[1:]))

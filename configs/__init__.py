@@ -56,7 +56,7 @@ class TrainConfig:
     max_steps: int = 1000  # optimizer steps in the whole run
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     min_lr: float = 1e-4  # learning rate at the last step of the cosine decay
-    warmup_steps: int = 100  # steps of linear warmup from 0 to lr
+    warmup_steps: int = 100  # steps of linear warmup from 0 to lr (a shorter run warms up over all of it)
     weight_decay: float = 0.1  # AdamW decay, on matrices only
     beta1: float = 0.9  # AdamW momentum
     beta2: float = 0.99  # AdamW second-moment decay
@@ -80,8 +80,8 @@ class TrainConfig:
             raise ValueError(f"train.lr must be positive, got {self.lr}")
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}")
-        if not 0 <= self.warmup_steps <= self.max_steps:
-            raise ValueError(f"train.warmup_steps must be between 0 and train.max_steps ({self.max_steps}), got {self.warmup_steps}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
         for name in ("weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
@@ -95,6 +95,11 @@ class TrainConfig:
             raise ValueError(f"train.device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
+
+    @property
+    def warmup(self) -> int:
+        """The warmup the schedule uses: warmup_steps, shrunk to fit a run shorter than it (`--train.max_steps=3`)."""
+        return min(self.warmup_steps, self.max_steps)
 
 
 @dataclass(frozen=True)

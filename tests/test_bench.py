@@ -7,7 +7,7 @@ import torch
 
 import bench
 from configs import load_config
-from train import setup_runtime
+from engine.runtime import setup_runtime
 
 MiB = 2**20
 

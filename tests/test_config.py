@@ -212,7 +212,7 @@ def test_bad_arguments(argv, message):
         ("--train.device=tpu", "train.device must be one of auto, cpu, cuda, mps"),
         ("--train.device=cuda:x", "train.device must be one of"),
         ("--train.min_lr=1", r"train.min_lr must be between 0 and train.lr"),
-        ("--train.warmup_steps=41", r"train.warmup_steps must be between 0 and train.max_steps \(40\)"),
+        ("--train.warmup_steps=-1", "train.warmup_steps must be >= 0"),
         ("--train.run_name=a/b", "train.run_name must be a plain folder name"),
         ("--model.attention=flash", "model.attention must be one of sdpa, manual"),
     ],

@@ -9,12 +9,14 @@ import torch
 from conftest import assert_close, tiny_argv
 
 import compare
+import engine.heatmaps
+import engine.runtime
 import inspect_attention
 import train
 from configs import load_config
+from engine.diagnostics import attention_summary, bits_per_byte, honest_loss, honest_positions, qk_grad_norm
 from model import GPT, ModelConfig
 from model.attention import future_mass, normalized_entropy, row_max, saturated_fraction
-from model.diagnostics import attention_summary, bits_per_byte, honest_loss, honest_positions, qk_grad_norm
 
 
 def uniform_causal(T: int) -> torch.Tensor:
@@ -63,7 +65,7 @@ def test_attention_summary_of_a_causal_and_an_unmasked_model():
         stats = attention_summary(model, idx)
         assert (stats["attn/future_mass"] == 0.0) == causal
         assert 0.9 < stats["attn/entropy"] <= 1.0  # small random init: close to uniform
-        assert {f"attn/entropy/L{layer}H{head}" for layer in range(2) for head in range(2)} <= stats.keys()
+        assert {f"heads/entropy/L{layer}H{head}" for layer in range(2) for head in range(2)} <= stats.keys()
 
 
 def test_score_std_grows_by_sqrt_head_size_without_the_scale():
@@ -145,7 +147,7 @@ def test_training_logs_every_issue_tag(tmp_path, corpus_file, one_cpu_thread):
         "grad/qk_norm",
         "perf/tokens_per_s",
         "lr",
-        "attn/entropy/L0H0",
+        "heads/entropy/L0H0",
     }
     assert wanted <= tags, wanted - tags
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -159,7 +161,7 @@ def test_heatmap_grid_redraws_with_the_latest_weights_and_title():
     from torch.utils.tensorboard._utils import figure_to_image
 
     labels = ["a", "b", "c", "d"]
-    grid = inspect_attention.HeatmapGrid(n_heads=2, labels=labels)
+    grid = engine.heatmaps.HeatmapGrid(n_heads=2, labels=labels)
     first = torch.stack([uniform_causal(4), torch.eye(4)])  # (H, T, T)
     second = first.flip(0)  # the two heads swapped
     picture = figure_to_image(grid.draw(first, "step 0"), close=False)
@@ -179,13 +181,13 @@ def test_heatmap_grid_pixels_equal_a_full_draw_at_every_call():
 
     labels = ["T", "o", " ", "b", "e", ",", " ", "o", "r"]
     T = len(labels)
-    grid = inspect_attention.HeatmapGrid(n_heads=3, labels=labels)  # 3 heads: one empty panel in the grid
+    grid = engine.heatmaps.HeatmapGrid(n_heads=3, labels=labels)  # 3 heads: one empty panel in the grid
     g = torch.Generator().manual_seed(0)
     for step in range(3):
         weights = torch.randn(3, T, T, generator=g).softmax(-1)  # (H, T, T), new weights each time
         title = f"layer 0 at step {step * 100} ({'x' * step})"
         picture = grid.pixels(weights, title)  # (height, width, 3)
-        fresh = inspect_attention.HeatmapGrid(n_heads=3, labels=labels)
+        fresh = engine.heatmaps.HeatmapGrid(n_heads=3, labels=labels)
         full = figure_to_image(fresh.draw(weights, title), close=False)  # (3, height, width): a whole draw
         assert picture.dtype == np.uint8 and picture.shape == (full.shape[1], full.shape[2], 3)
         assert (picture == full.transpose(1, 2, 0)).all(), f"call {step}: the blitted picture differs from a full draw"
@@ -218,7 +220,7 @@ def test_compare_runs_three_variants_side_by_side(tmp_path, corpus_file, one_cpu
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: checks bf16 autocast and torch.compile")
 def test_cuda_run_uses_bf16_autocast_and_compile(tmp_path, corpus_file):
-    runtime = train.setup_runtime(load_config(["--config", "tiny", "--device", "cuda"]).train)
+    runtime = engine.runtime.setup_runtime(load_config(["--config", "tiny", "--device", "cuda"]).train)
     assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile
     summary = train.main(load_config(tiny_argv(tmp_path, corpus_file, "--device", "cuda", "--train.max_steps=10")))
     assert math.isfinite(summary["loss/val"])

@@ -20,9 +20,12 @@ import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, tiny_argv, write_corpus
 
+import engine.checkpoints
+import engine.evaluation
+import engine.runtime
 import train
 from configs import load_config
-from model.checkpoint import read_checkpoint
+from engine.checkpoints import read_checkpoint
 
 pytestmark = [
     pytest.mark.skipif(
@@ -45,8 +48,8 @@ def by_step(metrics: list[dict], key: str) -> dict[int, float]:
     return {m["step"]: m[key] for m in metrics if key in m}
 
 
-def cpu_runtime(rank: int, world_size: int) -> train.Runtime:
-    return train.Runtime(device=torch.device("cpu"), autocast_dtype=None, why="", rank=rank, world_size=world_size)
+def cpu_runtime(rank: int, world_size: int) -> engine.runtime.Runtime:
+    return engine.runtime.Runtime(device=torch.device("cpu"), autocast_dtype=None, why="", rank=rank, world_size=world_size)
 
 
 def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -102,7 +105,9 @@ def accumulated(tmp_path_factory, corpus, one_cpu_thread) -> list[dict]:
     """The same run in one process: batch_size sequences x 2 micro-steps per optimizer step."""
     root = tmp_path_factory.mktemp("single")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train, "HEATMAP_MAX_TOKENS", 4)  # small heatmaps: the figures are not under test, and are most of an evaluation's time
+        mp.setattr(
+            engine.evaluation, "HEATMAP_MAX_TOKENS", 4
+        )  # small heatmaps: the figures are not under test, and are most of an evaluation's time
         train.main(load_config(tiny_argv(root, corpus, *DDP, "--train.grad_accum_steps=2")))
     return read_metrics(root / "runs" / "tiny")
 
@@ -177,7 +182,7 @@ def test_torchrun_resume_continues_the_run(ddp_job, tmp_path):
 def test_gradient_accumulation_matches_one_big_batch(tmp_path, corpus, accumulated):
     """batch_size 16 in one micro-step trains on the same windows as 8 x 2 micro-steps: the same losses, to float error."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train, "HEATMAP_MAX_TOKENS", 4)
+        mp.setattr(engine.evaluation, "HEATMAP_MAX_TOKENS", 4)
         train.main(load_config(tiny_argv(tmp_path, corpus, *DDP, "--train.batch_size=16")))
     got, want = by_step(read_metrics(tmp_path / "runs" / "tiny"), "loss/train_step"), by_step(accumulated, "loss/train_step")
     steps = sorted(want)
@@ -195,7 +200,7 @@ def ddp_rank(rank: int, port: int, argv: list[str], stop_after: int, log: str) -
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    train.HEATMAP_MAX_TOKENS = 4  # small heatmaps: the figures are not under test
+    engine.evaluation.HEATMAP_MAX_TOKENS = 4  # small heatmaps: the figures are not under test
     if stop_after and rank == 0:  # Ctrl-C reaches rank 0 during step index stop_after - 1
         real, calls = train.draw_micro_batches, [0]
 

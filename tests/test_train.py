@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_close, assert_one_line_error, run_script, tiny_argv, write_corpus
+from conftest import assert_close, assert_one_line_error, gpt2_encoding_or_skip, run_script, tiny_argv, write_corpus
 
+import engine.evaluation
+import engine.optim
+import engine.runlog
+import engine.runtime
 import train
 from configs import ConfigError, TrainConfig, load_config
 from data.corpus import DataError
@@ -44,28 +48,45 @@ SCHEDULE = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=111)  # 
 
 
 def test_lr_rises_linearly_through_warmup():
-    lrs = [train.lr_at(step, SCHEDULE) for step in range(10)]
+    lrs = [engine.optim.lr_at(step, SCHEDULE) for step in range(10)]
     assert lrs == pytest.approx([1e-4 * (step + 1) for step in range(10)], rel=1e-12)
     steps = [b - a for a, b in zip(lrs, lrs[1:], strict=False)]
     assert steps == pytest.approx([1e-4] * 9, rel=1e-9)  # equal increments: a straight line
 
 
 def test_lr_at_end_of_warmup_middle_and_last_step():
-    assert train.lr_at(10, SCHEDULE) == pytest.approx(1e-3, rel=1e-12)  # step == warmup_steps: the peak
-    assert train.lr_at(60, SCHEDULE) == pytest.approx((1e-3 + 1e-4) / 2, rel=1e-12)  # halfway down the cosine
-    assert train.lr_at(110, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # step max_steps - 1: min_lr
-    assert train.lr_at(500, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # past the end it stays at min_lr
+    assert engine.optim.lr_at(10, SCHEDULE) == pytest.approx(1e-3, rel=1e-12)  # step == warmup_steps: the peak
+    assert engine.optim.lr_at(60, SCHEDULE) == pytest.approx((1e-3 + 1e-4) / 2, rel=1e-12)  # halfway down the cosine
+    assert engine.optim.lr_at(110, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # step max_steps - 1: min_lr
+    assert engine.optim.lr_at(500, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # past the end it stays at min_lr
 
 
 def test_lr_decreases_monotonically_after_warmup():
-    lrs = [train.lr_at(step, SCHEDULE) for step in range(10, 111)]
+    lrs = [engine.optim.lr_at(step, SCHEDULE) for step in range(10, 111)]
     assert all(b < a for a, b in zip(lrs, lrs[1:], strict=False))
     assert max(lrs) == lrs[0] and min(lrs) == lrs[-1]
 
 
 def test_lr_without_warmup_starts_at_peak():
     cfg = TrainConfig(lr=2e-3, min_lr=2e-4, warmup_steps=0, max_steps=5)
-    assert [train.lr_at(s, cfg) for s in (0, 4)] == pytest.approx([2e-3, 2e-4], rel=1e-12)
+    assert [engine.optim.lr_at(s, cfg) for s in (0, 4)] == pytest.approx([2e-3, 2e-4], rel=1e-12)
+
+
+def test_a_run_shorter_than_its_warmup_warms_up_over_the_whole_run():
+    cfg = TrainConfig(lr=3e-3, min_lr=3e-4, warmup_steps=50, max_steps=3)  # the base preset's warmup, a 3-step try
+    assert cfg.warmup == 3
+    assert [engine.optim.lr_at(s, cfg) for s in range(3)] == pytest.approx([1e-3, 2e-3, 3e-3], rel=1e-12)  # the peak on the last step
+
+
+def test_base_preset_with_three_steps_runs_end_to_end(tmp_path, corpus_file, one_cpu_thread):
+    """`python train.py --config base --train.max_steps=3`: the preset's 50 warmup steps shrink to fit."""
+    gpt2_encoding_or_skip()
+    argv = ["--config", "base", "--train.max_steps=3", "--data-file", str(corpus_file), "--data.cache_dir", str(tmp_path / "cache")]
+    summary = train.main(load_config([*argv, "--runs-dir", str(tmp_path / "runs"), "--device", "cpu", "--train.eval_batches=1"]))
+    metrics = [json.loads(line) for line in (tmp_path / "runs" / "base" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "loss/val" in m] == [0, 3]
+    assert [m["lr"] for m in metrics if "lr" in m] == pytest.approx([2e-3], rel=1e-12)  # step 3 of 3: the peak, then the run ends
+    assert summary["loss/val"] < metrics[0]["loss/val"]  # three steps at a warmed-up rate already lower the loss
 
 
 # 2. Small helpers
@@ -76,20 +97,20 @@ def test_estimate_loss_is_the_eval_mode_mean_and_restores_train_mode():
     model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.5))
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randint(0, 11, (2, 8), generator=g), torch.randint(0, 11, (2, 8), generator=g)) for _ in range(3)]
-    runtime = train.setup_runtime(TrainConfig(device="cpu"))
+    runtime = engine.runtime.setup_runtime(TrainConfig(device="cpu"))
     model.train()
-    loss = train.estimate_loss(model, batches, runtime)
+    loss = engine.evaluation.estimate_loss(model, batches, runtime)
     assert model.training  # switched back
     model.eval()
     with torch.no_grad():
         expected = sum(model(x, y)[1].item() for x, y in batches) / 3  # no dropout in eval()
     assert loss == pytest.approx(expected, abs=1e-6)
-    assert train.estimate_loss(model, batches, runtime) == pytest.approx(expected, abs=1e-6)
+    assert engine.evaluation.estimate_loss(model, batches, runtime) == pytest.approx(expected, abs=1e-6)
     assert not model.training  # an eval-mode model stays in eval mode
 
 
 def test_setup_runtime_cpu():
-    runtime = train.setup_runtime(TrainConfig(device="cpu"))
+    runtime = engine.runtime.setup_runtime(TrainConfig(device="cpu"))
     assert runtime.device == torch.device("cpu")
     assert runtime.autocast_dtype is None
     assert runtime.why == "from train.device"
@@ -97,12 +118,12 @@ def test_setup_runtime_cpu():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA machine; this one has CUDA")
 def test_setup_runtime_without_cuda():
-    runtime = train.setup_runtime(TrainConfig(device="auto"))
+    runtime = engine.runtime.setup_runtime(TrainConfig(device="auto"))
     if not torch.backends.mps.is_available():
         assert runtime.device == torch.device("cpu")
         assert "no CUDA" in runtime.why
     with pytest.raises(ConfigError, match="no CUDA; use --device auto or --device cpu"):
-        train.setup_runtime(TrainConfig(device="cuda"))
+        engine.runtime.setup_runtime(TrainConfig(device="cuda"))
 
 
 def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
@@ -116,20 +137,20 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        cuda = train.setup_runtime(TrainConfig(device="auto"))
+        cuda = engine.runtime.setup_runtime(TrainConfig(device="auto"))
         assert cuda.device == torch.device("cuda") and "CUDA found" in cuda.why
         assert cuda.autocast_dtype == torch.bfloat16 and cuda.use_compile
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
-        assert not train.setup_runtime(TrainConfig(device="cuda", compile="false")).use_compile
+        assert not engine.runtime.setup_runtime(TrainConfig(device="cuda", compile="false")).use_compile
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11))
     for device, fused in (("cuda", True), ("cpu", True), ("mps", False)):  # one fused kernel where torch has one
-        assert train.make_optimizer(model, TrainConfig(), torch.device(device)).defaults["fused"] is fused
+        assert engine.optim.make_optimizer(model, TrainConfig(), torch.device(device)).defaults["fused"] is fused
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    mps = train.setup_runtime(TrainConfig(device="auto"))
+    mps = engine.runtime.setup_runtime(TrainConfig(device="auto"))
     assert mps.device == torch.device("mps") and "Apple MPS found" in mps.why
     assert mps.autocast_dtype is None and not mps.use_compile
 
@@ -139,7 +160,7 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
 PAGE_FAULTS_SCRIPT = """
 import resource, sys, torch
 sys.path.insert(0, ".")
-import train
+import engine.runtime
 
 def faults():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -149,7 +170,7 @@ def faults():
 
 faults()
 default = faults()
-took = train.keep_freed_memory()
+took = engine.runtime.keep_freed_memory()
 faults()
 print(took, default, faults())
 """
@@ -170,13 +191,13 @@ def test_keep_freed_memory_stops_refaulting_freed_tensors():
 DENORMALS_SCRIPT = """
 import sys, torch
 sys.path.insert(0, ".")
-import train
+import engine.runtime
 from configs import TrainConfig
 
 torch.set_num_threads(2)
 if sys.argv[1] == "late":
     torch.ones(1_000_000) * 2.0  # a parallel op: the pool's threads start here
-train.setup_runtime(TrainConfig(device="cpu"))
+engine.runtime.setup_runtime(TrainConfig(device="cpu"))
 x = torch.full((1_000_000,), 1, dtype=torch.int32).view(torch.float32)
 print(int((x * 1.0 != 0).sum()))  # elements not flushed to zero
 """
@@ -192,24 +213,24 @@ def test_setup_runtime_flushes_denormals_on_every_thread():
 
 def test_start_run_dir_moves_a_previous_run_aside(tmp_path):
     run_dir = tmp_path / "runs" / "exp"
-    assert train.start_run_dir(run_dir) is None and run_dir.is_dir()  # created
-    assert train.start_run_dir(run_dir) is None  # empty: nothing to move
+    assert engine.runlog.start_run_dir(run_dir) is None and run_dir.is_dir()  # created
+    assert engine.runlog.start_run_dir(run_dir) is None  # empty: nothing to move
     (run_dir / "metrics.jsonl").write_text("first\n")
     first_mtime = run_dir.stat().st_mtime
-    moved = Path(train.start_run_dir(run_dir))
+    moved = Path(engine.runlog.start_run_dir(run_dir))
     assert moved.name.startswith("exp.old-") and (moved / "metrics.jsonl").read_text() == "first\n"
     assert list(run_dir.iterdir()) == []
     (run_dir / "metrics.jsonl").write_text("second\n")
     os.utime(run_dir, (first_mtime, first_mtime))  # the same timestamp: the names would collide
-    again = Path(train.start_run_dir(run_dir))
+    again = Path(engine.runlog.start_run_dir(run_dir))
     assert again.name == moved.name + "-1"
     assert (again / "metrics.jsonl").read_text() == "second\n" and (moved / "metrics.jsonl").read_text() == "first\n"
 
 
 def test_save_checkpoint_replaces_atomically(tmp_path):
     path = tmp_path / "ckpt.pt"
-    train.save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
-    train.save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
+    engine.checkpoints.save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
+    engine.checkpoints.save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
     loaded = torch.load(path, weights_only=True)
     assert loaded["step"] == 2
     assert_close(loaded["w"], torch.zeros(3), atol=0.0)
@@ -252,7 +273,7 @@ def test_smoke_logs_the_schedule(smoke):
     logged = [m for m in read_metrics(smoke["run_dir"]) if "lr" in m]
     assert [m["step"] for m in logged] == [5, 10, 15, 20]  # every log_interval = 5 steps
     for m in logged:
-        assert m["lr"] == train.lr_at(m["step"] - 1, smoke["cfg"].train)  # the lr of the step just taken
+        assert m["lr"] == engine.optim.lr_at(m["step"] - 1, smoke["cfg"].train)  # the lr of the step just taken
     assert logged[-1]["lr"] == pytest.approx(3e-4, rel=1e-12)  # min_lr at the last step
 
 

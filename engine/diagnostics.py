@@ -70,7 +70,8 @@ def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
     attn/entropy: mean normalised row entropy (1 = uniform over what a query may see, 0 = one-hot);
     attn/max_weight: mean row maximum; attn/saturated_frac: share of rows whose maximum exceeds 0.99;
     attn/future_mass: mean weight on later positions (0 under the causal mask);
-    attn/score_std: std of the pre-softmax scores at visible positions, averaged over layers.
+    attn/score_std: std of the pre-softmax scores at visible positions, averaged over layers;
+    heads/entropy/L{layer}H{head}: the entropy of each head, in a TensorBoard section of its own.
     Every head has as many rows, so the means over heads are the means over all rows.
     """
     probe = model.attention_probe(idx)
@@ -86,7 +87,7 @@ def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
         "attn/saturated_frac": mean("saturated"),
         "attn/future_mass": mean("future_mass"),
         "attn/score_std": sum(score_std) / len(score_std),
-        **{f"attn/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads},
+        **{f"heads/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads},  # a section of their own
     }
 
 

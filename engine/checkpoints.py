@@ -1,0 +1,201 @@
+"""Checkpoint files: written atomically, read as data only, and the run state that --resume restores.
+
+A checkpoint is a dict of tensors and plain Python data (numbers, strings, lists, dicts).
+Writing goes to a temporary file in the same folder, is flushed and fsynced, then renamed over
+the old file: a process killed at any moment, even during a save, leaves the previous
+checkpoint intact. Reading uses torch.load(weights_only=True), which refuses anything that
+would run code while unpickling.
+
+A run keeps two files: ckpt.pt, the latest state (weights, optimizer, sampler and random
+states, the loop's progress), and best.pt, the weights with the best val loss so far.
+"""
+
+import dataclasses
+import math
+import os
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from configs import Config
+from data.tokenizer import Tokenizer, tokenizer_from_state
+from engine.runtime import Runtime
+from model import GPT, ModelConfig
+
+
+class CheckpointError(Exception):
+    """A checkpoint that is missing, unreadable, unsafe or does not fit; the message says what to do."""
+
+
+def save_checkpoint(path: Path, payload: dict) -> None:
+    """Write payload to path atomically. Refuses non-finite weights; a failed write leaves the old file as it was."""
+    for name, tensor in payload.get("model", {}).items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write (a full disk) as RuntimeError
+        tmp.unlink(missing_ok=True)
+        cause = e
+        while cause is not None and not isinstance(cause, OSError):  # torch wraps the OSError of a failed write
+            cause = cause.__cause__ or cause.__context__
+        reason = cause.strerror if cause is not None and cause.strerror else f"the write failed ({type(e).__name__})"
+        raise CheckpointError(f"could not save {path}: {reason}; the previous checkpoint there is intact") from None
+
+
+def read_checkpoint(path: Path, map_location="cpu") -> dict:
+    """torch.load with weights_only=True, turning every way it can fail into one CheckpointError."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"no checkpoint at {path}; train one first (python train.py --config base) or pass --run NAME / --checkpoint PATH"
+        )
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+        if unsafe:  # a pickle that asks to import and call something: it could run code
+            raise CheckpointError(
+                f"refused to load {path}: it asks to run {unsafe.group(1)}, and checkpoints may hold only tensors and plain data"
+            ) from None
+        raise CheckpointError(f"cannot read {path}: the file is truncated, corrupt or not a checkpoint") from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+        raise CheckpointError(f"cannot read {path}: the file is truncated, corrupt or not a checkpoint ({type(e).__name__})") from None
+    if not isinstance(checkpoint, dict) or not {"model", "config", "tokenizer", "step"} <= checkpoint.keys():
+        raise CheckpointError(f"{path} is not a checkpoint of this project (it lacks model, config, tokenizer or step)")
+    if not isinstance(checkpoint["model"], dict) or not all(isinstance(t, torch.Tensor) for t in checkpoint["model"].values()):
+        raise CheckpointError(f"{path} is not a checkpoint of this project (its model entry is not a dict of tensors)")
+    val_loss = checkpoint.get("val_loss")
+    if val_loss is not None and not (isinstance(val_loss, float) and math.isfinite(val_loss)):
+        raise CheckpointError(f"{path} records a non-finite or invalid val loss ({val_loss!r})")
+    return checkpoint
+
+
+def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
+    """Rebuild the model and tokenizer stored in a checkpoint; returns (model in eval mode, tokenizer, checkpoint).
+
+    The model config comes from the checkpoint, never from a TOML file, so an old checkpoint
+    still loads after the presets change.
+    """
+    path = Path(path)
+    checkpoint = read_checkpoint(path)
+    try:
+        model_cfg = ModelConfig(**checkpoint["config"]["model"])
+        tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
+    except (TypeError, KeyError, ValueError) as e:
+        raise CheckpointError(f"{path} holds an invalid config or tokenizer: {e}") from None
+    if tokenizer.vocab_size != model_cfg.vocab_size:
+        raise CheckpointError(f"{path} is inconsistent: tokenizer has {tokenizer.vocab_size} tokens, model {model_cfg.vocab_size}")
+    model = GPT(model_cfg)
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except (RuntimeError, TypeError, AttributeError) as e:
+        detail = str(e).strip().splitlines()[0]
+        raise CheckpointError(f"{path}: its weights do not fit its model config ({detail[:200]})") from None
+    return model.to(device).eval(), tokenizer, checkpoint
+
+
+@dataclass
+class Progress:
+    """Where the training loop stands: saved beside the weights so that --resume continues without a seam."""
+
+    step: int = 0  # optimizer steps done
+    evaluated: bool = False  # whether `step` was evaluated before the save (a resumed run does not evaluate it again)
+    best_val: float = math.inf  # the best val loss so far: best.pt holds its weights
+    window_loss: float | torch.Tensor = 0.0  # training loss summed over the steps since the last loss line
+    window_steps: int = 0  # how many steps that sum holds
+    val_loss: float | None = None  # the latest evaluation's val loss
+
+
+def read_resumable(cfg: Config, source_sha256: str) -> dict:
+    """The run's ckpt.pt, if it can continue this run: same model, same tokenizer, same text, steps left."""
+    path = cfg.run_dir / "ckpt.pt"
+    if not path.is_file():
+        raise CheckpointError(
+            f"nothing to resume: no checkpoint at {path}; check --run-name and --runs-dir, or start afresh without --resume"
+        )
+    checkpoint = read_checkpoint(path)
+    saved = checkpoint["config"].get("model", {}) if isinstance(checkpoint.get("config"), dict) else {}
+    wanted = dataclasses.asdict(cfg.model)
+    diff = [f"{k} {saved.get(k)!r} vs {v!r}" for k, v in wanted.items() if saved.get(k) != v and k != "attention"]
+    if diff:
+        raise CheckpointError(
+            f"{path} was trained with another model config ({'; '.join(diff)}); resume with the run's own flags, or start a new run"
+        )
+    if checkpoint.get("source_sha256") != source_sha256:
+        raise CheckpointError(f"{path} was trained on another text; resume with the same --data-file, or start a new run")
+    if not all(k in checkpoint for k in ("optimizer", "train_rng", "torch_rng")):
+        raise CheckpointError(f"{path} holds weights only (no optimizer or sampler state), so it cannot be resumed")
+    if checkpoint["step"] >= cfg.train.max_steps:
+        raise CheckpointError(f"{path} already finished at step {checkpoint['step']}; raise --train.max_steps to train further")
+    return checkpoint
+
+
+def restore(checkpoint: dict, model: GPT, optimizer, train_gen: torch.Generator, runtime: Runtime) -> Progress:
+    """Load a resumable checkpoint into the model, the optimizer and the batch sampler; return the loop's progress."""
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    train_gen.set_state(checkpoint["train_rng"])
+    rng_states = checkpoint["torch_rng"]
+    rng_states = [rng_states] if isinstance(rng_states, torch.Tensor) else rng_states  # one process's state
+    if len(rng_states) == runtime.world_size:
+        torch.set_rng_state(rng_states[runtime.rank])  # each process's own dropout stream
+    else:
+        runtime.say(
+            f"note: the checkpoint comes from {len(rng_states)} processes, this run has {runtime.world_size}; dropout draws new random masks"
+        )
+    return Progress(
+        step=checkpoint["step"],
+        evaluated=checkpoint.get("evaluated", False),
+        best_val=checkpoint.get("best_val", math.inf),
+        window_loss=checkpoint.get("window", (0.0, 0))[0],
+        window_steps=checkpoint.get("window", (0.0, 0))[1],
+        val_loss=checkpoint.get("val_loss"),
+    )
+
+
+class Checkpointer:
+    """Saves one run's ckpt.pt (everything --resume needs) and best.pt (the weights with the best val loss)."""
+
+    def __init__(self, cfg: Config, tokenizer: Tokenizer, source_sha256: str, runtime: Runtime, best_val: float):
+        self.cfg, self.tokenizer, self.source_sha256, self.runtime = cfg, tokenizer, source_sha256, runtime
+        self.best_val = best_val
+
+    def save(self, model: GPT, optimizer, train_gen: torch.Generator, progress: Progress) -> None:
+        """Called by every process (they share their dropout random states); only the main one writes."""
+        rng_states = [torch.get_rng_state()]  # dropout randomness differs per rank: keep each rank's
+        if self.runtime.world_size > 1:
+            rng_states = [None] * self.runtime.world_size
+            torch.distributed.all_gather_object(rng_states, torch.get_rng_state())
+        if not self.runtime.is_main:
+            return
+        run_dir = self.cfg.run_dir
+        payload = {
+            "model": model.state_dict(),
+            "config": self.cfg.to_dict(),
+            "step": progress.step,
+            "tokenizer": self.tokenizer.state(),
+            "val_loss": progress.val_loss,
+            "source_sha256": self.source_sha256,
+        }
+        if progress.evaluated and progress.val_loss is not None and progress.val_loss < self.best_val:
+            self.best_val = progress.val_loss
+            save_checkpoint(run_dir / "best.pt", payload)  # weights for sampling, no optimizer state
+        resume_state = {
+            "optimizer": optimizer.state_dict(),
+            "train_rng": train_gen.get_state(),
+            "torch_rng": rng_states,
+            "evaluated": progress.evaluated,
+            "best_val": self.best_val,
+            "window": [float(progress.window_loss), progress.window_steps],
+        }
+        save_checkpoint(run_dir / "ckpt.pt", {**payload, **resume_state})

@@ -1,0 +1,108 @@
+"""What an evaluation measures: losses on fixed batches, the honest loss, attention statistics, heatmaps, a sample.
+
+The data an evaluation looks at is drawn once per run from its own generator (EVAL_SEED), so
+every evaluation of every run sees the same batches, and the training batches never shift.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from configs import Config
+from data.batches import get_batch
+from data.tokenizer import Tokenizer, TokenizerError
+from engine.diagnostics import attention_summary, bits_per_byte, honest_loss, honest_positions
+from engine.heatmaps import token_labels
+from engine.runtime import Runtime
+from model import GPT
+
+EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
+HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
+SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
+HEATMAP_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+HEATMAP_MAX_TOKENS = 32
+
+
+@dataclass
+class EvalSet:
+    """Everything an evaluation looks at, drawn once so that every evaluation sees the same data."""
+
+    batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]  # split -> fixed (x, y) batches
+    honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches and the positions scored honestly
+    val_bytes: int  # UTF-8 bytes of the decoded val targets, for bits per byte
+    heatmap_ids: list[int]  # the probe text drawn in the heatmaps
+    heatmap_labels: list[str]
+    prompt_ids: list[int]  # start of the logged samples
+
+
+@dataclass
+class Evaluation:
+    """One evaluation's results: scalars for every process, pictures and a sample from the main one."""
+
+    metrics: dict[str, float]
+    heatmaps: list[torch.Tensor] = field(default_factory=list)  # per layer, weights (1, H, T, T) on the probe text
+    heatmap_labels: list[str] = field(default_factory=list)  # the probe text's tokens
+    sample: str = ""  # SAMPLE_TOKENS generated tokens, decoded
+    sample_tokens: int = SAMPLE_TOKENS
+
+
+def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
+    B, T = cfg.train.batch_size, cfg.model.block_size
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    batches = {split: [get_batch(getattr(corpus, split), B, T, gen) for _ in range(cfg.train.eval_batches)] for split in ("train", "val")}
+    honest = [(x, y, honest_positions(T, HONEST_POSITIONS, gen)) for x, y in batches["val"][: cfg.train.honest_batches]]
+    val_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for _, y in batches["val"] for row in y)
+    try:
+        heatmap_ids = tokenizer.encode(HEATMAP_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
+        prompt_ids = tokenizer.encode("\n")
+    except TokenizerError:  # a corpus without these characters: use its own text
+        heatmap_ids = corpus.val[: min(T, HEATMAP_MAX_TOKENS)].tolist()
+        prompt_ids = corpus.val[:1].tolist()
+    return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids)
+
+
+@torch.no_grad()
+def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
+    """Mean loss over a fixed list of (x, y) batches, in eval() mode (no dropout).
+
+    Under torchrun each rank scores every world_size-th batch and the sums are added up.
+    """
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (sum of losses, count)
+    for x, y in batches[runtime.rank :: runtime.world_size]:
+        with runtime.autocast():
+            _, loss = model(x.to(runtime.device), y.to(runtime.device))
+        total += torch.stack([loss.double(), torch.ones((), dtype=torch.float64, device=runtime.device)])
+    if runtime.world_size > 1:
+        torch.distributed.all_reduce(total)
+    model.train(was_training)
+    return (total[0] / total[1]).item()
+
+
+@torch.no_grad()
+def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, started: float) -> Evaluation:
+    """Losses on every process; then, on the main one, the honest loss, attention statistics, heatmaps and a sample.
+
+    `started` is when training began: perf/elapsed_s, the time-to-loss curve, counts evaluations too.
+    """
+    device = runtime.device
+    metrics = {f"loss/{split}": estimate_loss(model, batches, runtime) for split, batches in ev.batches.items()}
+    if not runtime.is_main:
+        return Evaluation(metrics)  # the other ranks only help with the losses
+    n_val_tokens = sum(y.numel() for _, y in ev.batches["val"])
+    metrics["loss/val_bpc"] = bits_per_byte(metrics["loss/val"], n_val_tokens, ev.val_bytes)
+    model.eval()
+    with runtime.autocast():
+        pairs = [honest_loss(model, x.to(device), y.to(device), positions) for x, y, positions in ev.honest]
+        metrics["loss/val_honest"] = sum(h for h, _ in pairs) / len(pairs)
+        metrics["loss/leak_gap"] = metrics["loss/val_honest"] - sum(f for _, f in pairs) / len(pairs)
+        metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
+        heatmaps = model.attention_weights(torch.tensor([ev.heatmap_ids], device=device))
+    generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
+    prompt = torch.tensor([ev.prompt_ids], device=device)
+    sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())
+    model.train()
+    metrics["perf/elapsed_s"] = time.perf_counter() - started  # wall time of this process so far, evaluations included
+    return Evaluation(metrics, heatmaps, ev.heatmap_labels, sample)

@@ -1,0 +1,119 @@
+"""Where a run's measurements go: one RunLogger writes TensorBoard, metrics.jsonl and the console line.
+
+TensorBoard groups scalars by the part of the tag before the first "/" and lists the groups
+alphabetically, so each run also writes a custom-scalars layout (the CUSTOM SCALARS tab) that
+puts the story on one screen: val against the honest loss, then attention entropy and the share
+of saturated rows, every run of the folder overlaid.
+"""
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from data.corpus import write_atomically
+from engine.evaluation import Evaluation
+from engine.heatmaps import HeatmapGrid
+
+CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
+STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does not also match loss/val_bpc
+    "the story: mask and scale": {
+        "loss/val (all positions, teacher-forced) vs loss/val_honest (the past only)": ["Multiline", ["^loss/val$", "^loss/val_honest$"]],
+        "attention entropy (1 = uniform, 0 = one-hot)": ["Multiline", ["^attn/entropy$"]],
+        "share of saturated rows (largest weight above 0.99)": ["Multiline", ["^attn/saturated_frac$"]],
+        "attention mass on the future (0 under the mask)": ["Multiline", ["^attn/future_mass$"]],
+    }
+}
+MOSTLY_WHITESPACE = 0.5  # a sample more blank than this is shown with its whitespace made visible
+
+
+def parse_step(line: str) -> int | None:
+    """The step of a metrics.jsonl line, or None for a line torn by a killed process."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """Every line of a run's metrics.jsonl, as dicts (a line torn by a killed process is skipped)."""
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if parse_step(line) is not None]
+
+
+def start_run_dir(run_dir: Path) -> str | None:
+    """Make an empty run folder. A previous run there is moved aside, never mixed in or deleted."""
+    moved = None
+    if run_dir.exists() and any(run_dir.iterdir()):
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(run_dir.stat().st_mtime))
+        target = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
+        n = 1
+        while target.exists():
+            target, n = run_dir.with_name(f"{run_dir.name}.old-{stamp}-{n}"), n + 1
+        run_dir.rename(target)
+        moved = str(target)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return moved
+
+
+def sample_markdown(text: str, n_tokens: int) -> str:
+    """A sample for TensorBoard's text tab, verbatim in a code block.
+
+    A broken model can emit nothing but newlines (the --no-mask run does), which TensorBoard shows
+    as an empty box; such a sample gets a note and visible whitespace, so it reads as what it is.
+    """
+    blank = sum(c.isspace() for c in text)
+    if text and blank / len(text) <= MOSTLY_WHITESPACE:
+        return "\n".join("    " + line for line in text.splitlines())  # indented: shown verbatim
+    share = "all whitespace" if blank == len(text) else f"{blank / len(text):.0%} whitespace"
+    note = f"**{n_tokens} tokens, {share}** ({text.count(chr(10))} newlines, {text.count(' ')} spaces; shown as \u21b5 and \u2423)"
+    visible = text.replace(" ", "\u2423").replace("\n", "\u21b5")
+    return note + "\n\n" + "\n".join("    " + line for line in textwrap.wrap(visible, 100) or [""])
+
+
+class RunLogger:
+    """The one place metrics go: TensorBoard, runs/<name>/metrics.jsonl, and the console."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
+
+        path = run_dir / "metrics.jsonl"
+        if resume_step is not None:  # drop what an interrupted run logged after its checkpoint
+            steps = [(line, parse_step(line)) for line in path.read_text().splitlines()]
+            kept = [line for line, step in steps if step is not None and step <= resume_step]
+            write_atomically(path, "".join(line + "\n" for line in kept).encode())
+        purge = None if resume_step is None else resume_step + 1  # TensorBoard hides later events of the old run
+        self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
+        self.writer.add_custom_scalars(STORY_LAYOUT)
+        self.jsonl = open(path, "a", encoding="utf-8")
+        self.heatmap_grids = []  # one HeatmapGrid per layer, laid out at the first evaluation
+
+    def log(self, step: int, console: bool = False, **metrics: float) -> None:
+        for tag, value in metrics.items():
+            self.writer.add_scalar(tag, value, step)
+        self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.jsonl.flush()
+        if console:
+            shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
+            tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4g}" for name, value in shown))
+
+    def log_evaluation(self, step: int, evaluation: Evaluation, flags: str) -> None:
+        """An evaluation's heatmaps, sample and scalars (the scalars also on the console)."""
+        self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags)
+        self.writer.add_text("samples", sample_markdown(evaluation.sample, evaluation.sample_tokens), step)
+        self.log(step, console=True, **evaluation.metrics)
+
+    def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str) -> None:
+        """One attn/heatmap/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
+        if not self.heatmap_grids:
+            self.heatmap_grids = [HeatmapGrid(weights.shape[1], labels) for weights in weights_per_layer]
+        for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
+            picture = grid.pixels(weights[0], f"layer {layer} at step {step} ({flags})")  # (height, width, 3)
+            self.writer.add_image(f"attn/heatmap/L{layer}", picture, step, dataformats="HWC")
+
+    def close(self) -> None:
+        self.writer.close()
+        self.jsonl.close()

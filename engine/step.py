@@ -1,0 +1,60 @@
+"""One training step: draw this process's micro-batches, run forward and backward over them, clip."""
+
+import contextlib
+import math
+from pathlib import Path
+
+import torch
+
+from configs import Config
+from data.batches import get_batch
+from engine.runtime import Runtime
+
+
+class TrainingError(Exception):
+    """Training cannot go on (a non-finite loss or gradient); the message names the step and the last checkpoint."""
+
+
+def draw_micro_batches(ids, cfg: Config, runtime: Runtime, generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's micro-batches for one optimizer step.
+
+    Every rank draws the whole global batch (batch_size x grad_accum_steps x world_size windows)
+    from an identically seeded generator and keeps its own chunks, so a global step sees the same
+    tokens whether it is split over 2 ranks x 1 micro-step or 1 rank x 2 micro-steps.
+    """
+    B, A = cfg.train.batch_size, cfg.train.grad_accum_steps
+    x, y = get_batch(ids, B * A * runtime.world_size, cfg.model.block_size, generator)  # (B*A*W, T)
+    first = runtime.rank * A
+    return [(x[(first + m) * B : (first + m + 1) * B], y[(first + m) * B : (first + m + 1) * B]) for m in range(A)]
+
+
+def train_step(model, micro_batches: list, runtime: Runtime, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward over the micro-batches, then clip; returns (mean loss, gradient norm) as tensors.
+
+    Gradients add up over micro-batches; under DDP they are averaged across ranks on the last one only.
+    """
+    total = torch.zeros((), device=runtime.device)
+    for m, (x, y) in enumerate(micro_batches):
+        last = m == len(micro_batches) - 1
+        sync = contextlib.nullcontext() if last or runtime.world_size == 1 else model.no_sync()
+        with sync:
+            with runtime.autocast():
+                _, loss = model(x.to(runtime.device, non_blocking=True), y.to(runtime.device, non_blocking=True))
+            (loss / len(micro_batches)).backward()
+        total += loss.detach() / len(micro_batches)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else math.inf)
+    return total, grad_norm
+
+
+def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor, step: int, checkpoint: Path) -> None:
+    """Stop before the update when the loss or the gradient is not finite: one sync per step, weights untouched."""
+    if not torch.isfinite(loss + grad_norm):
+        bad = "loss" if not torch.isfinite(loss) else "gradient"
+        raise TrainingError(
+            f"non-finite {bad} at step {step + 1}; stopped before the update. The last good checkpoint, "
+            f"{checkpoint}, is untouched; try a lower --train.lr or --train.grad_clip"
+        )
+
+
+def tokens_per_second(n_tokens: int, seconds: float) -> float:
+    return n_tokens / max(seconds, 1e-9)
