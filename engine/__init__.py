@@ -1,0 +1,1 @@
+"""The run machinery that several scripts share."""
