@@ -1,27 +1,44 @@
-"""Run the whole experiment in one command: python compare.py [--config char] [--section.field=VALUE ...]
+"""Run the whole experiment in one command: python compare.py [--config char] [--seeds N] [--section.field=VALUE ...]
 
-Trains the preset three times with the same seed (as it is, --no-mask, --no-scale) into one
-folder, runs/compare-<config>/, so that `tensorboard --logdir runs/compare-<config>` overlays
-them. Then prints a comparison table and draws the runs' own logged curves into compare.png.
+Trains the preset as it is, with --no-mask and with --no-scale, into one folder,
+runs/compare-<config>/, so that `tensorboard --logdir runs/compare-<config>` overlays them.
+Then prints a comparison table and the differences from base, and draws the runs' own logged
+curves into compare.png.
+
+--seeds N (default 1) trains every variant N times, with train.seed = the preset's seed + 0..N-1:
+each seed changes the initialisation and the batch order, while the evaluation batches stay the
+same. One seed is the default because it keeps the demo at three runs (about 3 minutes for char
+on a laptop CPU); use --seeds 3 or more before trusting a difference, since only then can the
+table show the seed-to-seed spread (mean ± standard deviation) and each difference from base a
+95% interval. With N > 1 the run folders carry the seed (char-s1337, char-no-mask-s1338, ...).
 """
 
 import dataclasses
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
 from configs import Config, ConfigError, load_config  # noqa: E402
+from engine.cli import run_command  # noqa: E402
+from engine.runlog import read_metrics  # noqa: E402
+from engine.stats import Difference, Spread, paired_difference, spread  # noqa: E402
+
+TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 
 VARIANTS = {"base": {}, "no-mask": {"causal": False}, "no-scale": {"scaled": False}}
 COLUMNS = [  # (header, metric tag, format)
     ("train", "loss/train", ".3f"),
     ("val", "loss/val", ".3f"),
     ("val honest", "loss/val_honest", ".3f"),
+    ("val forced", "loss/val_forced", ".3f"),
     ("leak gap", "loss/leak_gap", ".3f"),
     ("val bpc", "loss/val_bpc", ".3f"),
     ("entropy", "attn/entropy", ".3f"),
@@ -30,6 +47,7 @@ COLUMNS = [  # (header, metric tag, format)
     ("score std", "attn/score_std", ".2f"),
     ("wall s", "wall_s", ".0f"),
 ]
+DIFFERENCE_COLUMNS = ["val", "val honest", "entropy", "saturated"]  # the quantities the ablations are about
 PANELS = [  # (title, [(tag, line style)])
     ("loss (solid: val, dotted: val honest)", [("loss/val", "-"), ("loss/val_honest", ":")]),
     ("training loss", [("loss/train_step", "-")]),
@@ -40,18 +58,64 @@ PANELS = [  # (title, [(tag, line style)])
 ]
 
 
-def variant_configs(cfg: Config, runs_dir: Path) -> dict[str, Config]:
-    """The three runs: the preset as given, and with the mask or the scale removed; same seed, same steps."""
+def take_seeds(argv: list[str]) -> tuple[int, list[str]]:
+    """Pull `--seeds N` (or `--seeds=N`) out of argv; the rest goes to the config loader."""
+    rest, n_seeds, i = [], "1", 0
+    while i < len(argv):
+        flag, has_eq, inline = argv[i].partition("=")
+        if flag != "--seeds":
+            rest.append(argv[i])
+        elif has_eq:
+            n_seeds = inline
+        elif i + 1 < len(argv):
+            n_seeds, i = argv[i + 1], i + 1
+        else:
+            raise ConfigError("--seeds needs a value, the number of seeds per variant (1 or more)")
+        i += 1
+    if not n_seeds.strip().isdigit() or int(n_seeds) < 1:
+        raise ConfigError(f"--seeds takes the number of seeds per variant, 1 or more, got {n_seeds!r}")
+    return int(n_seeds), rest
+
+
+def variant_configs(cfg: Config, runs_dir: Path, n_seeds: int) -> dict[str, list[Config]]:
+    """The runs, keyed by variant name (char, char-no-mask, ...): the preset as given and with the mask
+    or the scale removed, each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares
+    initialisation and batches with base's seed-s run, which is what pairs them."""
     out = {}
-    for variant, flags in VARIANTS.items():
+    for flags in VARIANTS.values():
         model = dataclasses.replace(cfg.model, **{"causal": True, "scaled": True, **flags})
-        train = dataclasses.replace(cfg.train, runs_dir=str(runs_dir), run_name="")
-        out[variant] = dataclasses.replace(cfg, model=model, train=train)
+        one = dataclasses.replace(cfg, model=model, train=dataclasses.replace(cfg.train, runs_dir=str(runs_dir), run_name=""))
+        seeds = [cfg.train.seed + i for i in range(n_seeds)]
+        out[one.run_name] = [
+            one if n_seeds == 1 else dataclasses.replace(one, train=dataclasses.replace(one.train, seed=s, run_name=f"{one.run_name}-s{s}"))
+            for s in seeds
+        ]
     return out
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def train_argv(argv: list[str], cfg: Config) -> list[str]:
+    """train.py's arguments for one run: the user's own, then the run's flags, which win (the last value counts)."""
+    flags = {"model.causal": cfg.model.causal, "model.scaled": cfg.model.scaled, "train.seed": cfg.train.seed}
+    return [
+        *argv,
+        *(f"--{key}={str(value).lower()}" for key, value in flags.items()),
+        "--runs-dir",
+        cfg.train.runs_dir,
+        "--run-name",
+        cfg.run_name,
+    ]
+
+
+def train_run(argv: list[str], cfg: Config) -> dict:
+    """`python train.py ...` in its own process, as a user would type it; its last evaluation and the process's wall time."""
+    command = [sys.executable, str(TRAIN_PY), *train_argv(argv, cfg)]
+    print("$ python train.py " + " ".join(command[2:]), flush=True)
+    started = time.perf_counter()
+    code = subprocess.run(command).returncode
+    if code != 0:
+        return {"exit_code": code}
+    evaluations = [row for row in read_metrics(cfg.run_dir) if "loss/val" in row]
+    return {**evaluations[-1], "wall_s": time.perf_counter() - started, "exit_code": 0}
 
 
 def curve(rows: list[dict], tag: str) -> tuple[list[int], list[float]]:
@@ -59,16 +123,26 @@ def curve(rows: list[dict], tag: str) -> tuple[list[int], list[float]]:
     return [s for s, _ in points], [v for _, v in points]
 
 
-def plot_runs(run_dirs: dict[str, Path], path: Path, title: str) -> None:
-    """Overlay the logged curves of several runs, one panel per quantity."""
+def mean_band(curves: list[tuple[list[int], list[float]]]) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+    """Steps logged by every run, and the mean, min and max over the runs at each of them."""
+    by_step = [dict(zip(steps, values, strict=True)) for steps, values in curves]
+    steps = sorted(set.intersection(*(set(d) for d in by_step)))
+    values = np.array([[d[step] for step in steps] for d in by_step]).reshape(len(curves), len(steps))  # (runs, steps)
+    return steps, values.mean(0), values.min(0), values.max(0)
+
+
+def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
+    """One panel per quantity; per variant the mean over its seeds as a line, min to max over seeds as a band."""
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     colors = dict(zip(run_dirs, ["tab:blue", "tab:red", "tab:orange", "tab:green"], strict=False))
-    metrics = {name: read_metrics(run_dir) for name, run_dir in run_dirs.items()}  # each file read once
+    metrics = {name: [read_metrics(d) for d in dirs] for name, dirs in run_dirs.items()}  # each file read once
     for ax, (panel, tags) in zip(axes.flat, PANELS, strict=True):
-        for name, rows in metrics.items():
+        for name, runs in metrics.items():
             for tag, style in tags:
-                steps, values = curve(rows, tag)
-                ax.plot(steps, values, style, color=colors[name], label=f"{name}" if style == "-" else None)
+                steps, mean, low, high = mean_band([curve(rows, tag) for rows in runs])
+                ax.plot(steps, mean, style, color=colors[name], label=name if style == "-" else None)
+                if len(runs) > 1:
+                    ax.fill_between(steps, low, high, color=colors[name], alpha=0.2, linewidth=0)
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -79,46 +153,128 @@ def plot_runs(run_dirs: dict[str, Path], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def format_table(results: dict[str, dict]) -> str:
+def column(runs: list[dict], tag: str) -> list[float] | None:
+    """One tag's value from every run, in seed order; None if any run lacks it (a summary written by older code)."""
+    return [r[tag] for r in runs] if all(tag in r for r in runs) else None
+
+
+def aggregate(runs: list[dict]) -> dict[str, Spread | None]:
+    """Per column tag, the spread over a variant's runs; None where the tag is missing."""
+    return {tag: None if (values := column(runs, tag)) is None else spread(values) for _, tag, _ in COLUMNS}
+
+
+def format_cell(s: Spread | None, fmt: str) -> str:
+    if s is None:
+        return "n/a"
+    return format(s.mean, fmt) if s.std is None else f"{s.mean:{fmt}} ± {s.std:{fmt}}"
+
+
+def format_table(rows: dict[str, dict[str, Spread | None]]) -> str:
+    """One row per variant: plain values for one seed, mean ± sample standard deviation for more."""
     lines = ["| run | " + " | ".join(h for h, _, _ in COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
-    for name, summary in results.items():
-        lines.append(f"| {name} | " + " | ".join(format(summary[tag], fmt) for _, tag, fmt in COLUMNS) + " |")
+    for name, stats in rows.items():
+        lines.append(f"| {name} | " + " | ".join(format_cell(stats[tag], fmt) for _, tag, fmt in COLUMNS) + " |")
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> dict[str, dict]:
-    from train import main as train_main
+def differences(by_variant: dict[str, list[dict]]) -> dict[str, dict[str, Difference | None]]:
+    """Each ablation against base (the first variant), paired by seed, for the difference columns."""
+    (_, base), *ablations = by_variant.items()
+    out: dict[str, dict[str, Difference | None]] = {}
+    for name, runs in ablations:
+        out[name] = {}
+        for header, tag, _ in COLUMNS:
+            if header in DIFFERENCE_COLUMNS:
+                ablation_values, base_values = column(runs, tag), column(base, tag)
+                missing = ablation_values is None or base_values is None
+                out[name][tag] = None if missing else paired_difference(ablation_values, base_values)
+    return out
 
+
+def format_sigmas(sigmas: float) -> str:
+    return "inf sd" if sigmas == float("inf") else f"{sigmas:.1f} sd"
+
+
+def format_differences(diffs: dict[str, dict[str, Difference | None]], base_name: str, n_seeds: int) -> str:
+    """A line per ablation: mean difference from base, and with several seeds the 95% interval and the size in base's seed sds."""
+    if n_seeds == 1:
+        head = f"difference from {base_name} (one seed: intervals need --seeds >= 2)"
+    else:
+        head = f"difference from {base_name}, paired by seed over {n_seeds} seeds: mean [95% interval], |mean| in seed standard deviations of {base_name}"
+    headers = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
+    width = max(map(len, diffs), default=0)
+    lines = [head]
+    for name, by_tag in diffs.items():
+        cells = []
+        for tag, d in by_tag.items():
+            header, fmt = headers[tag]
+            if d is None:
+                cells.append(f"{header} n/a")
+            elif d.half_width is None:
+                cells.append(f"{header} {d.mean:+{fmt}}")
+            else:
+                low, high = d.mean - d.half_width, d.mean + d.half_width
+                cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {format_sigmas(d.sigmas)}")
+        lines.append(f"  {name + ':':<{width + 1}} " + " | ".join(cells))
+    return "\n".join(lines)
+
+
+def to_json(value):
+    """Spreads and differences as plain dicts; an infinite sd ratio as "inf", which JSON has no number for."""
+    if isinstance(value, Spread | Difference):
+        return {k: to_json(v) for k, v in dataclasses.asdict(value).items()}
+    return "inf" if value == float("inf") else value
+
+
+def main(argv: list[str]) -> dict[str, dict] | int:
+    """Train every variant at every seed, then print and save the comparison; returns each run's summary by run name.
+
+    A run that fails or is stopped ends the comparison with its exit code.
+    """
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return {}
+    n_seeds, argv = take_seeds(argv)
     if not any(a == "--config" or a.startswith("--config=") for a in argv):
         argv = ["--config", "char", *argv]
     cfg = load_config(argv)
     if not (cfg.model.causal and cfg.model.scaled):
         raise ConfigError("compare.py runs the --no-mask and --no-scale variants itself; leave those flags out")
     runs_dir = Path(cfg.train.runs_dir) / f"compare-{cfg.name}"
-    configs = variant_configs(cfg, runs_dir)
+    plan = variant_configs(cfg, runs_dir, n_seeds)
     results = {}
-    for variant, variant_cfg in configs.items():
-        print(f"\n=== {variant}: {variant_cfg.run_name} ===")
-        results[variant_cfg.run_name] = train_main(variant_cfg)
-        if results[variant_cfg.run_name]["signal"]:
-            print(f"comparison stopped; resume this run with: python train.py --config {cfg.name} --runs-dir {runs_dir} --resume ...")
-            raise SystemExit(128 + results[variant_cfg.run_name]["signal"])
-    run_dirs = {c.run_name: c.run_dir for c in configs.values()}
-    table = format_table(results)
-    plot_runs(run_dirs, runs_dir / "compare.png", f"{cfg.name}: same seed, {cfg.train.max_steps} steps")
-    summary = {name: {k: v for k, v in r.items() if k != "sample"} for name, r in results.items()}
+    for i in range(n_seeds):  # seed by seed: stopped early, the finished rounds are still complete pairs
+        for variant, configs in plan.items():
+            run_cfg = configs[i]
+            print(f"\n=== {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} ===", flush=True)
+            results[run_cfg.run_name] = train_run(argv, run_cfg)
+            code = results[run_cfg.run_name]["exit_code"]
+            if code in (130, 143):  # stopped by Ctrl-C or SIGTERM, after saving a checkpoint
+                print(
+                    "comparison stopped; resume that run with the command above plus --resume, then run compare.py again", file=sys.stderr
+                )
+            if code != 0:
+                return code  # train.py has said why
+    by_variant = {variant: [results[c.run_name] for c in configs] for variant, configs in plan.items()}
+    rows = {variant: aggregate(runs) for variant, runs in by_variant.items()}
+    diffs = differences(by_variant)
+    band = f"{n_seeds} seeds per variant: line the mean, band min to max" if n_seeds > 1 else "same seed"
+    plot_runs(
+        {v: [c.run_dir for c in configs] for v, configs in plan.items()},
+        runs_dir / "compare.png",
+        f"{cfg.name}: {band}, {cfg.train.max_steps} steps",
+    )
+    summary = {
+        "seeds": [c.train.seed for c in next(iter(plan.values()))],
+        "runs": results,
+        "aggregate": {variant: {tag: to_json(s) for tag, s in stats.items()} for variant, stats in rows.items()},
+        "differences": {variant: {tag: to_json(d) for tag, d in by_tag.items()} for variant, by_tag in diffs.items()},
+    }
     (runs_dir / "compare.json").write_text(json.dumps(summary, indent=2))
-    print(f"\n{table}\n\ncurves: {runs_dir / 'compare.png'}; TensorBoard: tensorboard --logdir {runs_dir}")
-    for name, r in results.items():
-        print(f"\n--- sample from {name} ---\n{r['sample'][:300]}")
+    print(f"\n{format_table(rows)}\n\n{format_differences(diffs, next(iter(plan)), n_seeds)}")
+    print(f"\ncurves: {runs_dir / 'compare.png'}; TensorBoard: tensorboard --logdir {runs_dir}")
     return results
 
 
 if __name__ == "__main__":
-    from train import USER_ERRORS, TrainingError
-
-    try:
-        main(sys.argv[1:])
-    except (*USER_ERRORS, TrainingError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1 if isinstance(e, TrainingError) else 2)
+    sys.exit(run_command(main, sys.argv[1:]))

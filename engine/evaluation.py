@@ -97,7 +97,8 @@ def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, st
     with runtime.autocast():
         pairs = [honest_loss(model, x.to(device), y.to(device), positions) for x, y, positions in ev.honest]
         metrics["loss/val_honest"] = sum(h for h, _ in pairs) / len(pairs)
-        metrics["loss/leak_gap"] = metrics["loss/val_honest"] - sum(f for _, f in pairs) / len(pairs)
+        metrics["loss/val_forced"] = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
+        metrics["loss/leak_gap"] = metrics["loss/val_honest"] - metrics["loss/val_forced"]
         metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
         heatmaps = model.attention_weights(torch.tensor([ev.heatmap_ids], device=device))
     generator = torch.Generator(device=device).manual_seed(EVAL_SEED)

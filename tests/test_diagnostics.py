@@ -8,7 +8,6 @@ import pytest
 import torch
 from conftest import assert_close, tiny_argv
 
-import compare
 import engine.heatmaps
 import engine.runtime
 import inspect_attention
@@ -205,17 +204,6 @@ def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, on
     table = [line for line in printed.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(table) == 4  # 2 layers x 2 heads
     assert all(float(line.split("|")[6]) > 0 for line in table)  # future mass of an unmasked model
-
-
-def test_compare_runs_three_variants_side_by_side(tmp_path, corpus_file, one_cpu_thread, capsys):
-    argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=6", "--train.eval_interval=3")
-    results = compare.main(argv)
-    assert list(results) == ["tiny", "tiny-no-mask", "tiny-no-scale"]
-    folder = tmp_path / "runs" / "compare-tiny"
-    assert {p.name for p in folder.iterdir()} >= {"tiny", "tiny-no-mask", "tiny-no-scale", "compare.png", "compare.json"}
-    assert results["tiny"]["attn/future_mass"] == 0.0 < results["tiny-no-mask"]["attn/future_mass"]
-    table = capsys.readouterr().out
-    assert "| tiny-no-scale |" in table and "| run | train | val | val honest | leak gap |" in table
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: checks bf16 autocast and torch.compile")

@@ -1,0 +1,78 @@
+"""Seed statistics for comparisons: the spread of a quantity over seeds, and paired differences with a 95% interval.
+
+A difference between two variants means something only next to how much the same variant moves
+when nothing but the seed changes. These helpers take plain floats and return plain numbers, so
+each can be checked by hand; they use the standard library only (no scipy).
+"""
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# t_{0.975, df}, the two-sided 95% quantile of Student's t, for df = 1..30 (from any statistics table).
+T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+Z_975 = 1.959964  # the normal quantile that t_{0.975, df} approaches as df grows
+
+
+@dataclass(frozen=True)
+class Spread:
+    mean: float
+    std: float | None  # sample standard deviation (divisor n - 1); None for a single value
+    n: int  # how many values (seeds)
+
+
+@dataclass(frozen=True)
+class Difference:
+    mean: float  # mean over seeds of (ablation - base)
+    half_width: float | None  # the 95% interval is mean ± half_width; None with a single seed
+    sigmas: float | None  # |mean| in seed standard deviations of base; inf if base never varied, None with a single seed
+    n: int  # how many seed pairs
+
+
+def spread(values: Sequence[float]) -> Spread:
+    """Mean and sample standard deviation of one quantity over seeds.
+
+    The divisor is n - 1: the seeds are a small sample of all the seeds one could pick, and
+    dividing by n would understate the spread (by a factor sqrt(2/3) at three seeds).
+    """
+    if not values:
+        raise ValueError("spread of no values")
+    return Spread(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values))
+
+
+def t_975(df: int) -> float:
+    """t_{0.975, df}: a 95% interval of the mean of df + 1 values is mean ± t_975(df) * sd / sqrt(df + 1).
+
+    With few seeds the estimated sd is itself noisy, so t is far above the normal 1.96 (4.303 at
+    three seeds). Up to df = 30 it comes from the table; beyond, from the Cornish-Fisher expansion
+    around the normal quantile, which meets the table at df = 30 to three decimals.
+    """
+    if df < 1:
+        raise ValueError(f"a t quantile needs at least one degree of freedom, got {df}")
+    if df <= len(T_975):
+        return T_975[df - 1]
+    z = Z_975
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Difference:
+    """Ablation minus base, paired by seed: d_i = ablation_i - base_i, then mean ± t * sd(d) / sqrt(n).
+
+    Both runs of a pair share the seed, hence the initialisation and the batch order, so the part
+    of the seed noise they share cancels in d_i and the interval is narrower than one built from
+    two independent means. `sigmas` sets the difference against the seed spread of base alone:
+    how many of base's own seed-to-seed standard deviations the ablation moved the quantity.
+    """
+    if len(ablation) != len(base) or not base:
+        raise ValueError(f"paired values need the same non-zero count, got {len(ablation)} and {len(base)}")
+    d = spread([a - b for a, b in zip(ablation, base, strict=True)])
+    if d.std is None:
+        return Difference(d.mean, None, None, 1)
+    base_std = statistics.stdev(base)
+    sigmas = abs(d.mean) / base_std if base_std > 0 else (math.inf if d.mean != 0 else 0.0)
+    return Difference(d.mean, t_975(d.n - 1) * d.std / math.sqrt(d.n), sigmas, d.n)

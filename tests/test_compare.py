@@ -1,0 +1,104 @@
+"""compare.py: run names per seed, the table with spreads, the difference lines, bad --seeds, and a 2-seed smoke run."""
+
+import json
+import runpy
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ROOT, assert_one_line_error, tiny_argv
+
+import compare
+from configs import load_config
+from engine.stats import Difference
+
+
+def summary(**values: float) -> dict:
+    """A run summary with every table column at 1.0, except the tags given (with '/' written as '__')."""
+    out = {tag: 1.0 for _, tag, _ in compare.COLUMNS}
+    out.update({k.replace("__", "/"): v for k, v in values.items()})
+    return out
+
+
+def test_table_shows_mean_and_std_over_seeds_and_na_for_a_missing_tag():
+    old = [{k: v for k, v in summary().items() if k != "loss/val_forced"}]  # written before loss/val_forced existed
+    rows = {
+        "char": compare.aggregate([summary(loss__val=1.0), summary(loss__val=2.0)]),
+        "char-old": compare.aggregate(old),
+    }
+    lines = compare.format_table(rows).splitlines()
+    header = [c.strip() for c in lines[0].split("|")]
+    assert header[header.index("val honest") + 1] == "val forced"
+    char = [c.strip() for c in lines[2].split("|")]
+    assert char[header.index("val")] == "1.500 ± 0.707"
+    assert char[header.index("train")] == "1.000 ± 0.000"
+    old_row = [c.strip() for c in lines[3].split("|")]
+    assert old_row[header.index("val")] == "1.000"  # one seed: plain values
+    assert old_row[header.index("val forced")] == "n/a"
+
+
+def test_difference_lines_with_and_without_intervals():
+    by_variant = {
+        "char": [summary(loss__val=1.0), summary(loss__val=1.2), summary(loss__val=1.1)],
+        "char-no-scale": [summary(loss__val=1.5), summary(loss__val=1.8), summary(loss__val=1.6)],
+    }
+    diffs = compare.differences(by_variant)
+    assert diffs["char-no-scale"]["loss/val"].mean == pytest.approx(0.5333, abs=1e-4)
+    line = compare.format_differences(diffs, "char", 3).splitlines()[1]
+    # d = 0.5, 0.6, 0.5: sd 0.0577, half width 4.303 * 0.0577 / sqrt(3) = 0.143; 0.533 / 0.1 (sd of 1.0, 1.2, 1.1) = 5.3
+    assert "val +0.533 [+0.390, +0.677] 5.3 sd" in line
+    assert "entropy +0.000 [+0.000, +0.000] 0.0 sd" in line
+    single = compare.format_differences({"char-no-mask": {"loss/val": Difference(-1.8, None, None, 1)}}, "char", 1)
+    assert single.splitlines() == ["difference from char (one seed: intervals need --seeds >= 2)", "  char-no-mask: val -1.800"]
+
+
+def test_mean_band_uses_the_steps_every_run_logged():
+    steps, mean, low, high = compare.mean_band([([0, 10, 20], [4.0, 3.0, 2.0]), ([0, 10], [4.2, 2.0])])
+    assert steps == [0, 10]
+    assert mean.tolist() == pytest.approx([4.1, 2.5]) and low.tolist() == [4.0, 2.0] and high.tolist() == [4.2, 3.0]
+
+
+def test_seeds_name_the_runs_only_when_there_are_several():
+    cfg = load_config(["--config", "tiny"])
+    one = compare.variant_configs(cfg, REPO_ROOT / "runs" / "compare-tiny", 1)
+    assert {v: [c.run_name for c in cs] for v, cs in one.items()} == {
+        "tiny": ["tiny"],
+        "tiny-no-mask": ["tiny-no-mask"],
+        "tiny-no-scale": ["tiny-no-scale"],
+    }
+    two = compare.variant_configs(cfg, REPO_ROOT / "runs" / "compare-tiny", 2)
+    assert [c.run_name for c in two["tiny-no-scale"]] == ["tiny-no-scale-s1337", "tiny-no-scale-s1338"]
+    assert [c.train.seed for c in two["tiny-no-mask"]] == [1337, 1338]
+    assert [c.model.causal for c in two["tiny-no-mask"]] == [False, False]
+    assert compare.take_seeds(["--seeds=3", "--config", "tiny"]) == (3, ["--config", "tiny"])
+
+
+@pytest.mark.parametrize("args", [["--seeds", "0"], ["--seeds=-1"], ["--seeds", "two"], ["--seeds"]])
+def test_bad_seed_counts_are_a_one_line_error(args, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["compare.py", "--config", "tiny", *args])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(REPO_ROOT / "compare.py"), run_name="__main__")
+    out, err = capsys.readouterr()
+    assert_one_line_error(subprocess.CompletedProcess(["compare.py"], stop.value.code, out, err), "--seeds")
+
+
+def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys):
+    argv = tiny_argv(tmp_path, corpus_file, "--seeds", "2", "--train.max_steps=2", "--train.warmup_steps=1", "--train.eval_interval=2")
+    results = compare.main(argv)
+    names = ["tiny-s1337", "tiny-no-mask-s1337", "tiny-no-scale-s1337", "tiny-s1338", "tiny-no-mask-s1338", "tiny-no-scale-s1338"]
+    assert list(results) == names
+    folder = tmp_path / "runs" / "compare-tiny"
+    assert {p.name for p in folder.iterdir()} == {*names, "compare.png", "compare.json"}
+    for name in names:
+        assert json.loads((folder / name / "config.json").read_text())["train"]["seed"] == int(name[-4:])
+    assert results["tiny-s1337"]["loss/val"] != results["tiny-s1338"]["loss/val"]  # the seed changed the run
+    assert results["tiny-s1337"]["attn/future_mass"] == 0.0 < results["tiny-no-mask-s1337"]["attn/future_mass"]
+    saved = json.loads((folder / "compare.json").read_text())
+    assert saved["seeds"] == [1337, 1338] and list(saved["runs"]) == names
+    val = saved["aggregate"]["tiny"]["loss/val"]
+    assert val["n"] == 2 and val["mean"] == pytest.approx((results["tiny-s1337"]["loss/val"] + results["tiny-s1338"]["loss/val"]) / 2)
+    assert saved["differences"]["tiny-no-scale"]["loss/val"]["n"] == 2
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| tiny-no-mask |"))
+    assert row.count(" ± ") == len(compare.COLUMNS) - ("loss/val_forced" not in results["tiny-s1337"])
+    assert "difference from tiny, paired by seed over 2 seeds" in out and "  tiny-no-scale: val " in out

@@ -1,0 +1,35 @@
+"""Seed statistics checked by hand: mean and sample sd, t quantiles against the tables, paired differences."""
+
+import math
+
+import pytest
+
+from engine.stats import paired_difference, spread, t_975
+
+
+def test_spread_is_the_mean_and_the_sample_standard_deviation():
+    s = spread([1.0, 2.0, 4.0])  # mean 7/3; squared deviations 16/9 + 1/9 + 25/9 = 42/9, over n - 1 = 2
+    assert s.n == 3
+    assert s.mean == pytest.approx(7 / 3)
+    assert s.std == pytest.approx(math.sqrt(7 / 3))  # 1.528, not the population 1.247
+    assert spread([5.0]).std is None
+
+
+def test_t_quantiles_match_the_tables():
+    assert (t_975(1), t_975(2), t_975(4), t_975(30)) == (12.706, 4.303, 2.776, 2.042)
+    for df, table in [(40, 2.021), (60, 2.000), (120, 1.980)]:  # beyond the table: the expansion
+        assert t_975(df) == pytest.approx(table, abs=5e-4)
+    with pytest.raises(ValueError, match="degree of freedom"):
+        t_975(0)
+
+
+def test_paired_difference_by_hand():
+    base, ablation = [1.0, 2.0, 3.0], [1.5, 2.7, 3.4]  # d = 0.5, 0.7, 0.4: mean 0.5333, sd 0.1528
+    d = paired_difference(ablation, base)
+    assert d.n == 3 and d.mean == pytest.approx(0.5333, abs=1e-4)
+    assert d.half_width == pytest.approx(4.303 * 0.15275 / math.sqrt(3), abs=1e-4)  # 0.3795: the interval excludes 0
+    assert d.sigmas == pytest.approx(0.5333, abs=1e-4)  # base's seed sd is 1.0: the pairing sees what base's spread hides
+    one = paired_difference([2.0], [1.5])
+    assert (one.mean, one.half_width, one.sigmas) == (0.5, None, None)
+    assert paired_difference([1.0, 2.0], [0.0, 0.0]).sigmas == math.inf
+    assert paired_difference([0.0, 0.0], [0.0, 0.0]).sigmas == 0.0
