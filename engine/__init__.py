@@ -1,0 +1,1 @@
+"""Run machinery shared by the scripts: runtime, checkpoints, evaluation, logging, pictures, pretrained weights."""
