@@ -8,6 +8,8 @@
     runlog.py       where measurements go: TensorBoard, metrics.jsonl, the console line
     heatmaps.py     pictures of attention weights with token labels
     checkpoints.py  checkpoint files (atomic, data only), rebuilding a model, resume state
+    pretrained.py   OpenAI's GPT-2 weights in and out: the hub's layout, its names mapped to ours
+    stats.py        spreads and paired differences over seeds
     cli.py          argument checks and one-line errors with exit codes
 
 Imports point one way: the scripts import engine, engine imports model, data and configs.

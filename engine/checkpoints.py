@@ -125,6 +125,10 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
         )
     checkpoint = read_checkpoint(path)
     saved = checkpoint["config"].get("model", {}) if isinstance(checkpoint.get("config"), dict) else {}
+    try:  # through ModelConfig, so a field added since the checkpoint was written counts as its default
+        saved = dataclasses.asdict(ModelConfig(**saved))
+    except (TypeError, ValueError):
+        pass  # compared as stored: the difference is reported below
     wanted = dataclasses.asdict(cfg.model)
     diff = [f"{k} {saved.get(k)!r} vs {v!r}" for k, v in wanted.items() if saved.get(k) != v and k != "attention"]
     if diff:

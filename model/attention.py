@@ -137,13 +137,16 @@ class MultiHead(nn.Module):
         causal: bool = True,
         scaled: bool = True,
         backend: str = "sdpa",
+        qkv_bias: bool = False,
     ):
         super().__init__()
         if n_embd % n_head != 0:
             raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
         self.n_head, self.block_size, self.causal, self.backend = n_head, block_size, causal, backend
         self.scale = (n_embd // n_head) ** -0.5 if scaled else 1.0
-        self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=False)  # every head's q, k and v in one matrix
+        # Every head's q, k and v in one matrix. The lessons' Head has no bias there; GPT-2 has
+        # one, so its weights load with qkv_bias=True.
+        self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=qkv_bias)
         self.proj = nn.Linear(n_embd, n_embd)  # mixes what the heads found
         self.dropout_p = dropout
         self.attn_dropout = nn.Dropout(dropout)

@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 ATTENTION_BACKENDS = ("sdpa", "manual", "tiled")
+GELU_VARIANTS = ("exact", "tanh")
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,8 @@ class ModelConfig:
     scaled: bool = True  # False is the --no-scale ablation: scores are not divided by sqrt(head_size)
     attention: str = "sdpa"  # "sdpa": torch's fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights
     qk_init_std: float = 0.02  # std of the query/key weights at init (0.02 is GPT-2's)
+    qkv_bias: bool = False  # a bias on the fused query/key/value projection: GPT-2 has one, the lessons' Head has none
+    gelu: str = "exact"  # "exact" (erf) GELU, or "tanh", the approximation GPT-2 was trained with
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
@@ -33,6 +36,8 @@ class ModelConfig:
             raise ValueError(f"model.attention must be one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention!r}")
         if self.qk_init_std <= 0:
             raise ValueError(f"model.qk_init_std must be positive, got {self.qk_init_std}")
+        if self.gelu not in GELU_VARIANTS:
+            raise ValueError(f"model.gelu must be one of {', '.join(GELU_VARIANTS)}, got {self.gelu!r}")
 
     @property
     def head_size(self) -> int:

@@ -11,16 +11,22 @@ from model.config import ModelConfig
 
 
 class MLP(nn.Module):
-    """Per-token feed-forward network: widen 4x, GELU, project back."""
+    """Per-token feed-forward network: widen 4x, GELU, project back.
+
+    GPT-2 was trained with the tanh approximation of GELU; its weights give GPT-2's logits only
+    with that variant (cfg.gelu = "tanh"). Our own models use the exact one.
+    """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
         self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.approximate = "tanh" if cfg.gelu == "tanh" else "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.proj(F.gelu(self.fc(x))))  # (B, T, C) -> (B, T, 4C) -> (B, T, C)
+        x = F.gelu(self.fc(x), approximate=self.approximate)  # (B, T, C) -> (B, T, 4C)
+        return self.dropout(self.proj(x))  # (B, T, 4C) -> (B, T, C)
 
 
 class Block(nn.Module):
@@ -29,7 +35,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.n_embd)
-        self.attn = MultiHead(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.causal, cfg.scaled, cfg.attention)
+        self.attn = MultiHead(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.causal, cfg.scaled, cfg.attention, cfg.qkv_bias)
         self.ln2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 

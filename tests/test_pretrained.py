@@ -1,0 +1,275 @@
+"""Tests for engine/pretrained.py: GPT-2's weights give transformers' logits in our GPT, and back.
+
+The GPT-2s here are small random ones that transformers builds and saves into tmp_path; no test
+reaches the hub (offline mode, and huggingface_hub's cache is an empty folder in tmp_path).
+transformers is a test-only dependency, installed by .ci/run.
+"""
+
+import dataclasses
+import json
+import shutil
+
+import huggingface_hub
+import pytest
+import torch
+from conftest import assert_close, gpt2_encoding_or_skip
+
+transformers = pytest.importorskip("transformers", reason="transformers is a test dependency: pip install transformers")
+from safetensors.torch import save_file  # noqa: E402
+
+from engine.checkpoints import CheckpointError  # noqa: E402
+from engine.pretrained import GPT2_VOCAB_SIZE, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
+from model import GPT, ModelConfig  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # microsecond-sized ops: a second thread only waits for a core
+
+SMALL = {"n_layer": 2, "n_head": 2, "n_embd": 32}
+T = 64  # block size of every model here
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    """huggingface_hub reads its settings once, at import: patch the module's values, not only the environment."""
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture(scope="module")
+def gpt2_tokenizer_files():
+    """load_pretrained hands back tiktoken's gpt2 tokenizer, which needs its BPE files."""
+    gpt2_encoding_or_skip()
+
+
+def random_gpt2(seed: int = 0, **config) -> "transformers.GPT2LMHeadModel":
+    """A small GPT-2 with every parameter random, biases and LayerNorm gains included (they start at 0 and 1)."""
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(**SMALL, n_positions=T, vocab_size=GPT2_VOCAB_SIZE, **config)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if "ln_" in name and name.endswith("weight") else 0.0, 0.2)
+    return model
+
+
+def random_ours(seed: int = 0, **config) -> GPT:
+    """Our GPT on the gpt2 vocabulary, with random biases and LayerNorm parameters as well."""
+    torch.manual_seed(seed)
+    model = GPT(ModelConfig(**SMALL, block_size=T, vocab_size=GPT2_VOCAB_SIZE, **config)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                p.normal_(1.0 if "ln" in name and name.endswith("weight") else 0.0, 0.2)
+    return model
+
+
+def tokens(seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, GPT2_VOCAB_SIZE, (2, T), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def logits_of(model, idx: torch.Tensor) -> torch.Tensor:
+    out = model(idx)
+    return out.logits if hasattr(out, "logits") else out[0]
+
+
+@pytest.fixture(scope="module")
+def saved_gpt2(tmp_path_factory):
+    """A random GPT-2 written by save_pretrained (names with the `transformer.` prefix)."""
+    folder = tmp_path_factory.mktemp("gpt2")
+    model = random_gpt2()
+    model.save_pretrained(folder)
+    return model, folder
+
+
+def edited_copy(folder, tmp_path, **config):
+    """A copy of a saved model folder, with config.json's keys changed."""
+    copy = shutil.copytree(folder, tmp_path / "edited")
+    path = copy / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    return copy
+
+
+# 1. Loading: the same logits as transformers
+
+
+@pytest.mark.parametrize("scaled", [True, False], ids=["scaled", "unscaled"])
+def test_loaded_gpt2_gives_transformers_logits(scaled, tmp_path, gpt2_tokenizer_files):
+    hf = random_gpt2(scale_attn_weights=scaled)
+    hf.save_pretrained(tmp_path / "gpt2")
+    model, tokenizer, info = load_pretrained(str(tmp_path / "gpt2"))
+    assert (model.cfg.qkv_bias, model.cfg.gelu, model.cfg.scaled, model.cfg.block_size) == (True, "tanh", scaled, T)
+    assert tokenizer.name == "gpt2" and info["source"] == str(tmp_path / "gpt2")
+    assert not model.training
+    idx = tokens()
+    assert_close(logits_of(model, idx), logits_of(hf, idx), atol=1e-5, msg=f"ours vs transformers ({'scaled' if scaled else 'unscaled'})")
+
+
+def test_loaded_model_is_whole(saved_gpt2, gpt2_tokenizer_files):
+    """Built on the meta device: the head must be tied again, and every causal mask built, on the CPU."""
+    _, folder = saved_gpt2
+    model, _, _ = load_pretrained(folder)
+    assert model.lm_head.weight is model.tok_emb.weight
+    assert model.num_params() == sum(p.numel() for p in saved_gpt2[0].parameters())
+    for block in model.blocks:
+        assert torch.equal(block.attn.causal_mask, torch.ones(T, T, dtype=torch.bool).tril())
+    assert all(p.requires_grad for p in model.parameters()), "a loaded model must stay trainable (fine-tuning)"
+
+
+def test_every_attention_backend_and_the_cache_agree(saved_gpt2, gpt2_tokenizer_files):
+    hf, folder = saved_gpt2
+    model, _, _ = load_pretrained(folder)
+    idx = tokens(1)
+    expected = logits_of(hf, idx)
+    for backend in ("manual", "tiled"):
+        other = GPT(dataclasses.replace(model.cfg, attention=backend)).eval()
+        other.load_state_dict(model.state_dict())
+        assert_close(logits_of(other, idx), expected, atol=1e-5, msg=f"{backend} backend vs transformers")
+    cached = model.generate(idx[:1, :8], 20, top_k=1, use_cache=True)
+    assert torch.equal(cached, model.generate(idx[:1, :8], 20, top_k=1, use_cache=False)), "KV cache changed greedy tokens"
+
+
+def test_hub_original_naming_without_prefix_and_with_mask_buffers(saved_gpt2, tmp_path, gpt2_tokenizer_files):
+    """The hub's own gpt2 file: no `transformer.` prefix, and the old causal-mask buffers in every layer."""
+    hf, folder = saved_gpt2
+    state = {name.removeprefix("transformer."): t.clone() for name, t in hf.state_dict().items() if name != "lm_head.weight"}
+    for n in range(SMALL["n_layer"]):
+        state[f"h.{n}.attn.bias"] = torch.ones(T, T).tril().view(1, 1, T, T)
+        state[f"h.{n}.attn.masked_bias"] = torch.tensor(-1e4)
+    (tmp_path / "hub").mkdir()
+    save_file(state, tmp_path / "hub" / "model.safetensors")
+    shutil.copy(folder / "config.json", tmp_path / "hub" / "config.json")
+    model, _, _ = load_pretrained(tmp_path / "hub")
+    idx = tokens(2)
+    assert_close(logits_of(model, idx), logits_of(hf, idx), atol=1e-5, msg="prefix-less file vs transformers")
+
+
+def test_hf_to_ours_and_back_is_the_identity(saved_gpt2):
+    hf_state = {name: t for name, t in saved_gpt2[0].state_dict().items() if name != "lm_head.weight"}
+    ours = hf_to_ours(hf_state)
+    assert ours["blocks.0.attn.qkv.weight"].shape == (3 * 32, 32), "Conv1D weights must be transposed to (out, in)"
+    back = ours_to_hf(ours)
+    assert back.keys() == hf_state.keys()
+    for name, tensor in hf_state.items():
+        assert torch.equal(back[name], tensor), name
+
+
+# 2. Export: transformers reads our models, and so does our loader
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{}, {"scaled": False}, {"qkv_bias": True, "gelu": "tanh"}, {"qkv_bias": True, "scaled": False}],
+    ids=["ours", "unscaled", "gpt2-like", "bias-unscaled"],
+)
+def test_export_round_trip(config, tmp_path, gpt2_tokenizer_files):
+    ours = random_ours(**config)
+    folder = export_hf(ours, "gpt2", tmp_path / "export")
+    idx = tokens(3)
+    expected = logits_of(ours, idx)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    assert_close(logits_of(hf, idx), expected, atol=1e-5, msg=f"transformers on our export {config}")
+    loaded, _, _ = load_pretrained(folder)
+    assert_close(logits_of(loaded, idx), expected, atol=1e-5, msg=f"our loader on our export {config}")
+
+
+def test_export_refuses_what_gpt2_cannot_be(tmp_path):
+    with pytest.raises(CheckpointError, match="causal mask") as no_mask:
+        export_hf(random_ours(causal=False), "gpt2", tmp_path / "no-mask")
+    with pytest.raises(CheckpointError, match="char tokenizer") as char:
+        export_hf(GPT(ModelConfig(**SMALL, block_size=T, vocab_size=65)), "char", tmp_path / "char")
+    assert "\n" not in str(no_mask.value) + str(char.value)
+    assert not (tmp_path / "no-mask").exists()
+
+
+# 3. Refusals: one line that says what is wrong
+
+
+def test_offline_with_nothing_cached_names_model_cache_and_command(offline):
+    with pytest.raises(CheckpointError) as e:
+        load_pretrained("gpt2")
+    message = str(e.value)
+    assert "\n" not in message
+    assert str(offline) in message and "hf download gpt2 config.json model.safetensors" in message
+
+
+@pytest.mark.parametrize("name", ["no/such/folder/here", "not a model", "./missing-folder/x/y"])
+def test_neither_folder_nor_hub_name(name):
+    with pytest.raises(CheckpointError, match="no folder"):
+        load_pretrained(name)
+
+
+def test_folder_without_safetensors_is_refused(tmp_path):
+    (tmp_path / "pickled").mkdir()
+    (tmp_path / "pickled" / "config.json").write_text("{}")
+    (tmp_path / "pickled" / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(CheckpointError, match="lacks model.safetensors"):
+        load_pretrained(tmp_path / "pickled")
+
+
+@pytest.mark.parametrize(
+    "config,needle",
+    [
+        ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
+        ({"reorder_and_upcast_attn": True}, "reorder_and_upcast_attn"),
+        ({"n_inner": 64}, "n_inner"),
+        ({"activation_function": "relu"}, "activation_function"),
+        ({"model_type": "gpt_neo"}, "model_type"),
+        ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon"),
+        ({"vocab_size": 100}, "100 tokens"),
+    ],
+)
+def test_configs_we_cannot_run_exactly_are_refused(config, needle, saved_gpt2, tmp_path):
+    with pytest.raises(CheckpointError, match=needle) as e:
+        load_pretrained(edited_copy(saved_gpt2[1], tmp_path, **config))
+    assert "\n" not in str(e.value)
+
+
+def test_weights_that_do_not_fit_the_config(saved_gpt2, tmp_path, gpt2_tokenizer_files):
+    with pytest.raises(CheckpointError, match="do not fit config.json"):
+        load_pretrained(edited_copy(saved_gpt2[1], tmp_path, n_embd=64, n_head=2))
+    with pytest.raises(CheckpointError, match="3 layers"):
+        load_pretrained(edited_copy(saved_gpt2[1], tmp_path / "deeper", n_layer=3))
+
+
+def test_missing_extra_and_untied_tensors_are_named(saved_gpt2):
+    state = dict(saved_gpt2[0].state_dict())
+    with pytest.raises(CheckpointError, match=r"lack transformer\.h\.1\.mlp\.c_fc\.bias"):
+        hf_to_ours({name: t for name, t in state.items() if name != "transformer.h.1.mlp.c_fc.bias"})
+    with pytest.raises(CheckpointError, match=r"unexpected tensor transformer\.h\.0\.attn\.rotary\.weight"):
+        hf_to_ours({**state, "transformer.h.0.attn.rotary.weight": torch.zeros(2)})
+    with pytest.raises(CheckpointError, match="untied"):
+        hf_to_ours({**state, "lm_head.weight": state["lm_head.weight"] + 1})
+
+
+# 4. The two ModelConfig switches
+
+
+def test_new_config_fields_default_to_the_old_model():
+    cfg = ModelConfig(**SMALL, block_size=16, vocab_size=65)
+    L, C, V = 2, 32, 65
+    default, with_bias = GPT(cfg), GPT(dataclasses.replace(cfg, qkv_bias=True))
+    assert default.num_params() == 12 * L * C**2 + 10 * L * C + V * C + 16 * C + 2 * C  # tests/test_gpt.py's formula
+    assert not any(name.endswith("qkv.bias") for name in default.state_dict())
+    extra = with_bias.state_dict().keys() - default.state_dict().keys()
+    assert extra == {f"blocks.{n}.attn.qkv.bias" for n in range(L)}
+    assert with_bias.num_params() == default.num_params() + L * 3 * C
+    assert all(not with_bias.blocks[n].attn.qkv.bias.any() for n in range(L)), "biases start at zero"
+
+
+def test_gelu_switch():
+    with pytest.raises(ValueError, match="model.gelu must be one of exact, tanh"):
+        ModelConfig(gelu="relu")
+    exact = GPT(ModelConfig(**SMALL, block_size=16, vocab_size=65)).eval()
+    tanh = GPT(dataclasses.replace(exact.cfg, gelu="tanh")).eval()
+    tanh.load_state_dict(exact.state_dict())
+    fc, proj = exact.blocks[0].mlp.fc, exact.blocks[0].mlp.proj
+    x = torch.randn(2, 8, 32) * 10  # large enough that the two GELUs differ visibly
+    with torch.no_grad():
+        for gelu, model in (("none", exact), ("tanh", tanh)):
+            expected = proj(torch.nn.functional.gelu(fc(x), approximate=gelu))
+            assert_close(model.blocks[0].mlp(x), expected, atol=1e-6, msg=f"MLP with approximate={gelu}")
+        assert (exact.blocks[0].mlp(x) - tanh.blocks[0].mlp(x)).abs().max() > 1e-5, "the switch changes nothing"
