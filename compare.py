@@ -93,17 +93,22 @@ def variant_configs(cfg: Config, runs_dir: Path, n_seeds: int) -> dict[str, list
     return out
 
 
+SET_PER_RUN = {"--runs-dir", "--train.runs_dir", "--run-name", "--train.run_name", "--train.seed"}  # compare.py sets these
+
+
 def train_argv(argv: list[str], cfg: Config) -> list[str]:
-    """train.py's arguments for one run: the user's own, then the run's flags, which win (the last value counts)."""
+    """train.py's arguments for one run: the user's own, less what compare.py sets per run, then the run's flags."""
+    kept, i = [], 0
+    while i < len(argv):
+        flag, has_value, _ = argv[i].partition("=")
+        if flag in SET_PER_RUN:
+            i += 1 if has_value else 2  # --flag=VALUE, or --flag VALUE
+            continue
+        kept.append(argv[i])
+        i += 1
     flags = {"model.causal": cfg.model.causal, "model.scaled": cfg.model.scaled, "train.seed": cfg.train.seed}
-    return [
-        *argv,
-        *(f"--{key}={str(value).lower()}" for key, value in flags.items()),
-        "--runs-dir",
-        cfg.train.runs_dir,
-        "--run-name",
-        cfg.run_name,
-    ]
+    run_flags = [f"--{key}={str(value).lower()}" for key, value in flags.items()]
+    return [*kept, *run_flags, "--runs-dir", cfg.train.runs_dir, "--run-name", cfg.run_name]
 
 
 def train_run(argv: list[str], cfg: Config) -> dict:

@@ -4,6 +4,7 @@ import json
 import runpy
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, assert_one_line_error, tiny_argv
@@ -102,3 +103,15 @@ def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys):
     row = next(line for line in out.splitlines() if line.startswith("| tiny-no-mask |"))
     assert row.count(" ± ") == len(compare.COLUMNS) - ("loss/val_forced" not in results["tiny-s1337"])
     assert "difference from tiny, paired by seed over 2 seeds" in out and "  tiny-no-scale: val " in out
+
+
+def test_each_run_is_the_users_command_with_its_own_flags_last():
+    argv = ["--config", "tiny", "--runs-dir", "/r", "--train.seed=5", "--run-name", "mine", "--train.lr=1e-3"]
+    cfg = load_config(argv)
+    no_mask = compare.variant_configs(cfg, Path("/r/compare-tiny"), 2)["tiny-no-mask"][1]
+    assert compare.train_argv(argv, no_mask) == [
+        "--config", "tiny", "--train.lr=1e-3",  # the user's own flags, less those compare.py sets per run
+        "--model.causal=false", "--model.scaled=true", "--train.seed=6",
+        "--runs-dir", "/r/compare-tiny", "--run-name", "tiny-no-mask-s6",
+    ]  # fmt: skip
+    assert load_config(compare.train_argv(argv, no_mask)).run_dir == no_mask.run_dir  # train.py lands where compare.py reads
