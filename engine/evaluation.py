@@ -43,8 +43,8 @@ class Evaluation:
     metrics: dict[str, float]
     heatmaps: list[torch.Tensor] = field(default_factory=list)  # per layer, weights (1, H, T, T) on the probe text
     heatmap_labels: list[str] = field(default_factory=list)  # the probe text's tokens
-    sample: str = ""  # SAMPLE_TOKENS generated tokens, decoded
-    sample_tokens: int = SAMPLE_TOKENS
+    sample: str = ""  # the prompt and SAMPLE_TOKENS generated tokens, decoded
+    sample_tokens: int = 0  # how many tokens that text holds
 
 
 def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
@@ -106,4 +106,4 @@ def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, st
     sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())
     model.train()
     metrics["perf/elapsed_s"] = time.perf_counter() - started  # wall time of this process so far, evaluations included
-    return Evaluation(metrics, heatmaps, ev.heatmap_labels, sample)
+    return Evaluation(metrics, heatmaps, ev.heatmap_labels, sample, sample_tokens=len(ev.prompt_ids) + SAMPLE_TOKENS)

@@ -1,6 +1,6 @@
 """Pictures of attention: token-labelled heatmaps of the weights, one panel per head.
 
-Training draws one grid per layer at every evaluation (TensorBoard's attn/heatmap images), and
+Training draws one grid per layer at every evaluation (TensorBoard's heatmaps/ images), and
 inspect_attention.py saves them as PNG files. Matplotlib figures here are built without pyplot,
 so nothing global is kept and a figure goes when it is dropped.
 """

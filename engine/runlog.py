@@ -21,7 +21,11 @@ from engine.heatmaps import HeatmapGrid
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does not also match loss/val_bpc
     "the story: mask and scale": {
-        "loss/val (all positions, teacher-forced) vs loss/val_honest (the past only)": ["Multiline", ["^loss/val$", "^loss/val_honest$"]],
+        "loss/val, and at the honest positions: val_honest (the past only) vs val_forced (the whole block)": [
+            "Multiline",
+            ["^loss/val$", "^loss/val_honest$", "^loss/val_forced$"],
+        ],
+        "leak gap: val_honest - val_forced (0 for a causal model)": ["Multiline", ["^loss/leak_gap$"]],
         "attention entropy (1 = uniform, 0 = one-hot)": ["Multiline", ["^attn/entropy$"]],
         "share of saturated rows (largest weight above 0.99)": ["Multiline", ["^attn/saturated_frac$"]],
         "attention mass on the future (0 under the mask)": ["Multiline", ["^attn/future_mass$"]],
@@ -107,12 +111,12 @@ class RunLogger:
         self.log(step, console=True, **evaluation.metrics)
 
     def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str) -> None:
-        """One attn/heatmap/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
+        """One heatmaps/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
         if not self.heatmap_grids:
             self.heatmap_grids = [HeatmapGrid(weights.shape[1], labels) for weights in weights_per_layer]
         for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
             picture = grid.pixels(weights[0], f"layer {layer} at step {step} ({flags})")  # (height, width, 3)
-            self.writer.add_image(f"attn/heatmap/L{layer}", picture, step, dataformats="HWC")
+            self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")
 
     def close(self) -> None:
         self.writer.close()

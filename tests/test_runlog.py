@@ -1,0 +1,43 @@
+"""engine/runlog.py: what reaches TensorBoard's text tab and custom-scalars layout, and reading metrics.jsonl back."""
+
+import re
+
+from engine.runlog import STORY_LAYOUT, parse_step, read_metrics, sample_markdown
+
+
+def test_an_ordinary_sample_is_shown_verbatim():
+    text = "ROMEO:\nBut soft, what light"
+    assert sample_markdown(text, 22) == "    ROMEO:\n    But soft, what light"  # an indented block: TensorBoard shows it as is
+
+
+def test_a_sample_of_newlines_says_so_and_shows_them():
+    shown = sample_markdown("\n" * 201, 201)
+    note, _, body = shown.partition("\n\n")
+    assert note.startswith("**201 tokens, all whitespace** (201 newlines, 0 spaces")
+    assert body.replace("\n", "").replace(" ", "") == "\u21b5" * 201  # every newline visible, none lost
+
+
+def test_a_mostly_blank_sample_gives_its_share():
+    text = "a" + " " * 7 + "\n" * 2  # 9 of 10 characters are whitespace
+    note = sample_markdown(text, 10).split("\n\n")[0]
+    assert "90% whitespace" in note and "2 newlines, 7 spaces" in note
+
+
+def test_the_story_layout_picks_exactly_the_tags_a_run_logs():
+    logged = ["loss/val", "loss/val_honest", "loss/val_forced", "loss/val_bpc", "loss/leak_gap", "attn/entropy",
+              "attn/saturated_frac", "attn/future_mass", "heads/entropy/L0H0", "loss/train"]  # fmt: skip
+    charts = STORY_LAYOUT["the story: mask and scale"]
+    picked = {title: sorted(t for t in logged if any(re.search(rx, t) for rx in spec[1])) for title, spec in charts.items()}
+    assert list(picked.values()) == [
+        ["loss/val", "loss/val_forced", "loss/val_honest"],  # not loss/val_bpc: the patterns are anchored
+        ["loss/leak_gap"],
+        ["attn/entropy"],
+        ["attn/saturated_frac"],
+        ["attn/future_mass"],
+    ]
+
+
+def test_read_metrics_skips_a_line_torn_by_a_kill(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss/val": 4.2}\n{"step": 5, "loss/tr')
+    assert read_metrics(tmp_path) == [{"step": 0, "loss/val": 4.2}]
+    assert parse_step('{"step": 5, "loss/tr') is None
