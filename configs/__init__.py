@@ -57,6 +57,7 @@ class TrainConfig:
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     min_lr: float = 1e-4  # learning rate at the last step of the cosine decay
     warmup_steps: int = 100  # steps of linear warmup from 0 to lr (a shorter run warms up over all of it)
+    optimizer: str = "adamw"  # "adamw", or "muon": torch.optim.Muon for the blocks' matrices, AdamW (same lr) for the rest
     weight_decay: float = 0.1  # AdamW decay, on matrices only
     beta1: float = 0.9  # AdamW momentum
     beta2: float = 0.99  # AdamW second-moment decay
@@ -88,6 +89,8 @@ class TrainConfig:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.optimizer not in ("adamw", "muon"):
+            raise ValueError(f"train.optimizer must be adamw or muon, got {self.optimizer!r}")
         if self.compile not in ("auto", "true", "false"):
             raise ValueError(f"train.compile must be auto, true or false, got {self.compile!r}")
         base = self.device.split(":")[0]

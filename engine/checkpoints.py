@@ -135,6 +135,11 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
         raise CheckpointError(
             f"{path} was trained with another model config ({'; '.join(diff)}); resume with the run's own flags, or start a new run"
         )
+    saved_optimizer = checkpoint["config"].get("train", {}).get("optimizer", "adamw")
+    if saved_optimizer != cfg.train.optimizer:
+        raise CheckpointError(
+            f"{path} was trained with train.optimizer={saved_optimizer}; resume with the same optimizer, or start a new run"
+        )
     if checkpoint.get("source_sha256") != source_sha256:
         raise CheckpointError(f"{path} was trained on another text; resume with the same --data-file, or start a new run")
     if not all(k in checkpoint for k in ("optimizer", "train_rng", "torch_rng")):

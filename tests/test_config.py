@@ -55,9 +55,9 @@ def test_every_preset_loads(preset):
 def test_base_is_the_default_and_char_uses_characters():
     base = load_config([])
     assert base == load_config(["--config", "base"])
-    assert (base.data.tokenizer, base.model.block_size, base.train.max_steps) == ("gpt2", 64, 600)
+    assert (base.data.tokenizer, base.model.block_size, base.train.max_steps) == ("gpt2", 64, 300)
     char = load_config(["--config", "char"])
-    assert (char.data.tokenizer, char.model.block_size, char.train.max_steps) == ("char", 128, 700)
+    assert (char.data.tokenizer, char.model.block_size, char.train.max_steps) == ("char", 128, 325)
 
 
 def test_config_from_a_toml_path(tmp_path):

@@ -85,7 +85,8 @@ def test_base_preset_with_three_steps_runs_end_to_end(tmp_path, corpus_file, one
     summary = train.main(load_config([*argv, "--runs-dir", str(tmp_path / "runs"), "--device", "cpu", "--train.eval_batches=1"]))
     metrics = [json.loads(line) for line in (tmp_path / "runs" / "base" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "loss/val" in m] == [0, 3]
-    assert [m["lr"] for m in metrics if "lr" in m] == pytest.approx([2e-3], rel=1e-12)  # step 3 of 3: the peak, then the run ends
+    peak = load_config(["--config", "base"]).train.lr
+    assert [m["lr"] for m in metrics if "lr" in m] == pytest.approx([peak], rel=1e-12)  # step 3 of 3: the peak, then the run ends
     assert summary["loss/val"] < metrics[0]["loss/val"]  # three steps at a warmed-up rate already lower the loss
 
 
@@ -153,6 +154,29 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
     mps = engine.runtime.setup_runtime(TrainConfig(device="auto"))
     assert mps.device == torch.device("mps") and "Apple MPS found" in mps.why
     assert mps.autocast_dtype is None and not mps.use_compile
+
+
+def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11))
+    optimizer = engine.optim.make_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3), torch.device("cpu"))
+    muon, adamw = optimizer.optimizers
+    assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+    names = {id(p): n for n, p in model.named_parameters()}
+    in_muon = sorted(names[id(p)] for g in muon.param_groups for p in g["params"])
+    assert in_muon == sorted(n for n, p in model.named_parameters() if n.startswith("blocks.") and p.dim() == 2)
+    assert len(in_muon) == 2 * 4  # qkv, attention proj, mlp fc and mlp proj in each block
+    everything = [id(p) for g in optimizer.param_groups for p in g["params"]]
+    assert sorted(everything) == sorted(id(p) for p in model.parameters())  # each parameter exactly once
+    assert "tok_emb.weight" not in in_muon and "pos_emb.weight" not in in_muon
+    x = torch.randint(0, 11, (2, 8))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model(x, x)[1].backward()
+    optimizer.step()
+    assert all(not torch.equal(before[n], p) for n, p in model.named_parameters()), "every parameter takes a step"
+    again = engine.optim.make_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3), torch.device("cpu"))
+    again.load_state_dict(optimizer.state_dict())  # resume: both optimizers' state comes back
+    assert len(again.state) == sum(1 for _ in model.parameters())
 
 
 # Minor page faults of making and freeing a 64 MiB tensor (16,384 pages) three times, before and
