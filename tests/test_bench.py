@@ -10,6 +10,8 @@ import bench
 from configs import load_config
 from engine.runtime import setup_runtime
 
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
+
 MiB = 2**20
 
 

@@ -9,6 +9,8 @@ from conftest import assert_close
 from model import GPT, ModelConfig
 from model.gpt import sample_next
 
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
+
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "dropout": 0.0}
 
 

@@ -8,6 +8,8 @@ from model import GPT, ModelConfig
 from model.attention import KVCache, MultiHead
 from model.gpt import sample_next
 
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
+
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "dropout": 0.0}
 BACKENDS = ["sdpa", "manual", "tiled"]
 
@@ -63,17 +65,17 @@ def test_small_block_sizes(block_size):
     """block_size 1 prefills a fresh cache every step; block_size 4 also appends to a cache that holds a past."""
     model = make_gpt(block_size=block_size)
     calls = record_hidden_calls(model)
-    cached, uncached = generate_both(model, torch.tensor([[3], [5]]), 12, temperature=1.5)
+    cached, uncached = generate_both(model, torch.tensor([[3], [5]]), 10, temperature=1.5)
     assert torch.equal(cached, uncached), f"first differing column {int((cached != uncached).any(0).nonzero()[0])}"
     assert len(set(cached[:, 1:].flatten().tolist())) > 5, "samples should vary, or the test shows little"
-    steps = calls[:12]  # the cached run's 12 steps: (cached positions before, new positions)
+    steps = calls[:10]  # the cached run's 10 steps: (cached positions before, new positions)
     appends = [past for past, new in steps if past > 0]
     if block_size == 1:
         assert appends == [], f"with block_size 1 every window is one token, so each step is a prefill: {steps}"
     else:
         # Window of 4, then halved to 2 (block_size // 2): a prefill of 1 then appends at 1, 2, 3;
         # after each halving a prefill of 2 then appends at 2, 3.
-        assert appends == [1, 2, 3, 2, 3, 2, 3, 2], f"(cached, new) per step: {steps}"
+        assert appends == [1, 2, 3, 2, 3, 2, 3], f"(cached, new) per step: {steps}"
         assert all(new == 1 for past, new in steps if past > 0), steps
 
 
@@ -86,11 +88,11 @@ def test_non_causal_generate_recomputes_every_step():
     assert not model.can_cache and make_gpt().can_cache
     calls = record_hidden_calls(model)
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
-    out = model.generate(prompt, 40, generator=torch.Generator().manual_seed(7), temperature=1.5, use_cache=True)
-    assert len(calls) == 40 and all(past == -1 for past, _ in calls), f"a non-causal model must not use a cache: {calls}"
+    out = model.generate(prompt, 24, generator=torch.Generator().manual_seed(7), temperature=1.5, use_cache=True)
+    assert len(calls) == 24 and all(past == -1 for past, _ in calls), f"a non-causal model must not use a cache: {calls}"
     # The same sampling, step by step, with generate's window policy: at most 16 tokens, the last 8 kept when full.
     g, window, expected = torch.Generator().manual_seed(7), prompt, prompt
-    for _ in range(40):
+    for _ in range(24):  # 3 + 24 tokens: the window fills and is halved once
         with torch.no_grad():
             logits, _ = model(window)
         token = sample_next(logits[:, -1], 1.5, None, g)
