@@ -4,9 +4,12 @@ Tests never touch the network, data/cache or runs/: each one writes its own smal
 `write_corpus` (or the `corpus_file` fixture) and points the cache and run folders into tmp_path.
 """
 
+import hashlib
+import os
 import random
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -119,10 +122,32 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> s
     return lines[0]
 
 
+GPT2_BPE_URLS = (  # the two files tiktoken's gpt2 encoding reads (tiktoken_ext/openai_public.py)
+    "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
+    "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
+)
+
+
+def tiktoken_cache_dir() -> Path | None:
+    """The folder where tiktoken looks for downloaded files, as tiktoken.load.read_file_cached chooses it (None: caching off)."""
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if folder is None:
+        folder = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    return Path(folder) if folder else None
+
+
 def gpt2_encoding_or_skip():
-    """tiktoken's gpt2 encoding, or skip: it needs its BPE files (TIKTOKEN_CACHE_DIR or the network)."""
+    """tiktoken's gpt2 encoding, or skip when its BPE files are not in tiktoken's cache folder (tests never download).
+
+    tiktoken keeps each file under the SHA-1 of its URL. When both files are there, any failure to
+    load them (a corrupt file, an API change) fails the test instead of skipping it.
+    """
     tiktoken = pytest.importorskip("tiktoken")
-    try:
-        return tiktoken.get_encoding("gpt2")
-    except Exception as e:  # offline without TIKTOKEN_CACHE_DIR: requests/OS errors of several kinds
-        pytest.skip(f"tiktoken gpt2 files unavailable ({type(e).__name__}); set TIKTOKEN_CACHE_DIR to run this test")
+    folder = tiktoken_cache_dir()
+    missing = [
+        url.rsplit("/", 1)[1] for url in GPT2_BPE_URLS if folder is None or not (folder / hashlib.sha1(url.encode()).hexdigest()).is_file()
+    ]
+    if missing:
+        where = f"in {folder}" if folder else "(TIKTOKEN_CACHE_DIR is empty: caching off)"
+        pytest.skip(f"tiktoken's gpt2 BPE files ({', '.join(missing)}) are not {where}; set TIKTOKEN_CACHE_DIR to a folder holding them")
+    return tiktoken.get_encoding("gpt2")

@@ -7,6 +7,9 @@ import torch
 from conftest import assert_close
 
 from model import GPT, ModelConfig
+from model.gpt import sample_next
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "dropout": 0.0}
 
@@ -40,11 +43,13 @@ def test_logits_shape_and_initial_loss():
 # 2. Parameter count
 
 
-def test_num_params_formula_small():
+def test_num_params_small_counted_two_ways():
     model = make_gpt()
-    n = expected_params(L=2, C=32, V=65, T=16)
-    assert n == 12 * 2 * 1024 + 10 * 2 * 32 + 65 * 32 + 16 * 32 + 64 == 27_872
-    assert model.num_params() == n
+    assert model.num_params() == expected_params(L=2, C=32, V=65, T=16) == 27_872
+    # state_dict lists the tied matrix twice (tok_emb.weight and lm_head.weight): count it once.
+    state = model.state_dict()
+    assert state["lm_head.weight"].data_ptr() == state["tok_emb.weight"].data_ptr()
+    assert sum(t.numel() for name, t in state.items() if name != "lm_head.weight") == 27_872
 
 
 def test_num_params_reference_config():
@@ -161,6 +166,47 @@ def test_generate_past_block_size_crops_context(use_cache):
         window = torch.cat([window, out[:, t : t + 1]], dim=1)
         if window.shape[1] > 8:
             window = window[:, -4:]
+
+
+# Sampler: 20,000 draws from one logits vector. A token of probability p appears N p times, with a
+# binomial standard deviation sqrt(N p (1 - p)); in frequency, at most sqrt(0.25 / N) = 0.0035.
+# 5 standard deviations (0.0177) bound every frequency: a seeded draw fails only on a real difference,
+# and the distributions compared below differ by more than that.
+DRAWS = 20_000
+SAMPLER_LOGITS = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -3.0])  # unsorted, so top-k must map back to token ids
+
+
+def frequencies(temperature: float, top_k: int | None) -> torch.Tensor:
+    logits = SAMPLER_LOGITS.expand(DRAWS, -1)  # (N, V): every row the same vector
+    ids = sample_next(logits, temperature, top_k, torch.Generator().manual_seed(0))  # (N, 1)
+    assert ids.shape == (DRAWS, 1)
+    return torch.bincount(ids[:, 0], minlength=6).double() / DRAWS
+
+
+def binomial_tolerance(p: torch.Tensor) -> torch.Tensor:
+    return 5 * (p * (1 - p) / DRAWS).sqrt() + 1e-12
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_sample_next_frequencies_match_softmax_at_temperature(temperature):
+    p = (SAMPLER_LOGITS.double() / temperature).softmax(-1)
+    f = frequencies(temperature, top_k=None)
+    off = (f - p).abs()
+    assert (off <= binomial_tolerance(p)).all(), f"frequencies {f.tolist()} vs softmax {p.tolist()}: max diff {off.max():.4f}"
+    other = SAMPLER_LOGITS.double().softmax(-1)  # what ignoring the temperature would give
+    if temperature != 1.0:
+        assert (other - p).abs().max() > 10 * binomial_tolerance(p).max(), "the test could not tell the temperatures apart"
+
+
+@pytest.mark.parametrize("top_k", [2, 3, 5])
+def test_sample_next_top_k_renormalises_the_k_likeliest(top_k):
+    order = SAMPLER_LOGITS.argsort(descending=True)  # token ids, likeliest first: 2, 4, 0, 3, 1, 5
+    kept, dropped = order[:top_k], order[top_k:]
+    f = frequencies(0.8, top_k)
+    assert f[dropped].sum() == 0, f"tokens outside the top {top_k} were drawn: {f.tolist()}"
+    p = (SAMPLER_LOGITS[kept].double() / 0.8).softmax(-1)  # the softmax over the k likeliest alone, at temperature 0.8
+    off = (f[kept] - p).abs()
+    assert (off <= binomial_tolerance(p)).all(), f"top-{top_k} frequencies {f[kept].tolist()} vs {p.tolist()}: max diff {off.max():.4f}"
 
 
 # 7. causal / scaled flags reach every head

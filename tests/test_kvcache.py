@@ -6,6 +6,9 @@ from conftest import assert_close
 
 from model import GPT, ModelConfig
 from model.attention import KVCache, MultiHead
+from model.gpt import sample_next
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "dropout": 0.0}
 BACKENDS = ["sdpa", "manual", "tiled"]
@@ -45,22 +48,59 @@ def test_cached_equals_uncached_long_prompt():
     assert torch.equal(cached[:, :40], prompt)
 
 
-def test_block_size_one():
-    model = make_gpt(block_size=1)
-    cached, uncached = generate_both(model, torch.tensor([[3]]), 5)
-    assert torch.equal(cached, uncached)
+def record_hidden_calls(model: GPT) -> list[tuple[int, int]]:
+    """Wrap model.hidden to record, per call, (cached positions before it, new positions it encodes); -1: no cache."""
+    calls, hidden = [], model.hidden
+
+    def recording(idx, caches=None):
+        calls.append((len(caches[0]) if caches is not None else -1, idx.shape[1]))
+        return hidden(idx, caches)
+
+    model.hidden = recording
+    return calls
+
+
+@pytest.mark.parametrize("block_size", [1, 4])
+def test_small_block_sizes(block_size):
+    """block_size 1 prefills a fresh cache every step; block_size 4 also appends to a cache that holds a past."""
+    model = make_gpt(block_size=block_size)
+    calls = record_hidden_calls(model)
+    cached, uncached = generate_both(model, torch.tensor([[3], [5]]), 10, temperature=1.5)
+    assert torch.equal(cached, uncached), f"first differing column {int((cached != uncached).any(0).nonzero()[0])}"
+    assert len(set(cached[:, 1:].flatten().tolist())) > 5, "samples should vary, or the test shows little"
+    steps = calls[:10]  # the cached run's 10 steps: (cached positions before, new positions)
+    appends = [past for past, new in steps if past > 0]
+    if block_size == 1:
+        assert appends == [], f"with block_size 1 every window is one token, so each step is a prefill: {steps}"
+    else:
+        # Window of 4, then halved to 2 (block_size // 2): a prefill of 1 then appends at 1, 2, 3;
+        # after each halving a prefill of 2 then appends at 2, 3.
+        assert appends == [1, 2, 3, 2, 3, 2, 3], f"(cached, new) per step: {steps}"
+        assert all(new == 1 for past, new in steps if past > 0), steps
 
 
 # 2. Non-causal models cannot cache
 
 
-def test_non_causal_generates_without_cache():
+def test_non_causal_generate_recomputes_every_step():
+    """A no-mask model ignores use_cache: its tokens are those of a full forward pass on each step's window."""
     model = make_gpt(causal=False)
-    assert not model.can_cache
-    assert make_gpt().can_cache
-    cached, uncached = generate_both(model, torch.tensor([[1, 2, 3]]), 40)
-    assert cached.shape == (1, 43)
-    assert torch.equal(cached, uncached)
+    assert not model.can_cache and make_gpt().can_cache
+    calls = record_hidden_calls(model)
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    out = model.generate(prompt, 24, generator=torch.Generator().manual_seed(7), temperature=1.5, use_cache=True)
+    assert len(calls) == 24 and all(past == -1 for past, _ in calls), f"a non-causal model must not use a cache: {calls}"
+    # The same sampling, step by step, with generate's window policy: at most 16 tokens, the last 8 kept when full.
+    g, window, expected = torch.Generator().manual_seed(7), prompt, prompt
+    for _ in range(24):  # 3 + 24 tokens: the window fills and is halved once
+        with torch.no_grad():
+            logits, _ = model(window)
+        token = sample_next(logits[:, -1], 1.5, None, g)
+        expected, window = torch.cat([expected, token], 1), torch.cat([window, token], 1)
+        if window.shape[1] > 16:
+            window = window[:, -8:]
+    assert torch.equal(out, expected), f"first differing column {int((out != expected).any(0).nonzero()[0])}"
+    assert len(set(out[:, 3:].flatten().tolist())) > 5, "samples should vary, or the test shows little"
 
 
 def test_multihead_refuses_cache_without_mask():

@@ -11,7 +11,6 @@ import json
 import multiprocessing
 import os
 import random
-import runpy
 import shutil
 import signal
 import subprocess
@@ -160,18 +159,6 @@ def assert_error_after_progress(proc: subprocess.CompletedProcess, code: int, *n
     for needle in needles:
         assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
     return errors[0]
-
-
-def run_sample(argv: list[str], capsys, monkeypatch) -> subprocess.CompletedProcess:
-    """sample.py's command line in process: its `if __name__ == "__main__"` block, with its exit code and output."""
-    monkeypatch.setattr(sys, "argv", ["sample.py", *argv])
-    try:
-        runpy.run_path(str(REPO_ROOT / "sample.py"), run_name="__main__")
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["sample.py", *argv], code, out, err)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -765,14 +752,6 @@ def test_resume_without_a_checkpoint(tmp_path, reference, capsys):
     assert not (tmp_path / "runs" / "tiny").exists()
 
 
-def truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[:1000])
-
-
-def random_bytes(path: Path) -> None:
-    path.write_bytes(random.Random(0).randbytes(4096))
-
-
 def weights_only(path: Path) -> None:
     shutil.copyfile(path.with_name("best.pt"), path)
 
@@ -782,12 +761,10 @@ def weights_only(path: Path) -> None:
     [
         (["--model.n_embd=64"], None, ["trained with another model config", "n_embd 32 vs 64", "resume with the run's own flags"]),
         ([], None, ["already finished at step 60", "raise --train.max_steps"]),
-        (["--train.max_steps=70"], truncate, ["truncated, corrupt or not a checkpoint"]),
-        (["--train.max_steps=70"], random_bytes, ["truncated, corrupt or not a checkpoint"]),
         (["--train.max_steps=70"], weights_only, ["holds weights only"]),
         (["--train.max_steps=70", "--data-file", "OTHER"], None, ["trained on another text", "same --data-file"]),
     ],
-    ids=["other-model-config", "finished", "truncated", "random-bytes", "weights-only", "other-text"],
+    ids=["other-model-config", "finished", "weights-only", "other-text"],
 )
 def test_resume_refuses_what_it_cannot_continue(tmp_path, reference, capsys, flags, damage, needles):
     argv, run_dir = reference_copy(reference, tmp_path)
@@ -802,87 +779,7 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, reference, capsys, fla
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny"]
 
 
-# 8. Bad input: one line, exit code 2, no traceback (the cases tests/test_train.py, test_sample.py don't run as scripts)
-
-
-@pytest.mark.parametrize(
-    ("make_args", "needles"),
-    [
-        (lambda d: ["--config", str(write_text(d / "broken.toml", "[model\nn_layer = 2\n"))], ["malformed TOML in", "broken.toml"]),
-        (lambda d: ["--config", str(d / "missing.toml")], ["config file", "missing.toml not found"]),
-        (lambda d: ["--model.dropout=-0.1"], ["model.dropout must be in [0, 1), got -0.1"]),
-        (lambda d: ["--model.block_size=0"], ["model.block_size must be a positive integer, got 0"]),
-        (lambda d: ["--model.n_head=0"], ["model.n_head must be a positive integer, got 0"]),
-        (lambda d: ["--data-file", str(d / "missing.txt")], ["missing.txt", "does not exist"]),
-        (lambda d: ["--data-file", str(write_bytes(d / "empty.txt", b""))], ["empty.txt", "is empty"]),
-        (
-            lambda d: ["--data-file", str(write_bytes(d / "image.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8))],
-            ["image.png", "not UTF-8"],
-        ),
-    ],
-    ids=["malformed-toml", "missing-toml", "negative-dropout", "block-size-0", "n-head-0", "missing-data", "empty-data", "binary-data"],
-)
-def test_train_script_bad_input(tmp_path, corpus, capsys, make_args, needles):
-    argv = [*tiny_argv(tmp_path, corpus), *make_args(tmp_path)]
-    assert_one_line_error(run_train(argv, capsys), *needles)
-    assert not (tmp_path / "runs").exists()  # nothing was started
-
-
-def write_text(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
-
-
-def write_bytes(path: Path, data: bytes) -> Path:
-    path.write_bytes(data)
-    return path
-
-
-def test_sample_script_checkpoint_of_another_model_config(tmp_path, reference, capsys, monkeypatch):
-    checkpoint = torch.load(reference["run_dir"] / "ckpt.pt", weights_only=True)
-    checkpoint["config"]["model"]["n_layer"] = 3  # the weights have 2 blocks
-    path = tmp_path / "other.pt"
-    torch.save(checkpoint, path)
-    assert_one_line_error(
-        run_sample(["--checkpoint", str(path), "--device", "cpu"], capsys, monkeypatch), str(path), "do not fit its model config"
-    )
-
-
-def test_sample_script_empty_prompt(reference, capsys, monkeypatch):
-    args = ["--checkpoint", str(reference["run_dir"] / "ckpt.pt"), "--device", "cpu", "--prompt", ""]
-    assert_one_line_error(run_sample(args, capsys, monkeypatch), "the prompt is empty")
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so --device cuda is not an error")
-def test_sample_script_cuda_without_cuda(reference, capsys, monkeypatch):
-    args = ["--checkpoint", str(reference["run_dir"] / "ckpt.pt"), "--device", "cuda"]
-    assert_one_line_error(run_sample(args, capsys, monkeypatch), "--device cuda asked for, but this machine has no CUDA")
-
-
-class WritesMarker:
-    """Unpickling this runs exec(...), which writes a marker file: what a malicious checkpoint could do with anything."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (exec, (f"open({str(self.marker)!r}, 'w').write('code ran')",))
-
-
-def test_checkpoint_that_runs_code_is_refused_by_resume_and_sample(tmp_path, reference, capsys, monkeypatch):
-    argv, run_dir = reference_copy(reference, tmp_path)
-    marker = tmp_path / "marker.txt"
-    good = torch.load(run_dir / "ckpt.pt", weights_only=True)
-    torch.save({**good, "model": WritesMarker(marker), "step": 10}, run_dir / "ckpt.pt")
-    line = assert_one_line_error(run_train([*argv, "--resume", "--train.max_steps=70"], capsys), "refused to load", "exec")
-    assert str(run_dir / "ckpt.pt") in line
-    assert not marker.exists()
-    assert_one_line_error(
-        run_sample(["--run", "tiny", "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"], capsys, monkeypatch), "refused to load"
-    )
-    assert not marker.exists()
-    torch.load(run_dir / "ckpt.pt", weights_only=False)  # proof that the payload is live: an unsafe load runs it
-    assert marker.read_text() == "code ran"
+# 8. The stop flag
 
 
 def test_stop_flag_turns_both_signals_into_a_flag_and_restores_the_handlers():

@@ -1,6 +1,7 @@
 """Tests for sample.py: rebuilding a model from a checkpoint, sampling, and refusing bad checkpoints."""
 
 import random
+import subprocess
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import sample
 import train
 from configs import ConfigError, load_config
 from data.corpus import load_corpus
+from data.tokenizer import TokenizerError
 from engine.checkpoints import CheckpointError, load_model
 from model import ModelConfig
 
@@ -103,10 +105,14 @@ def test_zero_new_tokens_returns_the_prompt(trained, capsys):
     capsys.readouterr()
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so --device cuda is not an error")
-def test_main_cuda_without_cuda(trained):
-    with pytest.raises(ConfigError, match="no CUDA"):
-        sample.main(["--checkpoint", str(trained["ckpt"]), "--device", "cuda"])
+def test_empty_prompt_is_refused(trained):
+    with pytest.raises(TokenizerError, match="the prompt is empty; give at least one character with --prompt"):
+        sample.main(sample_args(trained, "--prompt", ""))
+
+
+def test_unknown_device_names_the_flag_of_sample_py(trained):
+    with pytest.raises(ConfigError, match="^--device must be one of auto, cpu, cuda, mps"):
+        sample.main(["--checkpoint", str(trained["ckpt"]), "--device", "tpu"])
 
 
 # 3. Bad checkpoints, in process
@@ -139,11 +145,20 @@ def test_file_that_is_not_a_checkpoint(tmp_path):
         load_model(path)
 
 
-def test_truncated_checkpoint_in_process(trained, tmp_path):
+def test_truncated_checkpoint(trained, tmp_path):
     path = tmp_path / "truncated.pt"
     path.write_bytes(trained["ckpt"].read_bytes()[:1000])
-    with pytest.raises(CheckpointError, match="truncated, corrupt or not a checkpoint"):
+    with pytest.raises(CheckpointError, match="truncated, corrupt or not a checkpoint") as e:
         load_model(path)
+    assert str(path) in str(e.value)
+
+
+def test_random_bytes(tmp_path):
+    path = tmp_path / "noise.pt"
+    path.write_bytes(random.Random(0).randbytes(4096))
+    with pytest.raises(CheckpointError, match="truncated, corrupt or not a checkpoint") as e:
+        load_model(path)
+    assert str(path) in str(e.value)
 
 
 def test_malicious_pickle_is_refused_and_never_runs(trained, tmp_path, capfd):
@@ -167,27 +182,31 @@ def test_script_missing_checkpoint(tmp_path):
     assert_one_line_error(proc, f"no checkpoint at {missing}")
 
 
-def test_script_truncated_checkpoint(trained, tmp_path):
-    path = tmp_path / "truncated.pt"
-    path.write_bytes(trained["ckpt"].read_bytes()[:1000])
-    proc = run_script("sample.py", "--checkpoint", str(path), "--device", "cpu")
-    assert_one_line_error(proc, str(path), "truncated, corrupt or not a checkpoint")
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--num-samples", "0", "must be at least 1, got 0"),
+        ("--max-new-tokens", "-1", "must be 0 or more, got -1"),
+        ("--max-new-tokens", "2.5", "must be a whole number, got '2.5'"),
+        ("--temperature", "0", "must be a positive number, got 0"),
+        ("--temperature", "-1", "must be a positive number, got -1"),
+        ("--temperature", "nan", "must be a positive number, got nan"),
+        ("--temperature", "abc", "must be a number, got 'abc'"),
+        ("--top-k", "0", "must be at least 1, got 0"),
+    ],
+)
+def test_parse_args_rejects_bad_values(capsys, flag, value, message):
+    with pytest.raises(SystemExit) as stop:
+        sample.parse_args([flag, value])
+    out, err = capsys.readouterr()
+    assert_one_line_error(subprocess.CompletedProcess(["sample.py"], stop.value.code, out, err), f"argument {flag}: {message}")
 
 
-def test_script_random_bytes(tmp_path):
-    path = tmp_path / "noise.pt"
-    path.write_bytes(random.Random(0).randbytes(4096))
-    proc = run_script("sample.py", "--checkpoint", str(path), "--device", "cpu")
-    assert_one_line_error(proc, str(path))
+def test_parse_args_accepts_the_edges():
+    args = sample.parse_args(["--num-samples", "1", "--max-new-tokens", "0", "--temperature", "1e-3", "--top-k", "1"])
+    assert (args.num_samples, args.max_new_tokens, args.temperature, args.top_k) == (1, 0, 1e-3, 1)
 
 
-def test_script_prompt_outside_the_vocabulary(trained):
-    char = "é" if "é" not in trained["text"] else "€"
-    assert char not in trained["text"]
-    proc = run_script("sample.py", *sample_args(trained, "--prompt", f"The {char}"))
-    assert_one_line_error(proc, "not in the training vocabulary", char)
-
-
-def test_script_negative_max_new_tokens(trained):
-    proc = run_script("sample.py", *sample_args(trained, "--max-new-tokens", "-1"))
-    assert_one_line_error(proc, "--max-new-tokens", "must be 0 or more, got -1")
+def test_script_bad_argument_is_one_line():
+    proc = run_script("sample.py", "--temperature", "0")
+    assert_one_line_error(proc, "argument --temperature: must be a positive number, got 0")
