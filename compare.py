@@ -29,24 +29,11 @@ import numpy as np  # noqa: E402
 from configs import Config, ConfigError, load_config  # noqa: E402
 from engine.cli import run_command  # noqa: E402
 from engine.runlog import read_metrics  # noqa: E402
-from engine.stats import Difference, Spread, paired_difference, spread  # noqa: E402
+from engine.stats import COLUMNS, Difference, Spread, aggregate, column, format_table, paired_difference  # noqa: E402
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 
 VARIANTS = {"base": {}, "no-mask": {"causal": False}, "no-scale": {"scaled": False}}
-COLUMNS = [  # (header, metric tag, format)
-    ("train", "loss/train", ".3f"),
-    ("val", "loss/val", ".3f"),
-    ("val honest", "loss/val_honest", ".3f"),
-    ("val forced", "loss/val_forced", ".3f"),
-    ("leak gap", "loss/leak_gap", ".3f"),
-    ("val bpc", "loss/val_bpc", ".3f"),
-    ("entropy", "attn/entropy", ".3f"),
-    ("saturated", "attn/saturated_frac", ".3f"),
-    ("future mass", "attn/future_mass", ".3f"),
-    ("score std", "attn/score_std", ".2f"),
-    ("wall s", "wall_s", ".0f"),
-]
 DIFFERENCE_COLUMNS = ["val", "val honest", "entropy", "saturated"]  # the quantities the ablations are about
 PANELS = [  # (title, [(tag, line style)])
     ("loss (solid: val, dotted: val honest)", [("loss/val", "-"), ("loss/val_honest", ":")]),
@@ -156,30 +143,6 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def column(runs: list[dict], tag: str) -> list[float] | None:
-    """One tag's value from every run, in seed order; None if any run lacks it (a summary written by older code)."""
-    return [r[tag] for r in runs] if all(tag in r for r in runs) else None
-
-
-def aggregate(runs: list[dict]) -> dict[str, Spread | None]:
-    """Per column tag, the spread over a variant's runs; None where the tag is missing."""
-    return {tag: None if (values := column(runs, tag)) is None else spread(values) for _, tag, _ in COLUMNS}
-
-
-def format_cell(s: Spread | None, fmt: str) -> str:
-    if s is None:
-        return "n/a"
-    return format(s.mean, fmt) if s.std is None else f"{s.mean:{fmt}} ± {s.std:{fmt}}"
-
-
-def format_table(rows: dict[str, dict[str, Spread | None]]) -> str:
-    """One row per variant: plain values for one seed, mean ± sample standard deviation for more."""
-    lines = ["| run | " + " | ".join(h for h, _, _ in COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
-    for name, stats in rows.items():
-        lines.append(f"| {name} | " + " | ".join(format_cell(stats[tag], fmt) for _, tag, fmt in COLUMNS) + " |")
-    return "\n".join(lines)
 
 
 def differences(by_variant: dict[str, list[dict]]) -> dict[str, dict[str, Difference | None]]:

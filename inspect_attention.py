@@ -1,8 +1,10 @@
-"""Look inside a trained model: python inspect_attention.py --run NAME --text "ROMEO: But soft"
+"""Look inside a model: python inspect_attention.py [--run NAME | --checkpoint PATH | --pretrained gpt2] --text "ROMEO: But soft"
 
 Writes token-labelled heatmaps of the attention weights (one grid of heads per layer, and one
-picture per head) and prints, per head, the statistics that TensorBoard logs during training.
-Works on any checkpoint, including --no-mask and --no-scale runs.
+picture per head when the model has few heads), one interactive HTML page of every head
+(attention.html: pick a head, hover a token), and prints a table of the heads ranked by entropy
+that names the previous-token heads and the first-token sinks. Works on any checkpoint,
+including --no-mask and --no-scale runs, and on GPT-2.
 """
 
 import sys
@@ -11,24 +13,22 @@ from pathlib import Path
 import torch
 
 from data.tokenizer import TokenizerError
-from engine.checkpoints import load_model
-from engine.cli import OneLineParser, run_command
-from engine.diagnostics import flags_label, head_statistics
-from engine.heatmaps import heatmap_figure, token_labels
+from engine.cli import OneLineParser, add_model_source, load_model_source, run_command
+from engine.diagnostics import FIRST_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, flags_label, head_roles
+from engine.heatmaps import attention_page, heatmap_figure, token_labels
+
+PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the per-layer grids and the HTML page
 
 
 def main(argv: list[str]) -> Path:
-    parser = OneLineParser(description="Heatmaps and per-head statistics of a trained model's attention.")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--run", default="base", help="run folder name under --runs-dir (default: base)")
-    where.add_argument("--checkpoint", type=Path, help="path to a ckpt.pt (overrides --run)")
-    parser.add_argument("--runs-dir", default="runs")
+    parser = OneLineParser(description="Heatmaps, an HTML page and per-head statistics of a model's attention.")
+    add_model_source(parser)
     parser.add_argument("--text", default="ROMEO:\nBut soft, what light through yonder window breaks?")
-    parser.add_argument("--out", type=Path, help="folder for the PNGs (default: <run folder>/inspect)")
+    parser.add_argument("--out", type=Path, help="folder for the pictures and the page (default: <run folder>/inspect)")
+    parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
     args = parser.parse_args(argv)
 
-    path = args.checkpoint or Path(args.runs_dir) / args.run / "ckpt.pt"
-    model, tokenizer, _ = load_model(path, "cpu")
+    model, tokenizer, described, folder = load_model_source(args, "cpu")
     ids = tokenizer.encode(args.text)
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")
@@ -38,24 +38,30 @@ def main(argv: list[str]) -> Path:
         ids = ids[:block_size]
     weights = model.attention_weights(torch.tensor([ids]))  # n_layer x (1, H, T, T)
     labels = token_labels(tokenizer, ids)
-    out = args.out or path.parent / "inspect"
+    out = args.out or folder / "inspect"
     out.mkdir(parents=True, exist_ok=True)
-    flags = flags_label(model.cfg)
+    flags, name = flags_label(model.cfg), folder.name
+    per_head = args.per_head or model.cfg.n_layer * model.cfg.n_head <= PER_HEAD_PICTURES_UP_TO
     for layer, w in enumerate(weights):
-        fig = heatmap_figure(w[0], labels, f"{path.parent.name}: layer {layer} ({flags})")
-        fig.savefig(out / f"attn_L{layer}.png", dpi=110)
-        for head in range(w.shape[1]):
-            fig = heatmap_figure(w[0, head : head + 1], labels, f"{path.parent.name}: layer {layer}, head {head}", [f"L{layer}H{head}"])
+        heatmap_figure(w[0], labels, f"{name}: layer {layer} ({flags})").savefig(out / f"attn_L{layer}.png", dpi=110)
+        for head in range(w.shape[1] if per_head else 0):
+            fig = heatmap_figure(w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [f"L{layer}H{head}"])
             fig.savefig(out / f"attn_L{layer}_H{head}.png", dpi=110)
+    page = attention_page([w[0] for w in weights], labels, f"{name}: attention ({flags})", model.cfg.causal, out / "attention.html")
 
-    print(f"{path} ({flags}), {len(ids)} tokens; heatmaps in {out}/")
-    print("| layer | head | entropy | max weight | saturated | future mass |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for row in head_statistics(weights, model.cfg.causal):
+    print(f"{described} ({flags}), {len(ids)} tokens; heatmaps in {out}/, every head on one page: {page}")
+    print("heads by entropy, most focused first; t-1: mean weight on the previous token, first: on position 0 (rows t >= 1)")
+    print("| layer | head | entropy | max weight | saturated | future mass | t-1 | first | role |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    rows = head_roles(weights, model.cfg.causal)
+    for row in rows:
         print(
-            f"| {row['layer']} | {row['head']} | {row['entropy']:.3f} | {row['max_weight']:.3f} | "
-            f"{row['saturated']:.2f} | {row['future_mass']:.3f} |"
+            f"| {row['layer']} | {row['head']} | {row['entropy']:.3f} | {row['max_weight']:.3f} | {row['saturated']:.2f} | "
+            f"{row['future_mass']:.3f} | {row['previous']:.3f} | {row['first']:.3f} | {', '.join(row['roles'])} |"
         )
+    for role, threshold in (("previous-token", PREVIOUS_TOKEN_THRESHOLD), ("first-token sink", FIRST_TOKEN_THRESHOLD)):
+        found = [f"L{row['layer']}H{row['head']}" for row in rows if role in row["roles"]]
+        print(f"{role} heads (weight above {threshold}): {', '.join(found) or 'none'}")
     return out
 
 

@@ -1,30 +1,25 @@
-"""Generate text from a trained checkpoint: python sample.py [--run NAME | --checkpoint PATH] [--prompt TEXT]
+"""Generate text: python sample.py [--run NAME | --checkpoint PATH | --pretrained gpt2] [--prompt TEXT]
 
 The model and tokenizer are rebuilt from what the checkpoint stores (its model config and
 vocabulary), never from a TOML file, so an old checkpoint still loads after defaults change.
 Checkpoints are read with torch.load(weights_only=True): plain tensors and data, never code.
+--pretrained continues the prompt with OpenAI's GPT-2 (or a folder in its layout), read from safetensors.
 """
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
 from configs import ConfigError, TrainConfig
 from data.tokenizer import TokenizerError
-from engine.checkpoints import load_model
-from engine.cli import OneLineParser, non_negative_int, positive_float, positive_int, run_command
+from engine.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, positive_float, positive_int, run_command
 from engine.runtime import setup_runtime
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(description="Generate text from a trained checkpoint.")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--run", default="base", help="run folder name under --runs-dir (default: base)")
-    where.add_argument("--checkpoint", type=Path, help="path to a ckpt.pt (overrides --run)")
-    parser.add_argument("--runs-dir", default="runs", help="where run folders live (default: runs)")
-    parser.add_argument("--best", action="store_true", help="use the run's best-by-val checkpoint (best.pt) instead of the latest")
+    parser = OneLineParser(description="Generate text from a trained checkpoint or a pretrained GPT-2.")
+    add_model_source(parser)
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     parser.add_argument("--num-samples", type=positive_int, default=1)
     parser.add_argument("--max-new-tokens", type=non_negative_int, default=500)
@@ -41,8 +36,7 @@ def main(argv: list[str]) -> list[str]:
         runtime = setup_runtime(TrainConfig(device=args.device))
     except ValueError as e:
         raise ConfigError(str(e).replace("train.device", "--device")) from None
-    path = args.checkpoint or Path(args.runs_dir) / args.run / ("best.pt" if args.best else "ckpt.pt")
-    model, tokenizer, checkpoint = load_model(path, runtime.device)
+    model, tokenizer, described, _ = load_model_source(args, runtime.device)
     if not model.can_cache:
         print(
             "note: this model was trained without the causal mask, so every new token changes what earlier "
@@ -56,7 +50,7 @@ def main(argv: list[str]) -> list[str]:
     generator = torch.Generator(device=runtime.device).manual_seed(args.seed)
     out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, generator=generator)
     samples = [tokenizer.decode(row.tolist()) for row in out]
-    print(f"# {path} (step {checkpoint.get('step')}, val loss {checkpoint.get('val_loss', float('nan')):.4f}) on {runtime.device}")
+    print(f"# {described} on {runtime.device}")
     for i, text in enumerate(samples):
         print(text if i == 0 else "-" * 40 + "\n" + text)
     return samples

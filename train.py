@@ -8,7 +8,8 @@ with DistributedDataParallel.
 `main(cfg)` is the outline of a run; each step of it is a call into a package:
 engine.runtime (device, processes, clean stops), data (corpus, tokenizer, batches), model (the GPT),
 engine.optim (optimizer, schedule), engine.step (one training step), engine.evaluation,
-engine.runlog (TensorBoard, metrics.jsonl, console) and engine.checkpoints (save, resume).
+engine.runlog (TensorBoard, metrics.jsonl, console), engine.checkpoints (save, resume) and
+engine.finetune (the starting weights: fresh, or GPT-2's with --init-from).
 """
 
 import dataclasses
@@ -25,6 +26,7 @@ from engine.checkpoints import Checkpointer, Progress, read_resumable, restore
 from engine.cli import run_command
 from engine.diagnostics import flags_label, qk_grad_norm
 from engine.evaluation import evaluate, make_eval_set
+from engine.finetune import initial_model
 from engine.optim import lr_at, make_optimizer, set_lr
 from engine.runlog import RunLogger, start_run_dir
 from engine.runtime import Runtime, StopFlag, mean_over_ranks, setup_runtime
@@ -67,12 +69,12 @@ def main(cfg: Config) -> dict:
     # Set up: where it runs, the text, the run folder.
     runtime = setup_runtime(cfg.train)
     corpus, cfg = load_data(cfg, runtime)
+    torch.manual_seed(cfg.train.seed + runtime.rank)  # same init everywhere (DDP broadcasts rank 0's), own dropout
+    cfg, model = initial_model(cfg, runtime)  # fresh, or GPT-2's weights (--init-from), which also set the model config
     checkpoint = read_resumable(cfg, corpus.source_sha256) if cfg.train.resume else None
     open_run_dir(cfg, runtime)
 
-    # The model, the optimizer and the batch sampler, fresh or restored.
-    torch.manual_seed(cfg.train.seed + runtime.rank)  # same init everywhere (DDP broadcasts rank 0's), own dropout
-    model = GPT(cfg.model).to(runtime.device)
+    # The optimizer and the batch sampler, fresh or restored (with the model's weights).
     optimizer = make_optimizer(model, cfg.train, runtime.device)
     train_gen = torch.Generator().manual_seed(cfg.train.seed)
     progress = restore(checkpoint, model, optimizer, train_gen, runtime) if checkpoint else Progress()

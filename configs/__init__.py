@@ -7,6 +7,7 @@ set from the command line with its dotted name:
     python train.py --config base --train.lr=3e-4 --model.n_layer 4
     python train.py --no-mask        # shorthand for --model.causal=false
     python train.py --no-scale       # shorthand for --model.scaled=false
+    python train.py --config gpt2-finetune --init-from gpt2   # shorthand for --train.init_from=gpt2
 
 Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
 """
@@ -30,6 +31,7 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--run-name": ("train.run_name", None),
     "--runs-dir": ("train.runs_dir", None),
     "--resume": ("train.resume", "true"),
+    "--init-from": ("train.init_from", None),
 }
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
 
@@ -72,6 +74,7 @@ class TrainConfig:
     run_name: str = ""  # folder under runs_dir; empty derives it from config and flags
     runs_dir: str = "runs"  # where every run's folder goes
     resume: bool = False  # continue runs_dir/run_name/ckpt.pt instead of starting afresh
+    init_from: str = ""  # start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + model.safetensors)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches", "honest_batches", "log_interval"):

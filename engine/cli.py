@@ -7,13 +7,16 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from configs import ConfigError
 from data.corpus import DataError
-from data.tokenizer import TokenizerError
-from engine.checkpoints import CheckpointError
+from data.tokenizer import Tokenizer, TokenizerError
+from engine.checkpoints import CheckpointError, load_model
+from engine.pretrained import load_pretrained
 from engine.runtime import shut_down
 from engine.step import TrainingError
+from model import GPT
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, TokenizerError)  # mistakes in what was typed: exit code 2
 
@@ -50,6 +53,45 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def add_checkpoint_source(parser: argparse.ArgumentParser):
+    """The flags that name a checkpoint of ours: --run (with --runs-dir and --best) or --checkpoint; returns their group."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--run", default="base", help="run folder name under --runs-dir (default: base)")
+    where.add_argument("--checkpoint", type=Path, help="path to a ckpt.pt (overrides --run)")
+    parser.add_argument("--runs-dir", default="runs", help="where run folders live (default: runs)")
+    parser.add_argument("--best", action="store_true", help="use the run's best-by-val checkpoint (best.pt) instead of the latest")
+    return where
+
+
+def checkpoint_path(args: argparse.Namespace) -> Path:
+    return args.checkpoint or Path(args.runs_dir) / args.run / ("best.pt" if args.best else "ckpt.pt")
+
+
+def add_model_source(parser: argparse.ArgumentParser) -> None:
+    """The flags that say which model a script reads: a run's checkpoint, a checkpoint file, or a GPT-2."""
+    add_checkpoint_source(parser).add_argument(
+        "--pretrained",
+        metavar="NAME_OR_FOLDER",
+        help="a GPT-2: gpt2, gpt2-medium, gpt2-large, gpt2-xl (from the Hugging Face hub or its cache), "
+        "or a folder with config.json and model.safetensors (python export_gpt2.py writes one)",
+    )
+
+
+def load_model_source(args: argparse.Namespace, device) -> tuple[GPT, Tokenizer, str, Path]:
+    """The model that add_model_source's flags name: (model in eval mode, tokenizer, a line that says what it is,
+    the folder that the script's outputs go into by default). A pretrained model's files may sit in the
+    hub's cache, which is no place for pictures, so its outputs go to <runs-dir>/pretrained-<name>/."""
+    if args.pretrained:
+        model, tokenizer, info = load_pretrained(args.pretrained, device)
+        folder = Path(args.runs_dir) / f"pretrained-{Path(info['name']).name}"
+        return model, tokenizer, f"{info['name']} (pretrained GPT-2, from {info['source']})", folder
+    path = checkpoint_path(args)
+    model, tokenizer, checkpoint = load_model(path, device)
+    val_loss = checkpoint.get("val_loss")
+    described = f"{path} (step {checkpoint.get('step')}, val loss {float('nan') if val_loss is None else val_loss:.4f})"
+    return model, tokenizer, described, path.parent
 
 
 def run_command(command: Callable[[list[str]], object], argv: list[str], interrupted: str = "interrupted; nothing was saved") -> int:

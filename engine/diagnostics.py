@@ -58,6 +58,47 @@ def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list
     return rows
 
 
+PREVIOUS_TOKEN_THRESHOLD = 0.5  # a previous-token head puts more than half of each row's weight on position t-1
+FIRST_TOKEN_THRESHOLD = 0.5  # a first-token sink puts more than half of each row's weight on position 0
+
+
+def previous_token_weight(weights: torch.Tensor) -> float:
+    """Mean weight on the position just before the query, t-1, over rows t >= 1, from weights (B, T, T) of one head.
+
+    A head that copies its left neighbour (the first half of an induction circuit) scores near 1;
+    a uniform causal head scores the mean of 1/(t+1). Row 0 has no previous position and is left out.
+    """
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t-1] for t >= 1
+
+
+def first_token_weight(weights: torch.Tensor) -> float:
+    """Mean weight on position 0 over rows t >= 1, from weights (B, T, T) of one head.
+
+    Trained GPTs park the attention that has nowhere useful to go on the first token (an
+    "attention sink"): softmax must put its unit of weight somewhere. Row 0 can only see position 0
+    under the mask, so it is left out.
+    """
+    return weights[..., 1:, 0].float().mean().item()
+
+
+def head_roles(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
+    """head_statistics plus, per head, the weight on t-1 and on position 0 and the roles they pass the
+    thresholds for ("previous-token", "first-token sink"); sorted by entropy, the most focused head first."""
+    rows = head_statistics(weights_per_layer, causal)
+    for row in rows:
+        w = weights_per_layer[row["layer"]][:, row["head"]]  # (B, T, T)
+        row["previous"], row["first"] = previous_token_weight(w), first_token_weight(w)
+        row["roles"] = [
+            role
+            for role, value, threshold in (
+                ("previous-token", row["previous"], PREVIOUS_TOKEN_THRESHOLD),
+                ("first-token sink", row["first"], FIRST_TOKEN_THRESHOLD),
+            )
+            if value > threshold
+        ]
+    return sorted(rows, key=lambda row: row["entropy"])
+
+
 def flags_label(cfg) -> str:
     """How a model's attention was built, for titles: 'causal, scaled' or the ablations in capitals."""
     return ("causal" if cfg.causal else "NO MASK") + ", " + ("scaled" if cfg.scaled else "NO SCALE")

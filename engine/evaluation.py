@@ -82,6 +82,28 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
 
 
 @torch.no_grad()
+def measure_val(model: GPT, ev: EvalSet, runtime: Runtime, val_loss: float) -> dict[str, float]:
+    """What the val text shows beyond its loss: bits per byte, the honest and teacher-forced loss at the
+    same positions, their gap (the leak), and the attention statistics (attn/...) on the first val batch.
+
+    Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
+    """
+    device = runtime.device
+    n_val_tokens = sum(y.numel() for _, y in ev.batches["val"])
+    metrics = {"loss/val_bpc": bits_per_byte(val_loss, n_val_tokens, ev.val_bytes)}
+    was_training = model.training
+    model.eval()
+    with runtime.autocast():
+        pairs = [honest_loss(model, x.to(device), y.to(device), positions) for x, y, positions in ev.honest]
+        metrics["loss/val_honest"] = sum(h for h, _ in pairs) / len(pairs)
+        metrics["loss/val_forced"] = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
+        metrics["loss/leak_gap"] = metrics["loss/val_honest"] - metrics["loss/val_forced"]
+        metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
+    model.train(was_training)
+    return metrics
+
+
+@torch.no_grad()
 def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, started: float) -> Evaluation:
     """Losses on every process; then, on the main one, the honest loss, attention statistics, heatmaps and a sample.
 
@@ -91,15 +113,9 @@ def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, st
     metrics = {f"loss/{split}": estimate_loss(model, batches, runtime) for split, batches in ev.batches.items()}
     if not runtime.is_main:
         return Evaluation(metrics)  # the other ranks only help with the losses
-    n_val_tokens = sum(y.numel() for _, y in ev.batches["val"])
-    metrics["loss/val_bpc"] = bits_per_byte(metrics["loss/val"], n_val_tokens, ev.val_bytes)
+    metrics.update(measure_val(model, ev, runtime, metrics["loss/val"]))
     model.eval()
     with runtime.autocast():
-        pairs = [honest_loss(model, x.to(device), y.to(device), positions) for x, y, positions in ev.honest]
-        metrics["loss/val_honest"] = sum(h for h, _ in pairs) / len(pairs)
-        metrics["loss/val_forced"] = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
-        metrics["loss/leak_gap"] = metrics["loss/val_honest"] - metrics["loss/val_forced"]
-        metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
         heatmaps = model.attention_weights(torch.tensor([ev.heatmap_ids], device=device))
     generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
     prompt = torch.tensor([ev.prompt_ids], device=device)

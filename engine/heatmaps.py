@@ -2,9 +2,14 @@
 
 Training draws one grid per layer at every evaluation (TensorBoard's heatmaps/ images), and
 inspect_attention.py saves them as PNG files. Matplotlib figures here are built without pyplot,
-so nothing global is kept and a figure goes when it is dropped.
+so nothing global is kept and a figure goes when it is dropped. For models with many heads
+(GPT-2 has 12 x 12) attention_page writes one interactive HTML page instead of a wall of grids.
 """
 
+import html
+from pathlib import Path
+
+import circuitsvis.attention
 import numpy as np
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -90,3 +95,25 @@ class HeatmapGrid:
 def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_names: list[str] | None = None) -> Figure:
     """A one-off grid of heatmaps for weights (H, T, T)."""
     return HeatmapGrid(weights.shape[0], labels, head_names).draw(weights, title)
+
+
+def attention_page(weights_per_layer: list[torch.Tensor], tokens: list[str], title: str, causal: bool, path: Path) -> Path:
+    """One self-contained HTML page of every head, written with CircuitsVis; returns path.
+
+    weights_per_layer: n_layer tensors (H, T, T) for one text. The page shows a thumbnail per head,
+    named L{layer}H{head}; clicking one enlarges it, and hovering a token shows where it looks.
+    All heads go into one widget because each widget inlines CircuitsVis's 1.3 MB of JavaScript:
+    that inlined copy (`local_src`, never the CDN version that str() gives) is what makes the page
+    work offline.
+    """
+    heads = torch.cat([w.float().cpu() for w in weights_per_layer])  # n_layer x (H, T, T) -> (n_layer * H, T, T)
+    names = [f"L{layer}H{head}" for layer, w in enumerate(weights_per_layer) for head in range(w.shape[0])]
+    widget = circuitsvis.attention.attention_heads(attention=heads, tokens=tokens, attention_head_names=names, mask_upper_tri=causal)
+    page = (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>\n"
+        f"<body style='font-family: sans-serif'><h2>{html.escape(title)}</h2>\n"
+        "<p>Click a head (L = layer, H = head) to enlarge it; hover a token to see where it looks (rows: queries, columns: keys).</p>\n"
+        f"{widget.local_src}\n</body></html>\n"
+    )
+    path.write_text(page, encoding="utf-8")
+    return path

@@ -1,4 +1,5 @@
-"""Seed statistics for comparisons: the spread of a quantity over seeds, and paired differences with a 95% interval.
+"""Seed statistics for comparisons: the spread of a quantity over seeds, paired differences with a 95% interval,
+and the table of variants that compare.py and break_gpt2.py print.
 
 A difference between two variants means something only next to how much the same variant moves
 when nothing but the seed changes. These helpers take plain floats and return plain numbers, so
@@ -17,6 +18,20 @@ T_975 = (
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
 Z_975 = 1.959964  # the normal quantile that t_{0.975, df} approaches as df grows
+
+COLUMNS = [  # (header, metric tag, format)
+    ("train", "loss/train", ".3f"),
+    ("val", "loss/val", ".3f"),
+    ("val honest", "loss/val_honest", ".3f"),
+    ("val forced", "loss/val_forced", ".3f"),
+    ("leak gap", "loss/leak_gap", ".3f"),
+    ("val bpc", "loss/val_bpc", ".3f"),
+    ("entropy", "attn/entropy", ".3f"),
+    ("saturated", "attn/saturated_frac", ".3f"),
+    ("future mass", "attn/future_mass", ".3f"),
+    ("score std", "attn/score_std", ".2f"),
+    ("wall s", "wall_s", ".0f"),
+]
 
 
 @dataclass(frozen=True)
@@ -76,3 +91,27 @@ def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Diffe
     base_std = statistics.stdev(base)
     sigmas = abs(d.mean) / base_std if base_std > 0 else (math.inf if d.mean != 0 else 0.0)
     return Difference(d.mean, t_975(d.n - 1) * d.std / math.sqrt(d.n), sigmas, d.n)
+
+
+def column(runs: list[dict], tag: str) -> list[float] | None:
+    """One tag's value from every run, in seed order; None if any run lacks it (a summary written by older code)."""
+    return [r[tag] for r in runs] if all(tag in r for r in runs) else None
+
+
+def aggregate(runs: list[dict]) -> dict[str, Spread | None]:
+    """Per column tag, the spread over a variant's runs; None where the tag is missing."""
+    return {tag: None if (values := column(runs, tag)) is None else spread(values) for _, tag, _ in COLUMNS}
+
+
+def format_cell(s: Spread | None, fmt: str) -> str:
+    if s is None:
+        return "n/a"
+    return format(s.mean, fmt) if s.std is None else f"{s.mean:{fmt}} ± {s.std:{fmt}}"
+
+
+def format_table(rows: dict[str, dict[str, Spread | None]], columns: list[tuple[str, str, str]] = COLUMNS) -> str:
+    """One row per variant: plain values for one seed, mean ± sample standard deviation for more."""
+    lines = ["| run | " + " | ".join(h for h, _, _ in columns) + " |", "|---|" + "---:|" * len(columns)]
+    for name, stats in rows.items():
+        lines.append(f"| {name} | " + " | ".join(format_cell(stats[tag], fmt) for _, tag, fmt in columns) + " |")
+    return "\n".join(lines)

@@ -13,7 +13,18 @@ import engine.runtime
 import inspect_attention
 import train
 from configs import load_config
-from engine.diagnostics import attention_summary, bits_per_byte, honest_loss, honest_positions, qk_grad_norm
+from engine.diagnostics import (
+    FIRST_TOKEN_THRESHOLD,
+    PREVIOUS_TOKEN_THRESHOLD,
+    attention_summary,
+    bits_per_byte,
+    first_token_weight,
+    head_roles,
+    honest_loss,
+    honest_positions,
+    previous_token_weight,
+    qk_grad_norm,
+)
 from model import GPT, ModelConfig
 from model.attention import future_mass, normalized_entropy, row_max, saturated_fraction
 
@@ -199,7 +210,7 @@ def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, on
     out = inspect_attention.main(["--run", "tiny-no-mask", "--runs-dir", str(tmp_path / "runs"), "--text", "the king"])
     printed = capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["attn_L0.png", "attn_L1.png", "attn_L0_H0.png", "attn_L0_H1.png", "attn_L1_H0.png", "attn_L1_H1.png"]
+        ["attention.html", "attn_L0.png", "attn_L1.png", "attn_L0_H0.png", "attn_L0_H1.png", "attn_L1_H0.png", "attn_L1_H1.png"]
     )
     table = [line for line in printed.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(table) == 4  # 2 layers x 2 heads
@@ -212,3 +223,41 @@ def test_cuda_run_uses_bf16_autocast_and_compile(tmp_path, corpus_file):
     assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile
     summary = train.main(load_config(tiny_argv(tmp_path, corpus_file, "--device", "cuda", "--train.max_steps=10")))
     assert math.isfinite(summary["loss/val"])
+
+
+# Head roles: previous-token heads and first-token sinks, on hand-made weights
+
+
+def previous_token_pattern(T: int) -> torch.Tensor:
+    """Row t puts all its weight on t-1 (row 0, with nothing before it, on itself)."""
+    w = torch.zeros(T, T)
+    w[0, 0] = 1.0
+    w[torch.arange(1, T), torch.arange(T - 1)] = 1.0
+    return w
+
+
+def test_previous_token_and_first_token_weights_by_hand():
+    T = 5
+    shifted = previous_token_pattern(T)[None]  # (B=1, T, T)
+    assert previous_token_weight(shifted) == pytest.approx(1.0)
+    assert first_token_weight(shifted) == pytest.approx(1 / (T - 1))  # only row 1's previous token is position 0
+    sink = torch.zeros(1, T, T)
+    sink[..., 0] = 1.0
+    assert first_token_weight(sink) == pytest.approx(1.0)
+    assert previous_token_weight(sink) == pytest.approx(1 / (T - 1))
+    uniform = uniform_causal(T)[None]  # row t gives 1/(t+1) to each of 0..t, t-1 and 0 included
+    expected = sum(1 / (t + 1) for t in range(1, T)) / (T - 1)
+    assert previous_token_weight(uniform) == pytest.approx(expected)
+    assert first_token_weight(uniform) == pytest.approx(expected)
+
+
+def test_head_roles_names_the_heads_and_ranks_by_entropy():
+    T = 6
+    sink = torch.zeros(T, T)
+    sink[:, 0] = 1.0
+    layer = torch.stack([uniform_causal(T), previous_token_pattern(T), sink])[None]  # (B=1, H=3, T, T)
+    rows = head_roles([layer], causal=True)
+    assert [row["head"] for row in rows][-1] == 0, "the uniform head has the highest entropy, so it ranks last"
+    roles = {row["head"]: row["roles"] for row in rows}
+    assert roles == {0: [], 1: ["previous-token"], 2: ["first-token sink"]}
+    assert PREVIOUS_TOKEN_THRESHOLD == FIRST_TOKEN_THRESHOLD == 0.5

@@ -1,0 +1,36 @@
+"""Write a run of ours as a GPT-2: python export_gpt2.py --run NAME [--best] --out FOLDER
+
+The folder gets config.json and model.safetensors, the Hugging Face hub's layout, so that
+transformers' GPT2LMHeadModel.from_pretrained(FOLDER) loads it, and so do this project's
+--pretrained FOLDER (sample.py, inspect_attention.py, break_gpt2.py) and train.py --init-from FOLDER.
+Only a run on the gpt2 tokenizer with the causal mask can be one: GPT-2 has no switch to unmask.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.checkpoints import load_model
+from engine.cli import OneLineParser, add_checkpoint_source, checkpoint_path, run_command
+from engine.pretrained import export_hf
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = OneLineParser(description="Export a trained run to GPT-2's layout (config.json + model.safetensors).")
+    add_checkpoint_source(parser)
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write (created if missing)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> Path:
+    args = parse_args(argv)
+    path = checkpoint_path(args)
+    model, tokenizer, checkpoint = load_model(path, "cpu")
+    folder = export_hf(model, tokenizer.name, args.out)
+    print(f"{path} (step {checkpoint.get('step')}) written as a GPT-2 to {folder}/: config.json, model.safetensors")
+    print(f"read it back with: python sample.py --pretrained {folder}")
+    return folder
+
+
+if __name__ == "__main__":
+    sys.exit(run_command(main, sys.argv[1:]))

@@ -1,0 +1,156 @@
+"""The GPT-2 commands: sample.py and inspect_attention.py --pretrained, train.py --init-from, export_gpt2.py, break_gpt2.py.
+
+Every GPT-2 here is a small random one that transformers saves into tmp_path, or a tiny run of ours
+on the gpt2 tokenizer, exported; no test reaches the hub. Errors are checked in-process through
+run_command, which is what each script's __main__ calls.
+"""
+
+import dataclasses
+import json
+import subprocess
+
+import huggingface_hub
+import pytest
+import torch
+from conftest import assert_close, assert_one_line_error, gpt2_encoding_or_skip, tiny_argv, write_corpus
+
+transformers = pytest.importorskip("transformers", reason="transformers is a test dependency: pip install transformers")
+
+import break_gpt2  # noqa: E402
+import export_gpt2  # noqa: E402
+import inspect_attention  # noqa: E402
+import sample  # noqa: E402
+import train  # noqa: E402
+from configs import load_config  # noqa: E402
+from engine.checkpoints import load_model  # noqa: E402
+from engine.cli import run_command  # noqa: E402
+from engine.finetune import initial_model  # noqa: E402
+from engine.pretrained import GPT2_VOCAB_SIZE, load_pretrained  # noqa: E402
+from engine.runtime import setup_runtime  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread", "offline")
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory):
+    """A random GPT-2 with 2 layers of 2 heads, 32 wide, 64 positions, saved by transformers."""
+    gpt2_encoding_or_skip()
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=GPT2_VOCAB_SIZE)
+    folder = tmp_path_factory.mktemp("gpt2")
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("text"))
+
+
+def error_of(command, argv: list[str], capsys) -> str:
+    """run_command's result as a finished process, for assert_one_line_error (argparse's errors exit on their own)."""
+    try:
+        code = run_command(command, argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def gpt2_run(root, corpus, *extra: str) -> list[str]:
+    """train.py's argv for a tiny run on the gpt2 tokenizer (2 steps)."""
+    return tiny_argv(root, corpus, "--data.tokenizer=gpt2", "--train.max_steps=2", "--train.eval_interval=2", *extra)
+
+
+def test_sample_continues_a_prompt_with_gpt2(gpt2_folder, capsys):
+    samples = sample.main(["--pretrained", str(gpt2_folder), "--prompt", "Hello there", "--max-new-tokens", "5", "--num-samples", "2"])
+    assert len(samples) == 2 and all(s.startswith("Hello there") and len(s) > len("Hello there") for s in samples)
+    assert "pretrained GPT-2" in capsys.readouterr().out
+
+
+def test_pretrained_errors_are_one_line(gpt2_folder, tmp_path, capsys):
+    assert_one_line_error(error_of(sample.main, ["--pretrained", "gpt2"], capsys), "gpt2", "hf download")
+    assert_one_line_error(error_of(sample.main, ["--pretrained", str(gpt2_folder), "--run", "mine"], capsys), "not allowed with")
+    assert_one_line_error(error_of(inspect_attention.main, ["--pretrained", str(tmp_path)], capsys), "config.json")
+
+
+def test_inspect_gpt2_writes_grids_a_self_contained_page_and_names_heads(gpt2_folder, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(inspect_attention, "PER_HEAD_PICTURES_UP_TO", 2)  # 4 heads: too many for one picture each
+    out = inspect_attention.main(["--pretrained", str(gpt2_folder), "--out", str(tmp_path / "out"), "--text", "To be, or not"])
+    assert sorted(p.name for p in out.iterdir()) == ["attention.html", "attn_L0.png", "attn_L1.png"]
+    page = (out / "attention.html").read_text()
+    assert " src=" not in page, "the page must carry its JavaScript, not fetch it"
+    assert "CircuitsVis.render" in page and all(f"L{layer}H{head}" in page for layer in (0, 1) for head in (0, 1))
+    printed = capsys.readouterr().out
+    table = [line for line in printed.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    entropies = [float(line.split("|")[3]) for line in table]
+    assert len(table) == 4 and entropies == sorted(entropies), "one row per head, the most focused first"
+    assert "previous-token heads (weight above 0.5):" in printed and "first-token sink heads (weight above 0.5):" in printed
+
+
+def test_init_from_starts_from_gpt2_cropped_to_the_preset_context(gpt2_folder, corpus, tmp_path):
+    cfg = load_config(gpt2_run(tmp_path, corpus, "--init-from", str(gpt2_folder), "--model.dropout=0.1"))
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=GPT2_VOCAB_SIZE))
+    cfg, model = initial_model(cfg, setup_runtime(cfg.train))
+    pretrained, _, _ = load_pretrained(gpt2_folder)
+    assert (cfg.model.n_embd, cfg.model.block_size, cfg.model.qkv_bias, cfg.model.gelu, cfg.model.dropout) == (32, 32, True, "tanh", 0.1)
+    assert model.pos_emb.weight.shape == (32, 32) and model.lm_head.weight is model.tok_emb.weight
+    idx = torch.randint(0, GPT2_VOCAB_SIZE, (2, 32), generator=torch.Generator().manual_seed(0))
+    assert_close(model.eval()(idx)[0], pretrained(idx)[0], atol=1e-5, msg="cropped model vs GPT-2 on the first 32 positions")
+
+
+def test_init_from_run_trains_resumes_samples_and_inspects(gpt2_folder, corpus, tmp_path, capsys):
+    argv = gpt2_run(tmp_path, corpus, "--init-from", str(gpt2_folder), "--run-name", "ft")
+    first = train.main(load_config(argv))
+    saved = json.loads((tmp_path / "runs" / "ft" / "config.json").read_text())
+    assert saved["model"]["qkv_bias"] and saved["model"]["gelu"] == "tanh" and saved["train"]["init_from"] == str(gpt2_folder)
+    resumed = train.main(load_config([*argv, "--train.max_steps=4", "--resume"]))
+    assert resumed["stopped_at"] is None and resumed["loss/val"] != first["loss/val"]
+    model, _, checkpoint = load_model(tmp_path / "runs" / "ft" / "ckpt.pt")
+    assert checkpoint["step"] == 4 and model.cfg.qkv_bias
+    assert sample.main(["--run", "ft", "--runs-dir", str(tmp_path / "runs"), "--max-new-tokens", "3", "--prompt", "KING"])[0].startswith(
+        "KING"
+    )
+    assert (inspect_attention.main(["--run", "ft", "--runs-dir", str(tmp_path / "runs")]) / "attention.html").is_file()
+
+
+def test_init_from_refuses_other_tokenizers_and_longer_contexts(gpt2_folder, corpus, tmp_path, capsys):
+    char = tiny_argv(tmp_path, corpus, "--init-from", str(gpt2_folder))
+    assert_one_line_error(error_of(train.run, char, capsys), "data.tokenizer = gpt2")
+    longer = gpt2_run(tmp_path, corpus, "--init-from", str(gpt2_folder), "--model.block_size=128")
+    assert_one_line_error(error_of(train.run, longer, capsys), "block_size 128", "64")
+
+
+def test_export_round_trip_and_break_at_inference(corpus, tmp_path, capsys):
+    gpt2_encoding_or_skip()
+    train.main(load_config(gpt2_run(tmp_path, corpus)))
+    runs = str(tmp_path / "runs")
+    folder = export_gpt2.main(["--run", "tiny", "--runs-dir", runs, "--out", str(tmp_path / "export")])
+    ours, _, _ = load_model(tmp_path / "runs" / "tiny" / "ckpt.pt")
+    exported, _, _ = load_pretrained(folder)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    idx = torch.randint(0, GPT2_VOCAB_SIZE, (2, 32), generator=torch.Generator().manual_seed(1))
+    assert_close(exported(idx)[0], ours(idx)[0], atol=1e-5, msg="our loader on the exported run")
+    assert_close(hf(idx).logits, ours(idx)[0], atol=1e-5, msg="transformers on the exported run")
+
+    data = ["--data-file", str(corpus), "--data.cache_dir", str(tmp_path / "cache"), "--train.eval_batches=2", "--device", "cpu"]
+    results = break_gpt2.main(["--pretrained", str(folder), "--out", str(tmp_path / "break"), *data])
+    assert list(results) == ["export", "export-no-mask", "export-no-scale"]
+    as_is, no_mask, no_scale = results.values()
+    assert as_is["loss/leak_gap"] == pytest.approx(0, abs=1e-4) and as_is["attn/future_mass"] == 0
+    assert no_mask["attn/future_mass"] > 0.1, "without the mask every row spreads weight over later tokens"
+    assert no_scale["attn/score_std"] > 2 * as_is["attn/score_std"], "without 1/sqrt(D) the scores spread sqrt(D) = 4x wider"
+    assert sorted(p.name for p in (tmp_path / "break" / "export-no-mask").iterdir()) == ["attn_L0.png", "attn_L1.png"]
+    assert "| export-no-mask |" in capsys.readouterr().out
+
+    train.main(load_config(gpt2_run(tmp_path, corpus, "--no-mask")))
+    capsys.readouterr()
+    refused = error_of(export_gpt2.main, ["--run", "tiny-no-mask", "--runs-dir", runs, "--out", str(tmp_path / "x")], capsys)
+    assert_one_line_error(refused, "causal mask")
+    assert not (tmp_path / "x").exists()
