@@ -30,7 +30,11 @@ class Optimizers:
 
     def __init__(self, *optimizers: torch.optim.Optimizer):
         self.optimizers = optimizers
-        self.param_groups = [group for opt in optimizers for group in opt.param_groups]  # set_lr sets every group
+
+    @property
+    def param_groups(self) -> list[dict]:
+        """The optimizers' groups as they are now: load_state_dict replaces them, so a list kept from before would go stale."""
+        return [group for opt in self.optimizers for group in opt.param_groups]
 
     @property
     def state(self) -> dict:
