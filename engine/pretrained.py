@@ -11,8 +11,6 @@ import re
 from pathlib import Path
 
 import torch
-from huggingface_hub import constants, hf_hub_download
-from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -144,6 +142,10 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     name, sizes = str(name_or_folder), ", ".join(GPT2_SIZES)
     if name not in GPT2_SIZES and not HUB_ID.fullmatch(name):
         raise CheckpointError(f"no folder {name}, nor a hub model id; give a folder with config.json and model.safetensors, or {sizes}")
+    # Imported here, where the hub is needed: huggingface_hub is slow to import, and every training run would pay for it.
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
+
     try:
         config_path = Path(hf_hub_download(repo_id=name, filename="config.json"))
         weights_path = Path(hf_hub_download(repo_id=name, filename="model.safetensors"))
@@ -161,6 +163,8 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
 
 
 def not_reachable(name: str) -> CheckpointError:
+    from huggingface_hub import constants
+
     return CheckpointError(
         f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot be reached: "
         f"on a connected machine run `hf download {name} config.json model.safetensors` into that cache, "
