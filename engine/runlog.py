@@ -112,10 +112,14 @@ class RunLogger:
 
     def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str) -> None:
         """One heatmaps/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
-        if not self.heatmap_grids:
-            self.heatmap_grids = [HeatmapGrid(weights.shape[1], labels) for weights in weights_per_layer]
+
+        def title(layer: int, step: int) -> str:
+            return f"layer {layer} at step {step} ({flags})"
+
+        if not self.heatmap_grids:  # laid out once, wide enough for a title with a seven-digit step
+            self.heatmap_grids = [HeatmapGrid(w.shape[1], labels, title=title(layer, 10**6)) for layer, w in enumerate(weights_per_layer)]
         for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
-            picture = grid.pixels(weights[0], f"layer {layer} at step {step} ({flags})")  # (height, width, 3)
+            picture = grid.pixels(weights[0], title(layer, step))  # (height, width, 3)
             self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")
 
     def close(self) -> None:
