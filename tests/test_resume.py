@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, assert_one_line_error, tiny_argv, write_corpus
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import engine.checkpoints
 import engine.evaluation
@@ -29,6 +30,7 @@ import sample
 import train
 from configs import SHORTHANDS, load_config
 from engine.checkpoints import CheckpointError, read_checkpoint, save_checkpoint
+from engine.optim import lr_at
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
@@ -376,6 +378,95 @@ def test_resume_survives_a_torn_last_line_in_metrics_jsonl(tmp_path, reference):
     assert summary["stopped_at"] is None
     metrics = read_metrics(run_dir)  # every line parses again
     assert steps_with(metrics, "loss/val")[-1] == 62
+
+
+# 1b. Every optimizer a preset uses: AdamW, and Muon with AdamW beside it (the char and base presets)
+
+SCHEDULE = ["--train.max_steps=30", "--train.warmup_steps=8", "--train.eval_interval=10", "--train.log_interval=1", "--model.dropout=0.1"]
+STOPS = {"warmup": (4, 4), "after an evaluation": (6, 10), "mid-decay": (9, 19)}  # (k-th batch of the process, step it stops at)
+
+
+def record_rates(runs: list) -> object:
+    """Hook every torch optimizer's step: appends (optimizer class, each group's lr) as the step uses them; returns the handle."""
+
+    def hook(optimizer, args, kwargs):
+        runs.append((type(optimizer).__name__, tuple(group["lr"] for group in optimizer.param_groups)))
+
+    return register_optimizer_step_pre_hook(hook)
+
+
+def run_stopped_at(argv: list[str], stops: list[int]) -> tuple[list[dict], list]:
+    """train.main on argv, stopped by SIGINT on each k-th batch of `stops` in turn and resumed; (the summaries, the rates stepped with)."""
+    rates, summaries = [], []
+    handle = record_rates(rates)
+    try:
+        for i, k in enumerate([*stops, 0]):
+            with pytest.MonkeyPatch.context() as mp:
+                if k:
+                    signal_on_call(mp, k)
+                summaries.append(train.main(load_config([*argv, "--resume"] if i else argv)))
+    finally:
+        handle.remove()
+    return summaries, rates
+
+
+@pytest.fixture(scope="module", params=["adamw", "muon"])
+def per_optimizer(request, tmp_path_factory, corpus, one_cpu_thread, small_heatmaps) -> dict:
+    """A 30-step run on train.optimizer, uninterrupted, and again stopped by Ctrl-C in warmup (step 4), right after the
+    step-10 evaluation, and mid-decay (step 19), resumed each time."""
+    out = {"optimizer": request.param}
+    for name, stops in (("full", []), ("resumed", [k for k, _ in STOPS.values()])):
+        root = tmp_path_factory.mktemp(f"{request.param}-{name}")
+        argv = tiny_argv(root, corpus, *SCHEDULE, f"--train.optimizer={request.param}")
+        summaries, rates = run_stopped_at(argv, stops)
+        out[name] = {"summaries": summaries, "rates": rates, "run_dir": root / "runs" / "tiny", "argv": argv}
+    return out
+
+
+def test_each_optimizer_stops_where_planned(per_optimizer):
+    summaries = per_optimizer["resumed"]["summaries"]
+    assert [s["stopped_at"] for s in summaries] == [step for _, step in STOPS.values()] + [None]
+    assert all(s["signal"] == signal.SIGINT for s in summaries[:-1])
+    metrics = read_metrics(per_optimizer["resumed"]["run_dir"])
+    assert steps_with(metrics, "loss/val") == [0, 10, 20, 30]  # the step-10 evaluation ran once, before the stop
+
+
+def test_each_optimizer_resumes_to_the_uninterrupted_numbers(per_optimizer):
+    got = without_timing(read_metrics(per_optimizer["resumed"]["run_dir"]))
+    want = without_timing(read_metrics(per_optimizer["full"]["run_dir"]))
+    assert steps_with(want, "loss/train_step") == list(range(1, 31))  # every step logs its loss and lr
+    assert [m["step"] for m in got] == [m["step"] for m in want]
+    for a, b in zip(got, want, strict=True):
+        assert a == b, f"{per_optimizer['optimizer']}, step {a['step']}: resumed {a} vs uninterrupted {b}"  # to the last digit
+    got_ckpt = read_checkpoint(per_optimizer["resumed"]["run_dir"] / "ckpt.pt")
+    want_ckpt = read_checkpoint(per_optimizer["full"]["run_dir"] / "ckpt.pt")
+    for name, tensor in want_ckpt["model"].items():
+        assert_close(got_ckpt["model"][name], tensor, atol=0.0, msg=name)
+
+
+def test_each_optimizer_steps_at_the_scheduled_rate_after_a_resume(per_optimizer):
+    """The rate every torch optimizer's groups hold when it steps, not only the one logged, matches the schedule step for step."""
+    full, resumed = per_optimizer["full"]["rates"], per_optimizer["resumed"]["rates"]
+    kinds = ["AdamW"] if per_optimizer["optimizer"] == "adamw" else ["Muon", "AdamW"]
+    assert [kind for kind, _ in full] == kinds * 30
+    cfg = load_config(per_optimizer["full"]["argv"]).train
+    scheduled = [lr_at(step, cfg) for step in range(30) for _ in kinds]
+    assert [set(lrs) for _, lrs in full] == [{lr} for lr in scheduled]
+    for i, (got, want) in enumerate(zip(resumed, full, strict=True)):
+        assert got == want, f"step {i // len(kinds)}: {got[0]} stepped with lr {got[1]}, the uninterrupted run with {want[1]}"
+    logged = {m["step"]: m["lr"] for m in read_metrics(per_optimizer["resumed"]["run_dir"]) if "lr" in m}
+    assert logged == {step + 1: lr_at(step, cfg) for step in range(30)}
+
+
+def test_resuming_with_another_optimizer_is_refused(per_optimizer, tmp_path, capsys):
+    run_dir = per_optimizer["resumed"]["run_dir"]
+    other = "adamw" if per_optimizer["optimizer"] == "muon" else "muon"
+    argv = [*per_optimizer["resumed"]["argv"], f"--train.optimizer={other}", "--resume", "--train.max_steps=40"]
+    before = snapshot(run_dir)
+    proc = run_train(argv, capsys)
+    line = assert_one_line_error(proc, f"was trained with train.optimizer={per_optimizer['optimizer']}", "same optimizer")
+    assert str(run_dir / "ckpt.pt") in line
+    assert snapshot(run_dir) == before  # nothing written
 
 
 # 2. The script under real signals

@@ -229,6 +229,8 @@ def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
     again = engine.optim.make_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3), torch.device("cpu"))
     again.load_state_dict(optimizer.state_dict())  # resume: both optimizers' state comes back
     assert len(again.state) == sum(1 for _ in model.parameters())
+    engine.optim.set_lr(again, 0.25)  # load_state_dict gave each optimizer new group dicts: the rate must reach those
+    assert [g["lr"] for opt in again.optimizers for g in opt.param_groups] == [0.25] * 3
 
 
 # Minor page faults of making and freeing a 64 MiB tensor (16,384 pages) three times, before and
