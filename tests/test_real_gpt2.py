@@ -12,12 +12,12 @@ import shutil
 import signal
 import subprocess
 
-import huggingface_hub
 import pytest
 import torch
-from conftest import assert_close, assert_one_line_error, gpt2_encoding_or_skip, tiny_argv, write_corpus
+from conftest import assert_close, assert_one_line_error, gpt2_encoding_or_skip, import_or_skip, tiny_argv, write_corpus
 
-transformers = pytest.importorskip("transformers", reason="transformers is a test dependency: pip install transformers")
+transformers = import_or_skip("transformers", "transformers is a test dependency: pip install transformers")
+import huggingface_hub  # noqa: E402  (installed with transformers)
 
 import break_gpt2  # noqa: E402
 import export_gpt2  # noqa: E402
