@@ -297,8 +297,9 @@ def test_keep_freed_memory_stops_refaulting_freed_tensors():
     assert proc.returncode == 0, proc.stderr
     took, default, kept = proc.stdout.split()
     assert took == "True"
-    assert int(default) > 3 * 16_384 * 0.9  # glibc returns each tensor to the kernel; the next faults in afresh
-    assert int(kept) < 1_000  # now the freed memory is reused
+    # What glibc does by default depends on the kernel: 4 KiB pages refault all 49,152 pages, transparent huge pages
+    # set to "always" far fewer. Kept in the heap, the freed tensors need no new page at all, whatever the kernel.
+    assert int(kept) < 1_000, f"{kept} page faults with keep_freed_memory, {default} without"
 
 
 # Multiplies the smallest float32 denormal (1.4e-45, made from its bits) by 1 on two threads:
