@@ -390,7 +390,8 @@ def record_rates(runs: list) -> object:
     """Hook every torch optimizer's step: appends (optimizer class, each group's lr) as the step uses them; returns the handle."""
 
     def hook(optimizer, args, kwargs):
-        runs.append((type(optimizer).__name__, tuple(group["lr"] for group in optimizer.param_groups)))
+        kind = "Muon" if isinstance(optimizer, torch.optim.Muon) else type(optimizer).__name__  # a subclass of Muon counts as Muon
+        runs.append((kind, tuple(group["lr"] for group in optimizer.param_groups)))
 
     return register_optimizer_step_pre_hook(hook)
 
