@@ -142,8 +142,7 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     name, sizes = str(name_or_folder), ", ".join(GPT2_SIZES)
     if name not in GPT2_SIZES and not HUB_ID.fullmatch(name):
         raise CheckpointError(f"no folder {name}, nor a hub model id; give a folder with config.json and model.safetensors, or {sizes}")
-    # Imported here, where the hub is needed: huggingface_hub is slow to import, and every training run would pay for it.
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download  # here, not at the top: slow to import, and training never needs it
     from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
@@ -154,19 +153,17 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     except EntryNotFoundError as e:
         if not isinstance(e, LocalEntryNotFoundError):  # the hub has the model, but not in safetensors
             raise CheckpointError(f"{name} on the hub lacks config.json or model.safetensors (.bin pickles are never read)") from None
-        raise not_reachable(name) from None  # offline, or the hub unreachable, and not in the cache
+        raise not_reachable(name, constants.HF_HUB_CACHE) from None  # offline, or the hub unreachable, and not in the cache
     except HFValidationError:
         raise CheckpointError(f"{name} is not a valid hub model id; try one of {sizes}") from None
     except OSError:  # a network error that huggingface_hub passed on as it was
-        raise not_reachable(name) from None
+        raise not_reachable(name, constants.HF_HUB_CACHE) from None
     return config_path, weights_path, {"name": name, "source": str(weights_path.parent)}
 
 
-def not_reachable(name: str) -> CheckpointError:
-    from huggingface_hub import constants
-
+def not_reachable(name: str, cache: str) -> CheckpointError:
     return CheckpointError(
-        f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot be reached: "
+        f"{name} is not in the Hugging Face cache {cache} and the hub cannot be reached: "
         f"on a connected machine run `hf download {name} config.json model.safetensors` into that cache, "
         "or pass a local folder holding config.json and model.safetensors"
     )
