@@ -28,7 +28,7 @@ def main(argv: list[str]) -> Path:
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
     args = parser.parse_args(argv)
 
-    model, tokenizer, described, folder = load_model_source(args, "cpu")
+    model, tokenizer, described, folder, _ = load_model_source(args, "cpu")
     ids = tokenizer.encode(args.text)
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")
