@@ -3,14 +3,17 @@
 A text longer than the model's context is read in windows of block_size + 1 tokens (block_size
 inputs, each followed by its target), one starting every `stride` tokens. A window scores only the
 targets that no earlier window scored, so every token after the first is scored exactly once, each
-with as much context as its window gives: once the first window is past, at least block_size - stride
-tokens. A smaller stride buys more context (a lower loss) with more passes; stride block_size reads
-the text in separate blocks, as training's val loss does.
+with as much context as its window gives: once the first window is past, at least
+block_size - stride + 1 tokens. A smaller stride buys more context (a lower loss) with more passes;
+stride block_size reads the text in separate blocks, as training's val loss does.
 
-This is the method of Hugging Face's "Perplexity of fixed-length models", counted exactly. The page
-weights each window's mean loss by its labels minus one, for the label shift; but only the first
-window loses a label to the shift (its first token has nothing before it). A later window's labels
-all have their context inside the window, so the page undercounts each of them by one token.
+This is the method of Hugging Face's "Perplexity of fixed-length models", with two differences, both so
+that every token after the first counts exactly once. The page weights each window's mean loss by its
+labels minus one, for the label shift; but only the first window loses a label to the shift (its first
+token has nothing before it), and a later window's labels all have their context inside it, so the page
+undercounts each of them by one. And the page's window is n_positions tokens, targets included: the
+prediction at its last position goes unused, and at a stride of n_positions no window scores its own
+first token. Here a window holds block_size inputs and the token after them.
 
 A model trained without the causal mask sees, under teacher forcing, the token it must predict in
 its own input. Its targets are scored honestly instead, each from its prefix alone (`prefix_logits`,
@@ -20,6 +23,7 @@ either way and the difference for a no-mask model is exactly what it read from t
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -144,4 +148,6 @@ def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[
     corpus = load_corpus(data_cfg)
     if checkpoint is not None and checkpoint.get("source_sha256") not in (None, corpus.source_sha256):
         raise DataError(f"{corpus.source} has changed since the run trained on it, so its val split is another text; use --file PATH")
-    return np.asarray(corpus.val, dtype=np.int64).tolist(), f"the val split of {corpus.source}"
+    source = Path(corpus.source).resolve()
+    shown = source.relative_to(Path.cwd()) if source.is_relative_to(Path.cwd()) else source  # short in the usual case
+    return np.asarray(corpus.val, dtype=np.int64).tolist(), f"the val split of {shown}"
