@@ -247,6 +247,10 @@ def test_bad_input_is_one_line(run, tmp_path, capsys):
     zeros.write_bytes(b"KING:\x00\x00\x00\x00")  # UTF-8, but NUL bytes: no text holds them
     unseen.write_text("KING:\nThe king speaks\nof the \u20ac and the #", encoding="utf-8")  # neither the euro sign nor # is in the corpus
     one.write_text("K", encoding="utf-8")
+    checkpoint = torch.load(run["ckpt"], weights_only=True)
+    checkpoint["model"]["ln_f.weight"][3] = float("nan")  # a diverged run's weights
+    nan = tmp_path / "nan.pt"
+    torch.save(checkpoint, nan)
     cases = [
         ([*ckpt, "--file", str(missing)], [f"--file {missing} does not exist"]),
         ([*ckpt, "--file", str(tmp_path)], [f"--file {tmp_path} is not a regular file"]),
@@ -260,6 +264,7 @@ def test_bad_input_is_one_line(run, tmp_path, capsys):
         ([*ckpt, "--stride", "-4"], ["argument --stride: must be 0 or more, got -4"]),
         ([*ckpt, "--top", "0"], ["argument --top: must be at least 1, got 0"]),
         (["--checkpoint", str(tmp_path / "none.pt")], ["no checkpoint at"]),
+        (["--checkpoint", str(nan), "--device", "cpu"], ["the model's logits are not finite (NaN or inf)"]),
     ]
     for argv, needles in cases:
         proc = error_of(score.main, argv, capsys)
