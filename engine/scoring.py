@@ -72,14 +72,14 @@ def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool) -> to
     model.eval()
     device = model.lm_head.weight.device
     parts = []
-    todo = windows(len(ids), model.cfg.block_size, stride)
-    while todo:  # windows of one shape (length and first target) go through the model together
-        length, first = todo[0].end - todo[0].begin, todo[0].first
-        n = 1
-        while n < len(todo) and (todo[n].end - todo[n].begin, todo[n].first) == (length, first):
-            n += 1
-        n = min(n, max(1, LOGITS_PER_BATCH // (length * model.cfg.vocab_size)))
-        rows = torch.stack([ids[w.begin : w.end] for w in todo[:n]]).to(device)  # (B, L) with L = length
+    todo, start = windows(len(ids), model.cfg.block_size, stride), 0
+    while start < len(todo):  # windows of one shape (length and first target) go through the model together
+        length, first = todo[start].end - todo[start].begin, todo[start].first
+        most = max(1, LOGITS_PER_BATCH // (length * model.cfg.vocab_size))
+        stop = start + 1
+        while stop < min(len(todo), start + most) and (todo[stop].end - todo[stop].begin, todo[stop].first) == (length, first):
+            stop += 1
+        rows = torch.stack([ids[w.begin : w.end] for w in todo[start:stop]]).to(device)  # (B, L) with L = length
         x, y = rows[:, :-1], rows[:, first + 1 :]  # inputs (B, L - 1), the targets scored (B, P)
         if honest:
             logits = prefix_logits(model, x, list(range(first, length - 1)))  # (B, P, V)
@@ -87,7 +87,7 @@ def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool) -> to
             logits = model.lm_head(model.hidden(x)[:, first:])  # (B, L - 1, C) -> (B, P, V)
         check_finite_logits(logits)
         parts.append(lm_loss(logits, y, reduction="none").flatten().cpu())  # windows in text order, targets in order
-        todo = todo[n:]
+        start = stop
     return torch.cat(parts)
 
 
@@ -135,8 +135,8 @@ def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[
         text = read_text(file, flag="--file")
         try:
             return tokenizer.encode(text), str(file)
-        except TokenizerError as e:  # a char model meets a character it never saw: say where
-            first = next((i for i, c in enumerate(text) if c not in getattr(tokenizer, "stoi", {c: 0})), 0)
+        except TokenizerError as e:  # only the char tokenizer refuses text: a character it never saw, whose line we name
+            first = next(i for i, c in enumerate(text) if c not in tokenizer.stoi)
             raise TokenizerError(f"{file}, line {text[:first].count(chr(10)) + 1}: {e}") from None
     if checkpoint is None:
         data_cfg = DataConfig(tokenizer=GPT2Tokenizer.name)
