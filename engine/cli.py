@@ -9,16 +9,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from configs import ConfigError
+from configs import MAX_SEED, ConfigError
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from engine.checkpoints import CheckpointError, load_model
+from engine.folders import OutputError
 from engine.pretrained import load_pretrained
 from engine.runtime import shut_down
 from engine.step import TrainingError
 from model import GPT
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, TokenizerError)  # mistakes in what was typed: exit code 2
+USER_ERRORS = (ConfigError, DataError, CheckpointError, TokenizerError, OutputError)  # mistakes in what was typed: exit code 2
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -94,11 +95,29 @@ def load_model_source(args: argparse.Namespace, device) -> tuple[GPT, Tokenizer,
     return model, tokenizer, described, path.parent
 
 
-def run_command(command: Callable[[list[str]], object], argv: list[str], interrupted: str = "interrupted; nothing was saved") -> int:
+def seed(text: str) -> int:
+    """A random seed: a whole number that torch's generators take (0 to 2**63 - 1)."""
+    value = non_negative_int(text)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED} (2**63 - 1), got {text}")
+    return value
+
+
+def run_command(
+    command: Callable[[list[str]], object],
+    argv: list[str],
+    interrupted: str = "interrupted; nothing was saved",
+    usage: str | None = None,
+) -> int:
     """Run a script's command on argv and return its exit code; every expected failure becomes one line.
 
     The command returns an int exit code, or anything else (its result, for tests) for success.
+    A script whose arguments are config overrides rather than argparse flags passes its `usage`,
+    printed for -h or --help.
     """
+    if usage is not None and ("-h" in argv or "--help" in argv):
+        print(usage)
+        return 0
     try:
         code = command(argv)
     except USER_ERRORS as e:

@@ -8,19 +8,24 @@ maps the hub's tensor names onto ours, `ours_to_hf` maps them back. GPT-2's name
 
 import json
 import re
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from huggingface_hub import constants, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
+from data.corpus import write_atomically
 from data.tokenizer import GPT2Tokenizer, Tokenizer
 from engine.checkpoints import CheckpointError
+from engine.folders import is_run_folder, writable_folder
 from model import GPT, ModelConfig
 
 GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+HUB_FILES = ("config.json", "model.safetensors")
 GPT2_VOCAB_SIZE = 50257  # the gpt2 tokenizer's, the only vocabulary we have a tokenizer for
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as in openai-community/gpt2
 
@@ -36,7 +41,7 @@ BLOCK_LAYERS = {
 }
 # GPT-2 was written with Conv1D layers (c_attn, c_proj, c_fc): they store a weight as (in, out), nn.Linear as (out, in).
 CONV1D_WEIGHT = re.compile(r"h\.\d+\.\w+\.c_\w+\.weight")
-# Older files carry each layer's causal mask as buffers. Ours is built by MultiHead, never loaded.
+# Older files carry each layer's causal mask as buffers. Ours is built when attention asks for it, never loaded.
 MASK_BUFFER = re.compile(r"h\.\d+\.attn\.(masked_)?bias")
 # The activation_function values whose GELU we have. transformers' "gelu" is the exact erf GELU.
 GELU_NAMES = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
@@ -145,8 +150,12 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     if name not in GPT2_SIZES and not HUB_ID.fullmatch(name):
         raise CheckpointError(f"no folder {name}, nor a hub model id; give a folder with config.json and model.safetensors, or {sizes}")
     try:
-        config_path = Path(hf_hub_download(repo_id=name, filename="config.json"))
-        weights_path = Path(hf_hub_download(repo_id=name, filename="model.safetensors"))
+        try:  # the cache first: a model once downloaded loads without the network
+            config_path, weights_path = (Path(hf_hub_download(repo_id=name, filename=f, local_files_only=True)) for f in HUB_FILES)
+        except LocalEntryNotFoundError:
+            if not hub_resolves():  # offline: huggingface_hub would retry for half a minute before saying so
+                raise not_reachable(name) from None
+            config_path, weights_path = (Path(hf_hub_download(repo_id=name, filename=f)) for f in HUB_FILES)
     except RepositoryNotFoundError:
         raise CheckpointError(f"no model {name} on the Hugging Face hub (or it is private); try one of {sizes}") from None
     except EntryNotFoundError as e:
@@ -158,6 +167,15 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     except OSError:  # a network error that huggingface_hub passed on as it was
         raise not_reachable(name) from None
     return config_path, weights_path, {"name": name, "source": str(weights_path.parent)}
+
+
+def hub_resolves() -> bool:
+    """Whether the hub's host name resolves: without it, no download can work."""
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
+    except (OSError, UnicodeError):
+        return False
+    return True
 
 
 def not_reachable(name: str) -> CheckpointError:
@@ -172,8 +190,8 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
     """Our GPT holding `state`, without the seconds that a random init (overwritten at once) would cost.
 
     The GPT is built on the meta device (shapes only, no memory), and load_state_dict(assign=True)
-    puts the loaded tensors in place. Two things it cannot know are restored by hand: the output
-    head's tie to the token embedding, and the causal masks, which are built, never loaded.
+    puts the loaded tensors in place. One thing it cannot know is restored by hand: the output
+    head's tie to the token embedding.
     """
     with torch.device("meta"):
         model = GPT(cfg)
@@ -186,10 +204,6 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
         detail = f"lack {missing[0]}" if missing else f"also hold {unexpected[0]}"
         raise CheckpointError(f"{source}: config.json says {cfg.n_layer} layers, and the weights {detail} (in our names)")
     model.lm_head.weight = model.tok_emb.weight  # tied again: assign gave each its own Parameter
-    for name, buffer in list(model.named_buffers()):
-        module, _, buffer_name = name.rpartition(".")
-        if buffer_name == "causal_mask":  # lower-triangular, as MultiHead builds it
-            setattr(model.get_submodule(module), buffer_name, torch.ones(buffer.shape, dtype=torch.bool).tril())
     return model
 
 
@@ -242,8 +256,26 @@ def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
         "attn_pdrop": cfg.dropout,
         "tie_word_embeddings": True,
     }
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(ours_to_hf(model.state_dict()), folder / "model.safetensors", metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    folder = writable_folder(folder, "--out")
+    # Through write_atomically, like config.json: the same file mode (save_file's is owner-only), never half a file.
+    write_atomically(folder / "model.safetensors", save(ours_to_hf(model.state_dict()), metadata={"format": "pt"}))
+    write_atomically(folder / "config.json", (json.dumps(config, indent=2) + "\n").encode())
+    return folder
+
+
+EXPORT_FILES = {"config.json", "model.safetensors"}
+
+
+def check_export_folder(folder: Path, overwrite: bool) -> Path:
+    """The folder export_hf may write into: new, empty, or (with overwrite) an earlier export; never a run's folder.
+
+    A run's config.json is its record of how it was trained, so no flag lets an export replace it.
+    """
+    folder = writable_folder(folder, "--out")
+    present = {p.name for p in folder.iterdir()}
+    if is_run_folder(folder):
+        raise CheckpointError(f"{folder} holds a training run, whose config.json records how it was trained; export to another folder")
+    if present and not (overwrite and present <= EXPORT_FILES):
+        why = "pass --overwrite to replace the earlier export there" if present <= EXPORT_FILES else "export to a new or empty folder"
+        raise CheckpointError(f"{folder} is not empty ({', '.join(sorted(present)[:3])}{', ...' if len(present) > 3 else ''}); {why}")
     return folder

@@ -89,7 +89,7 @@ def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys):
     names = ["tiny-s1337", "tiny-no-mask-s1337", "tiny-no-scale-s1337", "tiny-s1338", "tiny-no-mask-s1338", "tiny-no-scale-s1338"]
     assert list(results) == names
     folder = tmp_path / "runs" / "compare-tiny"
-    assert {p.name for p in folder.iterdir()} == {*names, "compare.png", "compare.json"}
+    assert {p.name for p in folder.iterdir()} == {*names, "compare.png", "compare.json", ".lock"}  # .lock: held while it runs
     for name in names:
         assert json.loads((folder / name / "config.json").read_text())["train"]["seed"] == int(name[-4:])
     assert results["tiny-s1337"]["loss/val"] != results["tiny-s1338"]["loss/val"]  # the seed changed the run

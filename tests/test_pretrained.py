@@ -109,13 +109,12 @@ def test_loaded_gpt2_gives_transformers_logits(scaled, tmp_path, gpt2_tokenizer_
 
 
 def test_loaded_model_is_whole(saved_gpt2, gpt2_tokenizer_files):
-    """Built on the meta device: the head must be tied again, and every causal mask built, on the CPU."""
+    """Built on the meta device: the head must be tied again, and nothing left on the meta device."""
     _, folder = saved_gpt2
     model, _, _ = load_pretrained(folder)
     assert model.lm_head.weight is model.tok_emb.weight
     assert model.num_params() == sum(p.numel() for p in saved_gpt2[0].parameters())
-    for block in model.blocks:
-        assert torch.equal(block.attn.causal_mask, torch.ones(T, T, dtype=torch.bool).tril())
+    assert {t.device.type for t in model.state_dict().values()} == {"cpu"}
     assert all(p.requires_grad for p in model.parameters()), "a loaded model must stay trainable (fine-tuning)"
 
 
