@@ -191,7 +191,7 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
         f"{section}.{key} {recorded.get(section, {}).get(key)!r} vs {value!r}"
         for section in ("model", "data", "train")
         for key, value in wanted[section].items()
-        if key not in ("vocab_size", "resume") and recorded.get(section, {}).get(key) != value
+        if key not in ("vocab_size", "resume", "run_name") and recorded.get(section, {}).get(key) != value
     ]
     if differs:
         raise ConfigError(

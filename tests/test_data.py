@@ -192,9 +192,9 @@ def test_changed_source_is_prepared_again(tmp_path, corpus_file, monkeypatch):
         lambda folder: (folder / "train.bin").write_bytes((folder / "train.bin").read_bytes()[:-3]),  # cut short, odd length
         lambda folder: (folder / "val.bin").unlink(),
         lambda folder: (folder / "train.bin").write_bytes(b"\xff" * (folder / "train.bin").stat().st_size),  # ids beyond the vocabulary
-        lambda folder: (folder / "meta.json").write_text('{"format": 2, "dtype": "float77"}'),
+        lambda folder: (folder / "meta.json").write_text((folder / "meta.json").read_text().replace('"uint16"', '"float77"')),
     ],
-    ids=["truncated-bin", "missing-bin", "ids-out-of-range", "meta-missing-keys"],
+    ids=["truncated-bin", "missing-bin", "ids-out-of-range", "unknown-dtype"],
 )
 def test_damaged_prepared_files_are_prepared_again(tmp_path, corpus_file, damage):
     first = load_corpus(char_cfg(tmp_path, corpus_file))

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is a tes
 from safetensors.torch import save_file  # noqa: E402
 
 from engine.checkpoints import CheckpointError  # noqa: E402
-from engine.pretrained import GPT2_VOCAB_SIZE, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
+from engine.pretrained import GPT2_VOCAB_SIZE, check_export_folder, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
 from model import GPT, ModelConfig  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # microsecond-sized ops: a second thread only waits for a core
@@ -173,6 +173,44 @@ def test_export_round_trip(config, tmp_path, gpt2_tokenizer_files):
     assert_close(logits_of(hf, idx), expected, atol=1e-5, msg=f"transformers on our export {config}")
     loaded, _, _ = load_pretrained(folder)
     assert_close(logits_of(loaded, idx), expected, atol=1e-5, msg=f"our loader on our export {config}")
+
+
+def test_export_never_overwrites_unasked_and_never_a_run(tmp_path):
+    """--out into a folder used to replace its config.json: a run's record of how it was trained, in --out runs/NAME."""
+    folder = export_hf(random_ours(), "gpt2", tmp_path / "export")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], f"both files are written alike: {modes}"
+    with pytest.raises(CheckpointError, match=rf"{folder} is not empty \(config.json, model.safetensors\); pass --overwrite"):
+        check_export_folder(folder, overwrite=False)
+    assert check_export_folder(folder, overwrite=True) == folder  # an earlier export may be replaced when asked
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("x")
+    with pytest.raises(CheckpointError, match=rf"{other} is not empty \(todo.txt\); export to a new or empty folder"):
+        check_export_folder(other, overwrite=True)
+    run = tmp_path / "runs" / "g2"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text('{"model": {}, "data": {}, "train": {}}')
+    (run / "ckpt.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=rf"{run} holds a training run"):
+        check_export_folder(run, overwrite=True)
+
+
+def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypatch):
+    """Offline, huggingface_hub retried for about 25 s before the one-line error; a name that does not resolve means offline."""
+    calls = []
+
+    def download(repo_id, filename, local_files_only=False):
+        calls.append((filename, local_files_only))
+        if not local_files_only:
+            pytest.fail("went to the network although the hub's name does not resolve")
+        raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+
+    monkeypatch.setattr("engine.pretrained.hf_hub_download", download)
+    monkeypatch.setattr("engine.pretrained.hub_resolves", lambda: False)
+    with pytest.raises(CheckpointError, match="gpt2 is not in the Hugging Face cache .* and the hub cannot be reached"):
+        load_pretrained("gpt2")
+    assert calls == [("config.json", True)]
 
 
 def test_export_refuses_what_gpt2_cannot_be(tmp_path):

@@ -2,7 +2,7 @@
 
 import re
 
-from engine.runlog import STORY_LAYOUT, parse_step, read_metrics, sample_markdown
+from engine.runlog import STORY_LAYOUT, RunLogger, parse_step, read_metrics, sample_markdown
 
 
 def test_an_ordinary_sample_is_shown_verbatim():
@@ -41,3 +41,11 @@ def test_read_metrics_skips_a_line_torn_by_a_kill(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss/val": 4.2}\n{"step": 5, "loss/tr')
     assert read_metrics(tmp_path) == [{"step": 0, "loss/val": 4.2}]
     assert parse_step('{"step": 5, "loss/tr') is None
+
+
+def test_resuming_a_run_without_its_metrics_starts_a_new_file(tmp_path):
+    """A ckpt.pt copied alone into a new folder (a run moved to another machine) resumed with a FileNotFoundError."""
+    logger = RunLogger(tmp_path, resume_step=40)
+    logger.log(50, **{"loss/train_step": 2.5})
+    logger.close()
+    assert read_metrics(tmp_path) == [{"step": 50, "loss/train_step": 2.5}]
