@@ -50,7 +50,7 @@ def main(argv: list[str]) -> dict[str, dict]:
     cfg = load_config(rest)
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(f"GPT-2 reads the gpt2 tokenizer's ids, and the config says data.tokenizer = {cfg.data.tokenizer}")
-    out = writable_folder(args.out or Path(cfg.train.runs_dir) / f"break-{Path(args.pretrained).name}", "--out")  # checked before any work
+    out = writable_folder(args.out or Path(cfg.train.runs_dir) / f"break-{Path(args.pretrained).name}", "--out", create=False)
     runtime = setup_runtime(cfg.train)
     model, tokenizer, info = load_pretrained(args.pretrained, runtime.device)
     T = min(cfg.model.block_size, model.cfg.block_size)
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> dict[str, dict]:
 
 def write_heatmaps(model, ids: list[int], labels: list[str], folder: Path, title: str) -> None:
     """One grid of heads per layer, on the probe text evaluations draw."""
-    folder.mkdir(parents=True, exist_ok=True)
+    writable_folder(folder, "--out")
     weights = model.attention_weights(torch.tensor([ids], device=next(model.parameters()).device))
     for layer, w in enumerate(weights):
         heatmap_figure(w[0], labels, f"{title}: layer {layer} ({flags_label(model.cfg)})").savefig(folder / f"attn_L{layer}.png", dpi=90)

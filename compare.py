@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from configs import Config, ConfigError, load_config  # noqa: E402
+from configs import MAX_SEED, Config, ConfigError, load_config  # noqa: E402
 from data.corpus import write_atomically  # noqa: E402
 from engine.cli import run_command  # noqa: E402
 from engine.folders import claim_run_folder  # noqa: E402
@@ -43,6 +43,7 @@ from engine.stats import COLUMNS, Difference, Spread, aggregate, column, format_
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 
 VARIANTS = {"base": {}, "no-mask": {"causal": False}, "no-scale": {"scaled": False}}
+MAX_SEEDS = 100  # three training runs each: more would run for weeks (and a huge count used to exhaust memory planning them)
 DIFFERENCE_COLUMNS = ["val", "val honest", "entropy", "saturated"]  # the quantities the ablations are about
 PANELS = [  # (title, [(tag, line style)])
     ("loss (solid: val, dotted: val honest)", [("loss/val", "-"), ("loss/val_honest", ":")]),
@@ -68,8 +69,8 @@ def take_seeds(argv: list[str]) -> tuple[int, list[str]]:
         else:
             raise ConfigError("--seeds needs a value, the number of seeds per variant (1 or more)")
         i += 1
-    if not n_seeds.strip().isdigit() or int(n_seeds) < 1:
-        raise ConfigError(f"--seeds takes the number of seeds per variant, 1 or more, got {n_seeds!r}")
+    if not n_seeds.strip().isdigit() or not 1 <= int(n_seeds) <= MAX_SEEDS:
+        raise ConfigError(f"--seeds takes the number of seeds per variant, 1 to {MAX_SEEDS}, got {n_seeds!r}")
     return int(n_seeds), rest
 
 
@@ -299,6 +300,8 @@ def main(argv: list[str]) -> dict[str, dict] | int:
     cfg = load_config(argv)
     if not (cfg.model.causal and cfg.model.scaled):
         raise ConfigError("compare.py runs the --no-mask and --no-scale variants itself; leave those flags out")
+    if cfg.train.seed + n_seeds - 1 > MAX_SEED:
+        raise ConfigError(f"--seeds {n_seeds} from train.seed {cfg.train.seed} would pass the largest seed, {MAX_SEED}; lower train.seed")
     runs_dir = Path(cfg.train.runs_dir) / f"compare-{cfg.name}"
     if cfg.train.resume and not runs_dir.is_dir():
         raise ConfigError(f"nothing to resume: no comparison at {runs_dir}; start it without --resume")

@@ -29,7 +29,7 @@ def main(argv: list[str]) -> Path:
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
     args = parser.parse_args(argv)
     if args.out:
-        writable_folder(args.out, "--out")  # before the model loads: a wrong --out costs nothing
+        writable_folder(args.out, "--out", create=False)  # before the model loads: a wrong --out costs nothing
 
     model, tokenizer, described, folder = load_model_source(args, "cpu")
     ids = tokenizer.encode(args.text)

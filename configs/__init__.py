@@ -109,6 +109,8 @@ class TrainConfig:
             raise ValueError(f"train.device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
+        if not self.runs_dir.strip():
+            raise ValueError("train.runs_dir must name a folder (write . for the current one), got an empty value")
         if len(self.run_name) > MAX_RUN_NAME:  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
             raise ValueError(f"train.run_name must be at most {MAX_RUN_NAME} characters, got {len(self.run_name)}")
 

@@ -34,14 +34,22 @@ class OutputError(Exception):
     """An output folder that cannot be used: not writable, not a folder, or in use; the message says what to do."""
 
 
-def writable_folder(path: Path, flag: str) -> Path:
-    """Create `path` (and its parents) if missing and make sure a file can be written there; `flag` names it in errors."""
+def writable_folder(path: Path, flag: str, create: bool = True) -> Path:
+    """Make sure files can be written into `path`; `flag` names it in errors.
+
+    With create, `path` and its parents are created if missing. Without it (a check before the
+    work, which may still fail) nothing is created: the nearest existing folder on the way is tested.
+    """
     path = Path(path)
     try:
         if path.exists() and not path.is_dir():
             raise OutputError(f"{flag} {path} is a file, not a folder; give a folder to write into")
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):  # the only sure test: permissions, read-only mounts, /proc, quotas
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        nearest = next(folder for folder in (path, *path.parents) if folder.exists())
+        if not nearest.is_dir():
+            raise OutputError(f"{flag} {path} lies inside {nearest}, which is a file, not a folder; give a folder to write into")
+        with tempfile.TemporaryFile(dir=nearest):  # the only sure test: permissions, read-only mounts, /proc, quotas
             pass
     except OSError as e:
         raise OutputError(f"cannot write into {flag} {path}: {e.strerror or type(e).__name__}; choose a folder you can write to") from None

@@ -271,9 +271,9 @@ def check_export_folder(folder: Path, overwrite: bool) -> Path:
 
     A run's config.json is its record of how it was trained, so no flag lets an export replace it.
     """
-    folder = writable_folder(folder, "--out")
-    present = {p.name for p in folder.iterdir()}
-    if is_run_folder(folder):
+    folder = writable_folder(folder, "--out", create=False)
+    present = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if present and is_run_folder(folder):
         raise CheckpointError(f"{folder} holds a training run, whose config.json records how it was trained; export to another folder")
     if present and not (overwrite and present <= EXPORT_FILES):
         why = "pass --overwrite to replace the earlier export there" if present <= EXPORT_FILES else "export to a new or empty folder"

@@ -42,9 +42,10 @@ def exit_code(function, argv: list[str]) -> int:
         (train.main, ["--train.lr=inf"], "train.lr must be a finite number, got inf"),
         (train.main, ["--model.qk_init_std=inf"], "model.qk_init_std must be a finite number, got inf"),
         (train.main, ["--run-name", "r" * 300], "train.run_name must be at most 200 characters, got 300"),
+        (train.main, ["--runs-dir", ""], "train.runs_dir must name a folder (write . for the current one)"),
     ],
     ids=["inspect-out-file", "export-out-file", "break-out-file", "break-no-mask", "break-model-key", "bench-config-alone",
-         "sample-seed", "train-seed", "run-name-flag", "grad-clip-nan", "lr-inf", "qk-init-std-inf", "run-name-300"],
+         "sample-seed", "train-seed", "run-name-flag", "grad-clip-nan", "lr-inf", "qk-init-std-inf", "run-name-300", "runs-dir-empty"],
 )  # fmt: skip
 def test_bad_input_is_one_line_before_any_work(script, argv, needle, tmp_path, capsys, monkeypatch):
     """Each of these once gave a traceback, or was taken silently; every one fails before a model or corpus loads."""
@@ -68,3 +69,10 @@ def test_train_help_lists_the_flags(capsys):
 def test_a_value_that_starts_with_dashes_needs_the_equals_sign():
     assert train.load_config(["--run-name=--odd"]).run_name == "--odd"
     assert train.load_config(["--train.lr", "-1e-3", "--train.lr=2e-3"]).train.lr == 2e-3  # a single dash is a value
+
+
+def test_an_output_checked_early_is_not_created_by_the_check(tmp_path, capsys):
+    """break_gpt2.py checks its default --out before loading: a model that then fails to load leaves no empty folder behind."""
+    code = exit_code(break_gpt2.main, ["--pretrained", str(tmp_path / "missing"), "--runs-dir", str(tmp_path / "runs")])
+    one_line(capsys, code, "no folder")
+    assert not (tmp_path / "runs").exists()

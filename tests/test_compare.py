@@ -83,7 +83,9 @@ def test_seeds_name_the_runs_only_when_there_are_several():
     assert compare.take_seeds(["--seeds=3", "--config", "tiny"]) == (3, ["--config", "tiny"])
 
 
-@pytest.mark.parametrize("args", [["--seeds", "0"], ["--seeds=-1"], ["--seeds", "two"], ["--seeds"]])
+@pytest.mark.parametrize(
+    "args", [["--seeds", "0"], ["--seeds=-1"], ["--seeds", "two"], ["--seeds"], ["--seeds", "100000000000000000000"], ["--seeds=101"]]
+)
 def test_bad_seed_counts_are_a_one_line_error(args, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["compare.py", "--config", "tiny", *args])
     with pytest.raises(SystemExit) as stop:
