@@ -3,8 +3,9 @@
 Writes token-labelled heatmaps of the attention weights (one grid of heads per layer, and one
 picture per head when the model has few heads), one interactive HTML page of every head
 (attention.html: pick a head, hover a token), and prints a table of the heads ranked by entropy
-that names the previous-token heads and the first-token sinks. Works on any checkpoint,
-including --no-mask and --no-scale runs, and on GPT-2.
+that names the previous-token heads, the next-token heads (the --no-mask cheat: they read the
+answer) and the first-token sinks. Works on any checkpoint, including --no-mask and --no-scale
+runs, and on GPT-2.
 """
 
 import sys
@@ -14,7 +15,7 @@ import torch
 
 from data.tokenizer import TokenizerError
 from engine.cli import OneLineParser, add_model_source, load_model_source, run_command
-from engine.diagnostics import FIRST_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, flags_label, head_roles
+from engine.diagnostics import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, flags_label, head_roles
 from engine.folders import writable_folder
 from engine.heatmaps import attention_page, heatmap_figure, token_labels
 
@@ -52,16 +53,24 @@ def main(argv: list[str]) -> Path:
     page = attention_page([w[0] for w in weights], labels, f"{name}: attention ({flags})", model.cfg.causal, out / "attention.html")
 
     print(f"{described} ({flags}), {len(ids)} tokens; heatmaps in {out}/, every head on one page: {page}")
-    print("heads by entropy, most focused first; t-1: mean weight on the previous token, first: on position 0 (rows t >= 1)")
-    print("| layer | head | entropy | max weight | saturated | future mass | t-1 | first | role |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print(
+        "heads by entropy, most focused first; t-1: mean weight on the previous token (rows t >= 1), "
+        "t+1: on the next one, the answer (rows t <= T-2; 0 under the mask), first: on position 0 (rows t >= 1)"
+    )
+    print("| layer | head | entropy | max weight | saturated | future mass | t-1 | t+1 | first | role |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     rows = head_roles(weights, model.cfg.causal)
     for row in rows:
         print(
             f"| {row['layer']} | {row['head']} | {row['entropy']:.3f} | {row['max_weight']:.3f} | {row['saturated']:.2f} | "
-            f"{row['future_mass']:.3f} | {row['previous']:.3f} | {row['first']:.3f} | {', '.join(row['roles'])} |"
+            f"{row['future_mass']:.3f} | {row['previous']:.3f} | {row['next']:.3f} | {row['first']:.3f} | {', '.join(row['roles'])} |"
         )
-    for role, threshold in (("previous-token", PREVIOUS_TOKEN_THRESHOLD), ("first-token sink", FIRST_TOKEN_THRESHOLD)):
+    roles = (
+        ("previous-token", PREVIOUS_TOKEN_THRESHOLD),
+        ("next-token", NEXT_TOKEN_THRESHOLD),
+        ("first-token sink", FIRST_TOKEN_THRESHOLD),
+    )
+    for role, threshold in roles:
         found = [f"L{row['layer']}H{row['head']}" for row in rows if role in row["roles"]]
         print(f"{role} heads (weight above {threshold}): {', '.join(found) or 'none'}")
     return out

@@ -60,6 +60,7 @@ def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list
 
 PREVIOUS_TOKEN_THRESHOLD = 0.5  # a previous-token head puts more than half of each row's weight on position t-1
 FIRST_TOKEN_THRESHOLD = 0.5  # a first-token sink puts more than half of each row's weight on position 0
+NEXT_TOKEN_THRESHOLD = 0.5  # a next-token head puts more than half of each row's weight on position t+1: the answer
 
 
 def previous_token_weight(weights: torch.Tensor) -> float:
@@ -69,6 +70,16 @@ def previous_token_weight(weights: torch.Tensor) -> float:
     a uniform causal head scores the mean of 1/(t+1). Row 0 has no previous position and is left out.
     """
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t-1] for t >= 1
+
+
+def next_token_weight(weights: torch.Tensor) -> float:
+    """Mean weight on the position just after the query, t+1, over rows t <= T-2, from weights (B, T, T) of one head.
+
+    Under the causal mask it is exactly 0. Without the mask the token at t+1 is the target of
+    position t, so a head that looks there copies the answer: the --no-mask cheat. The last row
+    has no next position and is left out.
+    """
+    return weights.diagonal(offset=1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t+1] for t <= T-2
 
 
 def first_token_weight(weights: torch.Tensor) -> float:
@@ -82,16 +93,18 @@ def first_token_weight(weights: torch.Tensor) -> float:
 
 
 def head_roles(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
-    """head_statistics plus, per head, the weight on t-1 and on position 0 and the roles they pass the
-    thresholds for ("previous-token", "first-token sink"); sorted by entropy, the most focused head first."""
+    """head_statistics plus, per head, the weight on t-1, on t+1 and on position 0 and the roles they pass
+    the thresholds for ("previous-token", "next-token", "first-token sink"); sorted by entropy, the most
+    focused head first."""
     rows = head_statistics(weights_per_layer, causal)
     for row in rows:
         w = weights_per_layer[row["layer"]][:, row["head"]]  # (B, T, T)
-        row["previous"], row["first"] = previous_token_weight(w), first_token_weight(w)
+        row["previous"], row["next"], row["first"] = previous_token_weight(w), next_token_weight(w), first_token_weight(w)
         row["roles"] = [
             role
             for role, value, threshold in (
                 ("previous-token", row["previous"], PREVIOUS_TOKEN_THRESHOLD),
+                ("next-token", row["next"], NEXT_TOKEN_THRESHOLD),
                 ("first-token sink", row["first"], FIRST_TOKEN_THRESHOLD),
             )
             if value > threshold

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from data.tokenizer import Tokenizer
 
@@ -27,6 +28,44 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
     return labels
 
 
+TITLE_HEIGHT = 0.3  # inches kept for the figure's title, even while it is empty
+
+
+def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, pad: float = 0.08) -> None:
+    """Size fig and place the (rows, cols) axes so that every square panel of `panel` inches keeps its
+    tick labels, axis names and title in full, under the figure's title.
+
+    Each panel's decorations are measured (they depend on the text, not on where the panel sits),
+    each column gets the room its widest labels need and each row the room of its tallest, and the
+    figure grows to hold them, and to hold the title's current text. Axes removed from fig are skipped.
+    """
+    placed = set(fig.axes)
+    renderer = fig.canvas.get_renderer()
+    dpi = fig.dpi
+    rows, cols = axes.shape
+    left, right, below, above = (np.zeros(cols), np.zeros(cols), np.zeros(rows), np.zeros(rows))
+    for (r, c), ax in np.ndenumerate(axes):
+        if ax not in placed:
+            continue
+        box, tight = ax.get_window_extent(renderer), ax.get_tightbbox(renderer)  # pixels: the square and all it draws
+        left[c] = max(left[c], (box.x0 - tight.x0) / dpi)
+        right[c] = max(right[c], (tight.x1 - box.x1) / dpi)
+        below[r] = max(below[r], (box.y0 - tight.y0) / dpi)
+        above[r] = max(above[r], (tight.y1 - box.y1) / dpi)
+    x0 = pad + np.concatenate([[0.0], np.cumsum(left + panel + right + pad)[:-1]]) + left  # inches from the left edge
+    title_box = title.get_window_extent(renderer)
+    title_height = max(title_box.height / dpi, TITLE_HEIGHT)
+    top = pad + title_height + np.concatenate([[0.0], np.cumsum(above + panel + below + pad)[:-1]]) + above  # from the top edge
+    width, height = x0[-1] + panel + right[-1] + pad, top[-1] + panel + below[-1] + pad
+    extra = max(0.0, title_box.width / dpi + 2 * pad - width)  # a title wider than the panels: widen both sides
+    x0, width = x0 + extra / 2, width + extra
+    fig.set_size_inches(width, height)
+    for (r, c), ax in np.ndenumerate(axes):
+        if ax in placed:
+            ax.set_position([x0[c] / width, 1 - (top[r] + panel) / height, panel / width, panel / height])
+    title.set_y(1 - pad / height)
+
+
 class HeatmapGrid:
     """A grid of (T, T) heatmaps, one per head, for weights (H, T, T); rows are queries, columns keys.
 
@@ -37,34 +76,31 @@ class HeatmapGrid:
     not track, so it goes when it is dropped.
     """
 
-    def __init__(self, n_heads: int, labels: list[str], head_names: list[str] | None = None):
+    def __init__(self, n_heads: int, labels: list[str], head_names: list[str] | None = None, title: str = ""):
         T = len(labels)
         cols = min(n_heads, 4)
         rows = (n_heads + cols - 1) // cols
-        size = 1.6 + 0.09 * T  # inches per panel: room for T labels, small enough to render fast
-        self.fig = Figure(figsize=(size * cols, size * rows + 0.6))
+        self.fig = Figure()
+        self.canvas = FigureCanvasAgg(self.fig)
         axes = self.fig.subplots(rows, cols, squeeze=False)
-        self.fig.subplots_adjust(
-            left=0.08 / cols, right=1 - 0.02 / cols, bottom=0.12 / rows, top=1 - 0.5 / (size * rows + 0.6), wspace=0.25, hspace=0.3
-        )
+        for ax in axes.flat[n_heads:]:
+            ax.remove()  # the empty places of the last row
         fontsize = max(4, min(8, 200 // max(T, 1)))
         self.images = []
-        for h, ax in enumerate(axes.flat):
-            if h >= n_heads:
-                ax.axis("off")
-                continue
+        for h, ax in enumerate(axes.flat[:n_heads]):
             self.images.append(ax.imshow(np.zeros((T, T)), cmap="viridis", vmin=0.0, vmax=1.0))
             ax.set_title(head_names[h] if head_names else f"head {h}", fontsize=9)
             ax.set_xticks(range(T), labels, rotation=90, fontsize=fontsize)
             if h % cols == 0:  # query labels on the first column only: tick labels are slow to draw
                 ax.set_yticks(range(T), labels, fontsize=fontsize)
-                ax.set_ylabel("query", fontsize=8)
+                ax.set_ylabel("queries (rows)", fontsize=8)
             else:
                 ax.set_yticks([])
-            if h // cols == rows - 1:
-                ax.set_xlabel("key (attended to)", fontsize=8)
-        self.title = self.fig.suptitle("")
-        self.canvas = FigureCanvasAgg(self.fig)
+            if h + cols >= n_heads:  # the lowest panel of each column
+                ax.set_xlabel("keys (columns): attended to", fontsize=8)
+        self.title = self.fig.suptitle(title, va="top")  # the figure is made wide enough for this text
+        panel = 1.2 + 0.08 * T  # inches per heatmap: room for T cells, small enough to render fast
+        fit_panels(self.fig, axes, panel, self.title)
         frames = [spine for ax in self.fig.axes for spine in ax.spines.values()]  # drawn over the heatmaps' edges
         self.on_top = [*self.images, *frames, self.title]  # what pixels() repaints, in the order of a full draw
         self.background = None  # the rendered grid without self.on_top, after the first pixels()
@@ -94,7 +130,7 @@ class HeatmapGrid:
 
 def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_names: list[str] | None = None) -> Figure:
     """A one-off grid of heatmaps for weights (H, T, T)."""
-    return HeatmapGrid(weights.shape[0], labels, head_names).draw(weights, title)
+    return HeatmapGrid(weights.shape[0], labels, head_names, title).draw(weights, title)
 
 
 def attention_page(weights_per_layer: list[torch.Tensor], tokens: list[str], title: str, causal: bool, path: Path) -> Path:

@@ -18,18 +18,24 @@ from engine.evaluation import Evaluation
 from engine.heatmaps import HeatmapGrid
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
+# TensorBoard smooths every curve by 0.6 unless told otherwise, and a curve of a few evaluations
+# smoothed that way is drawn far from the values logged (a no-mask leak gap looks half its size).
+# The story's titles say so; this address opens the tab with smoothing off.
+UNSMOOTHED = "#custom_scalars&_smoothingWeight=0"
+STORY = f"the story: mask and scale (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
 STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does not also match loss/val_bpc
-    "the story: mask and scale": {
-        "loss/val, and at the honest positions: val_honest (the past only) vs val_forced (the whole block)": [
-            "Multiline",
-            ["^loss/val$", "^loss/val_honest$", "^loss/val_forced$"],
-        ],
-        "leak gap: val_honest - val_forced (0 for a causal model)": ["Multiline", ["^loss/leak_gap$"]],
-        "attention entropy (1 = uniform, 0 = one-hot)": ["Multiline", ["^attn/entropy$"]],
-        "share of saturated rows (largest weight above 0.99)": ["Multiline", ["^attn/saturated_frac$"]],
-        "attention mass on the future (0 under the mask)": ["Multiline", ["^attn/future_mass$"]],
+    STORY: {
+        f"{title} [read at Smoothing 0]": ["Multiline", tags]
+        for title, tags in (
+            ("loss/val, and at the honest positions: val_honest (the past only) vs val_forced (the whole block)",
+             ["^loss/val$", "^loss/val_honest$", "^loss/val_forced$"]),
+            ("leak gap: val_honest - val_forced (0 for a causal model)", ["^loss/leak_gap$"]),
+            ("attention entropy (1 = uniform, 0 = one-hot)", ["^attn/entropy$"]),
+            ("share of saturated rows (largest weight above 0.99)", ["^attn/saturated_frac$"]),
+            ("attention mass on the future (0 under the mask)", ["^attn/future_mass$"]),
+        )
     }
-}
+}  # fmt: skip
 MOSTLY_WHITESPACE = 0.5  # a sample more blank than this is shown with its whitespace made visible
 
 
@@ -96,10 +102,14 @@ class RunLogger:
 
     def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str) -> None:
         """One heatmaps/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
-        if not self.heatmap_grids:
-            self.heatmap_grids = [HeatmapGrid(weights.shape[1], labels) for weights in weights_per_layer]
+
+        def title(layer: int, step: int) -> str:
+            return f"layer {layer} at step {step} ({flags})"
+
+        if not self.heatmap_grids:  # laid out once, wide enough for a title with a seven-digit step
+            self.heatmap_grids = [HeatmapGrid(w.shape[1], labels, title=title(layer, 10**6)) for layer, w in enumerate(weights_per_layer)]
         for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
-            picture = grid.pixels(weights[0], f"layer {layer} at step {step} ({flags})")  # (height, width, 3)
+            picture = grid.pixels(weights[0], title(layer, step))  # (height, width, 3)
             self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")
 
     def close(self) -> None:

@@ -71,7 +71,7 @@ class GPT(nn.Module):
             # 1/sqrt(2 * n_layer) to keep the stream's variance flat with depth.
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
-            # Query and key rows get their own std (see README: the no-scale demo).
+            # Query and key rows get their own std (see docs/experiment.md: why the presets draw them at 1/sqrt(n_embd)).
             nn.init.normal_(block.attn.qkv.weight[: 2 * cfg.n_embd], std=cfg.qk_init_std)
 
     @staticmethod

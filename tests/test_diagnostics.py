@@ -1,5 +1,6 @@
 """Attention statistics on hand-made weights, the honest loss, the leak gap, and the tools that show them."""
 
+import dataclasses
 import json
 import math
 
@@ -13,8 +14,10 @@ import engine.runtime
 import inspect_attention
 import train
 from configs import load_config
+from data.tokenizer import CharTokenizer
 from engine.diagnostics import (
     FIRST_TOKEN_THRESHOLD,
+    NEXT_TOKEN_THRESHOLD,
     PREVIOUS_TOKEN_THRESHOLD,
     attention_summary,
     bits_per_byte,
@@ -22,6 +25,7 @@ from engine.diagnostics import (
     head_roles,
     honest_loss,
     honest_positions,
+    next_token_weight,
     previous_token_weight,
     qk_grad_norm,
 )
@@ -203,6 +207,42 @@ def test_heatmap_grid_pixels_equal_a_full_draw_at_every_call():
         assert (picture == full.transpose(1, 2, 0)).all(), f"call {step}: the blitted picture differs from a full draw"
 
 
+def figure_texts(fig) -> list:
+    """Every piece of text a heatmap figure draws: tick labels, axis names, panel titles and the figure's title."""
+    texts = [fig._suptitle]
+    for ax in fig.axes:
+        texts += [*ax.get_xticklabels(), *ax.get_yticklabels(), ax.xaxis.label, ax.yaxis.label, ax.title]
+    return [t for t in texts if t.get_visible() and t.get_text()]
+
+
+@pytest.mark.parametrize("n_heads", [1, 4, 6])
+def test_heatmap_labels_and_axis_names_show_in_full(n_heads):
+    """Every token label, axis name and title lies inside the picture, and outside every heatmap."""
+    labels = ["ROM", "EO", ":", "\\n", "But", "\u2423soft", ",", "\u2423through", "\u2423yonder", "\u2423window", "abcdefg\u2026", "?"]
+    T = len(labels)
+    weights = torch.full((n_heads, T, T), 1 / T)
+    names = ["L0H3"] if n_heads == 1 else None
+    for fig in (
+        engine.heatmaps.heatmap_figure(weights, labels, "base-no-mask-with-a-long-name: layer 0, head 3", names),
+        engine.heatmaps.HeatmapGrid(n_heads, labels, title="layer 0 at step 3000 (NO MASK, scaled)").draw(weights, "layer 0 at step 300"),
+    ):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        picture = fig.bbox
+        squares = [ax.get_window_extent(renderer) for ax in fig.axes]
+        texts = figure_texts(fig)
+        assert sum(t in fig.axes[0].get_yticklabels() for t in texts) == T
+        for text in texts:
+            box = text.get_window_extent(renderer)
+            inside = picture.x0 <= box.x0 and box.x1 <= picture.x1 and picture.y0 <= box.y0 and box.y1 <= picture.y1
+            assert inside, f"{text.get_text()!r} at {box.bounds} is cut by the picture {picture.bounds}"
+            assert not any(box.overlaps(square) for square in squares), f"{text.get_text()!r} covers a heatmap"
+        first, last = fig.axes[0], fig.axes[-1]
+        assert [t.get_text() for t in first.get_yticklabels()] == labels
+        assert first.get_ylabel() == "queries (rows)" and last.get_xlabel() == "keys (columns): attended to"
+        assert {ax.get_xlabel() for ax in fig.axes[-min(n_heads, 4) :]} == {"keys (columns): attended to"}  # the lowest of each column
+
+
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
     argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=5", "--train.eval_interval=5", "--no-mask")
     train.main(load_config(argv))
@@ -260,4 +300,70 @@ def test_head_roles_names_the_heads_and_ranks_by_entropy():
     assert [row["head"] for row in rows][-1] == 0, "the uniform head has the highest entropy, so it ranks last"
     roles = {row["head"]: row["roles"] for row in rows}
     assert roles == {0: [], 1: ["previous-token"], 2: ["first-token sink"]}
-    assert PREVIOUS_TOKEN_THRESHOLD == FIRST_TOKEN_THRESHOLD == 0.5
+    assert PREVIOUS_TOKEN_THRESHOLD == FIRST_TOKEN_THRESHOLD == NEXT_TOKEN_THRESHOLD == 0.5
+
+
+def next_token_pattern(T: int) -> torch.Tensor:
+    """Row t puts all its weight on t+1 (the last row, with nothing after it, on itself): the --no-mask cheat."""
+    w = torch.zeros(T, T)
+    w[torch.arange(T - 1), torch.arange(1, T)] = 1.0
+    w[T - 1, T - 1] = 1.0
+    return w
+
+
+def test_next_token_weight_by_hand_and_the_cheating_head_is_named():
+    T = 5
+    assert next_token_weight(next_token_pattern(T)[None]) == pytest.approx(1.0)
+    assert next_token_weight(uniform_causal(T)[None]) == 0.0  # the mask leaves nothing on t+1
+    assert next_token_weight(torch.full((1, T, T), 1 / T)) == pytest.approx(1 / T)  # uniform without the mask
+    half = 0.5 * next_token_pattern(T) + 0.5 * previous_token_pattern(T)  # each row t <= T-2 gives half its weight to t+1
+    assert next_token_weight(half[None]) == pytest.approx(0.5)
+    layer = torch.stack([torch.full((T, T), 1 / T), next_token_pattern(T), previous_token_pattern(T)])[None]  # (1, 3, T, T)
+    roles = {row["head"]: (row["roles"], row["next"]) for row in head_roles([layer], causal=False)}
+    assert roles[1] == (["next-token"], pytest.approx(1.0))
+    assert roles[0] == ([], pytest.approx(1 / T)) and roles[2] == (["previous-token"], 0.0)
+
+
+def next_token_model(text: str) -> tuple[GPT, CharTokenizer]:
+    """A 2-layer GPT without the mask whose layer-0 head attends from each position to the next one.
+
+    Token embeddings are zero, so the stream holds only the position: a one-hot e_t, centred by
+    LayerNorm. The keys copy it and the queries shift it to e_{t+1} (cyclically), so query t
+    matches key t+1 best. Layer 1 keeps its random initialisation: nearly uniform, no role.
+    """
+    tokenizer = CharTokenizer.from_text(text)
+    T = len(text)
+    model = GPT(ModelConfig(n_layer=2, n_head=1, n_embd=T, block_size=T, vocab_size=tokenizer.vocab_size, causal=False))
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        model.tok_emb.weight.zero_()
+        model.pos_emb.weight.copy_(torch.eye(T))
+        shift = torch.eye(T).roll(1, dims=0)  # shift @ e_t = e_{t+1}
+        attn.qkv.weight[:T] = 20.0 * shift  # queries
+        attn.qkv.weight[T : 2 * T] = torch.eye(T)  # keys
+    return model.eval(), tokenizer
+
+
+def test_inspect_attention_names_the_next_token_head_of_a_constructed_model(tmp_path, capsys):
+    text = "the king!"
+    model, tokenizer = next_token_model(text)
+    weights = model.attention_weights(torch.tensor([tokenizer.encode(text)]))
+    expected = next_token_weight(weights[0][:, 0])
+    assert expected > 0.95, f"the constructed head puts only {expected:.3f} on t+1"
+    checkpoint = {
+        "model": model.state_dict(),
+        "config": {"model": dataclasses.asdict(model.cfg)},
+        "tokenizer": tokenizer.state(),
+        "step": 0,
+    }
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    inspect_attention.main(["--checkpoint", str(tmp_path / "ckpt.pt"), "--text", text, "--out", str(tmp_path / "out")])
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if line.startswith("| layer"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in printed.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    by_head = {(row[0], row[1]): dict(zip(columns, row, strict=True)) for row in rows}
+    assert float(by_head["0", "0"]["t+1"]) == pytest.approx(expected, abs=5e-4)
+    assert by_head["0", "0"]["role"] == "next-token"
+    assert float(by_head["1", "0"]["t+1"]) < 0.2 and by_head["1", "0"]["role"] == ""  # the random layer: near 1/T everywhere
+    assert "next-token heads (weight above 0.5): L0H0" in printed

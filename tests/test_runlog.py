@@ -2,7 +2,7 @@
 
 import re
 
-from engine.runlog import STORY_LAYOUT, RunLogger, parse_step, read_metrics, sample_markdown
+from engine.runlog import STORY, STORY_LAYOUT, UNSMOOTHED, RunLogger, parse_step, read_metrics, sample_markdown
 
 
 def test_an_ordinary_sample_is_shown_verbatim():
@@ -26,7 +26,7 @@ def test_a_mostly_blank_sample_gives_its_share():
 def test_the_story_layout_picks_exactly_the_tags_a_run_logs():
     logged = ["loss/val", "loss/val_honest", "loss/val_forced", "loss/val_bpc", "loss/leak_gap", "attn/entropy",
               "attn/saturated_frac", "attn/future_mass", "heads/entropy/L0H0", "loss/train"]  # fmt: skip
-    charts = STORY_LAYOUT["the story: mask and scale"]
+    charts = STORY_LAYOUT[STORY]
     picked = {title: sorted(t for t in logged if any(re.search(rx, t) for rx in spec[1])) for title, spec in charts.items()}
     assert list(picked.values()) == [
         ["loss/val", "loss/val_forced", "loss/val_honest"],  # not loss/val_bpc: the patterns are anchored
@@ -41,6 +41,22 @@ def test_read_metrics_skips_a_line_torn_by_a_kill(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss/val": 4.2}\n{"step": 5, "loss/tr')
     assert read_metrics(tmp_path) == [{"step": 0, "loss/val": 4.2}]
     assert parse_step('{"step": 5, "loss/tr') is None
+
+
+def test_the_story_tells_how_to_read_few_points_unsmoothed():
+    """TensorBoard smooths by 0.6 by default: the layout's titles say to set it to 0, and give the address that does."""
+    import zipfile
+    from pathlib import Path
+
+    import tensorboard
+
+    assert "Smoothing to 0" in STORY and UNSMOOTHED in STORY
+    assert all(title.endswith("[read at Smoothing 0]") for title in STORY_LAYOUT[STORY])
+    page, _, setting = UNSMOOTHED.partition("&")
+    name, _, value = setting.partition("=")
+    assert page == "#custom_scalars" and value == "0"
+    with zipfile.ZipFile(Path(tensorboard.__file__).parent / "webfiles.zip") as web:  # the name this TensorBoard reads from the address
+        assert f'"{name}"' in web.read("index.js").decode("utf-8", "replace")
 
 
 def test_resuming_a_run_without_its_metrics_starts_a_new_file(tmp_path):

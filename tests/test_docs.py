@@ -1,0 +1,321 @@
+"""README.md and docs/*.md say what is true: every relative link resolves, every command they show names a
+script that exists and flags that its own parser accepts, and the commands that take seconds on the tiny
+preset run.
+
+Commands are read from the code blocks (indented or fenced) and from inline code that starts with `python `.
+A flag is checked by running the script as `python script.py args` up to the point where its command line is
+parsed (its argparse parser, or configs.load_config for the config flags), so the check follows the scripts
+as they change and never keeps a list of its own.
+"""
+
+import argparse
+import ast
+import dataclasses
+import importlib
+import importlib.util
+import os
+import re
+import runpy
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, write_corpus
+
+import configs
+
+DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+PROGRAMS = ("python", "torchrun", "tensorboard", "pip")  # what a code block's command may start with
+
+
+def doc_id(path: Path) -> str:
+    return str(path.relative_to(REPO_ROOT))
+
+
+# --- reading Markdown -------------------------------------------------------------------------------
+
+
+def code_blocks(text: str) -> list[str]:
+    """The text of every fenced block and every indented block (4 spaces after a blank line, outside a fence).
+
+    A fence marked ```text holds output (a sample, a table a command prints), not code, and is left out."""
+    blocks, lines, i = [], text.split("\n"), 0
+    previous_blank = True
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith("```"):
+            j = i + 1
+            while j < len(lines) and not lines[j].lstrip().startswith("```"):
+                j += 1
+            if line.strip() != "```text":
+                blocks.append("\n".join(lines[i + 1 : j]))
+            i, previous_blank = j + 1, False
+            continue
+        if previous_blank and line.startswith("    ") and line.strip():
+            j = i
+            while j < len(lines) and (lines[j].startswith("    ") or not lines[j].strip()):
+                j += 1
+            blocks.append("\n".join(row[4:] for row in lines[i:j]).strip("\n"))
+            i, previous_blank = j, True
+            continue
+        previous_blank = not line.strip()
+        i += 1
+    return blocks
+
+
+def prose(text: str) -> str:
+    """The text outside code blocks (fenced and indented), where links and inline code live."""
+    kept, in_fence, previous_blank, in_indented = [], False, True, False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        if in_indented and (line.startswith("    ") or not line.strip()):
+            previous_blank = not line.strip()
+            continue
+        in_indented = previous_blank and line.startswith("    ") and bool(line.strip())
+        if not in_indented:
+            kept.append(line)
+        previous_blank = not line.strip()
+    return "\n".join(kept)
+
+
+def links(text: str) -> list[str]:
+    """Targets of [text](target) and ![alt](target) in the prose."""
+    return re.findall(r"\]\(([^)\s]+)\)", prose(text))
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = prose(path.read_text(encoding="utf-8"))
+    return {anchor(m) for m in re.findall(r"^#{1,6} (.+)$", text, flags=re.MULTILINE)}
+
+
+@dataclass
+class Command:
+    doc: str
+    argv: list[str]
+
+    def __str__(self) -> str:
+        return f"{self.doc}: {shlex.join(self.argv)}"
+
+
+def block_commands(block: str) -> list[list[str]] | None:
+    """The commands of a shell block (backslash continuations joined, comments dropped); None for a Python block."""
+    joined = block.replace("\\\n", " ")
+    commands = []
+    for line in joined.split("\n"):
+        argv = shlex.split(line, comments=True)
+        if argv and argv[0] in PROGRAMS:
+            commands.append(argv)
+        elif argv:
+            return None
+    return commands
+
+
+def inline_commands(text: str) -> list[list[str]]:
+    """Inline code that is a command: `python script.py ...` or `python -m ...`, possibly wrapped over lines.
+
+    A "..." stands for arguments left out, and is dropped."""
+    spans = [s.replace("\n", " ") for s in re.findall(r"`([^`]+)`", prose(text))]
+    return [[a for a in shlex.split(s) if a != "..."] for s in spans if re.match(r"python (-m \S+|\S+\.py)( |$)", s)]
+
+
+def all_commands() -> list[Command]:
+    found = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for block in code_blocks(text):
+            found += [Command(doc_id(path), argv) for argv in block_commands(block) or []]
+        found += [Command(doc_id(path), argv) for argv in inline_commands(text)]
+    return [c for c in found if c.argv[0] != "pip" or "-r" in c.argv]  # pip installing a package by name has nothing to check
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    return [(doc_id(p), b) for p in DOCS for b in code_blocks(p.read_text(encoding="utf-8")) if block_commands(b) is None]
+
+
+# --- links -----------------------------------------------------------------------------------------
+
+
+def relative_links() -> list[tuple[Path, str]]:
+    """(page, target) for every link that points into the project (http:, https:, mailto: are left out)."""
+    return [(p, t) for p in DOCS for t in links(p.read_text(encoding="utf-8")) if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("path,target", relative_links(), ids=lambda x: doc_id(x) if isinstance(x, Path) else x)
+def test_relative_link_resolves(path, target):
+    file_part, _, fragment = target.partition("#")
+    resolved = (path.parent / file_part).resolve() if file_part else path
+    assert resolved.exists(), f"{doc_id(path)} links to {target}: there is no {resolved}"
+    if fragment and resolved.suffix == ".md":
+        assert fragment in anchors(resolved), f"{doc_id(path)} links to {target}: {resolved.name} has no heading with that anchor"
+
+
+def test_every_docs_page_is_linked_from_readme():
+    readme_links = {(REPO_ROOT / t.partition("#")[0]).resolve() for t in links((REPO_ROOT / "README.md").read_text(encoding="utf-8"))}
+    unlinked = [doc_id(p) for p in DOCS[1:] if p.resolve() not in readme_links]
+    assert not unlinked, f"docs pages that README does not link to: {unlinked}"
+
+
+def test_anchor_follows_github():
+    assert anchor("What you should see") == "what-you-should-see"
+    assert anchor("GPT-2's weights in and out") == "gpt-2s-weights-in-and-out"
+    assert (
+        anchor("Why the presets draw queries and keys at std 1/sqrt(n_embd)") == "why-the-presets-draw-queries-and-keys-at-std-1sqrtn_embd"
+    )
+
+
+def test_readme_fits_on_a_few_screens():
+    n_lines = len((REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert n_lines <= 210, f"README.md has {n_lines} lines; move the detail into a page under docs/"
+
+
+def test_the_command_line_page_names_every_field_flag_and_preset():
+    """docs/command-line.md promises every config field: each field of the dataclasses, each shorthand flag and each preset."""
+    text = (REPO_ROOT / "docs" / "command-line.md").read_text(encoding="utf-8")
+    fields = [f"{s}.{f.name}" for s, cls in configs.SECTIONS.items() for f in dataclasses.fields(cls)]
+    assert len(fields) > 20, fields
+    missing = [f"`{f}`" for f in fields if f"`{f}`" not in text and f not in configs.FROM_TOKENIZER]
+    missing += [f"`{flag}" for flag in configs.SHORTHANDS if f"`{flag}" not in text]
+    missing += [f"`{p.stem}`" for p in configs.CONFIG_DIR.glob("*.toml") if f"`{p.stem}`" not in text]
+    assert not missing, f"docs/command-line.md does not name {missing}"
+
+
+# --- commands ----------------------------------------------------------------------------------------
+
+
+class Parsed(Exception):
+    """Raised where a script has parsed its command line, with what it parsed, so that nothing runs."""
+
+
+def dry_parse(script: Path, args: list[str], monkeypatch, capsys):
+    """Run `python script args` until it has parsed its command line; return what it parsed, or fail with its error.
+
+    The config flags stop in configs.load_config, the others in argparse's parse_args (parse_known_args
+    passes its leftovers on to load_config, which stops them there).
+    """
+    real_load, real_parse = configs.load_config, argparse.ArgumentParser.parse_args
+
+    def load(argv):
+        raise Parsed(real_load(argv))
+
+    def parse(self, args=None, namespace=None):
+        raise Parsed(real_parse(self, args, namespace))
+
+    monkeypatch.setattr(configs, "load_config", load)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse)
+    monkeypatch.setattr(sys, "argv", [str(script), *args])
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except Parsed as done:
+        return done.args[0]
+    except SystemExit as e:
+        pytest.fail(f"python {script.name} {shlex.join(args)} exits with {e.code}: {capsys.readouterr().err.strip()}")
+    pytest.fail(f"python {script.name} {shlex.join(args)} finished without parsing a command line")
+
+
+def check_python(argv: list[str], monkeypatch, capsys) -> None:
+    """`python -m MODULE ...` or `python SCRIPT.py ARGS`."""
+    if argv[1] == "-m":
+        assert importlib.util.find_spec(argv[2]) is not None, f"no module {argv[2]}"
+        return
+    script = REPO_ROOT / argv[1]
+    assert script.is_file(), f"no script {argv[1]} in the repository"
+    dry_parse(script, argv[2:], monkeypatch, capsys)
+
+
+def check_command(argv: list[str], monkeypatch, capsys) -> None:
+    if argv[0] == "python":
+        check_python(argv, monkeypatch, capsys)
+    elif argv[0] == "torchrun":
+        from torch.distributed.run import get_args_parser
+
+        args = get_args_parser().parse_args(argv[1:])
+        check_python(["python", args.training_script, *args.training_script_args], monkeypatch, capsys)
+    elif argv[0] == "tensorboard":
+        from tensorboard import program
+
+        program.TensorBoard().configure(argv=[None, *argv[1:]])  # its own flag parser: exits 2 on an unknown flag
+    else:  # pip install -r FILE
+        assert (REPO_ROOT / argv[argv.index("-r") + 1]).is_file(), f"no requirements file in {argv}"
+
+
+COMMANDS = all_commands()
+
+
+def test_the_docs_show_commands():
+    scripts = {c.argv[1] for c in COMMANDS if c.argv[0] == "python"}
+    assert {"train.py", "sample.py", "compare.py", "bench.py", "inspect_attention.py"} <= scripts, scripts
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=str)
+def test_command_names_a_script_and_flags_it_accepts(command, monkeypatch, capsys):
+    check_command(command.argv, monkeypatch, capsys)
+
+
+def test_dry_parse_rejects_an_unknown_flag(monkeypatch, capsys):
+    """The check above can fail: a flag that no parser knows is caught, for config flags and argparse flags alike."""
+    with pytest.raises(pytest.fail.Exception, match="did you mean train.lr"):
+        check_command(["python", "train.py", "--train.learning_rate=3e-4"], monkeypatch, capsys)
+    with pytest.raises(pytest.fail.Exception, match="unrecognized arguments: --top-q"):
+        check_command(["python", "sample.py", "--top-q", "5"], monkeypatch, capsys)
+    cfg = dry_parse(REPO_ROOT / "compare.py", ["--config", "char", "--seeds", "3", "--model.n_layer", "6"], monkeypatch, capsys)
+    assert (cfg.name, cfg.model.n_layer) == ("char", 6)
+
+
+@pytest.mark.parametrize("doc,block", python_blocks(), ids=lambda x: x if isinstance(x, str) and x.endswith(".md") else "")
+def test_python_block_imports_exist(doc, block):
+    """A Python snippet in the docs parses and imports names that exist."""
+    tree = ast.parse(block)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = importlib.import_module(node.module)
+            missing = [a.name for a in node.names if not hasattr(module, a.name)]
+            assert not missing, f"{doc}: {node.module} has no {missing}"
+
+
+# --- commands that run in seconds on the tiny preset -------------------------------------------------
+
+
+def on_tiny(argv: list[str], root: Path, text: Path) -> list[str]:
+    """A documented command made to run in seconds: the tiny preset, files under root, the CPU."""
+    script, args = argv[1], list(argv[2:])
+    if script == "train.py":
+        if "--config" in args:
+            del args[args.index("--config") : args.index("--config") + 2]
+        if "--data-file" in args:
+            args[args.index("--data-file") + 1] = str(text)
+        else:
+            args += ["--data-file", str(text)]
+        args = ["--config", "tiny", "--data.cache_dir", str(root / "cache"), "--device", "cpu", *args]
+    return [sys.executable, script, *args, "--runs-dir", str(root / "runs")]
+
+
+def test_train_on_your_own_text_runs(tmp_path):
+    """docs/own-text.md's block, command by command, on the tiny preset: it trains a run and samples from it."""
+    (block,) = [b for b in code_blocks((REPO_ROOT / "docs" / "own-text.md").read_text(encoding="utf-8")) if block_commands(b)]
+    commands = block_commands(block)
+    assert [c[1] for c in commands] == ["train.py", "sample.py"], commands
+    text = write_corpus(tmp_path / "text")
+    outputs = []
+    for argv in commands:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread: a tiny model's ops are too small to share, as one_cpu_thread says
+        proc = subprocess.run(on_tiny(argv, tmp_path, text), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{shlex.join(argv)} on tiny exits {proc.returncode}:\n{proc.stderr[-2000:]}"
+        outputs.append(proc.stdout)
+    run_name = commands[0][commands[0].index("--run-name") + 1]
+    assert (tmp_path / "runs" / run_name / "ckpt.pt").is_file()
+    prompt = commands[1][commands[1].index("--prompt") + 1]
+    assert prompt in outputs[1] and len(outputs[1]) > len(prompt) + 20, outputs[1]
