@@ -30,7 +30,7 @@ from engine.finetune import initial_model
 from engine.folders import FolderLock, claim_run_folder
 from engine.optim import lr_at, make_optimizer, set_lr
 from engine.runlog import RunLogger
-from engine.runtime import Runtime, StopFlag, mean_over_ranks, setup_runtime
+from engine.runtime import EagerOnFailure, Runtime, StopFlag, mean_over_ranks, setup_runtime
 from engine.step import check_finite, draw_micro_batches, tokens_per_second, train_step
 from model import GPT
 
@@ -65,9 +65,10 @@ def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
 
 
 def for_training(model: GPT, runtime: Runtime) -> torch.nn.Module:
-    """The model as the training step runs it: wrapped by DDP under torchrun, compiled on CUDA. Evaluation runs the plain model."""
+    """The model as the training step runs it: wrapped by DDP under torchrun, compiled on CUDA (eager if that fails).
+    Evaluation runs the plain model."""
     wrapped = torch.nn.parallel.DistributedDataParallel(model) if runtime.world_size > 1 else model
-    return torch.compile(wrapped) if runtime.use_compile else wrapped
+    return EagerOnFailure(torch.compile(wrapped), wrapped, runtime) if runtime.use_compile else wrapped
 
 
 def main(cfg: Config) -> dict:

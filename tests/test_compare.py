@@ -94,7 +94,8 @@ def test_bad_seed_counts_are_a_one_line_error(args, capsys, monkeypatch):
     assert_one_line_error(subprocess.CompletedProcess(["compare.py"], stop.value.code, out, err), "--seeds")
 
 
-def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys):
+def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # each train.py it starts runs torch on one thread too (see conftest's one_cpu_thread)
     argv = tiny_argv(tmp_path, corpus_file, "--seeds", "2", "--train.max_steps=2", "--train.warmup_steps=1", "--train.eval_interval=2")
     results = compare.main(argv)
     names = ["tiny-s1337", "tiny-no-mask-s1337", "tiny-no-scale-s1337", "tiny-s1338", "tiny-no-mask-s1338", "tiny-no-scale-s1338"]

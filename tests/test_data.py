@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import gpt2_encoding_or_skip, make_corpus_text, write_corpus
+from conftest import REPO_ROOT, REQUIRE_ALL, gpt2_encoding_or_skip, import_or_skip, make_corpus_text, write_corpus
 
 import data.corpus
 from configs import DataConfig
@@ -84,6 +84,21 @@ def test_tokenizer_from_state_rejects_unknown(state):
 
 
 # 2. GPT-2 tokenizer (needs tiktoken's BPE files)
+
+
+def test_a_missing_gpt2_dependency_skips_for_a_user_and_fails_in_ci(monkeypatch, tmp_path):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache folder: the BPE files are missing
+    monkeypatch.delenv(REQUIRE_ALL, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="gpt2 BPE files"):
+        gpt2_encoding_or_skip()
+    with pytest.raises(pytest.skip.Exception, match="could not import no_such_module"):
+        import_or_skip("no_such_module", "a test dependency")
+    monkeypatch.setenv(REQUIRE_ALL, "1")
+    with pytest.raises(pytest.fail.Exception, match="gpt2 BPE files.*must run every test"):
+        gpt2_encoding_or_skip()
+    with pytest.raises(pytest.fail.Exception, match="could not import no_such_module.*must run every test"):
+        import_or_skip("no_such_module", "a test dependency")
+    assert f"\nexport {REQUIRE_ALL}=1" in (REPO_ROOT / ".ci" / "run").read_text()  # CI lets no GPT-2 test skip
 
 
 def test_gpt2_tokenizer_round_trip():

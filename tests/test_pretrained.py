@@ -9,12 +9,12 @@ import dataclasses
 import json
 import shutil
 
-import huggingface_hub
 import pytest
 import torch
-from conftest import assert_close, gpt2_encoding_or_skip
+from conftest import assert_close, gpt2_encoding_or_skip, import_or_skip
 
-transformers = pytest.importorskip("transformers", reason="transformers is a test dependency: pip install transformers")
+transformers = import_or_skip("transformers", "transformers is a test dependency: pip install transformers")
+import huggingface_hub  # noqa: E402  (installed with transformers)
 from safetensors.torch import save_file  # noqa: E402
 
 from engine.checkpoints import CheckpointError  # noqa: E402
