@@ -5,9 +5,12 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 """
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 from configs import MAX_SEED, ConfigError
 from data.corpus import DataError
@@ -129,6 +132,32 @@ def run_command(
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return 130
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise
+        print(f"error: {out_of_memory_message(e)}", file=sys.stderr)
+        return 1
     finally:
         shut_down()
     return code if isinstance(code, int) else 0
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """torch reports a failed CPU allocation as a RuntimeError, and a failed GPU one as OutOfMemoryError."""
+    return isinstance(e, torch.OutOfMemoryError | MemoryError) or "can't allocate memory" in str(e)
+
+
+def out_of_memory_message(e: BaseException) -> str:
+    """One line for a failed allocation: how much was asked for, and which flags make it smaller.
+
+    The largest tensors are the (T, T) attention weights that evaluation and inspection hold per
+    head, and the (B, T, V) logits, so the context and the batch come first.
+    """
+    asked = re.search(r"allocate (\d+) bytes|Tried to allocate ([\d.]+ [KMGT]iB)", str(e))
+    size = (
+        "" if asked is None else f" ({int(asked[1]) / 2**30:.1f} GiB asked for at once)" if asked[1] else f" ({asked[2]} asked for at once)"
+    )
+    return (
+        f"out of memory{size}: the context, batch or model is too large for this machine; "
+        "lower --model.block_size (attention weights grow with its square), --train.batch_size or the model's size"
+    )

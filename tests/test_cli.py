@@ -76,3 +76,23 @@ def test_an_output_checked_early_is_not_created_by_the_check(tmp_path, capsys):
     code = exit_code(break_gpt2.main, ["--pretrained", str(tmp_path / "missing"), "--runs-dir", str(tmp_path / "runs")])
     one_line(capsys, code, "no folder")
     assert not (tmp_path / "runs").exists()
+
+
+def test_running_out_of_memory_is_one_line(capsys):
+    """--model.block_size=100000 builds at once now, but its first evaluation holds (T, T) weights per head: 40 GB each."""
+
+    def evaluate_a_huge_context(argv):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 10000000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    assert run_command(evaluate_a_huge_context, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: out of memory (9.3 GiB asked for at once)") and "--model.block_size" in line and "\n" not in line
+
+    def a_bug(argv):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # anything else is a bug: its traceback stays
+        run_command(a_bug, [])
