@@ -12,7 +12,8 @@ from pathlib import Path
 
 from engine.checkpoints import load_model
 from engine.cli import OneLineParser, add_checkpoint_source, checkpoint_path, run_command
-from engine.pretrained import check_export_folder, export_hf
+from engine.folders import export_folder
+from engine.pretrained import export_hf
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -25,7 +26,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> Path:
     args = parse_args(argv)
-    check_export_folder(args.out, args.overwrite)  # before the model loads: a wrong --out costs nothing
+    export_folder(args.out, args.overwrite)  # before the model loads: a wrong --out costs nothing
     path = checkpoint_path(args)
     model, tokenizer, checkpoint = load_model(path, "cpu")
     folder = export_hf(model, tokenizer.name, args.out)

@@ -147,3 +147,22 @@ def claim_run_folder(folder: Path, resume: bool, flag: str = "--runs-dir") -> tu
 def moved_aside(folder: Path) -> list[Path]:
     """The earlier runs of `folder` that `claim_run_folder` moved aside, newest first."""
     return sorted(folder.parent.glob(f"{folder.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+EXPORT_FILES = {"config.json", "model.safetensors"}  # what export_gpt2.py writes
+
+
+def export_folder(folder: Path, overwrite: bool) -> Path:
+    """A folder an export may write into: new, empty, or (with overwrite) an earlier export; never a run's folder.
+
+    A run's config.json is its record of how it was trained, so no flag lets an export replace it.
+    Nothing is created: this is the check before the model loads.
+    """
+    folder = writable_folder(folder, "--out", create=False)
+    present = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if present and is_run_folder(folder):
+        raise OutputError(f"{folder} holds a training run, whose config.json records how it was trained; export to another folder")
+    if present and not (overwrite and present <= EXPORT_FILES):
+        why = "pass --overwrite to replace the earlier export there" if present <= EXPORT_FILES else "export to a new or empty folder"
+        raise OutputError(f"{folder} is not empty ({', '.join(sorted(present)[:3])}{', ...' if len(present) > 3 else ''}); {why}")
+    return folder

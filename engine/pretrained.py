@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save
 from data.corpus import write_atomically
 from data.tokenizer import GPT2Tokenizer, Tokenizer
 from engine.checkpoints import CheckpointError
-from engine.folders import is_run_folder, writable_folder
+from engine.folders import writable_folder
 from model import GPT, ModelConfig
 
 GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
@@ -136,10 +136,7 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
 
 
 def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
-    """(config.json, model.safetensors, info) of a local folder in the hub's layout, or of a hub model.
-
-    A hub model's two files come from huggingface_hub's cache, or are downloaded into it.
-    """
+    """(config.json, model.safetensors, info) of a local folder in the hub's layout, or of a hub model: cached, else downloaded."""
     folder = Path(name_or_folder).expanduser()
     if folder.is_dir():
         missing = " and ".join(filename for filename in ("config.json", "model.safetensors") if not (folder / filename).is_file())
@@ -152,9 +149,8 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     try:
         try:  # the cache first: a model once downloaded loads without the network
             config_path, weights_path = (Path(hf_hub_download(repo_id=name, filename=f, local_files_only=True)) for f in HUB_FILES)
-        except LocalEntryNotFoundError:
-            if not hub_resolves():  # offline: huggingface_hub would retry for half a minute before saying so
-                raise not_reachable(name) from None
+        except LocalEntryNotFoundError:  # not cached: offline, huggingface_hub would retry for half a minute before saying so
+            socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)  # so ask the name service once (offline: OSError, below)
             config_path, weights_path = (Path(hf_hub_download(repo_id=name, filename=f)) for f in HUB_FILES)
     except RepositoryNotFoundError:
         raise CheckpointError(f"no model {name} on the Hugging Face hub (or it is private); try one of {sizes}") from None
@@ -169,15 +165,6 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     return config_path, weights_path, {"name": name, "source": str(weights_path.parent)}
 
 
-def hub_resolves() -> bool:
-    """Whether the hub's host name resolves: without it, no download can work."""
-    try:
-        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
-    except (OSError, UnicodeError):
-        return False
-    return True
-
-
 def not_reachable(name: str) -> CheckpointError:
     return CheckpointError(
         f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot be reached: "
@@ -190,8 +177,7 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
     """Our GPT holding `state`, without the seconds that a random init (overwritten at once) would cost.
 
     The GPT is built on the meta device (shapes only, no memory), and load_state_dict(assign=True)
-    puts the loaded tensors in place. One thing it cannot know is restored by hand: the output
-    head's tie to the token embedding.
+    puts the loaded tensors in place; the output head's tie to the token embedding is restored by hand.
     """
     with torch.device("meta"):
         model = GPT(cfg)
@@ -257,25 +243,6 @@ def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
         "tie_word_embeddings": True,
     }
     folder = writable_folder(folder, "--out")
-    # Through write_atomically, like config.json: the same file mode (save_file's is owner-only), never half a file.
-    write_atomically(folder / "model.safetensors", save(ours_to_hf(model.state_dict()), metadata={"format": "pt"}))
+    write_atomically(folder / "model.safetensors", save(ours_to_hf(model.state_dict()), metadata={"format": "pt"}))  # not save_file: 0600
     write_atomically(folder / "config.json", (json.dumps(config, indent=2) + "\n").encode())
-    return folder
-
-
-EXPORT_FILES = {"config.json", "model.safetensors"}
-
-
-def check_export_folder(folder: Path, overwrite: bool) -> Path:
-    """The folder export_hf may write into: new, empty, or (with overwrite) an earlier export; never a run's folder.
-
-    A run's config.json is its record of how it was trained, so no flag lets an export replace it.
-    """
-    folder = writable_folder(folder, "--out", create=False)
-    present = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
-    if present and is_run_folder(folder):
-        raise CheckpointError(f"{folder} holds a training run, whose config.json records how it was trained; export to another folder")
-    if present and not (overwrite and present <= EXPORT_FILES):
-        why = "pass --overwrite to replace the earlier export there" if present <= EXPORT_FILES else "export to a new or empty folder"
-        raise CheckpointError(f"{folder} is not empty ({', '.join(sorted(present)[:3])}{', ...' if len(present) > 3 else ''}); {why}")
     return folder

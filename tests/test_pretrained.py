@@ -18,7 +18,8 @@ import huggingface_hub  # noqa: E402  (installed with transformers)
 from safetensors.torch import save_file  # noqa: E402
 
 from engine.checkpoints import CheckpointError  # noqa: E402
-from engine.pretrained import GPT2_VOCAB_SIZE, check_export_folder, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
+from engine.folders import OutputError, export_folder  # noqa: E402
+from engine.pretrained import GPT2_VOCAB_SIZE, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
 from model import GPT, ModelConfig  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # microsecond-sized ops: a second thread only waits for a core
@@ -180,20 +181,20 @@ def test_export_never_overwrites_unasked_and_never_a_run(tmp_path):
     folder = export_hf(random_ours(), "gpt2", tmp_path / "export")
     modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
     assert modes["model.safetensors"] == modes["config.json"], f"both files are written alike: {modes}"
-    with pytest.raises(CheckpointError, match=rf"{folder} is not empty \(config.json, model.safetensors\); pass --overwrite"):
-        check_export_folder(folder, overwrite=False)
-    assert check_export_folder(folder, overwrite=True) == folder  # an earlier export may be replaced when asked
+    with pytest.raises(OutputError, match=rf"{folder} is not empty \(config.json, model.safetensors\); pass --overwrite"):
+        export_folder(folder, overwrite=False)
+    assert export_folder(folder, overwrite=True) == folder  # an earlier export may be replaced when asked
     other = tmp_path / "notes"
     other.mkdir()
     (other / "todo.txt").write_text("x")
-    with pytest.raises(CheckpointError, match=rf"{other} is not empty \(todo.txt\); export to a new or empty folder"):
-        check_export_folder(other, overwrite=True)
+    with pytest.raises(OutputError, match=rf"{other} is not empty \(todo.txt\); export to a new or empty folder"):
+        export_folder(other, overwrite=True)
     run = tmp_path / "runs" / "g2"
     run.mkdir(parents=True)
     (run / "config.json").write_text('{"model": {}, "data": {}, "train": {}}')
     (run / "ckpt.pt").write_bytes(b"")
-    with pytest.raises(CheckpointError, match=rf"{run} holds a training run"):
-        check_export_folder(run, overwrite=True)
+    with pytest.raises(OutputError, match=rf"{run} holds a training run"):
+        export_folder(run, overwrite=True)
 
 
 def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypatch):
@@ -207,7 +208,7 @@ def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypa
         raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
 
     monkeypatch.setattr("engine.pretrained.hf_hub_download", download)
-    monkeypatch.setattr("engine.pretrained.hub_resolves", lambda: False)
+    monkeypatch.setattr("socket.getaddrinfo", lambda *a: (_ for _ in ()).throw(OSError("Name or service not known")))
     with pytest.raises(CheckpointError, match="gpt2 is not in the Hugging Face cache .* and the hub cannot be reached"):
         load_pretrained("gpt2")
     assert calls == [("config.json", True)]
