@@ -13,7 +13,7 @@ import torch
 
 from configs import ConfigError, TrainConfig
 from data.tokenizer import TokenizerError
-from engine.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, positive_float, positive_int, run_command
+from engine.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, positive_float, positive_int, run_command, seed
 from engine.runtime import setup_runtime
 
 
@@ -25,7 +25,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=non_negative_int, default=500)
     parser.add_argument("--temperature", type=positive_float, default=0.8, help="below 1 is more conservative")
     parser.add_argument("--top-k", type=positive_int, default=200, help="sample only among the k likeliest tokens")
-    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--seed", type=seed, default=1337)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     return parser.parse_args(argv)
 

@@ -201,6 +201,25 @@ def test_changed_source_is_prepared_again(tmp_path, corpus_file, monkeypatch):
     assert "Z" in corpus.tokenizer.chars and "X" in corpus.tokenizer.chars
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda folder: (folder / "train.bin").write_bytes((folder / "train.bin").read_bytes()[:-3]),  # cut short, odd length
+        lambda folder: (folder / "val.bin").unlink(),
+        lambda folder: (folder / "train.bin").write_bytes(b"\xff" * (folder / "train.bin").stat().st_size),  # ids beyond the vocabulary
+        lambda folder: (folder / "meta.json").write_text((folder / "meta.json").read_text().replace('"uint16"', '"float77"')),
+    ],
+    ids=["truncated-bin", "missing-bin", "ids-out-of-range", "unknown-dtype"],
+)
+def test_damaged_prepared_files_are_prepared_again(tmp_path, corpus_file, damage):
+    first = load_corpus(char_cfg(tmp_path, corpus_file))
+    expected_train, expected_val = np.array(first.train), np.array(first.val)
+    (folder,) = prepared_folders(tmp_path)
+    damage(folder)
+    second = load_corpus(char_cfg(tmp_path, corpus_file))
+    assert np.array_equal(second.train, expected_train) and np.array_equal(second.val, expected_val)
+
+
 def test_damaged_meta_is_prepared_again(tmp_path, corpus_file):
     first = load_corpus(char_cfg(tmp_path, corpus_file))
     (folder,) = prepared_folders(tmp_path)
