@@ -26,6 +26,7 @@ from engine.cli import (
     positive_int,
     probability,
     run_command,
+    seed,
 )
 
 
@@ -40,7 +41,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--temperature", type=non_negative_float, default=0.8, help="below 1 is more conservative; 0 is greedy")
     parser.add_argument("--top-k", type=positive_int, default=200, help="sample only among the k likeliest tokens")
     parser.add_argument("--top-p", type=probability, help="sample only from the nucleus: the likeliest tokens holding probability P")
-    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--seed", type=seed, default=1337)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     return parser.parse_args(argv)
 

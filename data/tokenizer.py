@@ -35,7 +35,7 @@ class GPT2Tokenizer:
         except Exception as e:  # tiktoken raises requests/OS errors of several kinds when offline
             raise TokenizerError(
                 f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded once on first use: "
-                "connect to the internet, set TIKTOKEN_CACHE_DIR to a folder holding its files, or use --data.tokenizer=char"
+                "connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder holding its files (a training run can also use --data.tokenizer=char)"
             ) from None
         self.vocab_size = self.enc.n_vocab
 

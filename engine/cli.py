@@ -5,23 +5,32 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 """
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from configs import ConfigError, TrainConfig
+from configs import MAX_SEED, ConfigError, TrainConfig
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from engine.checkpoints import CheckpointError, load_model
+from engine.folders import OutputError
 from engine.pretrained import load_pretrained
 from engine.runtime import setup_runtime, shut_down
 from engine.step import TrainingError
 from model import GPT
 from model.sampling import SamplingError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, TokenizerError, SamplingError)  # mistakes in what was typed: exit code 2
+USER_ERRORS = (
+    ConfigError,
+    DataError,
+    CheckpointError,
+    TokenizerError,
+    OutputError,
+    SamplingError,
+)  # mistakes in what was typed: exit code 2
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -118,11 +127,29 @@ def device_of(name: str) -> torch.device:
         raise ConfigError(str(e).replace("train.device", "--device")) from None
 
 
-def run_command(command: Callable[[list[str]], object], argv: list[str], interrupted: str = "interrupted; nothing was saved") -> int:
+def seed(text: str) -> int:
+    """A random seed: a whole number that torch's generators take (0 to 2**63 - 1)."""
+    value = non_negative_int(text)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED} (2**63 - 1), got {text}")
+    return value
+
+
+def run_command(
+    command: Callable[[list[str]], object],
+    argv: list[str],
+    interrupted: str = "interrupted; nothing was saved",
+    usage: str | None = None,
+) -> int:
     """Run a script's command on argv and return its exit code; every expected failure becomes one line.
 
     The command returns an int exit code, or anything else (its result, for tests) for success.
+    A script whose arguments are config overrides rather than argparse flags passes its `usage`,
+    printed for -h or --help.
     """
+    if usage is not None and ("-h" in argv or "--help" in argv):
+        print(usage)
+        return 0
     try:
         code = command(argv)
     except USER_ERRORS as e:
@@ -134,6 +161,32 @@ def run_command(command: Callable[[list[str]], object], argv: list[str], interru
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return 130
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise
+        print(f"error: {out_of_memory_message(e)}", file=sys.stderr)
+        return 1
     finally:
         shut_down()
     return code if isinstance(code, int) else 0
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """torch reports a failed CPU allocation as a RuntimeError, and a failed GPU one as OutOfMemoryError."""
+    return isinstance(e, torch.OutOfMemoryError | MemoryError) or "can't allocate memory" in str(e)
+
+
+def out_of_memory_message(e: BaseException) -> str:
+    """One line for a failed allocation: how much was asked for, and which flags make it smaller.
+
+    The largest tensors are the (T, T) attention weights that evaluation and inspection hold per
+    head, and the (B, T, V) logits, so the context and the batch come first.
+    """
+    asked = re.search(r"allocate (\d+) bytes|Tried to allocate ([\d.]+ [KMGT]iB)", str(e))
+    size = (
+        "" if asked is None else f" ({int(asked[1]) / 2**30:.1f} GiB asked for at once)" if asked[1] else f" ({asked[2]} asked for at once)"
+    )
+    return (
+        f"out of memory{size}: the context, batch or model is too large for this machine; "
+        "lower --model.block_size (attention weights grow with its square), --train.batch_size or the model's size"
+    )

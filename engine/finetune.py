@@ -1,13 +1,20 @@
 """The model a run starts from: fresh weights, or a pretrained GPT-2's (train.init_from, --init-from).
 
 Fine-tuning keeps everything of GPT-2 that its weights depend on (sizes, the query/key/value
-bias, the tanh GELU, the vocabulary) and takes from the preset what a run may choose: the context
-length (block_size, at most GPT-2's: the position embedding is cropped, never grown), dropout,
-the attention backend and the two ablation switches. The derived config is the run's config, so
-it is what config.json and every checkpoint store, and sample.py rebuilds the model from it.
+bias, the tanh GELU, the vocabulary, the causal mask and the score scaling) and takes from the
+preset what a run may choose: the context length (block_size, at most GPT-2's: the position
+embedding is cropped, never grown), dropout and the attention backend. The ablation switches only
+switch off: --no-mask or --no-scale fine-tunes without the mask or the scale, and without them
+an unscaled export stays unscaled. The derived config is the run's config, so it is what
+config.json and every checkpoint store, and sample.py rebuilds the model from it.
+
+A resumed --init-from run takes that config from its own ckpt.pt: it needs neither the hub nor
+the folder it started from, since restore() overwrites every weight.
 """
 
 import dataclasses
+
+import torch
 
 from configs import Config, ConfigError
 from engine.pretrained import build, load_pretrained
@@ -23,24 +30,51 @@ def initial_model(cfg: Config, runtime: Runtime) -> tuple[Config, GPT]:
         return cfg, GPT(cfg.model).to(runtime.device)
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override")
+    # The run's folder is named from the user's flags, not from switches kept from the weights: the resumed run finds it again.
+    pinned = dataclasses.replace(cfg.train, run_name=cfg.run_name)
+    if cfg.train.resume:  # restore() brings the weights: only the shapes are needed, from the run's own checkpoint
+        saved = resumed_model_config(cfg)
+        model_cfg = cfg.model if saved is None else chosen_fields(cfg.model, saved)  # None: read_resumable says what is wrong
+        return dataclasses.replace(cfg, model=model_cfg, train=pinned), GPT(model_cfg).to(runtime.device)
     pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
     model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
     state = pretrained.state_dict()
     state["pos_emb.weight"] = state["pos_emb.weight"][: model_cfg.block_size]  # (block_size, C): the first positions only
     model = build(model_cfg, state, info["source"])
+    kept = [f"{switch}=false" for switch in ("causal", "scaled") if getattr(cfg.model, switch) and not getattr(model_cfg, switch)]
     runtime.say(
         f"init from {info['name']} ({info['source']}): {model_cfg.n_layer} layers, {model_cfg.n_head} heads, "
         f"{model_cfg.n_embd} wide, context {model_cfg.block_size} of its {pretrained.cfg.block_size}; the preset's sizes do not apply"
+        + (f"; kept its {', '.join(kept)}" if kept else "")
     )
-    return dataclasses.replace(cfg, model=model_cfg), model.train().to(runtime.device)
+    return dataclasses.replace(cfg, model=model_cfg, train=pinned), model.train().to(runtime.device)
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
-    """GPT-2's ModelConfig with the preset's block_size, dropout, attention backend, causal and scaled."""
+    """GPT-2's ModelConfig with the preset's block_size, dropout and attention backend, and its ablations."""
     if preset.block_size > pretrained.block_size:
         raise ConfigError(
             f"model.block_size {preset.block_size} is longer than {name}'s context ({pretrained.block_size}); "
             f"set --model.block_size={pretrained.block_size} or less"
         )
-    chosen = ("block_size", "dropout", "attention", "causal", "scaled")
-    return dataclasses.replace(pretrained, **{field: getattr(preset, field) for field in chosen})
+    return chosen_fields(preset, pretrained)
+
+
+def chosen_fields(preset: ModelConfig, weights: ModelConfig) -> ModelConfig:
+    """The weights' config with what a run chooses from the preset. causal and scaled stay as the weights were
+    trained unless the preset switches them off (--no-mask, --no-scale): nothing silently switches them on."""
+    chosen = {field: getattr(preset, field) for field in ("block_size", "dropout", "attention")}
+    ablations = {switch: getattr(weights, switch) and getattr(preset, switch) for switch in ("causal", "scaled")}
+    return dataclasses.replace(weights, **chosen, **ablations)
+
+
+def resumed_model_config(cfg: Config) -> ModelConfig | None:
+    """The model config stored in the run's ckpt.pt, or None when it cannot be read.
+
+    mmap: the tensors stay on disk, so a 124M-parameter checkpoint costs no second read; restore() loads it.
+    """
+    try:
+        checkpoint = torch.load(cfg.run_dir / "ckpt.pt", map_location="cpu", weights_only=True, mmap=True)
+        return ModelConfig(**checkpoint["config"]["model"])
+    except Exception:  # missing, corrupt or foreign: read_resumable reports it in its own words
+        return None

@@ -97,8 +97,57 @@ def setup_runtime(train_cfg: TrainConfig) -> Runtime:
         torch.backends.cudnn.allow_tf32 = True
         autocast_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else None
     # torch.compile pays on a GPU; on a CPU it took 22 s here and made the char step no faster.
-    use_compile = train_cfg.compile == "true" or (train_cfg.compile == "auto" and device.type == "cuda")
+    # On CUDA its default backend writes Triton kernels: without a working Triton (most often on Windows) "auto" leaves it off.
+    use_compile = train_cfg.compile == "true" or (train_cfg.compile == "auto" and device.type == "cuda" and has_triton())
+    if train_cfg.compile == "auto" and device.type == "cuda" and not use_compile:
+        why += "; torch.compile off: no working Triton"
     return Runtime(device, autocast_dtype, why, rank, world_size, use_compile)
+
+
+def has_triton() -> bool:
+    """Whether Triton can build kernels for the CUDA device here, as torch's own check says."""
+    from torch.utils._triton import has_triton as torch_has_triton  # imported only when CUDA is there: it probes the device
+
+    return torch_has_triton()
+
+
+class EagerOnFailure:
+    """The compiled training model, or the plain one if compiling fails at the first step.
+
+    torch.compile compiles at the first call, so that is where a missing compiler or Triton shows:
+    the run then goes on eagerly, with one line saying so, instead of failing. The first call's
+    random state is put back before the eager retry, so dropout draws what a run without compile draws.
+    """
+
+    def __init__(self, compiled, eager, runtime: Runtime):
+        self.model, self.eager, self.runtime = compiled, eager, runtime
+
+    def __call__(self, *args, **kwargs):
+        if self.eager is None:  # past the first call: compiling worked, or the model is the eager one already
+            return self.model(*args, **kwargs)
+        rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self.runtime.device) if self.runtime.device.type == "cuda" else None
+        try:
+            out = self.model(*args, **kwargs)
+        except Exception as e:  # any failure to compile; a failure of the model itself recurs in the eager call and propagates
+            root = e
+            while getattr(root, "inner_exception", None) or root.__cause__:  # torch wraps the backend's own error (BackendCompilerFailed)
+                root = getattr(root, "inner_exception", None) or root.__cause__
+            reason = next((line.strip() for line in str(root).splitlines() if line.strip()), "")[:200]
+            self.runtime.say(f"torch.compile failed at the first step ({type(root).__name__}: {reason}); training without it")
+            torch.set_rng_state(rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state(cuda_rng, self.runtime.device)
+            self.model = self.eager
+            out = self.model(*args, **kwargs)
+        self.eager = None
+        return out
+
+    def no_sync(self):
+        return self.model.no_sync()
+
+    def parameters(self):
+        return self.model.parameters()
 
 
 def mean_over_ranks(value: torch.Tensor, runtime: Runtime) -> torch.Tensor:

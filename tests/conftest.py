@@ -5,6 +5,7 @@ Tests never touch the network, data/cache or runs/: each one writes its own smal
 """
 
 import hashlib
+import importlib
 import os
 import random
 import subprocess
@@ -165,18 +166,39 @@ def tiktoken_cache_dir() -> Path | None:
     return Path(folder) if folder else None
 
 
+REQUIRE_ALL = "TINYGPT_REQUIRE_ALL_TESTS"  # set to 1 (CI's .ci/run does): a test that lacks transformers or the BPE files fails
+
+
+def skip_or_fail(reason: str):
+    """Skip a test whose optional dependency is missing, or fail it where TINYGPT_REQUIRE_ALL_TESTS=1 says that nothing may skip.
+
+    Works in a test and at module level (a failure there is a collection error, which fails the run too).
+    """
+    if os.environ.get(REQUIRE_ALL) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_ALL}=1: this machine must run every test)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def import_or_skip(module: str, reason: str):
+    """pytest.importorskip, through skip_or_fail."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        skip_or_fail(f"could not import {module}: {reason}")
+
+
 def gpt2_encoding_or_skip():
     """tiktoken's gpt2 encoding, or skip when its BPE files are not in tiktoken's cache folder (tests never download).
 
     tiktoken keeps each file under the SHA-1 of its URL. When both files are there, any failure to
     load them (a corrupt file, an API change) fails the test instead of skipping it.
     """
-    tiktoken = pytest.importorskip("tiktoken")
+    tiktoken = import_or_skip("tiktoken", "the gpt2 tokenizer needs it (requirements.txt)")
     folder = tiktoken_cache_dir()
     missing = [
         url.rsplit("/", 1)[1] for url in GPT2_BPE_URLS if folder is None or not (folder / hashlib.sha1(url.encode()).hexdigest()).is_file()
     ]
     if missing:
         where = f"in {folder}" if folder else "(TIKTOKEN_CACHE_DIR is empty: caching off)"
-        pytest.skip(f"tiktoken's gpt2 BPE files ({', '.join(missing)}) are not {where}; set TIKTOKEN_CACHE_DIR to a folder holding them")
+        skip_or_fail(f"tiktoken's gpt2 BPE files ({', '.join(missing)}) are not {where}; set TIKTOKEN_CACHE_DIR to a folder holding them")
     return tiktoken.get_encoding("gpt2")

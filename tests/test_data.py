@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import gpt2_encoding_or_skip, make_corpus_text, write_corpus
+from conftest import REPO_ROOT, REQUIRE_ALL, gpt2_encoding_or_skip, import_or_skip, make_corpus_text, write_corpus
 
 import data.corpus
 from configs import DataConfig
@@ -84,6 +84,21 @@ def test_tokenizer_from_state_rejects_unknown(state):
 
 
 # 2. GPT-2 tokenizer (needs tiktoken's BPE files)
+
+
+def test_a_missing_gpt2_dependency_skips_for_a_user_and_fails_in_ci(monkeypatch, tmp_path):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache folder: the BPE files are missing
+    monkeypatch.delenv(REQUIRE_ALL, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="gpt2 BPE files"):
+        gpt2_encoding_or_skip()
+    with pytest.raises(pytest.skip.Exception, match="could not import no_such_module"):
+        import_or_skip("no_such_module", "a test dependency")
+    monkeypatch.setenv(REQUIRE_ALL, "1")
+    with pytest.raises(pytest.fail.Exception, match="gpt2 BPE files.*must run every test"):
+        gpt2_encoding_or_skip()
+    with pytest.raises(pytest.fail.Exception, match="could not import no_such_module.*must run every test"):
+        import_or_skip("no_such_module", "a test dependency")
+    assert f"\nexport {REQUIRE_ALL}=1" in (REPO_ROOT / ".ci" / "run").read_text()  # CI lets no GPT-2 test skip
 
 
 def test_gpt2_tokenizer_round_trip():
@@ -198,6 +213,25 @@ def test_changed_source_is_prepared_again(tmp_path, corpus_file, monkeypatch):
     cut = int(len(new_text) * 0.9)
     assert corpus.tokenizer.decode(corpus.val.tolist()) == new_text[cut:]
     assert "Z" in corpus.tokenizer.chars and "X" in corpus.tokenizer.chars
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda folder: (folder / "train.bin").write_bytes((folder / "train.bin").read_bytes()[:-3]),  # cut short, odd length
+        lambda folder: (folder / "val.bin").unlink(),
+        lambda folder: (folder / "train.bin").write_bytes(b"\xff" * (folder / "train.bin").stat().st_size),  # ids beyond the vocabulary
+        lambda folder: (folder / "meta.json").write_text((folder / "meta.json").read_text().replace('"uint16"', '"float77"')),
+    ],
+    ids=["truncated-bin", "missing-bin", "ids-out-of-range", "unknown-dtype"],
+)
+def test_damaged_prepared_files_are_prepared_again(tmp_path, corpus_file, damage):
+    first = load_corpus(char_cfg(tmp_path, corpus_file))
+    expected_train, expected_val = np.array(first.train), np.array(first.val)
+    (folder,) = prepared_folders(tmp_path)
+    damage(folder)
+    second = load_corpus(char_cfg(tmp_path, corpus_file))
+    assert np.array_equal(second.train, expected_train) and np.array_equal(second.val, expected_val)
 
 
 def test_damaged_meta_is_prepared_again(tmp_path, corpus_file):

@@ -38,6 +38,7 @@ pytestmark = [
 STEPS = 10
 DDP = [f"--train.max_steps={STEPS}", "--train.eval_interval=5", "--train.eval_batches=2", "--train.log_interval=1"]
 ATOL = 1e-5
+MUON_ATOL = 1e-4  # Muon orthogonalises in bfloat16: a float32 rounding difference (all-reduce order) can move a bf16 value by one step
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -146,7 +147,7 @@ def test_torchrun_writes_one_set_of_files(ddp_job):
     names = sorted(p.name for p in run_dir.iterdir())
     events = [n for n in names if n.startswith("events.out.tfevents.")]
     assert len(events) == 1, names  # rank 1 opened no SummaryWriter
-    assert sorted(set(names) - set(events)) == ["best.pt", "ckpt.pt", "config.json", "metrics.jsonl"]
+    assert sorted(set(names) - set(events)) == [".lock", "best.pt", "ckpt.pt", "config.json", "metrics.jsonl"]  # .lock: rank 0's hold
     assert sorted(p.name for p in (ddp_job["root"] / "runs").iterdir()) == ["tiny"]  # no second run folder, nothing moved aside
     metrics = ddp_metrics(ddp_job)
     keys = [(m["step"], "loss/val" in m) for m in metrics]
@@ -211,7 +212,22 @@ def ddp_rank(rank: int, port: int, argv: list[str], stop_after: int, log: str) -
             return real(*args, **kwargs)
 
         train.draw_micro_batches = draw
-    sys.exit(train.run(argv))
+    entered = [0]  # how often this rank's step skipped the gradient all-reduce (DDP.no_sync), to show the branch ran
+    real_no_sync = torch.nn.parallel.DistributedDataParallel.no_sync
+
+    def no_sync(self):
+        entered[0] += 1
+        return real_no_sync(self)
+
+    torch.nn.parallel.DistributedDataParallel.no_sync = no_sync
+    code = train.run(argv)
+    print(f"no_sync entered {entered[0]} times")
+    sys.exit(code)
+
+
+def no_sync_count(log: Path) -> int:
+    (line,) = [line for line in log.read_text().splitlines() if line.startswith("no_sync entered ")]
+    return int(line.split()[2])
 
 
 def forkserver() -> multiprocessing.context.BaseContext:
@@ -257,11 +273,11 @@ def test_resumed_ddp_run_with_dropout_equals_the_uninterrupted_one(tmp_path, cor
     full_root, resumed_root = tmp_path / "full", tmp_path / "resumed"
     for folder in (full_root, resumed_root):
         folder.mkdir()
-    run_ddp_job(tiny_argv(full_root, corpus, *args), full_root)
+    assert run_ddp_job(tiny_argv(full_root, corpus, *args), full_root) == [0, 0]
     argv = tiny_argv(resumed_root, corpus, *args)
-    assert run_ddp_job(argv, resumed_root, stop_after=6)[0] == 130  # rank 0 got the SIGINT; both ranks stopped after step 6
+    assert run_ddp_job(argv, resumed_root, stop_after=6) == [130, 0]  # rank 0 got the SIGINT; rank 1 stopped with it, cleanly
     assert read_checkpoint(resumed_root / "runs" / "tiny" / "ckpt.pt")["step"] == 6
-    run_ddp_job([*argv, "--resume"], resumed_root)
+    assert run_ddp_job([*argv, "--resume"], resumed_root) == [0, 0]
     full, resumed = read_metrics(full_root / "runs" / "tiny"), read_metrics(resumed_root / "runs" / "tiny")
     assert [m["step"] for m in resumed] == [m["step"] for m in full]
     for key in ("loss/train_step", "loss/val"):
@@ -272,3 +288,29 @@ def test_resumed_ddp_run_with_dropout_equals_the_uninterrupted_one(tmp_path, cor
         after = [s for s in sorted(want) if s > 6]
         got_after, want_after = torch.tensor([got[s] for s in after]), torch.tensor([want[s] for s in after])
         assert_close(got_after, want_after, atol=1e-6, msg=f"{key} at steps {after}, after resuming from step 6:")
+
+
+# 4. Muon (the char and base presets' optimizer) with gradient accumulation inside each rank
+
+
+def test_ddp_with_muon_and_accumulation_equals_one_process(tmp_path, corpus):
+    """2 ranks x 2 micro-steps with Muon train the model of 1 process x 4 micro-steps: the first micro-step of each rank
+    runs under DDP's no_sync (no all-reduce), so the gradients add up locally and are averaged once, on the last."""
+    args = [*DDP, "--train.optimizer=muon"]
+    ddp_root, one_root = tmp_path / "ddp", tmp_path / "one"
+    ddp_root.mkdir()
+    assert run_ddp_job(tiny_argv(ddp_root, corpus, *args, "--train.grad_accum_steps=2"), ddp_root) == [0, 0]
+    for rank in range(2):
+        assert no_sync_count(ddp_root / f"rank{rank}.txt") == STEPS  # one micro-step without all-reduce per step, on every rank
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine.evaluation, "HEATMAP_MAX_TOKENS", 4)
+        train.main(load_config(tiny_argv(one_root, corpus, *args, "--train.grad_accum_steps=4")))
+    ddp, one = read_metrics(ddp_root / "runs" / "tiny"), read_metrics(one_root / "runs" / "tiny")
+    for key in ("loss/train_step", "loss/val"):
+        got, want = by_step(ddp, key), by_step(one, key)
+        assert sorted(got) == sorted(want) and len(want) >= 3
+        steps = sorted(want)
+        got_t, want_t = torch.tensor([got[s] for s in steps]), torch.tensor([want[s] for s in steps])
+        assert_close(got_t, want_t, atol=MUON_ATOL, msg=f"muon {key}")
+    assert by_step(ddp, "lr") == by_step(one, "lr")
+    assert by_step(one, "loss/train_step")[STEPS] < by_step(one, "loss/train_step")[1] - 0.3  # it learned

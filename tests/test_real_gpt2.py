@@ -7,13 +7,25 @@ run_command, which is what each script's __main__ calls.
 
 import dataclasses
 import json
+import os
+import shutil
+import signal
 
-import huggingface_hub
 import pytest
 import torch
-from conftest import assert_close, assert_one_line_error, error_of, gpt2_encoding_or_skip, save_random_gpt2, tiny_argv, write_corpus
+from conftest import (
+    assert_close,
+    assert_one_line_error,
+    error_of,
+    gpt2_encoding_or_skip,
+    import_or_skip,
+    save_random_gpt2,
+    tiny_argv,
+    write_corpus,
+)
 
-transformers = pytest.importorskip("transformers", reason="transformers is a test dependency: pip install transformers")
+transformers = import_or_skip("transformers", "transformers is a test dependency: pip install transformers")
+import huggingface_hub  # noqa: E402  (installed with transformers)
 
 import break_gpt2  # noqa: E402
 import export_gpt2  # noqa: E402
@@ -21,9 +33,11 @@ import inspect_attention  # noqa: E402
 import sample  # noqa: E402
 import train  # noqa: E402
 from configs import load_config  # noqa: E402
-from engine.checkpoints import load_model  # noqa: E402
+from data.corpus import load_corpus  # noqa: E402
+from engine.checkpoints import load_model, read_checkpoint  # noqa: E402
+from engine.evaluation import estimate_loss, make_eval_set  # noqa: E402
 from engine.finetune import initial_model  # noqa: E402
-from engine.pretrained import GPT2_VOCAB_SIZE, load_pretrained  # noqa: E402
+from engine.pretrained import GPT2_VOCAB_SIZE, build, load_pretrained  # noqa: E402
 from engine.runtime import setup_runtime  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread", "offline")
@@ -122,6 +136,97 @@ def test_init_from_run_trains_resumes_samples_and_inspects(gpt2_folder, corpus, 
         "KING"
     )
     assert (inspect_attention.main(["--run", "ft", "--runs-dir", str(tmp_path / "runs")]) / "attention.html").is_file()
+
+
+@pytest.fixture(scope="module")
+def unscaled_folder(tmp_path_factory):
+    """A random GPT-2 like gpt2_folder, whose attention scores are not divided by sqrt(head_size), as export_gpt2.py writes a --no-scale run.
+
+    Its weights are 10 times larger than GPT-2's initial ones, so that attention is far from uniform and the scale changes the loss.
+    """
+    gpt2_encoding_or_skip()
+    torch.manual_seed(1)
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=GPT2_VOCAB_SIZE, scale_attn_weights=False, initializer_range=0.2
+    )
+    folder = tmp_path_factory.mktemp("unscaled")
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("which", "flags", "causal", "scaled"),
+    [
+        ("unscaled", [], True, False),
+        ("unscaled", ["--no-mask"], False, False),
+        ("scaled", [], True, True),
+        ("scaled", ["--no-scale"], True, False),
+    ],
+)
+def test_init_from_keeps_the_weights_switches_unless_an_ablation_is_asked(
+    gpt2_folder, unscaled_folder, corpus, tmp_path, which, flags, causal, scaled
+):
+    folder = unscaled_folder if which == "unscaled" else gpt2_folder
+    cfg = load_config(gpt2_run(tmp_path, corpus, "--init-from", str(folder), *flags))
+    run_dir = cfg.run_dir
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=GPT2_VOCAB_SIZE))
+    cfg, model = initial_model(cfg, setup_runtime(cfg.train))
+    assert (cfg.model.causal, cfg.model.scaled) == (causal, scaled)
+    head_size = cfg.model.n_embd // cfg.model.n_head
+    assert all((block.attn.causal, block.attn.scale) == (causal, head_size**-0.5 if scaled else 1.0) for block in model.blocks)
+    assert cfg.run_dir == run_dir  # named from the flags given, so that --resume finds it
+
+
+def test_unscaled_gpt2_fine_tunes_unscaled_from_its_own_val_loss(unscaled_folder, corpus, tmp_path):
+    """Step 0 evaluates the weights as they were exported: the same val loss as the pretrained model on the same batches."""
+    argv = gpt2_run(tmp_path, corpus, "--init-from", str(unscaled_folder), "--run-name", "ft")
+    train.main(load_config(argv))
+    saved = json.loads((tmp_path / "runs" / "ft" / "config.json").read_text())
+    assert saved["model"]["scaled"] is False and saved["model"]["causal"] is True
+    cfg = load_config(argv)
+    corpus_data = load_corpus(cfg.data)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=GPT2_VOCAB_SIZE))
+    runtime = setup_runtime(cfg.train)
+    pretrained, _, _ = load_pretrained(unscaled_folder)
+    want = estimate_loss(pretrained, make_eval_set(corpus_data, corpus_data.tokenizer, cfg).batches["val"], runtime)
+    step0 = next(m for m in read_run_metrics(tmp_path / "runs" / "ft") if m["step"] == 0 and "loss/val" in m)
+    assert step0["loss/val"] == pytest.approx(want, abs=1e-6)
+    scaled = dataclasses.replace(pretrained.cfg, scaled=True)  # what the run would have started from had it switched scaling on
+    other = estimate_loss(
+        build(scaled, pretrained.state_dict(), "test"), make_eval_set(corpus_data, corpus_data.tokenizer, cfg).batches["val"], runtime
+    )
+    assert abs(other - want) > 1e-4  # 100 times the tolerance above: the switch matters on these weights, so that check can tell
+
+
+def test_init_from_run_resumes_without_its_folder(unscaled_folder, corpus, tmp_path, monkeypatch):
+    """Stopped at step 2 and resumed after the folder it started from is gone: the numbers of a run never stopped."""
+    folder = tmp_path / "export"
+    shutil.copytree(unscaled_folder, folder)
+    args = ["--init-from", str(folder), "--run-name", "ft", "--train.max_steps=4", "--model.dropout=0.1"]
+    train.main(load_config(gpt2_run(tmp_path / "full", corpus, *args)))
+    argv = gpt2_run(tmp_path / "resumed", corpus, *args)
+    real, calls = train.draw_micro_batches, [0]
+
+    def draw(*a, **kw):  # Ctrl-C during the second step
+        calls[0] += 1
+        if calls[0] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*a, **kw)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(train, "draw_micro_batches", draw)
+        assert train.main(load_config(argv))["stopped_at"] == 2
+    shutil.rmtree(folder)
+    assert train.main(load_config([*argv, "--resume"]))["stopped_at"] is None
+    got, want = (read_run_metrics(tmp_path / root / "runs" / "ft") for root in ("resumed", "full"))
+    assert [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in got] == [
+        {k: v for k, v in m.items() if not k.startswith("perf/")} for m in want
+    ]
+    assert read_checkpoint(tmp_path / "resumed" / "runs" / "ft" / "ckpt.pt")["config"]["model"]["scaled"] is False
+
+
+def read_run_metrics(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_init_from_refuses_other_tokenizers_and_longer_contexts(gpt2_folder, corpus, tmp_path, capsys):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, assert_one_line_error, tiny_argv, write_corpus
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import engine.checkpoints
 import engine.evaluation
@@ -29,6 +30,7 @@ import sample
 import train
 from configs import SHORTHANDS, load_config
 from engine.checkpoints import CheckpointError, read_checkpoint, save_checkpoint
+from engine.optim import lr_at
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
@@ -378,6 +380,96 @@ def test_resume_survives_a_torn_last_line_in_metrics_jsonl(tmp_path, reference):
     assert steps_with(metrics, "loss/val")[-1] == 62
 
 
+# 1b. Every optimizer a preset uses: AdamW, and Muon with AdamW beside it (the char and base presets)
+
+SCHEDULE = ["--train.max_steps=30", "--train.warmup_steps=8", "--train.eval_interval=10", "--train.log_interval=1", "--model.dropout=0.1"]
+STOPS = {"warmup": (4, 4), "after an evaluation": (6, 10), "mid-decay": (9, 19)}  # (k-th batch of the process, step it stops at)
+
+
+def record_rates(runs: list) -> object:
+    """Hook every torch optimizer's step: appends (optimizer class, each group's lr) as the step uses them; returns the handle."""
+
+    def hook(optimizer, args, kwargs):
+        kind = "Muon" if isinstance(optimizer, torch.optim.Muon) else type(optimizer).__name__  # a subclass of Muon counts as Muon
+        runs.append((kind, tuple(group["lr"] for group in optimizer.param_groups)))
+
+    return register_optimizer_step_pre_hook(hook)
+
+
+def run_stopped_at(argv: list[str], stops: list[int]) -> tuple[list[dict], list]:
+    """train.main on argv, stopped by SIGINT on each k-th batch of `stops` in turn and resumed; (the summaries, the rates stepped with)."""
+    rates, summaries = [], []
+    handle = record_rates(rates)
+    try:
+        for i, k in enumerate([*stops, 0]):
+            with pytest.MonkeyPatch.context() as mp:
+                if k:
+                    signal_on_call(mp, k)
+                summaries.append(train.main(load_config([*argv, "--resume"] if i else argv)))
+    finally:
+        handle.remove()
+    return summaries, rates
+
+
+@pytest.fixture(scope="module", params=["adamw", "muon"])
+def per_optimizer(request, tmp_path_factory, corpus, one_cpu_thread, small_heatmaps) -> dict:
+    """A 30-step run on train.optimizer, uninterrupted, and again stopped by Ctrl-C in warmup (step 4), right after the
+    step-10 evaluation, and mid-decay (step 19), resumed each time."""
+    out = {"optimizer": request.param}
+    for name, stops in (("full", []), ("resumed", [k for k, _ in STOPS.values()])):
+        root = tmp_path_factory.mktemp(f"{request.param}-{name}")
+        argv = tiny_argv(root, corpus, *SCHEDULE, f"--train.optimizer={request.param}")
+        summaries, rates = run_stopped_at(argv, stops)
+        out[name] = {"summaries": summaries, "rates": rates, "run_dir": root / "runs" / "tiny", "argv": argv}
+    return out
+
+
+def test_each_optimizer_stops_where_planned(per_optimizer):
+    summaries = per_optimizer["resumed"]["summaries"]
+    assert [s["stopped_at"] for s in summaries] == [step for _, step in STOPS.values()] + [None]
+    assert all(s["signal"] == signal.SIGINT for s in summaries[:-1])
+    metrics = read_metrics(per_optimizer["resumed"]["run_dir"])
+    assert steps_with(metrics, "loss/val") == [0, 10, 20, 30]  # the step-10 evaluation ran once, before the stop
+
+
+def test_each_optimizer_resumes_to_the_uninterrupted_numbers(per_optimizer):
+    got = without_timing(read_metrics(per_optimizer["resumed"]["run_dir"]))
+    want = without_timing(read_metrics(per_optimizer["full"]["run_dir"]))
+    assert steps_with(want, "loss/train_step") == list(range(1, 31))  # every step logs its loss and lr
+    assert [m["step"] for m in got] == [m["step"] for m in want]
+    for a, b in zip(got, want, strict=True):
+        assert a == b, f"{per_optimizer['optimizer']}, step {a['step']}: resumed {a} vs uninterrupted {b}"  # to the last digit
+    got_ckpt = read_checkpoint(per_optimizer["resumed"]["run_dir"] / "ckpt.pt")
+    want_ckpt = read_checkpoint(per_optimizer["full"]["run_dir"] / "ckpt.pt")
+    for name, tensor in want_ckpt["model"].items():
+        assert_close(got_ckpt["model"][name], tensor, atol=0.0, msg=name)
+
+
+def test_each_optimizer_steps_at_the_scheduled_rate_after_a_resume(per_optimizer):
+    """The rate every torch optimizer's groups hold when it steps, not only the one logged, matches the schedule step for step."""
+    full, resumed = per_optimizer["full"]["rates"], per_optimizer["resumed"]["rates"]
+    kinds = ["AdamW"] if per_optimizer["optimizer"] == "adamw" else ["Muon", "AdamW"]
+    assert [kind for kind, _ in full] == kinds * 30
+    cfg = load_config(per_optimizer["full"]["argv"]).train
+    scheduled = [lr_at(step, cfg) for step in range(30) for _ in kinds]
+    assert [set(lrs) for _, lrs in full] == [{lr} for lr in scheduled]
+    for i, (got, want) in enumerate(zip(resumed, full, strict=True)):
+        assert got == want, f"step {i // len(kinds)}: {got[0]} stepped with lr {got[1]}, the uninterrupted run with {want[1]}"
+    logged = {m["step"]: m["lr"] for m in read_metrics(per_optimizer["resumed"]["run_dir"]) if "lr" in m}
+    assert logged == {step + 1: lr_at(step, cfg) for step in range(30)}
+
+
+def test_resuming_with_another_optimizer_is_refused(per_optimizer, tmp_path, capsys):
+    run_dir = per_optimizer["resumed"]["run_dir"]
+    other = "adamw" if per_optimizer["optimizer"] == "muon" else "muon"
+    argv = [*per_optimizer["resumed"]["argv"], f"--train.optimizer={other}", "--resume", "--train.max_steps=40"]
+    before = snapshot(run_dir)
+    proc = run_train(argv, capsys)
+    line = assert_one_line_error(proc, f"was trained with train.optimizer={per_optimizer['optimizer']}", "same optimizer")
+    assert str(run_dir / "ckpt.pt") in line
+    assert snapshot(run_dir) == before  # nothing written
+
+
 # 2. The script under real signals
 
 
@@ -404,7 +496,7 @@ def signalled(tmp_path_factory, corpus) -> dict:
         procs[name] = subprocess.Popen([sys.executable, "train.py", *argv], cwd=REPO_ROOT, stdout=out, stderr=err, env=env)
         out.close(), err.close()
     results = {}
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300  # only against a hang: three starts of torch on a busy 2-core machine can take a minute
     try:
         for name, actions in SIGNAL_CASES.items():
             proc, metrics = procs[name], root / "runs" / name / "metrics.jsonl"
@@ -455,17 +547,45 @@ def test_signal_stops_cleanly_with_a_loadable_checkpoint(signalled, case, code):
 
 
 KILLS = 8
-TARGETED = (1, 3, 5, 7)  # these kills wait for a save to open ckpt.pt.tmp; the others come after a random delay
+TARGETED = {1: "mid-write", 3: "before-rename", 5: "mid-write", 7: "before-rename"}  # these kills land in a save; the others at random
 FORKSERVER_PRELOAD = ["train", "sample", "inspect_attention", "torch.utils.tensorboard", "torch._dynamo", "test_resume", "test_distributed"]
 
 
-def train_in_child(argv: list[str], log: str) -> None:
+def train_in_child(argv: list[str], log: str, pause: str = "") -> None:
     """Target of the forked training processes: train.py's command line, its output going to `log`."""
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1), os.dup2(fd, 2)
     torch.set_num_threads(1)
     engine.evaluation.HEATMAP_MAX_TOKENS = 4  # faster evaluations: more checkpoints per second to be killed in
+    if pause:
+        hang_in_second_save(pause)
     sys.exit(train.run(argv))
+
+
+def hang_in_second_save(where: str) -> None:
+    """Make this process's second save of ckpt.pt hang, for the kill to land in: with half the file written ("mid-write"),
+    or with all of it written and fsynced, before the rename ("before-rename").
+
+    A save takes milliseconds: a kill timed from outside would often miss it on a busy machine, and then prove nothing.
+    """
+    saves, real_save, real_replace = [0], torch.save, os.replace
+
+    def save(obj, f, *args, **kwargs):
+        saves[0] += str(getattr(f, "name", "")).endswith("ckpt.pt.tmp")
+        if where == "mid-write" and saves[0] == 2:
+            buffer = io.BytesIO()
+            real_save(obj, buffer, *args, **kwargs)
+            f.write(buffer.getvalue()[: buffer.tell() // 2])
+            f.flush()
+            time.sleep(600)
+        return real_save(obj, f, *args, **kwargs)
+
+    def replace(src, dst):
+        if where == "before-rename" and saves[0] == 2 and str(src).endswith("ckpt.pt.tmp"):
+            time.sleep(600)
+        return real_replace(src, dst)
+
+    torch.save, os.replace = save, replace
 
 
 def forkserver() -> multiprocessing.context.BaseContext:
@@ -478,7 +598,7 @@ def forkserver() -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def wait_until(condition, proc, timeout: float = 60.0, poll: float = 0.005) -> None:
+def wait_until(condition, proc, timeout: float = 120.0, poll: float = 0.005) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert proc.is_alive(), f"training process exited early with code {proc.exitcode}"
@@ -495,7 +615,7 @@ def file_id(path: Path):
 
 
 def test_sigkill_at_random_moments_never_leaves_an_unloadable_checkpoint(tmp_path, corpus):
-    """kill -9 eight times: four after random delays of 0.3-2 s, four the moment a save has opened ckpt.pt.tmp.
+    """kill -9 eight times: four after random delays of 0.3-2 s, four in a save (hanging half-written, or before its rename).
 
     After each kill, ckpt.pt (and best.pt) must load with read_checkpoint and engine.checkpoints.load_model.
     Restarts resume, except one that starts afresh (the old run is moved aside). Finally the run resumes
@@ -512,12 +632,13 @@ def test_sigkill_at_random_moments_never_leaves_an_unloadable_checkpoint(tmp_pat
         if targeted:
             tmp.unlink(missing_ok=True)  # a stale one from an earlier kill would trigger at once
         before = file_id(ckpt)  # a fresh start moves the run aside first: its ckpt.pt is a new file too
-        proc = ctx.Process(target=train_in_child, args=([*argv, "--resume"] if resume else argv, str(tmp_path / f"log{i}.txt")))
+        args = ([*argv, "--resume"] if resume else argv, str(tmp_path / f"log{i}.txt"), TARGETED.get(i, ""))
+        proc = ctx.Process(target=train_in_child, args=args)
         proc.start()
         try:
             wait_until(lambda before=before: file_id(ckpt) not in (None, before), proc)  # this process has saved at least once
             if targeted:
-                wait_until(tmp.exists, proc, poll=0)
+                wait_until(tmp.exists, proc)  # the second save has begun, and hangs
             else:
                 time.sleep(rng.uniform(0.3, 2.0))
             assert proc.is_alive(), f"training process {i} exited with code {proc.exitcode}"
@@ -531,7 +652,7 @@ def test_sigkill_at_random_moments_never_leaves_an_unloadable_checkpoint(tmp_pat
             load_checkpoint_both_ways(run_dir / "best.pt")
         assert checkpoint["step"] >= (last_step if resume else 0), f"kill {i}: the checkpoint went back in time"
         last_step = checkpoint["step"]
-    assert mid_save >= 1, "no kill landed while ckpt.pt.tmp was being written"
+    assert mid_save == len(TARGETED), f"{mid_save} of {len(TARGETED)} targeted kills left ckpt.pt.tmp behind"
     final = train.main(load_config([*argv, "--resume", f"--train.max_steps={last_step + 2}"]))
     assert final["stopped_at"] is None
     metrics = read_metrics(run_dir)

@@ -4,7 +4,6 @@ Every run trains on a synthetic corpus in tmp_path, with its cache and run folde
 """
 
 import json
-import os
 import platform
 import time
 from pathlib import Path
@@ -188,6 +187,7 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    monkeypatch.setattr(engine.runtime, "has_triton", lambda: True)
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         cuda = engine.runtime.setup_runtime(TrainConfig(device="auto"))
@@ -195,6 +195,10 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
         assert cuda.autocast_dtype == torch.bfloat16 and cuda.use_compile
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
         assert not engine.runtime.setup_runtime(TrainConfig(device="cuda", compile="false")).use_compile
+        monkeypatch.setattr(engine.runtime, "has_triton", lambda: False)  # CUDA without Triton: Windows, most often
+        no_triton = engine.runtime.setup_runtime(TrainConfig(device="auto"))
+        assert not no_triton.use_compile and no_triton.why.endswith("; torch.compile off: no working Triton")
+        assert engine.runtime.setup_runtime(TrainConfig(device="auto", compile="true")).use_compile  # asked for: tried
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11))
@@ -229,6 +233,37 @@ def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
     again = engine.optim.make_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3), torch.device("cpu"))
     again.load_state_dict(optimizer.state_dict())  # resume: both optimizers' state comes back
     assert len(again.state) == sum(1 for _ in model.parameters())
+    engine.optim.set_lr(again, 0.25)  # load_state_dict gave each optimizer new group dicts: the rate must reach those
+    assert [g["lr"] for opt in again.optimizers for g in opt.param_groups] == [0.25] * 3
+
+
+def test_a_compile_that_fails_at_the_first_step_trains_eagerly(tmp_path, corpus_file, monkeypatch, capsys):
+    """torch.compile with a backend that raises, as Inductor does without Triton: one line says so, and the run is the eager run."""
+
+    def no_triton(graph, example_inputs):
+        raise RuntimeError("Cannot find a working triton installation (a stand-in for a machine without it)")
+
+    real_compile = torch.compile
+    args = ["--train.max_steps=4", "--train.eval_interval=4", "--train.log_interval=1", "--model.dropout=0.1"]
+    eager = train.main(load_config(tiny_argv(tmp_path / "eager", corpus_file, *args, "--train.compile=false")))
+    capsys.readouterr()
+    monkeypatch.setattr(torch, "compile", lambda model: real_compile(model, backend=no_triton))
+    try:
+        fell_back = train.main(load_config(tiny_argv(tmp_path / "compiled", corpus_file, *args, "--train.compile=true")))
+    finally:
+        torch._dynamo.reset()  # forget the failed attempt's caches
+    lines = [line for line in capsys.readouterr().out.splitlines() if "torch.compile" in line]
+    assert lines == [
+        "torch.compile failed at the first step (RuntimeError: Cannot find a working triton installation "
+        "(a stand-in for a machine without it)); training without it"
+    ]
+    assert fell_back["loss/val"] == eager["loss/val"]
+    without_perf = [
+        {k: v for k, v in m.items() if not k.startswith("perf/")} for m in read_metrics(tmp_path / "compiled" / "runs" / "tiny")
+    ]
+    assert without_perf == [
+        {k: v for k, v in m.items() if not k.startswith("perf/")} for m in read_metrics(tmp_path / "eager" / "runs" / "tiny")
+    ]
 
 
 # Minor page faults of making and freeing a 64 MiB tensor (16,384 pages) three times, before and
@@ -261,8 +296,9 @@ def test_keep_freed_memory_stops_refaulting_freed_tensors():
     assert proc.returncode == 0, proc.stderr
     took, default, kept = proc.stdout.split()
     assert took == "True"
-    assert int(default) > 3 * 16_384 * 0.9  # glibc returns each tensor to the kernel; the next faults in afresh
-    assert int(kept) < 1_000  # now the freed memory is reused
+    # What glibc does by default depends on the kernel: 4 KiB pages refault all 49,152 pages, transparent huge pages
+    # set to "always" far fewer. Kept in the heap, the freed tensors need no new page at all, whatever the kernel.
+    assert int(kept) < 1_000, f"{kept} page faults with keep_freed_memory, {default} without"
 
 
 # Multiplies the smallest float32 denormal (1.4e-45, made from its bits) by 1 on two threads:
@@ -288,22 +324,6 @@ def test_setup_runtime_flushes_denormals_on_every_thread():
     assert first.stdout.split() == ["0"], "both threads should flush: they start after setup_runtime"
     late = run_script("-c", DENORMALS_SCRIPT, "late")
     assert int(late.stdout) > 0, "a thread started before the setting keeps denormals: why setup_runtime comes first"
-
-
-def test_start_run_dir_moves_a_previous_run_aside(tmp_path):
-    run_dir = tmp_path / "runs" / "exp"
-    assert engine.runlog.start_run_dir(run_dir) is None and run_dir.is_dir()  # created
-    assert engine.runlog.start_run_dir(run_dir) is None  # empty: nothing to move
-    (run_dir / "metrics.jsonl").write_text("first\n")
-    first_mtime = run_dir.stat().st_mtime
-    moved = Path(engine.runlog.start_run_dir(run_dir))
-    assert moved.name.startswith("exp.old-") and (moved / "metrics.jsonl").read_text() == "first\n"
-    assert list(run_dir.iterdir()) == []
-    (run_dir / "metrics.jsonl").write_text("second\n")
-    os.utime(run_dir, (first_mtime, first_mtime))  # the same timestamp: the names would collide
-    again = Path(engine.runlog.start_run_dir(run_dir))
-    assert again.name == moved.name + "-1"
-    assert (again / "metrics.jsonl").read_text() == "second\n" and (moved / "metrics.jsonl").read_text() == "first\n"
 
 
 def test_save_checkpoint_replaces_atomically(tmp_path):
@@ -376,7 +396,7 @@ def test_smoke_checkpoint_contents(smoke):
     assert ckpt["config"]["model"]["vocab_size"] == len(chars)
     assert ckpt["config"]["train"]["max_steps"] == SMOKE_STEPS
     assert ckpt["model"]["tok_emb.weight"].shape == (len(chars), 32)
-    assert not any("causal_mask" in key for key in ckpt["model"])  # a non-persistent buffer
+    assert not any("mask" in key for key in ckpt["model"])  # the causal mask is built per call, never saved
     model = GPT(ModelConfig(**ckpt["config"]["model"]))
     model.load_state_dict(ckpt["model"])  # strict: every key and shape fits
     assert ckpt["optimizer"]["param_groups"][0]["lr"] == pytest.approx(3e-4, rel=1e-12)
