@@ -32,7 +32,7 @@ def main(argv: list[str]) -> Path:
     if args.out:
         writable_folder(args.out, "--out", create=False)  # before the model loads: a wrong --out costs nothing
 
-    model, tokenizer, described, folder = load_model_source(args, "cpu")
+    model, tokenizer, described, folder, _ = load_model_source(args, "cpu")
     ids = tokenizer.encode(args.text)
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")

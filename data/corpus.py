@@ -75,21 +75,24 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
     return path
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, flag: str = "--data-file") -> str:
+    """The UTF-8 text of a file named with `flag`; a missing, binary, non-UTF-8 or empty file is a DataError saying so."""
     if not path.exists():
-        raise DataError(f"data file {path} does not exist; pass --data-file with the path of a UTF-8 text file")
+        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file")
     if not path.is_file():
-        raise DataError(f"data file {path} is not a regular file; pass --data-file with the path of a UTF-8 text file")
+        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise DataError(
-            f"data file {path} is not UTF-8 text (bad byte at offset {e.start}); convert it to UTF-8 or pick a text file"
+            f"{flag} {path} is not UTF-8 text (bad byte at offset {e.start}); convert it to UTF-8 or pick a text file"
         ) from None
     except OSError as e:
-        raise DataError(f"cannot read data file {path}: {e.strerror}") from None
+        raise DataError(f"cannot read {flag} {path}: {e.strerror}") from None
+    if "\0" in text:  # valid UTF-8, but no text holds NUL characters: an image, an archive, a tensor file
+        raise DataError(f"{flag} {path} is binary (it holds NUL bytes); give a UTF-8 text file")
     if not text.strip():
-        raise DataError(f"data file {path} is empty; give it some text to learn from")
+        raise DataError(f"{flag} {path} is empty (nothing but whitespace); give a file with some text")
     return text
 
 

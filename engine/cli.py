@@ -12,17 +12,25 @@ from pathlib import Path
 
 import torch
 
-from configs import MAX_SEED, ConfigError
+from configs import MAX_SEED, ConfigError, TrainConfig
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from engine.checkpoints import CheckpointError, load_model
 from engine.folders import OutputError
 from engine.pretrained import load_pretrained
-from engine.runtime import shut_down
+from engine.runtime import setup_runtime, shut_down
 from engine.step import TrainingError
 from model import GPT
+from model.sampling import SamplingError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, TokenizerError, OutputError)  # mistakes in what was typed: exit code 2
+USER_ERRORS = (
+    ConfigError,
+    DataError,
+    CheckpointError,
+    TokenizerError,
+    OutputError,
+    SamplingError,
+)  # mistakes in what was typed: exit code 2
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -49,13 +57,25 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+
+
+def non_negative_float(text: str) -> float:
+    value = number(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive number, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A probability above 0, at most 1."""
+    value = number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
     return value
 
 
@@ -83,19 +103,28 @@ def add_model_source(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_model_source(args: argparse.Namespace, device) -> tuple[GPT, Tokenizer, str, Path]:
+def load_model_source(args: argparse.Namespace, device) -> tuple[GPT, Tokenizer, str, Path, dict | None]:
     """The model that add_model_source's flags name: (model in eval mode, tokenizer, a line that says what it is,
-    the folder that the script's outputs go into by default). A pretrained model's files may sit in the
-    hub's cache, which is no place for pictures, so its outputs go to <runs-dir>/pretrained-<name>/."""
+    the folder that the script's outputs go into by default, the checkpoint or None for a GPT-2). A pretrained
+    model's files may sit in the hub's cache, which is no place for pictures, so its outputs go to
+    <runs-dir>/pretrained-<name>/."""
     if args.pretrained:
         model, tokenizer, info = load_pretrained(args.pretrained, device)
         folder = Path(args.runs_dir) / f"pretrained-{Path(info['name']).name}"
-        return model, tokenizer, f"{info['name']} (pretrained GPT-2, from {info['source']})", folder
+        return model, tokenizer, f"{info['name']} (pretrained GPT-2, from {info['source']})", folder, None
     path = checkpoint_path(args)
     model, tokenizer, checkpoint = load_model(path, device)
     val_loss = checkpoint.get("val_loss")
     described = f"{path} (step {checkpoint.get('step')}, val loss {float('nan') if val_loss is None else val_loss:.4f})"
-    return model, tokenizer, described, path.parent
+    return model, tokenizer, described, path.parent, checkpoint
+
+
+def device_of(name: str) -> torch.device:
+    """The device that --device names (auto: CUDA, then MPS, then CPU), set up as training sets it up."""
+    try:
+        return setup_runtime(TrainConfig(device=name)).device
+    except ValueError as e:
+        raise ConfigError(str(e).replace("train.device", "--device")) from None
 
 
 def seed(text: str) -> int:
