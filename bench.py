@@ -13,7 +13,6 @@ It prints markdown tables; with --json, one JSON object on stdout instead (the t
 Torch keeps no allocator statistics on CPU, so there peak memory comes from PeakMemory below.
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -31,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from configs import Config, load_config
-from engine.cli import run_command
+from engine.cli import OneLineParser, run_command
 from engine.optim import describe, make_optimizer
 from engine.runtime import Runtime, setup_runtime
 from engine.step import draw_micro_batches, train_step
@@ -343,7 +342,7 @@ def format_tables(r: dict) -> str:
 
 
 def main(argv: list[str]) -> dict:
-    parser = argparse.ArgumentParser(description="Benchmark training, sampling and attention for a preset.")
+    parser = OneLineParser(description="Benchmark training, sampling and attention for a preset.")
     parser.add_argument("--config", default="base", help="preset name or path to a .toml file")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (tables go to stderr)")
     args, overrides = parser.parse_known_args(argv)

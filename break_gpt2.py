@@ -19,11 +19,12 @@ from pathlib import Path
 
 import torch
 
-from configs import ConfigError, load_config
+from configs import ConfigError, load_config, parse_args
 from data.corpus import check_split_lengths, load_corpus
 from engine.cli import OneLineParser, run_command
 from engine.diagnostics import flags_label
 from engine.evaluation import estimate_loss, make_eval_set, measure_val
+from engine.folders import writable_folder
 from engine.heatmaps import heatmap_figure
 from engine.pretrained import build, load_pretrained
 from engine.runtime import setup_runtime
@@ -40,9 +41,16 @@ def main(argv: list[str]) -> dict[str, dict]:
     args, rest = parser.parse_known_args(argv)  # the rest is a config: --config NAME, --data-file, --section.field=VALUE
     if not any(a == "--config" or a.startswith("--config=") for a in rest):
         rest = ["--config", "gpt2-finetune", *rest]
+    ignored = [key for key, _ in parse_args(rest)[1] if key.startswith("model.") and key != "model.block_size"]
+    if ignored:
+        raise ConfigError(
+            f"break_gpt2.py takes the model as --pretrained gives it and makes the no-mask and no-scale variants itself, "
+            f"so {ignored[0]} would be ignored; leave it out (--model.block_size, the context, is the one model key it reads)"
+        )
     cfg = load_config(rest)
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(f"GPT-2 reads the gpt2 tokenizer's ids, and the config says data.tokenizer = {cfg.data.tokenizer}")
+    out = writable_folder(args.out or Path(cfg.train.runs_dir) / f"break-{Path(args.pretrained).name}", "--out", create=False)
     runtime = setup_runtime(cfg.train)
     model, tokenizer, info = load_pretrained(args.pretrained, runtime.device)
     T = min(cfg.model.block_size, model.cfg.block_size)
@@ -51,7 +59,6 @@ def main(argv: list[str]) -> dict[str, dict]:
     check_split_lengths(corpus, T)
     ev = make_eval_set(corpus, tokenizer, cfg)
     name = Path(info["name"]).name
-    out = args.out or Path(cfg.train.runs_dir) / f"break-{name}"
     n_val = sum(y.numel() for _, y in ev.batches["val"])
     print(f"{info['name']} ({info['source']}): {model.num_params() / 1e6:.1f}M parameters; {n_val:,} val tokens in blocks of {T}")
 
@@ -75,7 +82,7 @@ def main(argv: list[str]) -> dict[str, dict]:
 
 def write_heatmaps(model, ids: list[int], labels: list[str], folder: Path, title: str) -> None:
     """One grid of heads per layer, on the probe text evaluations draw."""
-    folder.mkdir(parents=True, exist_ok=True)
+    writable_folder(folder, "--out")
     weights = model.attention_weights(torch.tensor([ids], device=next(model.parameters()).device))
     for layer, w in enumerate(weights):
         heatmap_figure(w[0], labels, f"{title}: layer {layer} ({flags_label(model.cfg)})").savefig(folder / f"attn_L{layer}.png", dpi=90)

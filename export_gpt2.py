@@ -12,18 +12,21 @@ from pathlib import Path
 
 from engine.checkpoints import load_model
 from engine.cli import OneLineParser, add_checkpoint_source, checkpoint_path, run_command
+from engine.folders import export_folder
 from engine.pretrained import export_hf
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(description="Export a trained run to GPT-2's layout (config.json + model.safetensors).")
     add_checkpoint_source(parser)
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write (created if missing)")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write (created if missing; new or empty)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out (never a run's own folder)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> Path:
     args = parse_args(argv)
+    export_folder(args.out, args.overwrite)  # before the model loads: a wrong --out costs nothing
     path = checkpoint_path(args)
     model, tokenizer, checkpoint = load_model(path, "cpu")
     folder = export_hf(model, tokenizer.name, args.out)

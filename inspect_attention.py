@@ -16,6 +16,7 @@ import torch
 from data.tokenizer import TokenizerError
 from engine.cli import OneLineParser, add_model_source, load_model_source, run_command
 from engine.diagnostics import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, flags_label, head_roles
+from engine.folders import writable_folder
 from engine.heatmaps import attention_page, heatmap_figure, token_labels
 
 PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the per-layer grids and the HTML page
@@ -28,8 +29,10 @@ def main(argv: list[str]) -> Path:
     parser.add_argument("--out", type=Path, help="folder for the pictures and the page (default: <run folder>/inspect)")
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
     args = parser.parse_args(argv)
+    if args.out:
+        writable_folder(args.out, "--out", create=False)  # before the model loads: a wrong --out costs nothing
 
-    model, tokenizer, described, folder = load_model_source(args, "cpu")
+    model, tokenizer, described, folder, _ = load_model_source(args, "cpu")
     ids = tokenizer.encode(args.text)
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")
@@ -39,8 +42,7 @@ def main(argv: list[str]) -> Path:
         ids = ids[:block_size]
     weights = model.attention_weights(torch.tensor([ids]))  # n_layer x (1, H, T, T)
     labels = token_labels(tokenizer, ids)
-    out = args.out or folder / "inspect"
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_folder(args.out or folder / "inspect", "--out")
     flags, name = flags_label(model.cfg), folder.name
     per_head = args.per_head or model.cfg.n_layer * model.cfg.n_head <= PER_HEAD_PICTURES_UP_TO
     for layer, w in enumerate(weights):

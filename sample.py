@@ -1,60 +1,85 @@
-"""Generate text: python sample.py [--run NAME | --checkpoint PATH | --pretrained gpt2] [--prompt TEXT]
+"""Generate text: python sample.py [--run NAME | --checkpoint PATH | --pretrained gpt2] [--prompt TEXT | --prompt-file PATH]
 
 The model and tokenizer are rebuilt from what the checkpoint stores (its model config and
 vocabulary), never from a TOML file, so an old checkpoint still loads after defaults change.
 Checkpoints are read with torch.load(weights_only=True): plain tensors and data, never code.
 --pretrained continues the prompt with OpenAI's GPT-2 (or a folder in its layout), read from safetensors.
+One sample prints token by token as it is generated; Ctrl-C stops it, keeping what was printed.
 """
 
 import argparse
 import sys
+from itertools import chain, islice
+from pathlib import Path
 
 import torch
 
-from configs import ConfigError, TrainConfig
-from data.tokenizer import TokenizerError
-from engine.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, positive_float, positive_int, run_command
-from engine.runtime import setup_runtime
+from data.corpus import read_text
+from data.tokenizer import TokenizerError, decode_stream
+from engine.cli import (
+    OneLineParser,
+    add_model_source,
+    device_of,
+    load_model_source,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    probability,
+    run_command,
+    seed,
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(description="Generate text from a trained checkpoint or a pretrained GPT-2.")
     add_model_source(parser)
-    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    parser.add_argument("--num-samples", type=positive_int, default=1)
+    prompt = parser.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    prompt.add_argument("--prompt-file", type=Path, metavar="PATH", help="continue the text of this UTF-8 file, exactly as it is")
+    parser.add_argument("--num-samples", type=positive_int, default=1, help="samples drawn side by side (one streams as it is drawn)")
     parser.add_argument("--max-new-tokens", type=non_negative_int, default=500)
-    parser.add_argument("--temperature", type=positive_float, default=0.8, help="below 1 is more conservative")
+    parser.add_argument("--temperature", type=non_negative_float, default=0.8, help="below 1 is more conservative; 0 is greedy")
     parser.add_argument("--top-k", type=positive_int, default=200, help="sample only among the k likeliest tokens")
-    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--top-p", type=probability, help="sample only from the nucleus: the likeliest tokens holding probability P")
+    parser.add_argument("--seed", type=seed, default=1337)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> list[str]:
     args = parse_args(argv)
-    try:
-        runtime = setup_runtime(TrainConfig(device=args.device))
-    except ValueError as e:
-        raise ConfigError(str(e).replace("train.device", "--device")) from None
-    model, tokenizer, described, _ = load_model_source(args, runtime.device)
+    device = device_of(args.device)
+    model, tokenizer, described, _, _ = load_model_source(args, device)
     if not model.can_cache:
         print(
             "note: this model was trained without the causal mask, so every new token changes what earlier "
             "positions see; sampling recomputes the whole context for each token (no KV cache)",
             file=sys.stderr,
         )
-    prompt_ids = tokenizer.encode(args.prompt)
+    prompt = read_text(args.prompt_file, flag="--prompt-file") if args.prompt_file else args.prompt
+    prompt_ids = tokenizer.encode(prompt)
     if not prompt_ids:
         raise TokenizerError("the prompt is empty; give at least one character with --prompt")
-    idx = torch.tensor([prompt_ids] * args.num_samples, dtype=torch.long, device=runtime.device)
-    generator = torch.Generator(device=runtime.device).manual_seed(args.seed)
-    out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, generator=generator)
-    samples = [tokenizer.decode(row.tolist()) for row in out]
-    print(f"# {described} on {runtime.device}")
+    idx = torch.tensor([prompt_ids] * args.num_samples, dtype=torch.long, device=device)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "generator": generator}
+    tokens = model.stream(idx, args.max_new_tokens, **sampling)
+    first = list(islice(tokens, 1))  # drawn before anything is printed, so NaN logits fail as one line alone
+    print(f"# {described} on {device}", flush=True)
+    if args.num_samples == 1:  # one sample streams: each token is printed as soon as it is drawn
+        pieces = []
+        try:
+            for piece in decode_stream(tokenizer, chain(prompt_ids, (int(t) for t in chain(first, tokens)))):
+                print(piece, end="", flush=True)
+                pieces.append(piece)
+        finally:
+            print()  # also after Ctrl-C: the text printed so far stays, on lines of its own
+        return ["".join(pieces)]
+    samples = [tokenizer.decode(row.tolist()) for row in torch.cat([idx, *first, *tokens], dim=1)]
     for i, text in enumerate(samples):
         print(text if i == 0 else "-" * 40 + "\n" + text)
     return samples
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:]))
+    sys.exit(run_command(main, sys.argv[1:], interrupted="interrupted"))

@@ -20,15 +20,16 @@ import time
 import torch
 from tqdm import tqdm
 
-from configs import Config, load_config
+from configs import Config, load_config, usage
 from data.corpus import Corpus, check_split_lengths, load_corpus, write_atomically
 from engine.checkpoints import Checkpointer, Progress, read_resumable, restore
 from engine.cli import run_command
 from engine.diagnostics import flags_label, qk_grad_norm
 from engine.evaluation import evaluate, make_eval_set
 from engine.finetune import initial_model
+from engine.folders import FolderLock, claim_run_folder
 from engine.optim import describe, lr_at, make_optimizer, set_lr
-from engine.runlog import RunLogger, start_run_dir
+from engine.runlog import RunLogger
 from engine.runtime import EagerOnFailure, Runtime, StopFlag, mean_over_ranks, setup_runtime
 from engine.step import check_finite, draw_micro_batches, tokens_per_second, train_step
 from model import GPT
@@ -47,16 +48,20 @@ def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus, Config]:
     return corpus, dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size))
 
 
-def open_run_dir(cfg: Config, runtime: Runtime) -> None:
-    """A fresh run folder (an earlier run there is moved aside) or the resumed one, with config.json; say where."""
+def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
+    """A fresh run folder (an earlier run there is moved aside) or the resumed one, with config.json; say where.
+
+    Returns the folder's lock, held while the run lives: no other process can take the folder meanwhile.
+    """
     if not runtime.is_main:
-        return
-    moved = None if cfg.train.resume else start_run_dir(cfg.run_dir)
+        return None
+    lock, moved = claim_run_folder(cfg.run_dir, cfg.train.resume)
     write_atomically(cfg.run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
     runtime.say(
         f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}" + (f" (previous run moved to {moved})" if moved else "")
     )
     runtime.say(f"config {cfg.name}: " + " | ".join(f"{s}: {getattr(cfg, s)}" for s in ("model", "data", "train")))
+    return lock
 
 
 def for_training(model: GPT, runtime: Runtime) -> torch.nn.Module:
@@ -73,7 +78,7 @@ def main(cfg: Config) -> dict:
     torch.manual_seed(cfg.train.seed + runtime.rank)  # same init everywhere (DDP broadcasts rank 0's), own dropout
     cfg, model = initial_model(cfg, runtime)  # fresh, or GPT-2's weights (--init-from), which also set the model config
     checkpoint = read_resumable(cfg, corpus.source_sha256) if cfg.train.resume else None
-    open_run_dir(cfg, runtime)
+    run_lock = open_run_dir(cfg, runtime)
 
     # The optimizer and the batch sampler, fresh or restored (with the model's weights).
     optimizer = make_optimizer(model, cfg.train, runtime.device)
@@ -144,6 +149,8 @@ def main(cfg: Config) -> dict:
             checkpointer.save(model, optimizer, train_gen, progress)
         if logger:
             logger.close()
+    if run_lock:
+        run_lock.release()
     elapsed = time.perf_counter() - started
     steps_done = (stopped if stopped is not None else cfg.train.max_steps) - first_step
     summary = {
@@ -170,7 +177,7 @@ def run(argv: list[str]) -> int:
         signum = main(load_config(argv))["signal"]
         return 128 + signum if signum else 0
 
-    return run_command(command, argv, interrupted="interrupted before training started; nothing was saved")
+    return run_command(command, argv, interrupted="interrupted before training started; nothing was saved", usage=f"{__doc__}\n{usage()}")
 
 
 if __name__ == "__main__":

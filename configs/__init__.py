@@ -14,6 +14,7 @@ Parsing is data only: stdlib tomllib, and values converted to the annotated fiel
 
 import dataclasses
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--init-from": ("train.init_from", None),
 }
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
+MAX_SEED = 2**63 - 1  # torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
+MAX_RUN_NAME = 200  # characters
 
 
 class ConfigError(ValueError):
@@ -78,6 +81,11 @@ class TrainConfig:
     init_from: str = ""  # start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + model.safetensors)
 
     def __post_init__(self) -> None:
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"):
+            if not math.isfinite(getattr(self, name)):  # nan slips past every comparison below, inf past most
+                raise ValueError(f"train.{name} must be a finite number, got {getattr(self, name)}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"train.seed must be between 0 and {MAX_SEED} (2**63 - 1), got {self.seed}")
         for name in ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches", "honest_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}")
@@ -104,6 +112,10 @@ class TrainConfig:
             raise ValueError(f"train.device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
+        if not self.runs_dir.strip():
+            raise ValueError("train.runs_dir must name a folder (write . for the current one), got an empty value")
+        if len(self.run_name) > MAX_RUN_NAME:  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
+            raise ValueError(f"train.run_name must be at most {MAX_RUN_NAME} characters, got {len(self.run_name)}")
 
     @property
     def warmup(self) -> int:
@@ -226,8 +238,12 @@ def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]]]:
             raise ConfigError(f"unknown argument {arg!r}; valid arguments: {', '.join(shown)}")
         if has_eq:
             value = inline
-        elif i + 1 < len(argv):
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
             value, i = argv[i + 1], i + 1
+        elif i + 1 < len(argv):  # `--run-name --no-mask`: the value was left out; write --flag=--value to mean it
+            raise ConfigError(
+                f"{flag} needs a value, and got the flag {argv[i + 1]}; to give a value that starts with --, write {flag}=VALUE"
+            )
         else:
             raise ConfigError(f"{flag} needs a value")
         if flag == "--config":
@@ -236,6 +252,19 @@ def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]]]:
             overrides.append((SHORTHANDS[flag][0] if flag in SHORTHANDS else flag[2:], value))
         i += 1
     return name, overrides
+
+
+def usage() -> str:
+    """What a config-driven script accepts: the presets, the shorthands and every key with its default."""
+    shorthands = [f"  {flag:<12} {dotted}" + ("=VALUE" if value is None else f"={value}") for flag, (dotted, value) in SHORTHANDS.items()]
+    keys = [
+        f"  --{s}.{f.name}={'' if f.default == '' else str(f.default).lower() if isinstance(f.default, bool) else f.default}"
+        for s, cls in SECTIONS.items()
+        for f in dataclasses.fields(cls)
+        if f"{s}.{f.name}" not in FROM_TOKENIZER
+    ]
+    head = f"--config NAME|PATH: one of {', '.join(presets())} (default base), or a .toml file"
+    return "\n".join([head, "shorthands:", *shorthands, "every key, with its default (a preset may change it):", *keys])
 
 
 def load_config(argv: list[str]) -> Config:

@@ -20,7 +20,7 @@ TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/mast
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 DEFAULT_CACHE_DIR = Path(__file__).resolve().parent / "cache"
 TRAIN_FRACTION = 0.9
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 records each split's token count, so a cut-short .bin is noticed
 
 
 class DataError(Exception):
@@ -75,21 +75,24 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
     return path
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, flag: str = "--data-file") -> str:
+    """The UTF-8 text of a file named with `flag`; a missing, binary, non-UTF-8 or empty file is a DataError saying so."""
     if not path.exists():
-        raise DataError(f"data file {path} does not exist; pass --data-file with the path of a UTF-8 text file")
+        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file")
     if not path.is_file():
-        raise DataError(f"data file {path} is not a regular file; pass --data-file with the path of a UTF-8 text file")
+        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise DataError(
-            f"data file {path} is not UTF-8 text (bad byte at offset {e.start}); convert it to UTF-8 or pick a text file"
+            f"{flag} {path} is not UTF-8 text (bad byte at offset {e.start}); convert it to UTF-8 or pick a text file"
         ) from None
     except OSError as e:
-        raise DataError(f"cannot read data file {path}: {e.strerror}") from None
+        raise DataError(f"cannot read {flag} {path}: {e.strerror}") from None
+    if "\0" in text:  # valid UTF-8, but no text holds NUL characters: an image, an archive, a tensor file
+        raise DataError(f"{flag} {path} is binary (it holds NUL bytes); give a UTF-8 text file")
     if not text.strip():
-        raise DataError(f"data file {path} is empty; give it some text to learn from")
+        raise DataError(f"{flag} {path} is empty (nothing but whitespace); give a file with some text")
     return text
 
 
@@ -109,16 +112,47 @@ def load_corpus(data_cfg) -> Corpus:
         text = None if not data_cfg.path else read_text(source)  # read early so bad files fail fast
         source_sha = sha256_of(source)
         prepared = cache_dir / "prepared" / f"{source.stem}-{data_cfg.tokenizer}-{source_sha[:16]}"
-        meta = read_meta(prepared / "meta.json")
-        if meta is None or meta.get("source_sha256") != source_sha or meta.get("format") != FORMAT_VERSION:
-            meta = prepare(text if text is not None else read_text(source), data_cfg.tokenizer, source_sha, prepared)
-        tokenizer = GPT2Tokenizer() if meta["tokenizer"] == "gpt2" else CharTokenizer(meta["chars"])
+        prepared_splits = read_prepared(prepared, source_sha)
+        if prepared_splits is None:  # never prepared, prepared from other text or by an older version, or damaged
+            prepare(text if text is not None else read_text(source), data_cfg.tokenizer, source_sha, prepared)
+            prepared_splits = read_prepared(prepared, source_sha)
+        if prepared_splits is None:
+            raise DataError(f"the prepared data in {prepared} cannot be read back after writing it; delete that folder and try again")
+        train, val, tokenizer = prepared_splits
     except TokenizerError as e:
         raise DataError(str(e)) from None
     except OSError as e:
         raise DataError(f"cannot write prepared data under {cache_dir}: {e.strerror}; set --data.cache_dir to a writable folder") from None
-    train, val = (read_ids(prepared / f"{split}.bin", meta["dtype"]) for split in ("train", "val"))
     return Corpus(train, val, tokenizer, source, source_sha)
+
+
+def read_prepared(folder: Path, source_sha: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
+    """The train and val ids and the tokenizer prepared in `folder`, or None when they must be prepared (again).
+
+    Anything amiss means preparing again, never a traceback: a meta.json from other text or an
+    older format, a .bin of the wrong size (cut short by a full disk, say), ids outside the vocabulary.
+    """
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        if meta.get("source_sha256") != source_sha or meta.get("format") != FORMAT_VERSION or meta["dtype"] not in ("uint16", "uint32"):
+            return None
+        tokenizer = GPT2Tokenizer() if meta["tokenizer"] == "gpt2" else CharTokenizer(meta["chars"])
+        splits = []
+        for split in ("train", "val"):
+            path, n_tokens = folder / f"{split}.bin", meta["tokens"][split]
+            if path.stat().st_size != n_tokens * np.dtype(meta["dtype"]).itemsize:
+                return None
+            ids = read_ids(path, meta["dtype"])
+            if len(ids) and int(ids.max()) >= tokenizer.vocab_size:
+                return None
+            splits.append(ids)
+    except TokenizerError:
+        if meta["tokenizer"] == "gpt2":
+            raise  # tiktoken's files are missing: preparing again would not help
+        return None  # a damaged char vocabulary
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return splits[0], splits[1], tokenizer
 
 
 def read_ids(path: Path, dtype: str) -> np.ndarray:
@@ -126,13 +160,6 @@ def read_ids(path: Path, dtype: str) -> np.ndarray:
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")
-
-
-def read_meta(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # absent or damaged: prepare again
 
 
 def prepare(text: str, tokenizer_name: str, source_sha: str, folder: Path) -> dict:
@@ -145,9 +172,12 @@ def prepare(text: str, tokenizer_name: str, source_sha: str, folder: Path) -> di
     cut = int(len(text) * TRAIN_FRACTION)
     dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
     folder.mkdir(parents=True, exist_ok=True)
+    tokens = {}
     for split, part in (("train", text[:cut]), ("val", text[cut:])):
-        write_atomically(folder / f"{split}.bin", np.array(tokenizer.encode(part), dtype=dtype).tobytes())
-    meta = {"format": FORMAT_VERSION, "source_sha256": source_sha, "dtype": dtype, **tokenizer.state()}
+        ids = np.array(tokenizer.encode(part), dtype=dtype)
+        write_atomically(folder / f"{split}.bin", ids.tobytes())
+        tokens[split] = len(ids)
+    meta = {"format": FORMAT_VERSION, "source_sha256": source_sha, "dtype": dtype, "tokens": tokens, **tokenizer.state()}
     meta["tokenizer"] = meta.pop("name")
     meta["vocab_size"] = tokenizer.vocab_size
     write_atomically(folder / "meta.json", json.dumps(meta).encode())

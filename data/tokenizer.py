@@ -5,6 +5,7 @@ character of the corpus to an id; its vocabulary is saved with the prepared data
 every checkpoint, so sampling decodes with exactly the vocabulary the model was trained on.
 """
 
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 TOKENIZERS = ("gpt2", "char")
@@ -34,7 +35,7 @@ class GPT2Tokenizer:
         except Exception as e:  # tiktoken raises requests/OS errors of several kinds when offline
             raise TokenizerError(
                 f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded once on first use: "
-                "connect to the internet, set TIKTOKEN_CACHE_DIR to a folder holding its files, or use --data.tokenizer=char"
+                "connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder holding its files (a training run can also use --data.tokenizer=char)"
             ) from None
         self.vocab_size = self.enc.n_vocab
 
@@ -76,6 +77,25 @@ class CharTokenizer:
 
     def state(self) -> dict:
         return {"name": self.name, "chars": self.chars}
+
+
+def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
+    """The text of ids, piece by piece as they arrive, for printing while a model generates them.
+
+    A gpt2 token can end inside a character that takes several UTF-8 bytes (an accented letter, an
+    emoji): decoded alone, it ends in U+FFFD, the replacement character. Such a piece is held back
+    until the next tokens complete the character, so the pieces joined read as decode(ids) does.
+    A character is at most 4 bytes, so at most 4 tokens are held.
+    """
+    pending: list[int] = []
+    for i in ids:
+        pending.append(i)
+        text = tokenizer.decode(pending)
+        if not text.endswith("\ufffd") or len(pending) >= 4:
+            yield text
+            pending = []
+    if pending:
+        yield tokenizer.decode(pending)
 
 
 def tokenizer_from_state(state: dict) -> Tokenizer:

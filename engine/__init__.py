@@ -8,6 +8,7 @@
     runlog.py       where measurements go: TensorBoard, metrics.jsonl, the console line
     heatmaps.py     pictures of attention weights with token labels
     checkpoints.py  checkpoint files (atomic, data only), rebuilding a model, resume state
+    folders.py      output folders: checked writable before the work, a live run's folder locked, earlier runs moved aside
     pretrained.py   OpenAI's GPT-2 weights in and out: the hub's layout, its names mapped to ours
     stats.py        spreads and paired differences over seeds
     cli.py          argument checks and one-line errors with exit codes

@@ -15,14 +15,14 @@ import math
 import os
 import pickle
 import re
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from configs import Config
-from data.tokenizer import Tokenizer, tokenizer_from_state
+from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
+from engine.folders import moved_aside
 from engine.runtime import Runtime
 from model import GPT, ModelConfig
 
@@ -68,7 +68,7 @@ def read_checkpoint(path: Path, map_location="cpu") -> dict:
                 f"refused to load {path}: it asks to run {unsafe.group(1)}, and checkpoints may hold only tensors and plain data"
             ) from None
         raise CheckpointError(f"cannot read {path}: the file is truncated, corrupt or not a checkpoint") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+    except Exception as e:  # noqa: BLE001 (any file can be named: the unpickler fails on arbitrary bytes in many ways)
         raise CheckpointError(f"cannot read {path}: the file is truncated, corrupt or not a checkpoint ({type(e).__name__})") from None
     if not isinstance(checkpoint, dict) or not {"model", "config", "tokenizer", "step"} <= checkpoint.keys():
         raise CheckpointError(f"{path} is not a checkpoint of this project (it lacks model, config, tokenizer or step)")
@@ -91,10 +91,13 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tok
     try:
         model_cfg = ModelConfig(**checkpoint["config"]["model"])
         tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
+    except TokenizerError:
+        raise  # the tokenizer's own files are missing (tiktoken offline): not the checkpoint's fault
     except (TypeError, KeyError, ValueError) as e:
         raise CheckpointError(f"{path} holds an invalid config or tokenizer: {e}") from None
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise CheckpointError(f"{path} is inconsistent: tokenizer has {tokenizer.vocab_size} tokens, model {model_cfg.vocab_size}")
+    check_shapes(path, model_cfg, checkpoint["model"])
     model = GPT(model_cfg)
     try:
         model.load_state_dict(checkpoint["model"])
@@ -102,6 +105,26 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tok
         detail = str(e).strip().splitlines()[0]
         raise CheckpointError(f"{path}: its weights do not fit its model config ({detail[:200]})") from None
     return model.to(device).eval(), tokenizer, checkpoint
+
+
+def check_shapes(path: Path, model_cfg: ModelConfig, state: dict) -> None:
+    """Refuse weights that do not fit the config before the model takes any memory.
+
+    The model is built on the meta device (shapes only), so a crafted config (block_size 1e9,
+    say) costs nothing when its weights do not fit it.
+    """
+    with torch.device("meta"):
+        expected = GPT(model_cfg).state_dict()
+    missing = [name for name in expected if name not in state]
+    unexpected = [name for name in state if name not in expected]
+    wrong = [name for name in expected if name in state and state[name].shape != expected[name].shape]
+    if missing or unexpected or wrong:
+        if wrong:
+            name = wrong[0]
+            detail = f"{name} is {tuple(state[name].shape)}, the config says {tuple(expected[name].shape)}"
+        else:
+            detail = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
+        raise CheckpointError(f"{path}: its weights do not fit its model config ({detail})")
 
 
 @dataclass
@@ -120,6 +143,12 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
     """The run's ckpt.pt, if it can continue this run: same model, same tokenizer, same text, steps left."""
     path = cfg.run_dir / "ckpt.pt"
     if not path.is_file():
+        earlier = [folder for folder in moved_aside(cfg.run_dir) if (folder / "ckpt.pt").is_file()]
+        if earlier:  # a fresh start moved the run aside, then stopped before its first checkpoint
+            raise CheckpointError(
+                f"nothing to resume: no checkpoint at {path}, but the run there before was moved aside to {earlier[0]}; "
+                f"to resume that one, move it back in place of {cfg.run_dir}"
+            )
         raise CheckpointError(
             f"nothing to resume: no checkpoint at {path}; check --run-name and --runs-dir, or start afresh without --resume"
         )

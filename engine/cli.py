@@ -5,20 +5,32 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 """
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from configs import ConfigError
+import torch
+
+from configs import MAX_SEED, ConfigError, TrainConfig
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from engine.checkpoints import CheckpointError, load_model
+from engine.folders import OutputError
 from engine.pretrained import load_pretrained
-from engine.runtime import shut_down
+from engine.runtime import setup_runtime, shut_down
 from engine.step import TrainingError
 from model import GPT
+from model.sampling import SamplingError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, TokenizerError)  # mistakes in what was typed: exit code 2
+USER_ERRORS = (
+    ConfigError,
+    DataError,
+    CheckpointError,
+    TokenizerError,
+    OutputError,
+    SamplingError,
+)  # mistakes in what was typed: exit code 2
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -45,13 +57,25 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+
+
+def non_negative_float(text: str) -> float:
+    value = number(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive number, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A probability above 0, at most 1."""
+    value = number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
     return value
 
 
@@ -79,26 +103,53 @@ def add_model_source(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_model_source(args: argparse.Namespace, device) -> tuple[GPT, Tokenizer, str, Path]:
+def load_model_source(args: argparse.Namespace, device) -> tuple[GPT, Tokenizer, str, Path, dict | None]:
     """The model that add_model_source's flags name: (model in eval mode, tokenizer, a line that says what it is,
-    the folder that the script's outputs go into by default). A pretrained model's files may sit in the
-    hub's cache, which is no place for pictures, so its outputs go to <runs-dir>/pretrained-<name>/."""
+    the folder that the script's outputs go into by default, the checkpoint or None for a GPT-2). A pretrained
+    model's files may sit in the hub's cache, which is no place for pictures, so its outputs go to
+    <runs-dir>/pretrained-<name>/."""
     if args.pretrained:
         model, tokenizer, info = load_pretrained(args.pretrained, device)
         folder = Path(args.runs_dir) / f"pretrained-{Path(info['name']).name}"
-        return model, tokenizer, f"{info['name']} (pretrained GPT-2, from {info['source']})", folder
+        return model, tokenizer, f"{info['name']} (pretrained GPT-2, from {info['source']})", folder, None
     path = checkpoint_path(args)
     model, tokenizer, checkpoint = load_model(path, device)
     val_loss = checkpoint.get("val_loss")
     described = f"{path} (step {checkpoint.get('step')}, val loss {float('nan') if val_loss is None else val_loss:.4f})"
-    return model, tokenizer, described, path.parent
+    return model, tokenizer, described, path.parent, checkpoint
 
 
-def run_command(command: Callable[[list[str]], object], argv: list[str], interrupted: str = "interrupted; nothing was saved") -> int:
+def device_of(name: str) -> torch.device:
+    """The device that --device names (auto: CUDA, then MPS, then CPU), set up as training sets it up."""
+    try:
+        return setup_runtime(TrainConfig(device=name)).device
+    except ValueError as e:
+        raise ConfigError(str(e).replace("train.device", "--device")) from None
+
+
+def seed(text: str) -> int:
+    """A random seed: a whole number that torch's generators take (0 to 2**63 - 1)."""
+    value = non_negative_int(text)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED} (2**63 - 1), got {text}")
+    return value
+
+
+def run_command(
+    command: Callable[[list[str]], object],
+    argv: list[str],
+    interrupted: str = "interrupted; nothing was saved",
+    usage: str | None = None,
+) -> int:
     """Run a script's command on argv and return its exit code; every expected failure becomes one line.
 
     The command returns an int exit code, or anything else (its result, for tests) for success.
+    A script whose arguments are config overrides rather than argparse flags passes its `usage`,
+    printed for -h or --help.
     """
+    if usage is not None and ("-h" in argv or "--help" in argv):
+        print(usage)
+        return 0
     try:
         code = command(argv)
     except USER_ERRORS as e:
@@ -110,6 +161,32 @@ def run_command(command: Callable[[list[str]], object], argv: list[str], interru
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return 130
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise
+        print(f"error: {out_of_memory_message(e)}", file=sys.stderr)
+        return 1
     finally:
         shut_down()
     return code if isinstance(code, int) else 0
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """torch reports a failed CPU allocation as a RuntimeError, and a failed GPU one as OutOfMemoryError."""
+    return isinstance(e, torch.OutOfMemoryError | MemoryError) or "can't allocate memory" in str(e)
+
+
+def out_of_memory_message(e: BaseException) -> str:
+    """One line for a failed allocation: how much was asked for, and which flags make it smaller.
+
+    The largest tensors are the (T, T) attention weights that evaluation and inspection hold per
+    head, and the (B, T, V) logits, so the context and the batch come first.
+    """
+    asked = re.search(r"allocate (\d+) bytes|Tried to allocate ([\d.]+ [KMGT]iB)", str(e))
+    size = (
+        "" if asked is None else f" ({int(asked[1]) / 2**30:.1f} GiB asked for at once)" if asked[1] else f" ({asked[2]} asked for at once)"
+    )
+    return (
+        f"out of memory{size}: the context, batch or model is too large for this machine; "
+        "lower --model.block_size (attention weights grow with its square), --train.batch_size or the model's size"
+    )

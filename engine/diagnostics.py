@@ -9,10 +9,9 @@ generation does, so the cheating shows as a gap between the two.
 import math
 
 import torch
-import torch.nn.functional as F
 
 from model.attention import future_mass, normalized_entropy, row_max, saturated_fraction
-from model.gpt import GPT
+from model.gpt import GPT, lm_loss
 
 
 def honest_positions(T: int, n: int, generator: torch.Generator) -> list[int]:
@@ -23,6 +22,13 @@ def honest_positions(T: int, n: int, generator: torch.Generator) -> list[int]:
 
 
 @torch.no_grad()
+def prefix_logits(model: GPT, x: torch.Tensor, positions: list[int]) -> torch.Tensor:
+    """The logits (B, P, V) at each of `positions` t of x (B, T), from a pass over the prefix x[:, :t+1] alone:
+    what the model predicts there while it cannot see what follows, as in generation. One pass per position."""
+    return torch.stack([model.lm_head(model.hidden(x[:, : t + 1])[:, -1]) for t in positions], dim=1)  # P x (B, V) -> (B, P, V)
+
+
+@torch.no_grad()
 def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int]) -> tuple[float, float]:
     """Mean loss at `positions`, (honest, teacher-forced), on inputs x and targets y (B, T).
 
@@ -30,10 +36,8 @@ def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[in
     logits are scored against y[:, t]. teacher-forced: one pass over the whole of x, scored at
     the same positions. For a causal model the two agree; their gap measures future leakage.
     """
-    forced_logits = model.lm_head(model.hidden(x)[:, positions])  # (B, P, V)
-    forced = F.cross_entropy(forced_logits.flatten(0, 1).float(), y[:, positions].flatten())
-    honest_logits = torch.stack([model.lm_head(model.hidden(x[:, : t + 1])[:, -1]) for t in positions], dim=1)  # (B, P, V)
-    honest = F.cross_entropy(honest_logits.flatten(0, 1).float(), y[:, positions].flatten())
+    forced = lm_loss(model.lm_head(model.hidden(x)[:, positions]), y[:, positions])  # logits (B, P, V)
+    honest = lm_loss(prefix_logits(model, x, positions), y[:, positions])
     return honest.item(), forced.item()
 
 

@@ -8,17 +8,22 @@ maps the hub's tensor names onto ours, `ours_to_hf` maps them back. GPT-2's name
 
 import json
 import re
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
+from data.corpus import write_atomically
 from data.tokenizer import GPT2Tokenizer, Tokenizer
 from engine.checkpoints import CheckpointError
+from engine.folders import writable_folder
 from model import GPT, ModelConfig
 
 GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+HUB_FILES = ("config.json", "model.safetensors")
 GPT2_VOCAB_SIZE = 50257  # the gpt2 tokenizer's, the only vocabulary we have a tokenizer for
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as in openai-community/gpt2
 
@@ -34,7 +39,7 @@ BLOCK_LAYERS = {
 }
 # GPT-2 was written with Conv1D layers (c_attn, c_proj, c_fc): they store a weight as (in, out), nn.Linear as (out, in).
 CONV1D_WEIGHT = re.compile(r"h\.\d+\.\w+\.c_\w+\.weight")
-# Older files carry each layer's causal mask as buffers. Ours is built by MultiHead, never loaded.
+# Older files carry each layer's causal mask as buffers. Ours is built when attention asks for it, never loaded.
 MASK_BUFFER = re.compile(r"h\.\d+\.attn\.(masked_)?bias")
 # The activation_function values whose GELU we have. transformers' "gelu" is the exact erf GELU.
 GELU_NAMES = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
@@ -129,10 +134,7 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
 
 
 def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
-    """(config.json, model.safetensors, info) of a local folder in the hub's layout, or of a hub model.
-
-    A hub model's two files come from huggingface_hub's cache, or are downloaded into it.
-    """
+    """(config.json, model.safetensors, info) of a local folder in the hub's layout, or of a hub model: cached, else downloaded."""
     folder = Path(name_or_folder).expanduser()
     if folder.is_dir():
         missing = " and ".join(filename for filename in ("config.json", "model.safetensors") if not (folder / filename).is_file())
@@ -146,8 +148,11 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        config_path = Path(hf_hub_download(repo_id=name, filename="config.json"))
-        weights_path = Path(hf_hub_download(repo_id=name, filename="model.safetensors"))
+        try:  # the cache first: a model once downloaded loads without the network
+            config_path, weights_path = (Path(hf_hub_download(repo_id=name, filename=f, local_files_only=True)) for f in HUB_FILES)
+        except LocalEntryNotFoundError:  # not cached: offline, huggingface_hub would retry for half a minute before saying so
+            socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)  # so ask the name service once (offline: OSError, below)
+            config_path, weights_path = (Path(hf_hub_download(repo_id=name, filename=f)) for f in HUB_FILES)
     except RepositoryNotFoundError:
         raise CheckpointError(f"no model {name} on the Hugging Face hub (or it is private); try one of {sizes}") from None
     except EntryNotFoundError as e:
@@ -173,8 +178,7 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
     """Our GPT holding `state`, without the seconds that a random init (overwritten at once) would cost.
 
     The GPT is built on the meta device (shapes only, no memory), and load_state_dict(assign=True)
-    puts the loaded tensors in place. Two things it cannot know are restored by hand: the output
-    head's tie to the token embedding, and the causal masks, which are built, never loaded.
+    puts the loaded tensors in place; the output head's tie to the token embedding is restored by hand.
     """
     with torch.device("meta"):
         model = GPT(cfg)
@@ -187,10 +191,6 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
         detail = f"lack {missing[0]}" if missing else f"also hold {unexpected[0]}"
         raise CheckpointError(f"{source}: config.json says {cfg.n_layer} layers, and the weights {detail} (in our names)")
     model.lm_head.weight = model.tok_emb.weight  # tied again: assign gave each its own Parameter
-    for name, buffer in list(model.named_buffers()):
-        module, _, buffer_name = name.rpartition(".")
-        if buffer_name == "causal_mask":  # lower-triangular, as MultiHead builds it
-            setattr(model.get_submodule(module), buffer_name, torch.ones(buffer.shape, dtype=torch.bool).tril())
     return model
 
 
@@ -243,8 +243,7 @@ def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
         "attn_pdrop": cfg.dropout,
         "tie_word_embeddings": True,
     }
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(ours_to_hf(model.state_dict()), folder / "model.safetensors", metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    folder = writable_folder(folder, "--out")
+    write_atomically(folder / "model.safetensors", save(ours_to_hf(model.state_dict()), metadata={"format": "pt"}))  # not save_file: 0600
+    write_atomically(folder / "config.json", (json.dumps(config, indent=2) + "\n").encode())
     return folder

@@ -8,7 +8,6 @@ of saturated rows, every run of the folder overlaid.
 
 import json
 import textwrap
-import time
 from pathlib import Path
 
 import torch
@@ -54,21 +53,6 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in lines if parse_step(line) is not None]
 
 
-def start_run_dir(run_dir: Path) -> str | None:
-    """Make an empty run folder. A previous run there is moved aside, never mixed in or deleted."""
-    moved = None
-    if run_dir.exists() and any(run_dir.iterdir()):
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(run_dir.stat().st_mtime))
-        target = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
-        n = 1
-        while target.exists():
-            target, n = run_dir.with_name(f"{run_dir.name}.old-{stamp}-{n}"), n + 1
-        run_dir.rename(target)
-        moved = str(target)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return moved
-
-
 def sample_markdown(text: str, n_tokens: int) -> str:
     """A sample for TensorBoard's text tab, verbatim in a code block.
 
@@ -91,7 +75,7 @@ class RunLogger:
         from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
 
         path = run_dir / "metrics.jsonl"
-        if resume_step is not None:  # drop what an interrupted run logged after its checkpoint
+        if resume_step is not None and path.is_file():  # drop what an interrupted run logged after its checkpoint
             steps = [(line, parse_step(line)) for line in path.read_text().splitlines()]
             kept = [line for line, step in steps if step is not None and step <= resume_step]
             write_atomically(path, "".join(line + "\n" for line in kept).encode())

@@ -62,6 +62,16 @@ def attention(
     return y, weights
 
 
+def causal_mask(T: int, S: int, device=None) -> torch.Tensor:
+    """(T, S) boolean, True where a query may look: T queries that come after S - T cached positions see
+    every key up to their own position. Row t is True up to column S - T + t (with S = T: lower-triangular).
+
+    It is built when a path asks for it, not stored: a model with a long block_size then costs
+    nothing for masks, and the paths that need one pay T x S booleans beside their T x S scores.
+    """
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
 def check_length(T: int, block_size: int) -> None:
     if T > block_size:
         raise ValueError(f"sequence length {T} exceeds block_size {block_size}; crop the input to the last {block_size} tokens")
@@ -78,15 +88,13 @@ class Head(nn.Module):
         self.block_size, self.causal, self.dropout_p = block_size, causal, dropout
         self.scale = head_size**-0.5 if scaled else 1.0
         self.attn_dropout = nn.Dropout(dropout)
-        # Lower-triangular: row t is True up to column t. Not a parameter, and not saved.
-        self.register_buffer("causal_mask", torch.ones(block_size, block_size, dtype=torch.bool).tril(), persistent=False)
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
         B, T, C = x.shape
         check_length(T, self.block_size)
         q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, T, C) -> (B, T, D)
         if return_weights:
-            mask = self.causal_mask[:T, :T] if self.causal else None
+            mask = causal_mask(T, T, x.device) if self.causal else None
             y, weights = attention(q, k, v, mask, self.scale, self.attn_dropout)  # (B, T, D), (B, T, T)
             return y, weights
         p = self.dropout_p if self.training else 0.0
@@ -151,7 +159,6 @@ class MultiHead(nn.Module):
         self.dropout_p = dropout
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
-        self.register_buffer("causal_mask", torch.ones(block_size, block_size, dtype=torch.bool).tril(), persistent=False)
 
     def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Project x (B, T, C) to queries, keys and values, each (B, H, T, D)."""
@@ -166,7 +173,7 @@ class MultiHead(nn.Module):
     def mask(self, T: int, S: int | None = None) -> torch.Tensor | None:
         """The (T, S) causal mask for T queries after S - T cached positions (S defaults to T), or None for --no-mask."""
         S = T if S is None else S
-        return self.causal_mask[S - T : S, :S] if self.causal else None  # the last T rows: queries come last
+        return causal_mask(T, S, self.qkv.weight.device) if self.causal else None
 
     def forward(self, x: torch.Tensor, return_weights: bool = False, cache: KVCache | None = None):
         """x (B, T, C) -> (B, T, C); with a cache, x holds the T positions after the cached ones."""

@@ -1,5 +1,6 @@
 """ModelConfig: every size and switch that decides the shape and behaviour of the GPT."""
 
+import math
 from dataclasses import dataclass
 
 ATTENTION_BACKENDS = ("sdpa", "manual", "tiled")
@@ -30,6 +31,9 @@ class ModelConfig:
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
                 f"try n_head in {[h for h in range(1, 17) if self.n_embd % h == 0]}"
             )
+        for name in ("dropout", "qk_init_std"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"model.{name} must be a finite number, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.attention not in ATTENTION_BACKENDS:

@@ -1,6 +1,7 @@
 """A small GPT-2-style transformer built from the MultiHead attention of attention.py."""
 
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
@@ -8,6 +9,7 @@ import torch.nn.functional as F
 
 from model.attention import KVCache, MultiHead, attention_scores
 from model.config import ModelConfig
+from model.sampling import sample_next
 
 
 class MLP(nn.Module):
@@ -112,10 +114,7 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """idx (B, T) -> logits (B, T, V), and the mean next-token cross-entropy when targets (B, T) are given."""
         logits = self.lm_head(self.hidden(idx))  # (B, T, C) -> (B, T, V)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())  # over B*T predictions
-        return logits, loss
+        return logits, None if targets is None else lm_loss(logits, targets)
 
     @torch.no_grad()
     def attention_probe(self, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -134,17 +133,24 @@ class GPT(nn.Module):
         """The attention weights of every layer, n_layer tensors of shape (B, H, T, T)."""
         return [weights for _, weights in self.attention_probe(idx)]
 
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, **sampling) -> torch.Tensor:
+        """Append max_new_tokens tokens to idx (B, T0) and return (B, T0 + max_new_tokens); see `stream`."""
+        return torch.cat([idx, *self.stream(idx, max_new_tokens, **sampling)], dim=1)
+
     @torch.no_grad()
-    def generate(
+    def stream(
         self,
         idx: torch.Tensor,
         max_new_tokens: int,
         temperature: float = 1.0,
         top_k: int | None = None,
+        top_p: float | None = None,
         generator: torch.Generator | None = None,
         use_cache: bool = True,
-    ) -> torch.Tensor:
-        """Append max_new_tokens sampled tokens to idx (B, T0) and return (B, T0 + max_new_tokens).
+    ) -> Iterator[torch.Tensor]:
+        """Yield max_new_tokens new tokens after idx (B, T0), each (B, 1) as soon as it is drawn.
+
+        sample_next draws each one (temperature 0 is greedy; top_k and top_p filter the candidates).
 
         The context policy is the same with and without the cache, so both give the same tokens:
         the model sees at most the last block_size tokens, and when that window is full it keeps
@@ -169,26 +175,15 @@ class GPT(nn.Module):
                 x = self.hidden(window, caches)  # prefill: encode the whole window once
             else:
                 x = self.hidden(window[:, -1:], caches)  # only the newest position: (B, 1, C)
-            idx_next = sample_next(self.lm_head(x[:, -1]), temperature, top_k, generator)  # (B, V) -> (B, 1)
-            idx = torch.cat([idx, idx_next], dim=1)  # (B, T0 + n) -> (B, T0 + n + 1)
+            idx_next = sample_next(self.lm_head(x[:, -1]), temperature, top_k, top_p, generator)  # (B, V) -> (B, 1)
+            yield idx_next
             window = torch.cat([window, idx_next], dim=1)  # (B, T) -> (B, T + 1)
             if window.shape[1] > block_size:  # full: keep the most recent half, encode it afresh
                 window, caches = window[:, -keep:], None
-        return idx
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> torch.Tensor:
-    """Draw one token id per row from logits (B, V), returning (B, 1).
-
-    Inverse-CDF sampling: a uniform number u in [0, total) picks the first candidate whose
-    cumulative probability exceeds u. With top_k, only the k likeliest tokens are candidates,
-    so the work is on k numbers instead of the whole vocabulary.
-    """
-    logits = logits.float() / temperature
-    ids = None
-    if top_k is not None and top_k < logits.size(-1):
-        logits, ids = torch.topk(logits, top_k)  # (B, V) -> (B, k) values and their token ids
-    cdf = logits.softmax(dim=-1).cumsum(dim=-1)  # (B, k): non-decreasing, last entry about 1
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]  # (B, 1)
-    choice = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1)  # (B, 1) index into candidates
-    return choice if ids is None else ids.gather(-1, choice)  # (B, 1) token ids
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Next-token cross-entropy in nats of logits (..., V) against targets (...): the one loss that training,
+    evaluation, the honest loss and scoring compute. reduction "none" keeps one loss per target, shaped like targets."""
+    losses = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), reduction=reduction)  # over every prediction
+    return losses.view(targets.shape) if reduction == "none" else losses

@@ -123,6 +123,35 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> s
     return lines[0]
 
 
+def error_of(command, argv: list[str], capsys) -> subprocess.CompletedProcess:
+    """engine.cli.run_command on a script's main, in process, as a finished process for assert_one_line_error
+    (argparse's errors exit on their own)."""
+    from engine.cli import run_command
+
+    try:
+        code = run_command(command, argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def save_random_gpt2(folder: Path, seed: int = 0) -> Path:
+    """A small GPT-2 (2 layers of 2 heads, 32 wide, 64 positions), saved by transformers into folder. Every parameter
+    is drawn at std 0.2 (LayerNorm gains around 1), so that its predictions differ from token to token: at
+    transformers' init (std 0.02) every distribution is nearly uniform, and wrong code would score the same."""
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=50257)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if "ln_" in name and name.endswith("weight") else 0.0, 0.2)
+    model.save_pretrained(folder)
+    return folder
+
+
 GPT2_BPE_URLS = (  # the two files tiktoken's gpt2 encoding reads (tiktoken_ext/openai_public.py)
     "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
     "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",

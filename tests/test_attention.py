@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_close
 
+from model import GPT, ModelConfig
 from model.attention import Head, MultiHead, attention
 
 FLAGS = list(itertools.product([True, False], [True, False]))  # (causal, scaled)
@@ -252,15 +253,23 @@ def test_indivisible_heads_raise():
         MultiHead(n_embd=10, n_head=3, block_size=4)
 
 
-# 8. Buffers
+# 8. The causal mask: built per call, never stored
 
 
 def test_causal_mask_not_in_state_dict():
     head, mh = make_head(), make_multihead()
-    assert "causal_mask" not in head.state_dict()
-    assert "causal_mask" not in mh.state_dict()
     assert sorted(head.state_dict()) == ["key.weight", "query.weight", "value.weight"]
     assert sorted(mh.state_dict()) == ["proj.bias", "proj.weight", "qkv.weight"]
-    # The buffer itself still exists and is the lower triangle.
-    assert torch.equal(mh.causal_mask, torch.ones(6, 6, dtype=torch.bool).tril())
+    assert torch.equal(mh.mask(6), torch.ones(6, 6, dtype=torch.bool).tril())  # built when asked for
+    after_cache = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)  # 2 queries after 2 cached positions
+    assert torch.equal(mh.mask(2, 4), after_cache)
     assert math.isclose(head.scale, 4**-0.5)
+
+
+def test_a_long_context_costs_no_mask_memory():
+    """A stored (block_size, block_size) mask per layer made block_size 100,000 cost 10 GB a layer; masks are built per call now."""
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=4096, vocab_size=11, attention="manual"))
+    assert sum(b.numel() for b in model.buffers()) == 0
+    idx = torch.randint(0, 11, (1, 5), generator=torch.Generator().manual_seed(0))
+    weights = model.attention_weights(idx)[0]  # (1, H, 5, 5)
+    assert weights.shape == (1, 2, 5, 5) and weights.triu(1).abs().max().item() == 0.0  # still causal

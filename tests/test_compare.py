@@ -1,16 +1,25 @@
 """compare.py: run names per seed, the table with spreads, the difference lines, bad --seeds, and a 2-seed smoke run."""
 
+import contextlib
+import dataclasses
 import json
+import os
 import runpy
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO_ROOT, assert_one_line_error, tiny_argv
 
 import compare
-from configs import load_config
+import train
+from configs import ConfigError, load_config
+from engine.runlog import read_metrics
 from engine.stats import Difference
 
 
@@ -74,7 +83,9 @@ def test_seeds_name_the_runs_only_when_there_are_several():
     assert compare.take_seeds(["--seeds=3", "--config", "tiny"]) == (3, ["--config", "tiny"])
 
 
-@pytest.mark.parametrize("args", [["--seeds", "0"], ["--seeds=-1"], ["--seeds", "two"], ["--seeds"]])
+@pytest.mark.parametrize(
+    "args", [["--seeds", "0"], ["--seeds=-1"], ["--seeds", "two"], ["--seeds"], ["--seeds", "100000000000000000000"], ["--seeds=101"]]
+)
 def test_bad_seed_counts_are_a_one_line_error(args, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["compare.py", "--config", "tiny", *args])
     with pytest.raises(SystemExit) as stop:
@@ -90,7 +101,7 @@ def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys, m
     names = ["tiny-s1337", "tiny-no-mask-s1337", "tiny-no-scale-s1337", "tiny-s1338", "tiny-no-mask-s1338", "tiny-no-scale-s1338"]
     assert list(results) == names
     folder = tmp_path / "runs" / "compare-tiny"
-    assert {p.name for p in folder.iterdir()} == {*names, "compare.png", "compare.json"}
+    assert {p.name for p in folder.iterdir()} == {*names, "compare.png", "compare.json", ".lock"}  # .lock: held while it runs
     for name in names:
         assert json.loads((folder / name / "config.json").read_text())["train"]["seed"] == int(name[-4:])
     assert results["tiny-s1337"]["loss/val"] != results["tiny-s1338"]["loss/val"]  # the seed changed the run
@@ -116,3 +127,63 @@ def test_each_run_is_the_users_command_with_its_own_flags_last():
         "--runs-dir", "/r/compare-tiny", "--run-name", "tiny-no-mask-s6",
     ]  # fmt: skip
     assert load_config(compare.train_argv(argv, no_mask)).run_dir == no_mask.run_dir  # train.py lands where compare.py reads
+
+
+def in_process(monkeypatch):
+    """compare.py's children run as train.run in this process: the same arguments, without a new interpreter per run."""
+    monkeypatch.setattr(compare.Children, "run", lambda self, command: train.run(command[2:]))
+
+
+def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(tmp_path, corpus_file, one_cpu_thread, monkeypatch, capsys):
+    """A stopped comparison used to fail at its first finished run with --resume, and to retrain everything without it."""
+    in_process(monkeypatch)
+    argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=4", "--train.eval_interval=2", "--train.log_interval=1")
+    first = compare.main(argv)
+    folder = tmp_path / "runs" / "compare-tiny"
+    base_metrics = (folder / "tiny" / "metrics.jsonl").read_bytes()
+    shutil.rmtree(folder / "tiny-no-scale")  # never begun
+    shutil.rmtree(folder / "tiny-no-mask")  # stopped at step 2
+    stopped = load_config(compare.train_argv(argv, compare.variant_configs(load_config(argv), folder, 1)["tiny-no-mask"][0]))
+    train.main(dataclasses.replace(stopped, train=dataclasses.replace(stopped.train, max_steps=2)))
+    capsys.readouterr()
+
+    second = compare.main([*argv, "--resume"])
+    out = capsys.readouterr().out
+    assert "=== tiny, seed 1337: tiny finished already ===" in out
+    assert f"resuming {folder / 'tiny-no-mask'} from step 2" in out
+    assert (folder / "tiny" / "metrics.jsonl").read_bytes() == base_metrics  # untouched
+    assert second["tiny"] == first["tiny"]  # wall time included: kept from compare.json
+    assert [row["step"] for row in read_metrics(folder / "tiny-no-mask") if "loss/val" in row] == [0, 2, 4]
+    assert second["tiny-no-scale"]["step"] == 4 and not list(folder.glob("*.old-*"))
+    assert list(json.loads((folder / "compare.json").read_text())["runs"]) == ["tiny", "tiny-no-mask", "tiny-no-scale"]
+
+    with pytest.raises(ConfigError, match=r"compare-tiny/tiny finished with other settings \(train.lr 0.003 vs 0.002\)"):
+        compare.main([*argv, "--train.lr=2e-3", "--resume"])
+
+    compare.main([*argv[:-3], "--train.max_steps=1"])  # afresh: the earlier comparison moves aside whole
+    (earlier,) = tmp_path.glob("runs/compare-tiny.old-*")
+    assert json.loads((earlier / "compare.json").read_text())["runs"]["tiny"]["step"] == 4
+    assert {p.name for p in folder.iterdir()} == {"tiny", "tiny-no-mask", "tiny-no-scale", "compare.json", "compare.png", ".lock"}
+
+
+@pytest.mark.parametrize(("signum", "to_group"), [(signal.SIGINT, True), (signal.SIGTERM, False)], ids=["ctrl-c", "sigterm"])
+def test_a_signal_stops_the_comparison_after_the_childs_checkpoint(signum, to_group, tmp_path, corpus_file):
+    """Ctrl-C killed train.py 0.25 s after it said it would save; SIGTERM ended compare.py and left train.py training alone."""
+    argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=100000", "--train.log_interval=1", "--train.eval_batches=1")
+    proc = subprocess.Popen([sys.executable, "compare.py", *argv], cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    metrics = tmp_path / "runs" / "compare-tiny" / "tiny" / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 240
+        while not (metrics.is_file() and "loss/train_step" in metrics.read_text()):  # training, past its first evaluation
+            assert proc.poll() is None and time.monotonic() < deadline, "compare.py never got to training"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signum) if to_group else proc.send_signal(signum)  # a terminal's Ctrl-C reaches the whole group
+        _, err = proc.communicate(timeout=240)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the session, an orphaned train.py included
+    assert proc.returncode == 128 + signum, err
+    assert "comparison stopped; continue it with the same command plus --resume" in err
+    checkpoint = torch.load(metrics.parent / "ckpt.pt", weights_only=True)
+    assert checkpoint["step"] == read_metrics(metrics.parent)[-1]["step"] > 0  # saved where the log stopped

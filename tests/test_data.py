@@ -24,7 +24,7 @@ from data.corpus import (
     download_tiny_shakespeare,
     load_corpus,
 )
-from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError, tokenizer_from_state
+from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError, decode_stream, tokenizer_from_state
 
 
 def char_cfg(tmp_path: Path, path: Path | str) -> DataConfig:
@@ -114,6 +114,20 @@ def test_gpt2_tokenizer_round_trip():
     assert tokenizer_from_state(tok.state()).encode("Hello world") == [15496, 995]
 
 
+def test_decode_stream_holds_back_a_character_split_across_tokens():
+    gpt2_encoding_or_skip()
+    tok = GPT2Tokenizer()
+    text = "Caf\u00e9 \U0001f389 \u4f60\u597d!"  # an accented letter, an emoji and two CJK characters: several bytes each
+    ids = tok.encode(text)
+    alone = [tok.decode([i]) for i in ids]
+    assert any("\ufffd" in piece for piece in alone), "some token should end inside a character, or the test shows little"
+    pieces = list(decode_stream(tok, ids))
+    assert "".join(pieces) == text and not any("\ufffd" in piece for piece in pieces)
+    assert len(pieces) < len(ids)  # the pieces that were held back came out joined to the next
+    chars = CharTokenizer(list("abc"))
+    assert list(decode_stream(chars, [0, 2, 1])) == ["a", "c", "b"]  # one character per token: nothing is held back
+
+
 def test_gpt2_corpus_split_round_trip(tmp_path):
     gpt2_encoding_or_skip()
     text = make_corpus_text(min_chars=5000)
@@ -201,6 +215,25 @@ def test_changed_source_is_prepared_again(tmp_path, corpus_file, monkeypatch):
     assert "Z" in corpus.tokenizer.chars and "X" in corpus.tokenizer.chars
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda folder: (folder / "train.bin").write_bytes((folder / "train.bin").read_bytes()[:-3]),  # cut short, odd length
+        lambda folder: (folder / "val.bin").unlink(),
+        lambda folder: (folder / "train.bin").write_bytes(b"\xff" * (folder / "train.bin").stat().st_size),  # ids beyond the vocabulary
+        lambda folder: (folder / "meta.json").write_text((folder / "meta.json").read_text().replace('"uint16"', '"float77"')),
+    ],
+    ids=["truncated-bin", "missing-bin", "ids-out-of-range", "unknown-dtype"],
+)
+def test_damaged_prepared_files_are_prepared_again(tmp_path, corpus_file, damage):
+    first = load_corpus(char_cfg(tmp_path, corpus_file))
+    expected_train, expected_val = np.array(first.train), np.array(first.val)
+    (folder,) = prepared_folders(tmp_path)
+    damage(folder)
+    second = load_corpus(char_cfg(tmp_path, corpus_file))
+    assert np.array_equal(second.train, expected_train) and np.array_equal(second.val, expected_val)
+
+
 def test_damaged_meta_is_prepared_again(tmp_path, corpus_file):
     first = load_corpus(char_cfg(tmp_path, corpus_file))
     (folder,) = prepared_folders(tmp_path)
@@ -278,6 +311,14 @@ def test_empty_file(tmp_path, content):
     with pytest.raises(DataError, match="is empty") as e:
         load_corpus(char_cfg(tmp_path, path))
     assert str(path) in str(e.value)
+
+
+def test_binary_file_that_decodes_as_utf8(tmp_path):
+    path = tmp_path / "utf16.txt"
+    path.write_bytes("KING:\nTo be".encode("utf-16-le"))  # every other byte is NUL: valid UTF-8, but not text
+    with pytest.raises(DataError, match="is binary") as e:
+        load_corpus(char_cfg(tmp_path, path))
+    assert str(path) in str(e.value) and "--data-file" in str(e.value)
 
 
 def test_non_utf8_file(tmp_path):

@@ -147,7 +147,7 @@ def test_torchrun_writes_one_set_of_files(ddp_job):
     names = sorted(p.name for p in run_dir.iterdir())
     events = [n for n in names if n.startswith("events.out.tfevents.")]
     assert len(events) == 1, names  # rank 1 opened no SummaryWriter
-    assert sorted(set(names) - set(events)) == ["best.pt", "ckpt.pt", "config.json", "metrics.jsonl"]
+    assert sorted(set(names) - set(events)) == [".lock", "best.pt", "ckpt.pt", "config.json", "metrics.jsonl"]  # .lock: rank 0's hold
     assert sorted(p.name for p in (ddp_job["root"] / "runs").iterdir()) == ["tiny"]  # no second run folder, nothing moved aside
     metrics = ddp_metrics(ddp_job)
     keys = [(m["step"], "loss/val" in m) for m in metrics]

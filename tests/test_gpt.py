@@ -7,7 +7,7 @@ import torch
 from conftest import assert_close
 
 from model import GPT, ModelConfig
-from model.gpt import sample_next
+from model.sampling import SamplingError, sample_next
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
@@ -176,9 +176,9 @@ DRAWS = 20_000
 SAMPLER_LOGITS = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -3.0])  # unsorted, so top-k must map back to token ids
 
 
-def frequencies(temperature: float, top_k: int | None) -> torch.Tensor:
+def frequencies(temperature: float, top_k: int | None, top_p: float | None = None) -> torch.Tensor:
     logits = SAMPLER_LOGITS.expand(DRAWS, -1)  # (N, V): every row the same vector
-    ids = sample_next(logits, temperature, top_k, torch.Generator().manual_seed(0))  # (N, 1)
+    ids = sample_next(logits, temperature, top_k, top_p, torch.Generator().manual_seed(0))  # (N, 1)
     assert ids.shape == (DRAWS, 1)
     return torch.bincount(ids[:, 0], minlength=6).double() / DRAWS
 
@@ -207,6 +207,58 @@ def test_sample_next_top_k_renormalises_the_k_likeliest(top_k):
     p = (SAMPLER_LOGITS[kept].double() / 0.8).softmax(-1)  # the softmax over the k likeliest alone, at temperature 0.8
     off = (f[kept] - p).abs()
     assert (off <= binomial_tolerance(p)).all(), f"top-{top_k} frequencies {f[kept].tolist()} vs {p.tolist()}: max diff {off.max():.4f}"
+
+
+# At temperature 1 the sampler's probabilities, likeliest first, are
+# token 2: 0.5609, 4: 0.2063, 0: 0.1252, 3: 0.0759, 1: 0.0279, 5: 0.0038 (cumulative 0.5609, 0.7672, 0.8924, 0.9683, 0.9962, 1).
+# The nucleus for p is the shortest run of that list whose cumulative probability reaches p. With top_k = 3 first,
+# tokens 2, 4, 0 renormalised are 0.6285, 0.2312, 0.1403 (cumulative 0.6285, 0.8597, 1).
+@pytest.mark.parametrize(
+    ("top_k", "top_p", "nucleus"),
+    [(None, 0.5, [2]), (None, 0.7, [2, 4]), (None, 0.8, [2, 4, 0]), (None, 0.95, [2, 4, 0, 3]), (None, 1.0, [2, 4, 0, 3, 1, 5]),
+     (3, 0.8, [2, 4]), (3, 0.9, [2, 4, 0]), (5, 0.97, [2, 4, 0, 3])],
+)  # fmt: skip
+def test_sample_next_top_p_renormalises_the_nucleus(top_k, top_p, nucleus):
+    probs = SAMPLER_LOGITS.double().softmax(-1)
+    order = SAMPLER_LOGITS.argsort(descending=True)[: top_k or 6]
+    pool = probs[order] / probs[order].sum()  # after top-k, renormalised
+    n = len(nucleus)  # the figures above hold: the shortest run of the likeliest tokens that reaches top_p
+    assert order[:n].tolist() == nucleus and pool[: n - 1].sum() < top_p <= pool[:n].sum() + 1e-12
+    f = frequencies(1.0, top_k, top_p)
+    outside = [t for t in range(6) if t not in nucleus]
+    assert f[outside].sum() == 0, f"top-p {top_p} drew tokens outside the nucleus {nucleus}: {f.tolist()}"
+    p = probs[nucleus] / probs[nucleus].sum()  # the nucleus renormalised
+    off = (f[nucleus] - p).abs()
+    assert (off <= binomial_tolerance(p)).all(), (
+        f"top-p {top_p} frequencies {f[nucleus].tolist()} vs {p.tolist()}: max diff {off.max():.4f}"
+    )
+
+
+def test_temperature_zero_is_greedy_whatever_the_filters_and_seed():
+    logits = torch.randn(64, 65, generator=torch.Generator().manual_seed(0))
+    expected = logits.argmax(-1, keepdim=True)
+    for top_k, top_p, seed in [(None, None, 0), (5, None, 1), (None, 0.3, 2), (200, 0.9, 3)]:
+        assert torch.equal(sample_next(logits, 0, top_k, top_p, torch.Generator().manual_seed(seed)), expected)
+    model = make_gpt().eval()
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    greedy = model.generate(prompt, 12, temperature=0, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(greedy, model.generate(prompt, 12, top_k=1)), "temperature 0 should pick what top_k=1 picks"
+
+
+@pytest.mark.parametrize("temperature", [1e-50, 1e-40])  # 1e-50 is 0 in float32; 2 / 1e-40 overflows it
+def test_a_temperature_too_small_for_float32_is_an_error(temperature):
+    with pytest.raises(SamplingError, match=f"temperature {temperature:g} is too small: .* use 0 for greedy decoding"):
+        sample_next(SAMPLER_LOGITS[None], temperature)
+    assert sample_next(SAMPLER_LOGITS[None], 1e-30).item() == 2  # small, but the logits still fit: the likeliest token
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_logits_are_an_error_not_a_token(bad):
+    logits = SAMPLER_LOGITS.clone()
+    logits[1] = bad
+    for temperature in (0, 1.0):
+        with pytest.raises(SamplingError, match="logits are not finite"):
+            sample_next(logits[None], temperature, top_k=3)
 
 
 # 7. causal / scaled flags reach every head

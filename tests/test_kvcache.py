@@ -6,7 +6,7 @@ from conftest import assert_close
 
 from model import GPT, ModelConfig
 from model.attention import KVCache, MultiHead
-from model.gpt import sample_next
+from model.sampling import sample_next
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
@@ -95,7 +95,7 @@ def test_non_causal_generate_recomputes_every_step():
     for _ in range(24):  # 3 + 24 tokens: the window fills and is halved once
         with torch.no_grad():
             logits, _ = model(window)
-        token = sample_next(logits[:, -1], 1.5, None, g)
+        token = sample_next(logits[:, -1], 1.5, generator=g)
         expected, window = torch.cat([expected, token], 1), torch.cat([window, token], 1)
         if window.shape[1] > 16:
             window = window[:, -8:]

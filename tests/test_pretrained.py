@@ -18,6 +18,7 @@ import huggingface_hub  # noqa: E402  (installed with transformers)
 from safetensors.torch import save_file  # noqa: E402
 
 from engine.checkpoints import CheckpointError  # noqa: E402
+from engine.folders import OutputError, export_folder  # noqa: E402
 from engine.pretrained import GPT2_VOCAB_SIZE, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
 from model import GPT, ModelConfig  # noqa: E402
 
@@ -109,13 +110,12 @@ def test_loaded_gpt2_gives_transformers_logits(scaled, tmp_path, gpt2_tokenizer_
 
 
 def test_loaded_model_is_whole(saved_gpt2, gpt2_tokenizer_files):
-    """Built on the meta device: the head must be tied again, and every causal mask built, on the CPU."""
+    """Built on the meta device: the head must be tied again, and nothing left on the meta device."""
     _, folder = saved_gpt2
     model, _, _ = load_pretrained(folder)
     assert model.lm_head.weight is model.tok_emb.weight
     assert model.num_params() == sum(p.numel() for p in saved_gpt2[0].parameters())
-    for block in model.blocks:
-        assert torch.equal(block.attn.causal_mask, torch.ones(T, T, dtype=torch.bool).tril())
+    assert {t.device.type for t in model.state_dict().values()} == {"cpu"}
     assert all(p.requires_grad for p in model.parameters()), "a loaded model must stay trainable (fine-tuning)"
 
 
@@ -174,6 +174,44 @@ def test_export_round_trip(config, tmp_path, gpt2_tokenizer_files):
     assert_close(logits_of(hf, idx), expected, atol=1e-5, msg=f"transformers on our export {config}")
     loaded, _, _ = load_pretrained(folder)
     assert_close(logits_of(loaded, idx), expected, atol=1e-5, msg=f"our loader on our export {config}")
+
+
+def test_export_never_overwrites_unasked_and_never_a_run(tmp_path):
+    """--out into a folder used to replace its config.json: a run's record of how it was trained, in --out runs/NAME."""
+    folder = export_hf(random_ours(), "gpt2", tmp_path / "export")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], f"both files are written alike: {modes}"
+    with pytest.raises(OutputError, match=rf"{folder} is not empty \(config.json, model.safetensors\); pass --overwrite"):
+        export_folder(folder, overwrite=False)
+    assert export_folder(folder, overwrite=True) == folder  # an earlier export may be replaced when asked
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("x")
+    with pytest.raises(OutputError, match=rf"{other} is not empty \(todo.txt\); export to a new or empty folder"):
+        export_folder(other, overwrite=True)
+    run = tmp_path / "runs" / "g2"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text('{"model": {}, "data": {}, "train": {}}')
+    (run / "ckpt.pt").write_bytes(b"")
+    with pytest.raises(OutputError, match=rf"{run} holds a training run"):
+        export_folder(run, overwrite=True)
+
+
+def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypatch):
+    """Offline, huggingface_hub retried for about 25 s before the one-line error; a name that does not resolve means offline."""
+    calls = []
+
+    def download(repo_id, filename, local_files_only=False):
+        calls.append((filename, local_files_only))
+        if not local_files_only:
+            pytest.fail("went to the network although the hub's name does not resolve")
+        raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+
+    monkeypatch.setattr("engine.pretrained.hf_hub_download", download)
+    monkeypatch.setattr("socket.getaddrinfo", lambda *a: (_ for _ in ()).throw(OSError("Name or service not known")))
+    with pytest.raises(CheckpointError, match="gpt2 is not in the Hugging Face cache .* and the hub cannot be reached"):
+        load_pretrained("gpt2")
+    assert calls == [("config.json", True)]
 
 
 def test_export_refuses_what_gpt2_cannot_be(tmp_path):

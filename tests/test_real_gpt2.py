@@ -10,11 +10,19 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 
 import pytest
 import torch
-from conftest import assert_close, assert_one_line_error, gpt2_encoding_or_skip, import_or_skip, tiny_argv, write_corpus
+from conftest import (
+    assert_close,
+    assert_one_line_error,
+    error_of,
+    gpt2_encoding_or_skip,
+    import_or_skip,
+    save_random_gpt2,
+    tiny_argv,
+    write_corpus,
+)
 
 transformers = import_or_skip("transformers", "transformers is a test dependency: pip install transformers")
 import huggingface_hub  # noqa: E402  (installed with transformers)
@@ -27,7 +35,6 @@ import train  # noqa: E402
 from configs import load_config  # noqa: E402
 from data.corpus import load_corpus  # noqa: E402
 from engine.checkpoints import load_model, read_checkpoint  # noqa: E402
-from engine.cli import run_command  # noqa: E402
 from engine.evaluation import estimate_loss, make_eval_set  # noqa: E402
 from engine.finetune import initial_model  # noqa: E402
 from engine.pretrained import GPT2_VOCAB_SIZE, build, load_pretrained  # noqa: E402
@@ -58,16 +65,6 @@ def corpus(tmp_path_factory):
     return write_corpus(tmp_path_factory.mktemp("text"))
 
 
-def error_of(command, argv: list[str], capsys) -> str:
-    """run_command's result as a finished process, for assert_one_line_error (argparse's errors exit on their own)."""
-    try:
-        code = run_command(command, argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, code, out, err)
-
-
 def gpt2_run(root, corpus, *extra: str) -> list[str]:
     """train.py's argv for a tiny run on the gpt2 tokenizer (2 steps)."""
     return tiny_argv(root, corpus, "--data.tokenizer=gpt2", "--train.max_steps=2", "--train.eval_interval=2", *extra)
@@ -77,6 +74,22 @@ def test_sample_continues_a_prompt_with_gpt2(gpt2_folder, capsys):
     samples = sample.main(["--pretrained", str(gpt2_folder), "--prompt", "Hello there", "--max-new-tokens", "5", "--num-samples", "2"])
     assert len(samples) == 2 and all(s.startswith("Hello there") and len(s) > len("Hello there") for s in samples)
     assert "pretrained GPT-2" in capsys.readouterr().out
+
+
+def test_greedy_sampling_is_transformers_greedy_search_token_for_token(tmp_path, capsys):
+    """sample.py --temperature 0 on a GPT-2 folder gives the tokens of transformers' generate(do_sample=False)."""
+    encoding = gpt2_encoding_or_skip()
+    folder = save_random_gpt2(tmp_path / "gpt2")  # weights at std 0.2: greedy search wanders instead of repeating one token
+    prompt = encoding.encode_ordinary("ROMEO: But soft, what light")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    theirs = hf.generate(torch.tensor([prompt]), max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=0)[0, len(prompt) :]
+    model, _, _ = load_pretrained(folder)
+    ours = model.generate(torch.tensor([prompt]), 30, temperature=0)[0, len(prompt) :]
+    assert ours.tolist() == theirs.tolist()
+    assert len(set(theirs.tolist())) > 10, "greedy search should wander, or the test shows little"
+    args = ["--pretrained", str(folder), "--prompt", "ROMEO: But soft, what light", "--temperature", "0", "--max-new-tokens", "30"]
+    assert sample.main([*args, "--seed", "1"]) == [encoding.decode(prompt + theirs.tolist())] == sample.main([*args, "--seed", "2"])
+    capsys.readouterr()
 
 
 def test_pretrained_errors_are_one_line(gpt2_folder, tmp_path, capsys):

@@ -2,7 +2,7 @@
 
 import re
 
-from engine.runlog import STORY, STORY_LAYOUT, UNSMOOTHED, parse_step, read_metrics, sample_markdown
+from engine.runlog import STORY, STORY_LAYOUT, UNSMOOTHED, RunLogger, parse_step, read_metrics, sample_markdown
 
 
 def test_an_ordinary_sample_is_shown_verbatim():
@@ -57,3 +57,11 @@ def test_the_story_tells_how_to_read_few_points_unsmoothed():
     assert page == "#custom_scalars" and value == "0"
     with zipfile.ZipFile(Path(tensorboard.__file__).parent / "webfiles.zip") as web:  # the name this TensorBoard reads from the address
         assert f'"{name}"' in web.read("index.js").decode("utf-8", "replace")
+
+
+def test_resuming_a_run_without_its_metrics_starts_a_new_file(tmp_path):
+    """A ckpt.pt copied alone into a new folder (a run moved to another machine) resumed with a FileNotFoundError."""
+    logger = RunLogger(tmp_path, resume_step=40)
+    logger.log(50, **{"loss/train_step": 2.5})
+    logger.close()
+    assert read_metrics(tmp_path) == [{"step": 50, "loss/train_step": 2.5}]

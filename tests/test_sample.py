@@ -1,11 +1,13 @@
 """Tests for sample.py: rebuilding a model from a checkpoint, sampling, and refusing bad checkpoints."""
 
 import random
+import signal
 import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import assert_close, assert_one_line_error, run_script, tiny_argv, write_corpus
+from conftest import REPO_ROOT, assert_close, assert_one_line_error, error_of, run_script, tiny_argv, write_corpus
 
 import engine.evaluation
 import engine.runtime
@@ -16,6 +18,7 @@ from data.corpus import load_corpus
 from data.tokenizer import TokenizerError
 from engine.checkpoints import CheckpointError, load_model
 from model import ModelConfig
+from model.sampling import SamplingError
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
@@ -105,6 +108,83 @@ def test_zero_new_tokens_returns_the_prompt(trained, capsys):
     capsys.readouterr()
 
 
+def test_temperature_zero_is_greedy_whatever_the_seed(trained, capsys):
+    args = sample_args(trained, "--prompt", "The king", "--temperature", "0", "--max-new-tokens", "30", "--num-samples", "2")
+    first, second = sample.main([*args, "--seed", "1"]), sample.main([*args, "--seed", "2"])
+    capsys.readouterr()
+    assert first == second and first[0] == first[1], "greedy decoding must not depend on the seed"
+    model, tokenizer, _ = load_model(trained["ckpt"])
+    prompt = torch.tensor([tokenizer.encode("The king")])
+    assert first[0] == tokenizer.decode(model.generate(prompt, 30, top_k=1)[0].tolist())  # the argmax at every step
+
+
+def test_top_p_and_prompt_file(trained, tmp_path, capsys):
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text("KING:\nThe king", encoding="utf-8")
+    args = sample_args(trained, "--max-new-tokens", "25", "--top-p", "0.9", "--top-k", "20", "--seed", "3")
+    from_file = sample.main([*args, "--prompt-file", str(prompt_file)])
+    assert from_file == sample.main([*args, "--prompt", "KING:\nThe king"]), "--prompt-file continues the file's text exactly"
+    assert from_file[0].startswith("KING:\nThe king") and len(from_file[0]) == len("KING:\nThe king") + 25
+    assert from_file != sample.main(
+        sample_args(trained, "--max-new-tokens", "25", "--top-k", "20", "--seed", "3", "--prompt-file", str(prompt_file))
+    )
+    capsys.readouterr()
+
+
+def test_one_sample_streams_the_same_text_as_it_returns(trained, capsys):
+    samples = sample.main(sample_args(trained, "--prompt", "KING:", "--max-new-tokens", "40", "--seed", "5"))
+    out = capsys.readouterr().out
+    assert out == f"# {trained['ckpt']} (step 10, val loss {load_model(trained['ckpt'])[2]['val_loss']:.4f}) on cpu\n{samples[0]}\n"
+    assert samples == sample.main(sample_args(trained, "--prompt", "KING:", "--max-new-tokens", "40", "--seed", "5", "--num-samples", "1"))
+    capsys.readouterr()
+
+
+def test_ctrl_c_stops_a_streaming_sample_and_keeps_the_text(trained):
+    """SIGINT while tokens stream: exit code 130, the text printed so far intact, one line on stderr, no traceback."""
+    command = [sys.executable, "-u", "sample.py", *sample_args(trained, "--prompt", "KING:", "--max-new-tokens", "1000000")]
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        header = proc.stdout.readline()
+        seen = proc.stdout.read(len("KING:") + 20)  # the prompt and 20 streamed tokens (characters)
+        assert proc.poll() is None, "a million tokens cannot be done yet: the text came while it ran"
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, f"exit code {proc.returncode}, stderr:\n{err}"
+    assert header.startswith(f"# {trained['ckpt']}") and seen.startswith("KING:")
+    assert err == "interrupted\n", err
+    assert rest.endswith("\n") and set(seen + rest) <= set(trained["text"])  # what came after, ended by a newline
+
+
+def test_nan_weights_and_a_temperature_too_small_are_one_line_errors(trained, tmp_path, capsys):
+    checkpoint = torch.load(trained["ckpt"], weights_only=True)
+    checkpoint["model"]["blocks.0.mlp.fc.weight"][0, 0] = float("nan")
+    broken = tmp_path / "nan.pt"
+    torch.save(checkpoint, broken)
+    with pytest.raises(SamplingError, match="logits are not finite"):
+        sample.main(["--checkpoint", str(broken), "--device", "cpu"])
+    proc = error_of(sample.main, ["--checkpoint", str(broken), "--device", "cpu"], capsys)
+    assert_one_line_error(proc, "the model's logits are not finite (NaN or inf)")
+    assert proc.stdout == "", "nothing is printed before the first token is drawn"
+    proc = error_of(sample.main, sample_args(trained, "--temperature", "1e-50"), capsys)
+    assert_one_line_error(proc, "temperature 1e-50 is too small", "use 0 for greedy decoding")
+    assert proc.stdout == ""
+
+
+def test_prompt_file_errors_are_one_line(trained, tmp_path, capsys):
+    missing, empty = tmp_path / "missing.txt", tmp_path / "empty.txt"
+    empty.write_text("\n", encoding="utf-8")
+    assert_one_line_error(
+        error_of(sample.main, sample_args(trained, "--prompt-file", str(missing)), capsys), f"--prompt-file {missing} does not exist"
+    )
+    assert_one_line_error(
+        error_of(sample.main, sample_args(trained, "--prompt-file", str(empty)), capsys), f"--prompt-file {empty} is empty"
+    )
+    both = sample_args(trained, "--prompt", "a", "--prompt-file", str(empty))
+    assert_one_line_error(error_of(sample.main, both, capsys), "argument --prompt-file: not allowed with argument --prompt")
+
+
 def test_empty_prompt_is_refused(trained):
     with pytest.raises(TokenizerError, match="the prompt is empty; give at least one character with --prompt"):
         sample.main(sample_args(trained, "--prompt", ""))
@@ -188,11 +268,14 @@ def test_script_missing_checkpoint(tmp_path):
         ("--num-samples", "0", "must be at least 1, got 0"),
         ("--max-new-tokens", "-1", "must be 0 or more, got -1"),
         ("--max-new-tokens", "2.5", "must be a whole number, got '2.5'"),
-        ("--temperature", "0", "must be a positive number, got 0"),
-        ("--temperature", "-1", "must be a positive number, got -1"),
-        ("--temperature", "nan", "must be a positive number, got nan"),
+        ("--temperature", "-1", "must be 0 or a positive number, got -1"),
+        ("--temperature", "nan", "must be 0 or a positive number, got nan"),
+        ("--temperature", "inf", "must be 0 or a positive number, got inf"),
         ("--temperature", "abc", "must be a number, got 'abc'"),
         ("--top-k", "0", "must be at least 1, got 0"),
+        ("--top-p", "0", "must be above 0 and at most 1, got 0"),
+        ("--top-p", "1.5", "must be above 0 and at most 1, got 1.5"),
+        ("--top-p", "nan", "must be above 0 and at most 1, got nan"),
     ],
 )
 def test_parse_args_rejects_bad_values(capsys, flag, value, message):
@@ -203,10 +286,10 @@ def test_parse_args_rejects_bad_values(capsys, flag, value, message):
 
 
 def test_parse_args_accepts_the_edges():
-    args = sample.parse_args(["--num-samples", "1", "--max-new-tokens", "0", "--temperature", "1e-3", "--top-k", "1"])
-    assert (args.num_samples, args.max_new_tokens, args.temperature, args.top_k) == (1, 0, 1e-3, 1)
+    args = sample.parse_args(["--num-samples", "1", "--max-new-tokens", "0", "--temperature", "0", "--top-k", "1", "--top-p", "1"])
+    assert (args.num_samples, args.max_new_tokens, args.temperature, args.top_k, args.top_p) == (1, 0, 0.0, 1, 1.0)
 
 
 def test_script_bad_argument_is_one_line():
-    proc = run_script("sample.py", "--temperature", "0")
-    assert_one_line_error(proc, "argument --temperature: must be a positive number, got 0")
+    proc = run_script("sample.py", "--temperature", "-0.5")
+    assert_one_line_error(proc, "argument --temperature: must be 0 or a positive number, got -0.5")

@@ -4,7 +4,6 @@ Every run trains on a synthetic corpus in tmp_path, with its cache and run folde
 """
 
 import json
-import os
 import platform
 import time
 from pathlib import Path
@@ -327,22 +326,6 @@ def test_setup_runtime_flushes_denormals_on_every_thread():
     assert int(late.stdout) > 0, "a thread started before the setting keeps denormals: why setup_runtime comes first"
 
 
-def test_start_run_dir_moves_a_previous_run_aside(tmp_path):
-    run_dir = tmp_path / "runs" / "exp"
-    assert engine.runlog.start_run_dir(run_dir) is None and run_dir.is_dir()  # created
-    assert engine.runlog.start_run_dir(run_dir) is None  # empty: nothing to move
-    (run_dir / "metrics.jsonl").write_text("first\n")
-    first_mtime = run_dir.stat().st_mtime
-    moved = Path(engine.runlog.start_run_dir(run_dir))
-    assert moved.name.startswith("exp.old-") and (moved / "metrics.jsonl").read_text() == "first\n"
-    assert list(run_dir.iterdir()) == []
-    (run_dir / "metrics.jsonl").write_text("second\n")
-    os.utime(run_dir, (first_mtime, first_mtime))  # the same timestamp: the names would collide
-    again = Path(engine.runlog.start_run_dir(run_dir))
-    assert again.name == moved.name + "-1"
-    assert (again / "metrics.jsonl").read_text() == "second\n" and (moved / "metrics.jsonl").read_text() == "first\n"
-
-
 def test_save_checkpoint_replaces_atomically(tmp_path):
     path = tmp_path / "ckpt.pt"
     engine.checkpoints.save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
@@ -413,7 +396,7 @@ def test_smoke_checkpoint_contents(smoke):
     assert ckpt["config"]["model"]["vocab_size"] == len(chars)
     assert ckpt["config"]["train"]["max_steps"] == SMOKE_STEPS
     assert ckpt["model"]["tok_emb.weight"].shape == (len(chars), 32)
-    assert not any("causal_mask" in key for key in ckpt["model"])  # a non-persistent buffer
+    assert not any("mask" in key for key in ckpt["model"])  # the causal mask is built per call, never saved
     model = GPT(ModelConfig(**ckpt["config"]["model"]))
     model.load_state_dict(ckpt["model"])  # strict: every key and shape fits
     assert ckpt["optimizer"]["param_groups"][0]["lr"] == pytest.approx(3e-4, rel=1e-12)

@@ -1,0 +1,153 @@
+"""How well a model predicts a text: its mean loss per token, perplexity and bits per byte, over sliding windows.
+
+A text longer than the model's context is read in windows of block_size + 1 tokens (block_size
+inputs, each followed by its target), one starting every `stride` tokens. A window scores only the
+targets that no earlier window scored, so every token after the first is scored exactly once, each
+with as much context as its window gives: once the first window is past, at least
+block_size - stride + 1 tokens. A smaller stride buys more context (a lower loss) with more passes;
+stride block_size reads the text in separate blocks, as training's val loss does.
+
+This is the method of Hugging Face's "Perplexity of fixed-length models", with two differences, both so
+that every token after the first counts exactly once. The page weights each window's mean loss by its
+labels minus one, for the label shift; but only the first window loses a label to the shift (its first
+token has nothing before it), and a later window's labels all have their context inside it, so the page
+undercounts each of them by one. And the page's window is n_positions tokens, targets included: the
+prediction at its last position goes unused, and at a stride of n_positions no window scores its own
+first token. Here a window holds block_size inputs and the token after them.
+
+A model trained without the causal mask sees, under teacher forcing, the token it must predict in
+its own input. Its targets are scored honestly instead, each from its prefix alone (`prefix_logits`,
+as generation reads it): one pass per target, on the same windows, so a causal model scores the same
+either way and the difference for a no-mask model is exactly what it read from the future.
+"""
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from configs import ConfigError, DataConfig
+from data.corpus import DataError, load_corpus, read_text
+from data.tokenizer import GPT2Tokenizer, Tokenizer, TokenizerError
+from engine.checkpoints import CheckpointError
+from engine.diagnostics import bits_per_byte, prefix_logits
+from model import GPT
+from model.gpt import lm_loss
+from model.sampling import check_finite_logits
+
+LOGITS_PER_BATCH = 2**22  # windows go through the model together until their logits would exceed this many floats
+CONTEXT_CHARS = 40  # characters of context shown before each surprising token
+
+
+@dataclass(frozen=True)
+class Window:
+    """A slice of the text: inputs ids[begin:end-1], targets ids[begin+1:end]; it scores the targets from `first` on."""
+
+    begin: int
+    end: int
+    first: int  # index into the window's targets of the first one that no earlier window scored
+
+
+def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
+    """The windows that score each of tokens 1 .. n_tokens - 1 once: one starts every `stride` tokens (1 <= stride <= block_size)."""
+    out, scored_to = [], 1  # tokens before scored_to have been scored (token 0 never is: nothing comes before it)
+    for begin in range(0, n_tokens - 1, stride):
+        end = min(begin + block_size + 1, n_tokens)
+        out.append(Window(begin, end, scored_to - begin - 1))  # the target of token p sits at index p - begin - 1
+        scored_to = end
+        if end == n_tokens:
+            break
+    return out
+
+
+@torch.no_grad()
+def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool) -> torch.Tensor:
+    """The loss in nats of every token after the first of ids (N,): losses (N - 1,), losses[i] for ids[i + 1].
+
+    honest scores each target from its prefix in the window alone, one pass per target; otherwise one
+    pass per window scores all of its targets (teacher forcing, exact for a causal model).
+    """
+    model.eval()
+    device = model.lm_head.weight.device
+    parts = []
+    todo, start = windows(len(ids), model.cfg.block_size, stride), 0
+    while start < len(todo):  # windows of one shape (length and first target) go through the model together
+        length, first = todo[start].end - todo[start].begin, todo[start].first
+        most = max(1, LOGITS_PER_BATCH // (length * model.cfg.vocab_size))
+        stop = start + 1
+        while stop < min(len(todo), start + most) and (todo[stop].end - todo[stop].begin, todo[stop].first) == (length, first):
+            stop += 1
+        rows = torch.stack([ids[w.begin : w.end] for w in todo[start:stop]]).to(device)  # (B, L) with L = length
+        x, y = rows[:, :-1], rows[:, first + 1 :]  # inputs (B, L - 1), the targets scored (B, P)
+        if honest:
+            logits = prefix_logits(model, x, list(range(first, length - 1)))  # (B, P, V)
+        else:
+            logits = model.lm_head(model.hidden(x)[:, first:])  # (B, L - 1, C) -> (B, P, V)
+        check_finite_logits(logits)
+        parts.append(lm_loss(logits, y, reduction="none").flatten().cpu())  # windows in text order, targets in order
+        start = stop
+    return torch.cat(parts)
+
+
+@dataclass
+class Score:
+    tokens: int  # tokens scored: every one after the first
+    loss: float  # mean loss, nats per token
+    perplexity: float  # exp(loss): the number of equally likely tokens that would be as surprising
+    bits_per_byte: float  # loss per UTF-8 byte of the scored text, in bits (bits per character for ASCII)
+    losses: torch.Tensor  # (tokens,) the loss of each scored token, in text order
+
+    def summary(self) -> dict[str, float]:
+        return {"tokens": self.tokens, "loss": self.loss, "perplexity": self.perplexity, "bits_per_byte": self.bits_per_byte}
+
+
+def score_ids(model: GPT, tokenizer: Tokenizer, ids: list[int], stride: int) -> Score:
+    """Score token ids with `windows` of the model's context; a model without the causal mask is scored honestly."""
+    block_size = model.cfg.block_size
+    if not 1 <= stride <= block_size:
+        raise ConfigError(f"--stride {stride} is longer than the model's context; give 1 to {block_size} tokens")
+    if len(ids) < 2:
+        raise DataError(f"the text is {len(ids)} token long; scoring needs at least 2 (each token is predicted from those before it)")
+    losses = token_losses(model, torch.tensor(ids, dtype=torch.long), stride, honest=not model.cfg.causal)
+    loss = losses.double().mean().item()
+    n_bytes = len(tokenizer.decode(ids[1:]).encode("utf-8"))
+    perplexity = math.exp(loss) if loss < math.log(torch.finfo(torch.float64).max) else math.inf
+    return Score(len(losses), loss, perplexity, bits_per_byte(loss, len(losses), n_bytes), losses)
+
+
+def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int) -> list[dict]:
+    """The n tokens with the highest loss, worst first: each with its loss, text, line number and the text before it."""
+    top = losses.topk(min(n, len(losses)))
+    rows = []
+    for loss, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+        p = i + 1  # losses[i] is the loss of token ids[i + 1]
+        before = tokenizer.decode(ids[:p])
+        rows.append({"loss": loss, "token": tokenizer.decode([ids[p]]), "line": before.count("\n") + 1, "context": before[-CONTEXT_CHARS:]})
+    return rows
+
+
+def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[int], str]:
+    """The token ids to score and a line that says what they are: the file's text, or without one the val
+    split of the run's corpus (of Tiny Shakespeare, on the gpt2 tokenizer, for a pretrained GPT-2: checkpoint None)."""
+    if file is not None:
+        text = read_text(file, flag="--file")
+        try:
+            return tokenizer.encode(text), str(file)
+        except TokenizerError as e:  # only the char tokenizer refuses text: a character it never saw, whose line we name
+            first = next(i for i, c in enumerate(text) if c not in tokenizer.stoi)
+            raise TokenizerError(f"{file}, line {text[:first].count(chr(10)) + 1}: {e}") from None
+    if checkpoint is None:
+        data_cfg = DataConfig(tokenizer=GPT2Tokenizer.name)
+    else:
+        try:
+            data_cfg = DataConfig(**checkpoint["config"]["data"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"the checkpoint's data config cannot be read ({e}); score a file with --file PATH") from None
+    corpus = load_corpus(data_cfg)
+    if checkpoint is not None and checkpoint.get("source_sha256") not in (None, corpus.source_sha256):
+        raise DataError(f"{corpus.source} has changed since the run trained on it, so its val split is another text; use --file PATH")
+    source = Path(corpus.source).resolve()
+    shown = source.relative_to(Path.cwd()) if source.is_relative_to(Path.cwd()) else source  # short in the usual case
+    return np.asarray(corpus.val, dtype=np.int64).tolist(), f"the val split of {shown}"

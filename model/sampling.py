@@ -1,0 +1,62 @@
+"""How the next token is drawn from the model's logits: greedy, or sampled with a temperature, top-k and top-p.
+
+Shape legend: B batch (rows sampled side by side), V vocabulary, K candidates kept (K <= V).
+"""
+
+import torch
+
+
+class SamplingError(ValueError):
+    """Logits or probabilities that are not finite: no token can honestly be drawn from them."""
+
+
+def check_finite_logits(logits: torch.Tensor) -> None:
+    """Refuse NaN or infinite logits (B, ..., V): softmax turns them into NaN probabilities, and a NaN
+    distribution samples one fixed token (the last) forever instead of failing."""
+    if not torch.isfinite(logits).all():
+        raise SamplingError(
+            "the model's logits are not finite (NaN or inf), so its weights are broken (a diverged or damaged checkpoint); "
+            "use another checkpoint, such as the run's best.pt (--best)"
+        )
+
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Draw one token id per row from logits (B, V), returning (B, 1).
+
+    temperature 0 is greedy: the likeliest token, with no randomness (ties go to the lowest id,
+    as in torch.argmax and transformers' greedy search). Otherwise the logits are divided by the
+    temperature, then filtered in the order transformers applies them: top_k keeps the k
+    likeliest tokens, and top_p keeps the nucleus, the smallest set of the likeliest tokens whose
+    probability (after top-k, renormalised) reaches p. The survivors are renormalised.
+
+    Inverse-CDF sampling: a uniform number u in [0, total) picks the first candidate whose
+    cumulative probability exceeds u. Candidates are sorted when top_k or top_p is set, so the
+    work after the sort is on k numbers instead of the whole vocabulary.
+    """
+    logits = logits.float()
+    check_finite_logits(logits)
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (B, V) -> (B, 1)
+    logits = logits / temperature
+    if not torch.isfinite(logits).all():  # a tiny temperature: 1e-50 is 0 in float32, and 2 / 1e-40 overflows
+        raise SamplingError(f"temperature {temperature:g} is too small: the logits divided by it overflow; use 0 for greedy decoding")
+    ids = None
+    if top_k is not None or top_p is not None:
+        k = min(top_k or logits.size(-1), logits.size(-1))
+        logits, ids = torch.topk(logits, k)  # (B, V) -> (B, K) values, likeliest first, and their token ids
+    probs = logits.softmax(dim=-1)  # (B, K)
+    if top_p is not None and top_p < 1:
+        before = probs.cumsum(dim=-1) - probs  # (B, K): the mass of the likelier candidates
+        probs = probs * (before < top_p)  # the likeliest one always stays: 0 < top_p
+    cdf = probs.cumsum(dim=-1)  # (B, K): non-decreasing, last entry the kept mass
+    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]  # (B, 1)
+    # u can round up to the total: clamp to the last candidate with any probability (sorted candidates keep those first)
+    last = (probs > 0).sum(dim=-1, keepdim=True) - 1 if ids is not None else torch.full_like(u, cdf.shape[-1] - 1, dtype=torch.long)
+    choice = torch.minimum(torch.searchsorted(cdf, u, right=True), last)  # (B, 1) index into candidates
+    return choice if ids is None else ids.gather(-1, choice)  # (B, 1) token ids
