@@ -13,6 +13,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
+from huggingface_hub import constants, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
@@ -144,9 +146,6 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     name, sizes = str(name_or_folder), ", ".join(GPT2_SIZES)
     if name not in GPT2_SIZES and not HUB_ID.fullmatch(name):
         raise CheckpointError(f"no folder {name}, nor a hub model id; give a folder with config.json and model.safetensors, or {sizes}")
-    from huggingface_hub import constants, hf_hub_download  # here, not at the top: slow to import, and training never needs it
-    from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
-
     try:
         try:  # the cache first: a model once downloaded loads without the network
             config_path, weights_path = (Path(hf_hub_download(repo_id=name, filename=f, local_files_only=True)) for f in HUB_FILES)
@@ -158,17 +157,17 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     except EntryNotFoundError as e:
         if not isinstance(e, LocalEntryNotFoundError):  # the hub has the model, but not in safetensors
             raise CheckpointError(f"{name} on the hub lacks config.json or model.safetensors (.bin pickles are never read)") from None
-        raise not_reachable(name, constants.HF_HUB_CACHE) from None  # offline, or the hub unreachable, and not in the cache
+        raise not_reachable(name) from None  # offline, or the hub unreachable, and not in the cache
     except HFValidationError:
         raise CheckpointError(f"{name} is not a valid hub model id; try one of {sizes}") from None
     except OSError:  # a network error that huggingface_hub passed on as it was
-        raise not_reachable(name, constants.HF_HUB_CACHE) from None
+        raise not_reachable(name) from None
     return config_path, weights_path, {"name": name, "source": str(weights_path.parent)}
 
 
-def not_reachable(name: str, cache: str) -> CheckpointError:
+def not_reachable(name: str) -> CheckpointError:
     return CheckpointError(
-        f"{name} is not in the Hugging Face cache {cache} and the hub cannot be reached: "
+        f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot be reached: "
         f"on a connected machine run `hf download {name} config.json model.safetensors` into that cache, "
         "or pass a local folder holding config.json and model.safetensors"
     )
