@@ -1,8 +1,10 @@
 """Benchmark what users run: python bench.py --config char [--json] [--section.field=VALUE ...]
 
 For one preset, at random init on random tokens (no corpus needed), it measures
-- training, the step train.py runs (its optimizer and runtime): ms per step, tokens/s,
-  model FLOP/s and MFU against a matmul peak measured on the spot, and the peak memory of a step;
+- training, the step train.py runs (its optimizer and runtime): ms per step, split into forward +
+  backward and the optimizer's update, tokens/s, model FLOP/s and MFU against a matmul peak
+  measured on the spot (model FLOPs only: the optimizer's arithmetic is not counted), and the
+  peak memory of a step;
 - sampling: tokens/s for 500 new tokens from a 1-token prompt, with and without the KV cache;
 - attention: each backend's causal forward time and peak memory at T = 256, 1024 and 4096
   (B = 1, H and D from the preset), where the readable path holds (T, T) weights and tiled does not.
@@ -29,7 +31,7 @@ from torch.utils._pytree import tree_flatten
 
 from configs import Config, load_config
 from engine.cli import OneLineParser, run_command
-from engine.optim import make_optimizer
+from engine.optim import describe, make_optimizer
 from engine.runtime import Runtime, setup_runtime
 from engine.step import draw_micro_batches, train_step
 from model import GPT
@@ -154,20 +156,31 @@ def build_model(cfg: Config, runtime: Runtime) -> GPT:
     return GPT(model_cfg).to(runtime.device)
 
 
-def optimizer_step(model: GPT, optimizer: torch.optim.Optimizer, micro_batches: list, runtime: Runtime, grad_clip: float) -> None:
-    """One step as train.py's loop runs it: zero the gradients, train_step (forward, backward, clip), check, update."""
+def optimizer_step(
+    model: GPT, optimizer: torch.optim.Optimizer, micro_batches: list, runtime: Runtime, grad_clip: float
+) -> tuple[float, float]:
+    """One step as train.py's loop runs it: zero the gradients, train_step (forward, backward, clip), check, update.
+
+    Returns the seconds of its two parts: forward + backward (with the clip and the finiteness
+    check, which waits for the device), and the optimizer's update.
+    """
     optimizer.zero_grad(set_to_none=True)
+    start = time.perf_counter()
     loss, grad_norm = train_step(model, micro_batches, runtime, grad_clip)
     if not torch.isfinite(loss + grad_norm):  # the loop's one sync per step
         raise RuntimeError("non-finite loss or gradient in the benchmark's training step")
+    middle = time.perf_counter()
     optimizer.step()
+    sync(runtime.device)
+    return middle - start, time.perf_counter() - middle
 
 
 def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: int = 8) -> dict:
     """ms/step, tokens/s, model FLOP/s and the peak memory of one training step, on random tokens.
 
     The step time is the median of `steps` timed steps: a burst of other work on the machine
-    slows a step or two, not the median.
+    slows a step or two, not the median. Its two parts, forward + backward and the optimizer's
+    update, are medians of their own over the same steps.
     """
     model = build_model(cfg, runtime).train()
     optimizer = make_optimizer(model, cfg.train, runtime.device)
@@ -177,15 +190,18 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
 
     step_model = torch.compile(model) if runtime.use_compile else model  # as train.py trains it
 
-    def step() -> None:  # the batch is drawn inside the timed step, as in train.py's loop
-        optimizer_step(step_model, optimizer, draw_micro_batches(ids, cfg, runtime, g), runtime, cfg.train.grad_clip)
+    def step() -> tuple[float, float]:  # the batch is drawn inside the timed step, as in train.py's loop
+        return optimizer_step(step_model, optimizer, draw_micro_batches(ids, cfg, runtime, g), runtime, cfg.train.grad_clip)
 
     compile_start = time.perf_counter()
     step()  # with torch.compile, the first step compiles
     compile_s = time.perf_counter() - compile_start if runtime.use_compile else 0.0
     for _ in range(warmup_steps - 1):
         step()
-    seconds = statistics.median(timed(step, runtime.device)[0] for _ in range(steps))
+    runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (forward + backward, update))
+    seconds = statistics.median(total for total, _ in runs)
+    forward_backward_s = statistics.median(forward_backward for _, (forward_backward, _) in runs)
+    update_s = statistics.median(update for _, (_, update) in runs)
     # Baseline, not counted: parameters, optimizer state and the batch. Last step's gradients
     # are dropped first, so the step's new gradients count in full.
     optimizer.zero_grad(set_to_none=True)
@@ -206,6 +222,9 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         "compiled": runtime.use_compile,
         "compile_s": compile_s,
         "ms_per_step": seconds * 1e3,
+        "forward_backward_ms": forward_backward_s * 1e3,
+        "optimizer_ms": update_s * 1e3,
+        "optimizer": describe(optimizer),
         "tokens_per_s": tokens_per_s,
         "flops_per_token": flops_per_token,
         "model_flops_per_s": flops_per_token * tokens_per_s,
@@ -293,11 +312,13 @@ def format_tables(r: dict) -> str:
         f"| training step ({r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
         + (f", torch.compile: {r['compile_s']:.0f} s once" if r["compiled"] else "")
         + f") | {r['ms_per_step']:.1f} ms |",
+        f"| of which forward + backward (and clip) | {r['forward_backward_ms']:.1f} ms |",
+        f"| of which the optimizer step: {r['optimizer']} | {r['optimizer_ms']:.1f} ms |",
         f"| training throughput | {r['tokens_per_s']:,.0f} tokens/s |",
         f"| model FLOPs per token (6N + 12LCT) | {r['flops_per_token'] / 1e6:.2f} M |",
         f"| model FLOP/s | {r['model_flops_per_s'] / 1e9:.1f} G |",
         f"| {r['peak_flops_dtype']} matmul peak, measured | {r['peak_flops'] / 1e9:.1f} GFLOP/s |",
-        f"| MFU | {100 * r['mfu']:.1f} % |",
+        f"| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not counted) | {100 * r['mfu']:.1f} % |",
         f"| peak memory of a training step (above params + optimizer state, {r['train_state_mem'] / MiB:.1f} MiB) | "
         f"{r['train_peak_mem'] / MiB:.1f} MiB |",
         f"| sampling {r['sample_new_tokens']} tokens, KV cache | {r['sample_tokens_per_s_cached']:,.0f} tokens/s |",

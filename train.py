@@ -28,7 +28,7 @@ from engine.diagnostics import flags_label, qk_grad_norm
 from engine.evaluation import evaluate, make_eval_set
 from engine.finetune import initial_model
 from engine.folders import FolderLock, claim_run_folder
-from engine.optim import lr_at, make_optimizer, set_lr
+from engine.optim import describe, lr_at, make_optimizer, set_lr
 from engine.runlog import RunLogger
 from engine.runtime import EagerOnFailure, Runtime, StopFlag, mean_over_ranks, setup_runtime
 from engine.step import check_finite, draw_micro_batches, tokens_per_second, train_step
@@ -90,7 +90,7 @@ def main(cfg: Config) -> dict:
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum_steps * runtime.world_size * cfg.model.block_size
     runtime.say(
         f"model: {model.num_params() / 1e6:.2f}M parameters; corpus {corpus.source}: {len(corpus.train):,} train / "
-        f"{len(corpus.val):,} val tokens; {tokens_per_step:,} tokens per step"
+        f"{len(corpus.val):,} val tokens; {tokens_per_step:,} tokens per step; optimizer {describe(optimizer)}"
     )
 
     # What evaluations look at, where results go.

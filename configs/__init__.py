@@ -63,6 +63,7 @@ class TrainConfig:
     min_lr: float = 1e-4  # learning rate at the last step of the cosine decay
     warmup_steps: int = 100  # steps of linear warmup from 0 to lr (a shorter run warms up over all of it)
     optimizer: str = "adamw"  # "adamw", or "muon": torch.optim.Muon for the blocks' matrices, AdamW (same lr) for the rest
+    muon_dtype: str = "auto"  # Muon's Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device computes it in hardware
     weight_decay: float = 0.1  # AdamW decay, on matrices only
     beta1: float = 0.9  # AdamW momentum
     beta2: float = 0.99  # AdamW second-moment decay
@@ -102,6 +103,8 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.optimizer not in ("adamw", "muon"):
             raise ValueError(f"train.optimizer must be adamw or muon, got {self.optimizer!r}")
+        if self.muon_dtype not in ("auto", "bfloat16", "float32"):
+            raise ValueError(f"train.muon_dtype must be auto, bfloat16 or float32, got {self.muon_dtype!r}")
         if self.compile not in ("auto", "true", "false"):
             raise ValueError(f"train.compile must be auto, true or false, got {self.compile!r}")
         base = self.device.split(":")[0]

@@ -9,7 +9,6 @@ so nothing global is kept and a figure goes when it is dropped. For models with 
 import html
 from pathlib import Path
 
-import circuitsvis.attention
 import numpy as np
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -142,6 +141,8 @@ def attention_page(weights_per_layer: list[torch.Tensor], tokens: list[str], tit
     that inlined copy (`local_src`, never the CDN version that str() gives) is what makes the page
     work offline.
     """
+    import circuitsvis.attention  # imported here, by the scripts that write pages: training runs never need it
+
     heads = torch.cat([w.float().cpu() for w in weights_per_layer])  # n_layer x (H, T, T) -> (n_layer * H, T, T)
     names = [f"L{layer}H{head}" for layer, w in enumerate(weights_per_layer) for head in range(w.shape[0])]
     widget = circuitsvis.attention.attention_heads(attention=heads, tokens=tokens, attention_head_names=names, mask_upper_tri=causal)

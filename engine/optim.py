@@ -5,6 +5,7 @@ import math
 import torch
 
 from configs import TrainConfig
+from engine.muon import Muon, newton_schulz_dtype
 from model import GPT
 
 
@@ -60,9 +61,10 @@ def make_optimizer(model: GPT, train_cfg: TrainConfig, device: torch.device) -> 
     """train.optimizer = "adamw": AdamW, with weight decay on matrices (and the embedding) only, so that
     biases and LayerNorm gains keep their scale.
 
-    "muon": the blocks' weight matrices go to torch.optim.Muon instead. Muon orthogonalises each
-    matrix's momentum (a few Newton-Schulz iterations) before the step, so every direction of the
-    matrix moves by a similar amount; the char preset gets to val 1.89 in under half of AdamW's steps.
+    "muon": the blocks' weight matrices go to Muon instead (torch.optim.Muon with its Newton-Schulz
+    in train.muon_dtype, engine/muon.py). Muon orthogonalises each matrix's momentum (a few
+    Newton-Schulz iterations) before the step, so every direction of the matrix moves by a similar
+    amount; the char preset gets to val 1.89 in under half of AdamW's steps.
     Its "match_rms_adamw" scaling gives the update the size of an AdamW update, so one lr from
     lr_at drives both. The embeddings (the output head shares the token embedding), biases and gains stay on AdamW.
     """
@@ -78,8 +80,21 @@ def make_optimizer(model: GPT, train_cfg: TrainConfig, device: torch.device) -> 
     adamw = torch.optim.AdamW(groups, lr=train_cfg.lr, betas=betas, fused=device.type in ("cpu", "cuda"))  # one kernel per step
     if not matrices:
         return adamw
-    muon = torch.optim.Muon(matrices, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, adjust_lr_fn="match_rms_adamw")
+    ns_dtype = newton_schulz_dtype(train_cfg.muon_dtype, device)
+    muon = Muon(matrices, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, adjust_lr_fn="match_rms_adamw", ns_dtype=ns_dtype)
     return Optimizers(muon, adamw)
+
+
+def describe(optimizer: torch.optim.Optimizer | Optimizers) -> str:
+    """What steps the weights, for the start-up line: "AdamW", or "Muon (Newton-Schulz in bfloat16) + AdamW"."""
+    optimizers = optimizer.optimizers if isinstance(optimizer, Optimizers) else (optimizer,)
+    names = [
+        f"{type(opt).__name__} (Newton-Schulz in {str(opt.ns_dtype).removeprefix('torch.')})"
+        if isinstance(opt, Muon)
+        else type(opt).__name__
+        for opt in optimizers
+    ]
+    return " + ".join(names)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

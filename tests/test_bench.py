@@ -77,6 +77,10 @@ def test_bench_functions_on_tiny_config():
     assert result["flops_per_token"] == 6 * 28_384 + 24_576 == 194_880
     assert result["tokens_per_step"] == 8 * 32  # batch 8 x block 32
     assert result["tokens_per_s"] * result["ms_per_step"] / 1e3 == pytest.approx(256, rel=1e-9)
+    # One timed step: its two parts lie inside it (the rest is drawing the batch and zeroing the gradients).
+    assert 0 < result["forward_backward_ms"] and 0 < result["optimizer_ms"]
+    assert result["forward_backward_ms"] + result["optimizer_ms"] <= result["ms_per_step"]
+    assert result["optimizer"] == "AdamW"
     # The step's new gradients alone are one float32 per parameter: the peak holds at least those.
     assert result["train_peak_mem"] >= 4 * 28_384, f"peak {result['train_peak_mem']} bytes"
     assert result["sample_tokens_match"], "cached and uncached sampling should give the same tokens"
@@ -87,7 +91,8 @@ def test_bench_functions_on_tiny_config():
     assert result["compiled"] is False and result["compile_s"] == 0.0  # compile is off on a CPU unless asked for
 
     table = bench.format_tables(result)
-    assert "| tiled |" in table and "T=1024" in table and "MFU" in table
+    assert "| tiled |" in table and "T=1024" in table and "MFU (model FLOPs only" in table
+    assert "| of which forward + backward (and clip) |" in table and "| of which the optimizer step: AdamW |" in table
     assert json.loads(json.dumps(result)) == result
 
 
