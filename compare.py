@@ -165,11 +165,12 @@ def train_run(argv: list[str], cfg: Config, children: Children) -> dict:
     code = children.run(command)
     if code != 0:
         return {"exit_code": code}
-    return {**last_evaluation(cfg.run_dir), "wall_s": time.perf_counter() - started, "exit_code": 0}
+    return {**evaluations(cfg.run_dir)[-1], "wall_s": time.perf_counter() - started, "exit_code": 0}
 
 
-def last_evaluation(run_dir: Path) -> dict:
-    return [row for row in read_metrics(run_dir) if "loss/val" in row][-1]
+def evaluations(run_dir: Path) -> list[dict]:
+    """The run's logged evaluations (the metrics.jsonl rows with a val loss), in order."""
+    return [row for row in read_metrics(run_dir) if "loss/val" in row]
 
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
@@ -180,7 +181,7 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
     """
     if not (cfg.run_dir / "ckpt.pt").is_file() or not (cfg.run_dir / "metrics.jsonl").is_file():
         return None
-    last = last_evaluation(cfg.run_dir) if any("loss/val" in row for row in read_metrics(cfg.run_dir)) else {}
+    last = (evaluations(cfg.run_dir) or [{}])[-1]
     if last.get("step") != cfg.train.max_steps:
         return None
     try:

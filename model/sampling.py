@@ -40,12 +40,14 @@ def sample_next(
     work after the sort is on k numbers instead of the whole vocabulary.
     """
     logits = logits.float()
-    check_finite_logits(logits)
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)  # (B, V) -> (B, 1)
-    logits = logits / temperature
-    if not torch.isfinite(logits).all():  # a tiny temperature: 1e-50 is 0 in float32, and 2 / 1e-40 overflows
+    scaled = logits if temperature == 0 else logits / temperature
+    if not torch.isfinite(scaled).all():  # one check per token; then say which of the two causes it is
+        check_finite_logits(logits)  # the model's own logits: broken weights
+        # finite logits, so a tiny temperature: 1e-50 is 0 in float32, and 2 / 1e-40 overflows
         raise SamplingError(f"temperature {temperature:g} is too small: the logits divided by it overflow; use 0 for greedy decoding")
+    if temperature == 0:
+        return scaled.argmax(dim=-1, keepdim=True)  # (B, V) -> (B, 1)
+    logits = scaled
     ids = None
     if top_k is not None or top_p is not None:
         k = min(top_k or logits.size(-1), logits.size(-1))
