@@ -22,13 +22,13 @@ import torch
 from configs import ConfigError, load_config, parse_args
 from data.corpus import check_split_lengths, load_corpus
 from engine.cli import OneLineParser, run_command
-from engine.diagnostics import flags_label
 from engine.evaluation import estimate_loss, make_eval_set, measure_val
 from engine.folders import writable_folder
 from engine.heatmaps import heatmap_figure
 from engine.pretrained import build, load_pretrained
 from engine.runtime import setup_runtime
 from engine.stats import COLUMNS, aggregate, format_table
+from model.ablations import flags_label
 
 VARIANTS = {"": {}, "-no-mask": {"causal": False}, "-no-scale": {"scaled": False}}  # run-name suffix -> switches changed
 TABLE = [c for c in COLUMNS if c[1] != "loss/train"]  # nothing is trained, so no training loss

@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from configs import MAX_SEED, Config, ConfigError, load_config  # noqa: E402
-from data.corpus import write_atomically  # noqa: E402
+from data.files import write_atomically  # noqa: E402
 from engine.cli import run_command  # noqa: E402
 from engine.folders import claim_run_folder  # noqa: E402
 from engine.runlog import read_metrics  # noqa: E402

@@ -15,9 +15,10 @@ import torch
 
 from data.tokenizer import TokenizerError
 from engine.cli import OneLineParser, add_model_source, load_model_source, run_command
-from engine.diagnostics import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, flags_label, head_roles
+from engine.diagnostics import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles
 from engine.folders import writable_folder
 from engine.heatmaps import attention_page, heatmap_figure, token_labels
+from model.ablations import flags_label
 
 PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the per-layer grids and the HTML page
 

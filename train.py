@@ -5,13 +5,14 @@ ckpt.pt (the latest state, for --resume) and best.pt (the best val loss so far).
 SIGTERM stops after the current step and saves a checkpoint. Under torchrun the same file trains
 with DistributedDataParallel.
 
-`main(cfg)` is the outline of a run; each step of it is a call into a package:
+`train(cfg)` is the outline of a run, and `main(argv)` its command line; each step of it is a call into a package:
 engine.runtime (device, processes, clean stops), data (corpus, tokenizer, batches), model (the GPT),
 engine.optim (optimizer, schedule), engine.step (one training step), engine.evaluation,
 engine.runlog (TensorBoard, metrics.jsonl, console), engine.checkpoints (save, resume) and
 engine.finetune (the starting weights: fresh, or GPT-2's with --init-from).
 """
 
+import argparse
 import dataclasses
 import json
 import sys
@@ -20,19 +21,20 @@ import time
 import torch
 from tqdm import tqdm
 
-from configs import Config, load_config, usage
-from data.corpus import Corpus, check_split_lengths, load_corpus, write_atomically
+from configs import Config
+from data.corpus import Corpus, check_split_lengths, load_corpus
+from data.files import write_atomically
 from engine.checkpoints import Checkpointer, Progress, read_resumable, restore
-from engine.cli import run_command
-from engine.diagnostics import flags_label, qk_grad_norm
+from engine.cli import OneLineParser, run_command
+from engine.diagnostics import qk_grad_norm
 from engine.evaluation import evaluate, make_eval_set
 from engine.finetune import initial_model
 from engine.folders import FolderLock, claim_run_folder
 from engine.optim import describe, lr_at, make_optimizer, set_lr
 from engine.runlog import RunLogger
-from engine.runtime import EagerOnFailure, Runtime, StopFlag, mean_over_ranks, setup_runtime
-from engine.step import check_finite, draw_micro_batches, tokens_per_second, train_step
-from model import GPT
+from engine.runtime import Runtime, StopFlag, mean_over_ranks, setup_runtime, wrap_for_training
+from engine.step import draw_micro_batches, optimizer_step, tokens_per_second
+from model.ablations import flags_label
 
 
 def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus, Config]:
@@ -64,14 +66,7 @@ def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
     return lock
 
 
-def for_training(model: GPT, runtime: Runtime) -> torch.nn.Module:
-    """The model as the training step runs it: wrapped by DDP under torchrun, compiled on CUDA (eager if that fails).
-    Evaluation runs the plain model."""
-    wrapped = torch.nn.parallel.DistributedDataParallel(model) if runtime.world_size > 1 else model
-    return EagerOnFailure(torch.compile(wrapped), wrapped, runtime) if runtime.use_compile else wrapped
-
-
-def main(cfg: Config) -> dict:
+def train(cfg: Config) -> dict:
     # Set up: where it runs, the text, the run folder.
     runtime = setup_runtime(cfg.train)
     corpus, cfg = load_data(cfg, runtime)
@@ -86,7 +81,7 @@ def main(cfg: Config) -> dict:
     progress = restore(checkpoint, model, optimizer, train_gen, runtime) if checkpoint else Progress()
     if checkpoint:
         runtime.say(f"resuming {cfg.run_dir} from step {progress.step}")
-    step_model = for_training(model, runtime)
+    step_model = wrap_for_training(model, runtime)
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum_steps * runtime.world_size * cfg.model.block_size
     runtime.say(
         f"model: {model.num_params() / 1e6:.2f}M parameters; corpus {corpus.source}: {len(corpus.train):,} train / "
@@ -94,13 +89,15 @@ def main(cfg: Config) -> dict:
     )
 
     # What evaluations look at, where results go.
-    ev = make_eval_set(corpus, corpus.tokenizer, cfg)
+    eval_set = make_eval_set(corpus, corpus.tokenizer, cfg)
     logger = RunLogger(cfg.run_dir, progress.step if checkpoint else None) if runtime.is_main else None
     checkpointer = Checkpointer(cfg, corpus.tokenizer, corpus.source_sha256, runtime, progress.best_val)
     last = {"loss/val": progress.val_loss} if checkpoint else {}  # the latest evaluation's results
 
+    started = time.perf_counter()  # training's wall clock: perf/elapsed_s counts evaluations too
+
     def evaluate_and_save(step: int) -> None:
-        report = evaluate(model, ev, runtime, corpus.tokenizer, started)
+        report = evaluate(model, eval_set, runtime, corpus.tokenizer, started)
         if logger:
             logger.log_evaluation(step, report, flags_label(cfg.model))
         last.update(report.metrics, sample=report.sample)
@@ -108,7 +105,6 @@ def main(cfg: Config) -> dict:
         checkpointer.save(model, optimizer, train_gen, progress)
 
     # The loop: every step sets the rate, draws a batch, steps; every so often it evaluates, logs and saves.
-    started = time.perf_counter()
     window_start = time.perf_counter()  # the training-loss window: its sum and count live in progress, saved for --resume
     first_step, stopped = progress.step, None
     bar = tqdm(range(first_step, cfg.train.max_steps), desc=cfg.run_name, dynamic_ncols=True, disable=not runtime.is_main,
@@ -123,14 +119,11 @@ def main(cfg: Config) -> dict:
                 break
             lr = lr_at(step, cfg.train)
             set_lr(optimizer, lr)
-            optimizer.zero_grad(set_to_none=True)
-            loss, grad_norm = train_step(
-                step_model, draw_micro_batches(corpus.train, cfg, runtime, train_gen), runtime, cfg.train.grad_clip
-            )
-            check_finite(loss, grad_norm, step, cfg.run_dir / "ckpt.pt")
             log_now = (step + 1) % cfg.train.log_interval == 0 or step + 1 == cfg.train.max_steps
-            qk_norm = qk_grad_norm(model) if log_now else None  # before the update: what the softmax let through
-            optimizer.step()
+            loss, _, qk_norm = optimizer_step(
+                step_model, optimizer, draw_micro_batches(corpus.train, cfg, runtime, train_gen), runtime, cfg.train.grad_clip,
+                step, cfg.run_dir / "ckpt.pt", before_update=(lambda: qk_grad_norm(model)) if log_now else None,
+            )  # fmt: skip
             progress.window_loss, progress.window_steps = progress.window_loss + loss.detach(), progress.window_steps + 1
             if log_now:
                 mean_loss = mean_over_ranks(progress.window_loss / progress.window_steps, runtime).item()
@@ -170,15 +163,16 @@ def main(cfg: Config) -> dict:
     return summary
 
 
-def run(argv: list[str]) -> int:
-    """The command line: train; a run stopped by a signal exits with 128 + its number, as shells expect."""
+def main(argv: list[str]) -> int:
+    """The command line: parse it, train; a run stopped by a signal exits with 128 + its number, as shells expect."""
+    parser = OneLineParser(__doc__, config="base", usage=argparse.SUPPRESS)
 
     def command(argv: list[str]) -> int:
-        signum = main(load_config(argv))["signal"]
+        signum = train(parser.parse_with_config(argv)[1])["signal"]
         return 128 + signum if signum else 0
 
-    return run_command(command, argv, interrupted="interrupted before training started; nothing was saved", usage=f"{__doc__}\n{usage()}")
+    return run_command(command, argv, interrupted="interrupted before training started; nothing was saved")
 
 
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -5,15 +5,14 @@ val.bin (raw unsigned integers) beside meta.json (tokenizer, vocabulary, dtype, 
 They are reused while the source text and the tokenizer stay the same.
 """
 
-import hashlib
 import json
-import os
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from data.files import sha256_of, sha256_of_bytes, write_atomically
 from data.tokenizer import TOKENIZERS, CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 
 TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -36,24 +35,6 @@ class Corpus:
     source_sha256: str
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")  # per process: concurrent writers never share one
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def download_tiny_shakespeare(cache_dir: Path) -> Path:
     """Return the cached Tiny Shakespeare, downloading it once; it is used only if its SHA-256 matches."""
     path = cache_dir / "tinyshakespeare.txt"
@@ -66,7 +47,7 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
                 f"could not download Tiny Shakespeare from {TINY_SHAKESPEARE_URL} ({getattr(e, 'reason', e)}); "
                 f"save that file as {path}, or train on your own text with --data-file PATH"
             ) from None
-        if hashlib.sha256(data).hexdigest() != TINY_SHAKESPEARE_SHA256:
+        if sha256_of_bytes(data) != TINY_SHAKESPEARE_SHA256:
             raise DataError(f"the file downloaded from {TINY_SHAKESPEARE_URL} does not match its expected SHA-256; nothing was saved")
         cache_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(path, data)

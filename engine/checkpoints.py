@@ -12,7 +12,6 @@ states, the loop's progress), and best.pt, the weights with the best val loss so
 
 import dataclasses
 import math
-import os
 import pickle
 import re
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 
 from configs import Config
+from data.files import atomic_file
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
 from engine.folders import moved_aside
 from engine.runtime import Runtime
@@ -36,15 +36,10 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     for name, tensor in payload.get("model", {}).items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "wb") as f:
+        with atomic_file(path, one_writer=True) as f:  # the run folder's lock makes this process its only writer
             torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except (OSError, RuntimeError) as e:  # torch.save reports a failed write (a full disk) as RuntimeError
-        tmp.unlink(missing_ok=True)
         cause = e
         while cause is not None and not isinstance(cause, OSError):  # torch wraps the OSError of a failed write
             cause = cause.__cause__ or cause.__context__

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from configs import MAX_SEED, ConfigError, TrainConfig
+from configs import MAX_SEED, Config, ConfigError, TrainConfig, load_config, usage
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from engine.checkpoints import CheckpointError, load_model
@@ -34,10 +34,26 @@ USER_ERRORS = (
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line on stderr and exit code 2, without the usage block."""
+    """The one command-line parser of every script: argparse, but a mistake is one line on stderr and exit code 2.
+
+    A script that trains or measures a preset passes `config`, the preset it uses by default:
+    then parse_with_config hands every argument the script does not declare to the config loader
+    (--config NAME, --section.field=VALUE and the shorthands), and --help lists those too.
+    """
+
+    def __init__(self, description: str, config: str | None = None, **kwargs):
+        if config is not None:
+            kwargs |= {"epilog": usage(config), "formatter_class": argparse.RawDescriptionHelpFormatter}
+        super().__init__(description=description, **kwargs)
+        self.config = config
 
     def error(self, message: str):
         self.exit(2, f"error: {message} (see --help)\n")
+
+    def parse_with_config(self, argv: list[str]) -> tuple[argparse.Namespace, Config]:
+        """The script's own flags, and the Config that the rest of argv gives (the preset `config` unless --config says)."""
+        args, rest = self.parse_known_args(argv)
+        return args, load_config(rest, default=self.config)
 
 
 def non_negative_int(text: str) -> int:
@@ -139,17 +155,11 @@ def run_command(
     command: Callable[[list[str]], object],
     argv: list[str],
     interrupted: str = "interrupted; nothing was saved",
-    usage: str | None = None,
 ) -> int:
     """Run a script's command on argv and return its exit code; every expected failure becomes one line.
 
     The command returns an int exit code, or anything else (its result, for tests) for success.
-    A script whose arguments are config overrides rather than argparse flags passes its `usage`,
-    printed for -h or --help.
     """
-    if usage is not None and ("-h" in argv or "--help" in argv):
-        print(usage)
-        return 0
     try:
         code = command(argv)
     except USER_ERRORS as e:

@@ -116,11 +116,6 @@ def head_roles(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict
     return sorted(rows, key=lambda row: row["entropy"])
 
 
-def flags_label(cfg) -> str:
-    """How a model's attention was built, for titles: 'causal, scaled' or the ablations in capitals."""
-    return ("causal" if cfg.causal else "NO MASK") + ", " + ("scaled" if cfg.scaled else "NO SCALE")
-
-
 @torch.no_grad()
 def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
     """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags.

@@ -18,7 +18,7 @@ from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalE
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
-from data.corpus import write_atomically
+from data.files import write_atomically
 from data.tokenizer import GPT2Tokenizer, Tokenizer
 from engine.checkpoints import CheckpointError
 from engine.folders import writable_folder

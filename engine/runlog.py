@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from data.corpus import write_atomically
+from data.files import write_atomically
 from engine.evaluation import Evaluation
 from engine.heatmaps import HeatmapGrid
 

@@ -150,6 +150,13 @@ class EagerOnFailure:
         return self.model.parameters()
 
 
+def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
+    """The model as the training step runs it: wrapped by DDP under torchrun, compiled where runtime.use_compile says
+    (eager if compiling fails). Evaluation and sampling run the plain model."""
+    wrapped = torch.nn.parallel.DistributedDataParallel(model) if runtime.world_size > 1 else model
+    return EagerOnFailure(torch.compile(wrapped), wrapped, runtime) if runtime.use_compile else wrapped
+
+
 def mean_over_ranks(value: torch.Tensor, runtime: Runtime) -> torch.Tensor:
     """The mean of a tensor over every process (the tensor itself with one process)."""
     if runtime.world_size > 1:

@@ -1,7 +1,8 @@
-"""One training step: draw this process's micro-batches, run forward and backward over them, clip."""
+"""One training step: draw this process's micro-batches, run forward and backward over them, clip, check, update."""
 
 import contextlib
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -46,14 +47,39 @@ def train_step(model, micro_batches: list, runtime: Runtime, grad_clip: float) -
     return total, grad_norm
 
 
-def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor, step: int, checkpoint: Path) -> None:
+def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor, step: int, checkpoint: Path | None) -> None:
     """Stop before the update when the loss or the gradient is not finite: one sync per step, weights untouched."""
     if not torch.isfinite(loss + grad_norm):
         bad = "loss" if not torch.isfinite(loss) else "gradient"
+        kept = f". The last good checkpoint, {checkpoint}, is untouched" if checkpoint is not None else ""
         raise TrainingError(
-            f"non-finite {bad} at step {step + 1}; stopped before the update. The last good checkpoint, "
-            f"{checkpoint}, is untouched; try a lower --train.lr or --train.grad_clip"
+            f"non-finite {bad} at step {step + 1}; stopped before the update{kept}; try a lower --train.lr or --train.grad_clip"
         )
+
+
+def optimizer_step(
+    model,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: list,
+    runtime: Runtime,
+    grad_clip: float,
+    step: int,
+    checkpoint: Path | None = None,
+    before_update: Callable[[], object] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, object]:
+    """One optimizer step, as the training loop and the benchmark take it: zero the gradients, train_step
+    (forward, backward, clip), stop on a non-finite loss or gradient, update the weights.
+
+    before_update, if given, runs between the check and the update, when the gradients are final and the
+    weights not yet moved (the loop reads the query/key gradient norm there). Returns (mean loss, gradient
+    norm, what before_update returned, else None).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    loss, grad_norm = train_step(model, micro_batches, runtime, grad_clip)
+    check_finite(loss, grad_norm, step, checkpoint)
+    seen = before_update() if before_update is not None else None
+    optimizer.step()
+    return loss, grad_norm, seen
 
 
 def tokens_per_second(n_tokens: int, seconds: float) -> float:

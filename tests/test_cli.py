@@ -11,6 +11,7 @@ import export_gpt2
 import inspect_attention
 import sample
 import train
+from configs import load_config
 from engine.cli import run_command
 
 
@@ -51,8 +52,6 @@ def test_bad_input_is_one_line_before_any_work(script, argv, needle, tmp_path, c
     """Each of these once gave a traceback, or was taken silently; every one fails before a model or corpus loads."""
     file = tmp_path / "a-file"
     file.write_text("not a folder")
-    if script is train.main:  # train.py's door builds the config first
-        script = lambda argv: train.main(train.load_config(argv))  # noqa: E731
     monkeypatch.setattr("engine.cli.load_model", lambda *a: pytest.fail("the model loaded before the bad input was noticed"))
     monkeypatch.setattr("break_gpt2.load_pretrained", lambda *a: pytest.fail("the model loaded before the bad input was noticed"))
     code = exit_code(script, [a.format(file=file) for a in argv])
@@ -60,15 +59,15 @@ def test_bad_input_is_one_line_before_any_work(script, argv, needle, tmp_path, c
 
 
 def test_train_help_lists_the_flags(capsys):
-    assert train.run(["--help"]) == 0
+    assert exit_code(train.main, ["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Train the GPT: python train.py --config base")
     assert "  --no-mask    model.causal=false" in out and "  --train.lr=0.001" in out and "model.vocab_size" not in out
 
 
 def test_a_value_that_starts_with_dashes_needs_the_equals_sign():
-    assert train.load_config(["--run-name=--odd"]).run_name == "--odd"
-    assert train.load_config(["--train.lr", "-1e-3", "--train.lr=2e-3"]).train.lr == 2e-3  # a single dash is a value
+    assert load_config(["--run-name=--odd"]).run_name == "--odd"
+    assert load_config(["--train.lr", "-1e-3", "--train.lr=2e-3"]).train.lr == 2e-3  # a single dash is a value
 
 
 def test_an_output_checked_early_is_not_created_by_the_check(tmp_path, capsys):

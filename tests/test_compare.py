@@ -130,8 +130,8 @@ def test_each_run_is_the_users_command_with_its_own_flags_last():
 
 
 def in_process(monkeypatch):
-    """compare.py's children run as train.run in this process: the same arguments, without a new interpreter per run."""
-    monkeypatch.setattr(compare.Children, "run", lambda self, command: train.run(command[2:]))
+    """compare.py's children run as train.main in this process: the same arguments, without a new interpreter per run."""
+    monkeypatch.setattr(compare.Children, "run", lambda self, command: train.main(command[2:]))
 
 
 def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(tmp_path, corpus_file, one_cpu_thread, monkeypatch, capsys):
@@ -144,7 +144,7 @@ def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(
     shutil.rmtree(folder / "tiny-no-scale")  # never begun
     shutil.rmtree(folder / "tiny-no-mask")  # stopped at step 2
     stopped = load_config(compare.train_argv(argv, compare.variant_configs(load_config(argv), folder, 1)["tiny-no-mask"][0]))
-    train.main(dataclasses.replace(stopped, train=dataclasses.replace(stopped.train, max_steps=2)))
+    train.train(dataclasses.replace(stopped, train=dataclasses.replace(stopped.train, max_steps=2)))
     capsys.readouterr()
 
     second = compare.main([*argv, "--resume"])

@@ -134,8 +134,8 @@ def test_a_no_mask_model_learns_to_cheat(tmp_path, corpus_file, one_cpu_thread):
     """After a short training on a tiny corpus, the unmasked model's honest loss is far above its teacher-forced one."""
     flags = ["--train.max_steps=300", "--train.eval_interval=300", "--train.lr=1e-2", "--model.qk_init_std=0.18"]  # 1/sqrt(32)
     argv = tiny_argv(tmp_path, corpus_file, *flags)
-    causal = train.main(load_config(argv))
-    cheat = train.main(load_config([*argv, "--no-mask"]))
+    causal = train.train(load_config(argv))
+    cheat = train.train(load_config([*argv, "--no-mask"]))
     assert abs(causal["loss/leak_gap"]) < 1e-4
     assert cheat["loss/leak_gap"] > 0.5, cheat
     assert cheat["attn/future_mass"] > 0.1
@@ -144,7 +144,7 @@ def test_a_no_mask_model_learns_to_cheat(tmp_path, corpus_file, one_cpu_thread):
 
 def test_training_logs_every_issue_tag(tmp_path, corpus_file, one_cpu_thread):
     argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=10", "--train.eval_interval=5", "--train.log_interval=5")
-    train.main(load_config(argv))
+    train.train(load_config(argv))
     rows = [json.loads(line) for line in (tmp_path / "runs" / "tiny" / "metrics.jsonl").read_text().splitlines()]
     tags = set().union(*rows)
     wanted = {
@@ -245,7 +245,7 @@ def test_heatmap_labels_and_axis_names_show_in_full(n_heads):
 
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
     argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=5", "--train.eval_interval=5", "--no-mask")
-    train.main(load_config(argv))
+    train.train(load_config(argv))
     capsys.readouterr()
     out = inspect_attention.main(["--run", "tiny-no-mask", "--runs-dir", str(tmp_path / "runs"), "--text", "the king"])
     printed = capsys.readouterr().out
@@ -261,7 +261,7 @@ def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, on
 def test_cuda_run_uses_bf16_autocast_and_compile(tmp_path, corpus_file):
     runtime = engine.runtime.setup_runtime(load_config(["--config", "tiny", "--device", "cuda"]).train)
     assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile
-    summary = train.main(load_config(tiny_argv(tmp_path, corpus_file, "--device", "cuda", "--train.max_steps=10")))
+    summary = train.train(load_config(tiny_argv(tmp_path, corpus_file, "--device", "cuda", "--train.max_steps=10")))
     assert math.isfinite(summary["loss/val"])
 
 

@@ -109,7 +109,7 @@ def accumulated(tmp_path_factory, corpus, one_cpu_thread) -> list[dict]:
         mp.setattr(
             engine.evaluation, "HEATMAP_MAX_TOKENS", 4
         )  # small heatmaps: the figures are not under test, and are most of an evaluation's time
-        train.main(load_config(tiny_argv(root, corpus, *DDP, "--train.grad_accum_steps=2")))
+        train.train(load_config(tiny_argv(root, corpus, *DDP, "--train.grad_accum_steps=2")))
     return read_metrics(root / "runs" / "tiny")
 
 
@@ -184,7 +184,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, corpus, accumulat
     """batch_size 16 in one micro-step trains on the same windows as 8 x 2 micro-steps: the same losses, to float error."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine.evaluation, "HEATMAP_MAX_TOKENS", 4)
-        train.main(load_config(tiny_argv(tmp_path, corpus, *DDP, "--train.batch_size=16")))
+        train.train(load_config(tiny_argv(tmp_path, corpus, *DDP, "--train.batch_size=16")))
     got, want = by_step(read_metrics(tmp_path / "runs" / "tiny"), "loss/train_step"), by_step(accumulated, "loss/train_step")
     steps = sorted(want)
     assert sorted(got) == steps
@@ -220,7 +220,7 @@ def ddp_rank(rank: int, port: int, argv: list[str], stop_after: int, log: str) -
         return real_no_sync(self)
 
     torch.nn.parallel.DistributedDataParallel.no_sync = no_sync
-    code = train.run(argv)
+    code = train.main(argv)
     print(f"no_sync entered {entered[0]} times")
     sys.exit(code)
 
@@ -304,7 +304,7 @@ def test_ddp_with_muon_and_accumulation_equals_one_process(tmp_path, corpus):
         assert no_sync_count(ddp_root / f"rank{rank}.txt") == STEPS  # one micro-step without all-reduce per step, on every rank
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine.evaluation, "HEATMAP_MAX_TOKENS", 4)
-        train.main(load_config(tiny_argv(one_root, corpus, *args, "--train.grad_accum_steps=4")))
+        train.train(load_config(tiny_argv(one_root, corpus, *args, "--train.grad_accum_steps=4")))
     ddp, one = read_metrics(ddp_root / "runs" / "tiny"), read_metrics(one_root / "runs" / "tiny")
     for key in ("loss/train_step", "loss/val"):
         got, want = by_step(ddp, key), by_step(one, key)

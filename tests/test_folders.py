@@ -43,7 +43,7 @@ def test_a_live_runs_folder_is_refused_to_a_second_run(tmp_path, corpus_file, on
             with pytest.raises(OutputError, match=rf"{run_dir} is in use by a live run \(process {holder.pid}\)"):
                 claim_run_folder(run_dir, resume)
         argv = tiny_argv(tmp_path, corpus_file, "--run-name", "dup", "--train.max_steps=1")
-        assert train.run(argv) == 2
+        assert train.main(argv) == 2
         assert capsys.readouterr().err.strip().splitlines() == [
             f"error: {run_dir} is in use by a live run (process {holder.pid}); wait for it to end or stop it, or choose another --run-name"
         ]

@@ -125,10 +125,10 @@ def test_init_from_starts_from_gpt2_cropped_to_the_preset_context(gpt2_folder, c
 
 def test_init_from_run_trains_resumes_samples_and_inspects(gpt2_folder, corpus, tmp_path, capsys):
     argv = gpt2_run(tmp_path, corpus, "--init-from", str(gpt2_folder), "--run-name", "ft")
-    first = train.main(load_config(argv))
+    first = train.train(load_config(argv))
     saved = json.loads((tmp_path / "runs" / "ft" / "config.json").read_text())
     assert saved["model"]["qkv_bias"] and saved["model"]["gelu"] == "tanh" and saved["train"]["init_from"] == str(gpt2_folder)
-    resumed = train.main(load_config([*argv, "--train.max_steps=4", "--resume"]))
+    resumed = train.train(load_config([*argv, "--train.max_steps=4", "--resume"]))
     assert resumed["stopped_at"] is None and resumed["loss/val"] != first["loss/val"]
     model, _, checkpoint = load_model(tmp_path / "runs" / "ft" / "ckpt.pt")
     assert checkpoint["step"] == 4 and model.cfg.qkv_bias
@@ -180,7 +180,7 @@ def test_init_from_keeps_the_weights_switches_unless_an_ablation_is_asked(
 def test_unscaled_gpt2_fine_tunes_unscaled_from_its_own_val_loss(unscaled_folder, corpus, tmp_path):
     """Step 0 evaluates the weights as they were exported: the same val loss as the pretrained model on the same batches."""
     argv = gpt2_run(tmp_path, corpus, "--init-from", str(unscaled_folder), "--run-name", "ft")
-    train.main(load_config(argv))
+    train.train(load_config(argv))
     saved = json.loads((tmp_path / "runs" / "ft" / "config.json").read_text())
     assert saved["model"]["scaled"] is False and saved["model"]["causal"] is True
     cfg = load_config(argv)
@@ -203,7 +203,7 @@ def test_init_from_run_resumes_without_its_folder(unscaled_folder, corpus, tmp_p
     folder = tmp_path / "export"
     shutil.copytree(unscaled_folder, folder)
     args = ["--init-from", str(folder), "--run-name", "ft", "--train.max_steps=4", "--model.dropout=0.1"]
-    train.main(load_config(gpt2_run(tmp_path / "full", corpus, *args)))
+    train.train(load_config(gpt2_run(tmp_path / "full", corpus, *args)))
     argv = gpt2_run(tmp_path / "resumed", corpus, *args)
     real, calls = train.draw_micro_batches, [0]
 
@@ -215,9 +215,9 @@ def test_init_from_run_resumes_without_its_folder(unscaled_folder, corpus, tmp_p
 
     with monkeypatch.context() as mp:
         mp.setattr(train, "draw_micro_batches", draw)
-        assert train.main(load_config(argv))["stopped_at"] == 2
+        assert train.train(load_config(argv))["stopped_at"] == 2
     shutil.rmtree(folder)
-    assert train.main(load_config([*argv, "--resume"]))["stopped_at"] is None
+    assert train.train(load_config([*argv, "--resume"]))["stopped_at"] is None
     got, want = (read_run_metrics(tmp_path / root / "runs" / "ft") for root in ("resumed", "full"))
     assert [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in got] == [
         {k: v for k, v in m.items() if not k.startswith("perf/")} for m in want
@@ -231,14 +231,14 @@ def read_run_metrics(run_dir) -> list[dict]:
 
 def test_init_from_refuses_other_tokenizers_and_longer_contexts(gpt2_folder, corpus, tmp_path, capsys):
     char = tiny_argv(tmp_path, corpus, "--init-from", str(gpt2_folder))
-    assert_one_line_error(error_of(train.run, char, capsys), "data.tokenizer = gpt2")
+    assert_one_line_error(error_of(train.main, char, capsys), "data.tokenizer = gpt2")
     longer = gpt2_run(tmp_path, corpus, "--init-from", str(gpt2_folder), "--model.block_size=128")
-    assert_one_line_error(error_of(train.run, longer, capsys), "block_size 128", "64")
+    assert_one_line_error(error_of(train.main, longer, capsys), "block_size 128", "64")
 
 
 def test_export_round_trip_and_break_at_inference(corpus, tmp_path, capsys):
     gpt2_encoding_or_skip()
-    train.main(load_config(gpt2_run(tmp_path, corpus)))
+    train.train(load_config(gpt2_run(tmp_path, corpus)))
     runs = str(tmp_path / "runs")
     folder = export_gpt2.main(["--run", "tiny", "--runs-dir", runs, "--out", str(tmp_path / "export")])
     ours, _, _ = load_model(tmp_path / "runs" / "tiny" / "ckpt.pt")
@@ -258,7 +258,7 @@ def test_export_round_trip_and_break_at_inference(corpus, tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "break" / "export-no-mask").iterdir()) == ["attn_L0.png", "attn_L1.png"]
     assert "| export-no-mask |" in capsys.readouterr().out
 
-    train.main(load_config(gpt2_run(tmp_path, corpus, "--no-mask")))
+    train.train(load_config(gpt2_run(tmp_path, corpus, "--no-mask")))
     capsys.readouterr()
     refused = error_of(export_gpt2.main, ["--run", "tiny-no-mask", "--runs-dir", runs, "--out", str(tmp_path / "x")], capsys)
     assert_one_line_error(refused, "causal mask")

@@ -146,7 +146,7 @@ def load_checkpoint_both_ways(path: Path) -> dict:
 
 def run_train(argv: list[str], capsys) -> subprocess.CompletedProcess:
     """train.py's command line in process: run(argv) as the script calls it, with its exit code and output."""
-    code = train.run(argv)
+    code = train.main(argv)
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(["train.py", *argv], code, out, err)
 
@@ -180,7 +180,7 @@ def reference(tmp_path_factory, corpus, one_cpu_thread, small_heatmaps) -> dict:
     """A 60-step run, never interrupted: evaluations at 0, 20, 40, 60 and a training-loss line every 5 steps."""
     root = tmp_path_factory.mktemp("reference")
     argv = tiny_argv(root, corpus, *RUN)
-    summary = train.main(load_config(argv))
+    summary = train.train(load_config(argv))
     run_dir = root / "runs" / "tiny"
     return {"root": root, "corpus": corpus, "argv": argv, "summary": summary, "run_dir": run_dir, "metrics": read_metrics(run_dir)}
 
@@ -220,25 +220,25 @@ def resumed(tmp_path_factory, corpus, reference, one_cpu_thread, small_heatmaps)
     out: dict = {"run_dir": run_dir}
     with pytest.MonkeyPatch.context() as mp:
         signal_on_call(mp, 33)
-        out["first"] = train.main(load_config(argv))
+        out["first"] = train.train(load_config(argv))
     out["first_ckpt"] = read_checkpoint(run_dir / "ckpt.pt")
     out["first_metrics"] = read_metrics(run_dir)
     with pytest.MonkeyPatch.context() as mp:
         wait_for_a_new_second(run_dir)
         signal_on_call(mp, 7)
-        out["second"] = train.main(load_config([*argv, "--resume"]))
+        out["second"] = train.train(load_config([*argv, "--resume"]))
     out["second_ckpt"] = read_checkpoint(run_dir / "ckpt.pt")
     out["second_metrics"] = read_metrics(run_dir)
     with pytest.MonkeyPatch.context() as mp:
         wait_for_a_new_second(run_dir)
         loggers = crash_on_call(mp, 8)
         with pytest.raises(Crash):
-            train.main(load_config([*argv, "--resume"]))
+            train.train(load_config([*argv, "--resume"]))
         loggers[-1].close()  # what the crashed process had written reaches the disk
     out["crash_metrics"] = read_metrics(run_dir)
     out["crash_train_steps"] = [step for step, _ in tensorboard_scalars(run_dir, "loss/train_step")]
     wait_for_a_new_second(run_dir)
-    out["last"] = train.main(load_config([*argv, "--resume"]))
+    out["last"] = train.train(load_config([*argv, "--resume"]))
     return out
 
 
@@ -301,7 +301,7 @@ def test_resumed_tensorboard_shows_each_step_once(resumed, reference, tag):
 
 def test_resume_prints_where_it_continues_from(tmp_path, reference, capsys):
     argv, run_dir = reference_copy(reference, tmp_path)
-    summary = train.main(load_config([*argv, "--resume", "--train.max_steps=62"]))
+    summary = train.train(load_config([*argv, "--resume", "--train.max_steps=62"]))
     out = capsys.readouterr().out
     assert f"resuming {run_dir} from step 60" in out
     assert summary["stopped_at"] is None and read_checkpoint(run_dir / "ckpt.pt")["step"] == 62
@@ -319,9 +319,9 @@ def test_resume_of_a_checkpoint_with_one_torch_rng_tensor(tmp_path, reference, c
     if isinstance(checkpoint["torch_rng"], list):
         (checkpoint["torch_rng"],) = checkpoint["torch_rng"]
     torch.save(checkpoint, old_dir / "ckpt.pt")
-    train.main(load_config([*argv, "--resume", "--train.max_steps=64"]))
+    train.train(load_config([*argv, "--resume", "--train.max_steps=64"]))
     capsys.readouterr()
-    train.main(load_config([*old_argv, "--resume", "--train.max_steps=64"]))
+    train.train(load_config([*old_argv, "--resume", "--train.max_steps=64"]))
     out = capsys.readouterr().out
     assert "processes" not in out, out  # no note about a world size the checkpoint never had
     assert without_timing(read_metrics(old_dir)) == without_timing(read_metrics(run_dir))  # the dropout stream continued
@@ -342,7 +342,7 @@ def test_sigint_right_after_resuming_from_an_evaluated_checkpoint(tmp_path, refe
             return self
 
     monkeypatch.setattr(train, "StopFlag", StopAtOnce)
-    summary = train.main(load_config([*argv, "--resume", "--train.max_steps=70"]))
+    summary = train.train(load_config([*argv, "--resume", "--train.max_steps=70"]))
     assert summary["stopped_at"] == 60 and summary["signal"] == signal.SIGINT
     assert load_checkpoint_both_ways(run_dir / "ckpt.pt")["step"] == 60
 
@@ -374,7 +374,7 @@ def test_resume_survives_a_torn_last_line_in_metrics_jsonl(tmp_path, reference):
     argv, run_dir = reference_copy(reference, tmp_path)
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write('{"step": 61, "loss/train_st')
-    summary = train.main(load_config([*argv, "--resume", "--train.max_steps=62"]))
+    summary = train.train(load_config([*argv, "--resume", "--train.max_steps=62"]))
     assert summary["stopped_at"] is None
     metrics = read_metrics(run_dir)  # every line parses again
     assert steps_with(metrics, "loss/val")[-1] == 62
@@ -405,7 +405,7 @@ def run_stopped_at(argv: list[str], stops: list[int]) -> tuple[list[dict], list]
             with pytest.MonkeyPatch.context() as mp:
                 if k:
                     signal_on_call(mp, k)
-                summaries.append(train.main(load_config([*argv, "--resume"] if i else argv)))
+                summaries.append(train.train(load_config([*argv, "--resume"] if i else argv)))
     finally:
         handle.remove()
     return summaries, rates
@@ -559,7 +559,7 @@ def train_in_child(argv: list[str], log: str, pause: str = "") -> None:
     engine.evaluation.HEATMAP_MAX_TOKENS = 4  # faster evaluations: more checkpoints per second to be killed in
     if pause:
         hang_in_second_save(pause)
-    sys.exit(train.run(argv))
+    sys.exit(train.main(argv))
 
 
 def hang_in_second_save(where: str) -> None:
@@ -653,7 +653,7 @@ def test_sigkill_at_random_moments_never_leaves_an_unloadable_checkpoint(tmp_pat
         assert checkpoint["step"] >= (last_step if resume else 0), f"kill {i}: the checkpoint went back in time"
         last_step = checkpoint["step"]
     assert mid_save == len(TARGETED), f"{mid_save} of {len(TARGETED)} targeted kills left ckpt.pt.tmp behind"
-    final = train.main(load_config([*argv, "--resume", f"--train.max_steps={last_step + 2}"]))
+    final = train.train(load_config([*argv, "--resume", f"--train.max_steps={last_step + 2}"]))
     assert final["stopped_at"] is None
     metrics = read_metrics(run_dir)
     for key in ("loss/train_step", "loss/val"):
@@ -699,10 +699,10 @@ def test_best_pt_keeps_the_dip_across_a_resume_and_sample_best_uses_it(tmp_path,
     run_dir = tmp_path / "runs" / "tiny"
     with pytest.MonkeyPatch.context() as mp:
         fake_val_losses(mp, [4.0, 2.0, 3.0, 2.5])  # steps 0, 5, 10, 15: best at step 5
-        train.main(load_config(argv))
+        train.train(load_config(argv))
     with pytest.MonkeyPatch.context() as mp:
         fake_val_losses(mp, [2.25])  # step 20, after resuming: still worse than step 5
-        train.main(load_config([*argv, "--resume", "--train.max_steps=20"]))
+        train.train(load_config([*argv, "--resume", "--train.max_steps=20"]))
     metrics = read_metrics(run_dir)
     assert [(m["step"], m["loss/val"]) for m in metrics if "loss/val" in m] == [(0, 4.0), (5, 2.0), (10, 3.0), (15, 2.5), (20, 2.25)]
     best, latest = read_checkpoint(run_dir / "best.pt"), read_checkpoint(run_dir / "ckpt.pt")
@@ -746,7 +746,7 @@ def test_nan_loss_stops_before_the_update_and_keeps_the_checkpoint(tmp_path, cor
     run_dir = tmp_path / "runs" / "tiny"
     seen = nan_on_call(monkeypatch, 8, "loss", run_dir)
     with pytest.raises(engine.step.TrainingError) as e:
-        train.main(load_config(argv))
+        train.train(load_config(argv))
     message = str(e.value)
     assert "non-finite loss at step 8" in message and str(run_dir / "ckpt.pt") in message
     assert (run_dir / "ckpt.pt").read_bytes() == seen["ckpt"]  # byte for byte the step-5 checkpoint

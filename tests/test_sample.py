@@ -37,7 +37,7 @@ def trained(tmp_path_factory, one_cpu_thread):
     corpus = write_corpus(root / "text")
     argv = tiny_argv(root, corpus, "--train.max_steps=10")
     cfg = load_config(argv)
-    train.main(cfg)
+    train.train(cfg)
     return {"root": root, "corpus": corpus, "cfg": cfg, "ckpt": root / "runs" / "tiny" / "ckpt.pt", "text": corpus.read_text("utf-8")}
 
 

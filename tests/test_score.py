@@ -39,7 +39,7 @@ def run(tmp_path_factory, one_cpu_thread):
     """A 2-step tiny run (context 32 characters): scoring needs a checkpoint and its corpus, not a good model."""
     root = tmp_path_factory.mktemp("score")
     corpus = write_corpus(root / "text")
-    train.main(load_config(tiny_argv(root, corpus, "--train.max_steps=2", "--train.eval_interval=2")))
+    train.train(load_config(tiny_argv(root, corpus, "--train.max_steps=2", "--train.eval_interval=2")))
     return {"root": root, "ckpt": root / "runs" / "tiny" / "ckpt.pt", "text": corpus.read_text("utf-8")}
 
 

@@ -40,7 +40,7 @@ def eval_lines(metrics: list[dict]) -> list[dict]:
 
 
 def quiet_main(argv: list[str], capsys) -> dict:
-    summary = train.main(load_config(argv))
+    summary = train.train(load_config(argv))
     capsys.readouterr()  # the console lines are not under test here
     return summary
 
@@ -86,7 +86,7 @@ def test_base_preset_with_three_steps_runs_end_to_end(tmp_path, corpus_file, one
     """`python train.py --config base --train.max_steps=3`: the preset's 50 warmup steps shrink to fit."""
     gpt2_encoding_or_skip()
     argv = ["--config", "base", "--train.max_steps=3", "--data-file", str(corpus_file), "--data.cache_dir", str(tmp_path / "cache")]
-    summary = train.main(load_config([*argv, "--runs-dir", str(tmp_path / "runs"), "--device", "cpu", "--train.eval_batches=1"]))
+    summary = train.train(load_config([*argv, "--runs-dir", str(tmp_path / "runs"), "--device", "cpu", "--train.eval_batches=1"]))
     metrics = [json.loads(line) for line in (tmp_path / "runs" / "base" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "loss/val" in m] == [0, 3]
     peak = load_config(["--config", "base"]).train.lr
@@ -245,11 +245,11 @@ def test_a_compile_that_fails_at_the_first_step_trains_eagerly(tmp_path, corpus_
 
     real_compile = torch.compile
     args = ["--train.max_steps=4", "--train.eval_interval=4", "--train.log_interval=1", "--model.dropout=0.1"]
-    eager = train.main(load_config(tiny_argv(tmp_path / "eager", corpus_file, *args, "--train.compile=false")))
+    eager = train.train(load_config(tiny_argv(tmp_path / "eager", corpus_file, *args, "--train.compile=false")))
     capsys.readouterr()
     monkeypatch.setattr(torch, "compile", lambda model: real_compile(model, backend=no_triton))
     try:
-        fell_back = train.main(load_config(tiny_argv(tmp_path / "compiled", corpus_file, *args, "--train.compile=true")))
+        fell_back = train.train(load_config(tiny_argv(tmp_path / "compiled", corpus_file, *args, "--train.compile=true")))
     finally:
         torch._dynamo.reset()  # forget the failed attempt's caches
     lines = [line for line in capsys.readouterr().out.splitlines() if "torch.compile" in line]
@@ -347,7 +347,7 @@ def smoke(tmp_path_factory, one_cpu_thread):
     argv = tiny_argv(root, corpus, f"--train.max_steps={SMOKE_STEPS}", "--train.eval_interval=10")
     cfg = load_config(argv)
     start = time.perf_counter()
-    summary = train.main(cfg)
+    summary = train.train(cfg)
     main_s = time.perf_counter() - start
     return {
         "root": root,
@@ -475,7 +475,7 @@ def test_no_mask_run_gets_its_own_folder(tmp_path, corpus_file, capsys):
 
 def test_block_size_longer_than_val_split_fails_before_the_run_folder(tmp_path, corpus_file):
     with pytest.raises(DataError, match="fewer than block_size"):
-        train.main(load_config(tiny_argv(tmp_path, corpus_file, "--model.block_size=5000")))
+        train.train(load_config(tiny_argv(tmp_path, corpus_file, "--model.block_size=5000")))
     assert not (tmp_path / "runs").exists()
 
 

@@ -1,0 +1,177 @@
+"""The loader: a TOML preset, then command-line overrides, checked against the schema and converted to its types.
+
+Precedence is dataclass defaults < TOML file < command line. Sections [model], [data] and
+[train] map one-to-one onto ModelConfig, DataConfig and TrainConfig, and every field can be
+set from the command line with its dotted name:
+
+    python train.py --config base --train.lr=3e-4 --model.n_layer 4
+    python train.py --no-mask        # shorthand for --model.causal=false
+    python train.py --no-scale       # shorthand for --model.scaled=false
+    python train.py --config gpt2-finetune --init-from gpt2   # shorthand for --train.init_from=gpt2
+
+Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
+"""
+
+import difflib
+import tomllib
+from pathlib import Path
+
+from configs.schema import KEYS, SECTIONS, Config
+from model.ablations import ABLATIONS
+
+CONFIG_DIR = Path(__file__).resolve().parent
+SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes a value)
+    **{a.flag: (f"model.{a.switch}", "false") for a in ABLATIONS},  # --no-mask, --no-scale
+    "--device": ("train.device", None),
+    "--data-file": ("data.path", None),
+    "--run-name": ("train.run_name", None),
+    "--runs-dir": ("train.runs_dir", None),
+    "--resume": ("train.resume", "true"),
+    "--init-from": ("train.init_from", None),
+}
+FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
+
+
+class ConfigError(ValueError):
+    """A config file or flag that cannot be used; the message says what is valid."""
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+
+
+def find_config_file(name: str) -> Path:
+    if name.endswith(".toml") or "/" in name or "\\" in name:
+        path = Path(name)
+        if not path.is_file():
+            raise ConfigError(f"config file {name} not found; give a path to a .toml file or one of: {', '.join(presets())}")
+        return path
+    path = CONFIG_DIR / f"{name}.toml"
+    if not path.is_file():
+        hint = difflib.get_close_matches(name, presets(), n=1)
+        did_you_mean = f"did you mean {hint[0]}? " if hint else ""
+        raise ConfigError(f"unknown config {name!r}; {did_you_mean}choose one of: {', '.join(presets())}, or a path to a .toml file")
+    return path
+
+
+def nearest_key(dotted: str) -> str | None:
+    """The valid key a typo most likely meant: an abbreviation (learning_rate -> lr), else the closest spelling."""
+    section, _, name = dotted.partition(".")
+    if section in SECTIONS:
+        names = [key.partition(".")[2] for key in KEYS if key.startswith(f"{section}.")]
+        initials = "".join(part[:1] for part in name.split("_"))
+        for field_name in names:
+            if field_name == initials or field_name.replace("_", "") == name.replace("_", ""):
+                return f"{section}.{field_name}"
+        hint = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        if hint:
+            return f"{section}.{hint[0]}"
+    hint = difflib.get_close_matches(dotted, list(KEYS), n=1, cutoff=0.5)
+    return hint[0] if hint else None
+
+
+def check_key(dotted: str) -> None:
+    """Make sure 'section.field' exists and may be set, suggesting the nearest valid key if not."""
+    if dotted not in KEYS:
+        section, _, name = dotted.partition(".")
+        if section not in SECTIONS and not name:
+            raise ConfigError(f"unknown section [{section}]; valid sections are {', '.join(SECTIONS)}")
+        hint = nearest_key(dotted)
+        suggestion = f", did you mean {hint}?" if hint else f"; valid keys: {', '.join(KEYS)}"
+        raise ConfigError(f"unknown key {dotted}{suggestion}")
+    if dotted in FROM_TOKENIZER:
+        raise ConfigError(f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead")
+
+
+def convert(dotted: str, value):
+    """Turn a TOML value or a command-line string into the type of field `dotted`, or explain why not."""
+    kind = KEYS[dotted].type
+    if isinstance(value, str) and kind is not str:
+        text = value.strip().lower()
+        if kind is bool:
+            if text not in ("true", "false"):
+                raise ConfigError(f"{dotted} takes true or false, got {value!r}")
+            return text == "true"
+        try:
+            return kind(text)
+        except ValueError:
+            raise ConfigError(f"{dotted} takes {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not kind:
+        raise ConfigError(f"{dotted} takes {kind.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
+    """Return the config name (`default` unless --config gives one) and the (dotted key, string value) overrides, in order."""
+    name, overrides, i = default, [], 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, has_eq, inline = arg.partition("=")
+        takes_value = flag == "--config" or (flag in SHORTHANDS and SHORTHANDS[flag][1] is None) or "." in flag
+        if flag in SHORTHANDS and SHORTHANDS[flag][1] is not None:
+            if has_eq:
+                raise ConfigError(f"{flag} takes no value")
+            overrides.append(SHORTHANDS[flag])
+            i += 1
+            continue
+        if not flag.startswith("--") or not takes_value:
+            shown = [*SHORTHANDS, "--config", "--section.field=VALUE"]
+            raise ConfigError(f"unknown argument {arg!r}; valid arguments: {', '.join(shown)}")
+        if has_eq:
+            value = inline
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            value, i = argv[i + 1], i + 1
+        elif i + 1 < len(argv):  # `--run-name --no-mask`: the value was left out; write --flag=--value to mean it
+            raise ConfigError(
+                f"{flag} needs a value, and got the flag {argv[i + 1]}; to give a value that starts with --, write {flag}=VALUE"
+            )
+        else:
+            raise ConfigError(f"{flag} needs a value")
+        if flag == "--config":
+            name = value
+        else:
+            overrides.append((SHORTHANDS[flag][0] if flag in SHORTHANDS else flag[2:], value))
+        i += 1
+    return name, overrides
+
+
+def usage(default: str = "base") -> str:
+    """What a config-driven script accepts: the presets, the shorthands and every key with its default."""
+    shorthands = [f"  {flag:<12} {dotted}" + ("=VALUE" if value is None else f"={value}") for flag, (dotted, value) in SHORTHANDS.items()]
+    keys = [
+        f"  --{dotted}={'' if f.default == '' else str(f.default).lower() if isinstance(f.default, bool) else f.default}"
+        for dotted, f in KEYS.items()
+        if dotted not in FROM_TOKENIZER
+    ]
+    head = f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file"
+    return "\n".join([head, "shorthands:", *shorthands, "every key, with its default (a preset may change it):", *keys])
+
+
+def load_config(argv: list[str], default: str = "base") -> Config:
+    """Build the Config from `--config NAME|PATH` (`default` if absent) and the overrides in argv."""
+    name, overrides = parse_args(argv, default)
+    path = find_config_file(name)
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"malformed TOML in {path}: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
+    values: dict[str, dict] = {section: {} for section in SECTIONS}
+    for section, body in table.items():
+        if section not in SECTIONS or not isinstance(body, dict):
+            raise ConfigError(f"unknown section [{section}] in {path}; valid sections are {', '.join(SECTIONS)}")
+        for key, value in body.items():
+            check_key(f"{section}.{key}")
+            values[section][key] = convert(f"{section}.{key}", value)
+    for dotted, value in overrides:
+        check_key(dotted)
+        section, _, key = dotted.partition(".")
+        values[section][key] = convert(dotted, value)
+    try:
+        sections = {s: cls(**values[s]) for s, cls in SECTIONS.items()}
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return Config(name=path.stem, **sections)

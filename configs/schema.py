@@ -1,0 +1,123 @@
+"""The configuration's schema: DataConfig and TrainConfig beside model/config.py's ModelConfig, and Config, one of each.
+
+Each field carries its unit or meaning; checks run in __post_init__, so a bad value fails when
+the config is built, not at step 3000. configs/loader.py fills these from a TOML preset and the
+command line.
+"""
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data.tokenizer import TOKENIZERS
+from model.ablations import name_suffix
+from model.config import ModelConfig
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+MAX_SEED = 2**63 - 1  # torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
+MAX_RUN_NAME = 200  # characters
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str = ""  # a UTF-8 text file; empty means Tiny Shakespeare, downloaded once
+    tokenizer: str = "gpt2"  # "gpt2" (tiktoken BPE) or "char" (one id per character)
+    cache_dir: str = ""  # where downloads and prepared .bin files go; empty means data/cache
+
+    def __post_init__(self) -> None:
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(f"data.tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = 32  # sequences per micro-batch, per process
+    grad_accum_steps: int = 1  # micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x processes
+    max_steps: int = 1000  # optimizer steps in the whole run
+    lr: float = 1e-3  # peak learning rate, reached at the end of warmup
+    min_lr: float = 1e-4  # learning rate at the last step of the cosine decay
+    warmup_steps: int = 100  # steps of linear warmup from 0 to lr (a shorter run warms up over all of it)
+    optimizer: str = "adamw"  # "adamw", or "muon": torch.optim.Muon for the blocks' matrices, AdamW (same lr) for the rest
+    muon_dtype: str = "auto"  # Muon's Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device computes it in hardware
+    weight_decay: float = 0.1  # AdamW decay, on matrices only
+    beta1: float = 0.9  # AdamW momentum
+    beta2: float = 0.99  # AdamW second-moment decay
+    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    eval_interval: int = 100  # steps between evaluations (and one at the end)
+    eval_batches: int = 20  # fixed batches per split in each evaluation
+    honest_batches: int = 4  # of those val batches, how many are also scored prefix by prefix (loss/val_honest)
+    log_interval: int = 10  # steps between training-loss logs
+    seed: int = 1337  # one seed for init and the training batches
+    device: str = "auto"  # "auto" picks cuda, then mps, then cpu
+    compile: str = "auto"  # torch.compile the training model: "auto" (CUDA only), "true" or "false"
+    run_name: str = ""  # folder under runs_dir; empty derives it from config and flags
+    runs_dir: str = "runs"  # where every run's folder goes
+    resume: bool = False  # continue runs_dir/run_name/ckpt.pt instead of starting afresh
+    init_from: str = ""  # start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + model.safetensors)
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"):
+            if not math.isfinite(getattr(self, name)):  # nan slips past every comparison below, inf past most
+                raise ValueError(f"train.{name} must be a finite number, got {getattr(self, name)}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"train.seed must be between 0 and {MAX_SEED} (2**63 - 1), got {self.seed}")
+        for name in ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches", "honest_batches", "log_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"train.lr must be positive, got {self.lr}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        for name in ("weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.optimizer not in ("adamw", "muon"):
+            raise ValueError(f"train.optimizer must be adamw or muon, got {self.optimizer!r}")
+        if self.muon_dtype not in ("auto", "bfloat16", "float32"):
+            raise ValueError(f"train.muon_dtype must be auto, bfloat16 or float32, got {self.muon_dtype!r}")
+        if self.compile not in ("auto", "true", "false"):
+            raise ValueError(f"train.compile must be auto, true or false, got {self.compile!r}")
+        base = self.device.split(":")[0]
+        if base not in DEVICES or (":" in self.device and (base != "cuda" or not self.device.split(":")[1].isdigit())):
+            raise ValueError(f"train.device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")
+        if "/" in self.run_name or self.run_name in (".", ".."):
+            raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
+        if not self.runs_dir.strip():
+            raise ValueError("train.runs_dir must name a folder (write . for the current one), got an empty value")
+        if len(self.run_name) > MAX_RUN_NAME:  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
+            raise ValueError(f"train.run_name must be at most {MAX_RUN_NAME} characters, got {len(self.run_name)}")
+
+    @property
+    def warmup(self) -> int:
+        """The warmup the schedule uses: warmup_steps, shrunk to fit a run shorter than it (`--train.max_steps=3`)."""
+        return min(self.warmup_steps, self.max_steps)
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str = "base"  # the preset it came from
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def run_name(self) -> str:
+        """`base`, `base-no-mask`, `base-no-scale`, ... unless train.run_name says otherwise."""
+        return self.train.run_name or self.name + name_suffix(self.model)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.train.runs_dir) / self.run_name
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}  # TOML section -> dataclass
+KEYS = {f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # "train.lr" -> its field

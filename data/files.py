@@ -1,0 +1,49 @@
+"""Files written whole or not at all, and their fingerprints: the two file utilities every package uses."""
+
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_of_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@contextmanager
+def atomic_file(path: Path, one_writer: bool = False) -> Iterator[BinaryIO]:
+    """An open binary file whose contents replace `path` when the block ends, all at once: readers never see half a file.
+
+    It is written beside `path` under a temporary name, flushed to disk, then renamed over `path`.
+    If the block raises, the temporary file is removed and `path` is left as it was. The name is
+    <name>.tmp<pid>, so that concurrent writers never share one; a caller that is the only writer
+    (a run holding its folder's lock) passes one_writer=True for a fixed <name>.tmp, which a
+    process killed mid-write leaves behind once and the next save overwrites.
+    """
+    tmp = path.with_name(f"{path.name}.tmp" if one_writer else f"{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` all at once (see atomic_file)."""
+    with atomic_file(path) as f:
+        f.write(data)
