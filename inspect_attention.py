@@ -15,10 +15,11 @@ import torch
 
 from data.tokenizer import TokenizerError
 from engine.cli import OneLineParser, add_model_source, load_model_source, run_command
-from engine.diagnostics import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles
+from engine.evaluation import PROBE_TEXT
 from engine.folders import writable_folder
-from engine.heatmaps import attention_page, heatmap_figure, token_labels
+from engine.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps, token_labels
 from model.ablations import flags_label
+from model.measurements import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles
 
 PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the per-layer grids and the HTML page
 
@@ -26,7 +27,7 @@ PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the 
 def main(argv: list[str]) -> Path:
     parser = OneLineParser(description="Heatmaps, an HTML page and per-head statistics of a model's attention.")
     add_model_source(parser)
-    parser.add_argument("--text", default="ROMEO:\nBut soft, what light through yonder window breaks?")
+    parser.add_argument("--text", default=PROBE_TEXT, help="the text to look at (default: the one evaluations draw)")
     parser.add_argument("--out", type=Path, help="folder for the pictures and the page (default: <run folder>/inspect)")
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
     args = parser.parse_args(argv)
@@ -46,9 +47,9 @@ def main(argv: list[str]) -> Path:
     out = writable_folder(args.out or folder / "inspect", "--out")
     flags, name = flags_label(model.cfg), folder.name
     per_head = args.per_head or model.cfg.n_layer * model.cfg.n_head <= PER_HEAD_PICTURES_UP_TO
-    for layer, w in enumerate(weights):
-        heatmap_figure(w[0], labels, f"{name}: layer {layer} ({flags})").savefig(out / f"attn_L{layer}.png", dpi=110)
-        for head in range(w.shape[1] if per_head else 0):
+    save_layer_heatmaps(weights, labels, out, name, flags, dpi=110)
+    for layer, w in enumerate(weights if per_head else []):
+        for head in range(w.shape[1]):
             fig = heatmap_figure(w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [f"L{layer}H{head}"])
             fig.savefig(out / f"attn_L{layer}_H{head}.png", dpi=110)
     page = attention_page([w[0] for w in weights], labels, f"{name}: attention ({flags})", model.cfg.causal, out / "attention.html")

@@ -8,13 +8,11 @@ with DistributedDataParallel.
 `train(cfg)` is the outline of a run, and `main(argv)` its command line; each step of it is a call into a package:
 engine.runtime (device, processes, clean stops), data (corpus, tokenizer, batches), model (the GPT),
 engine.optim (optimizer, schedule), engine.step (one training step), engine.evaluation,
-engine.runlog (TensorBoard, metrics.jsonl, console), engine.checkpoints (save, resume) and
-engine.finetune (the starting weights: fresh, or GPT-2's with --init-from).
+engine.runlog (TensorBoard, metrics.jsonl, console), engine.checkpoints (save, resume),
+engine.startup (the corpus, the run folder) and engine.finetune (the starting weights: fresh, or GPT-2's with --init-from).
 """
 
 import argparse
-import dataclasses
-import json
 import sys
 import time
 
@@ -22,48 +20,17 @@ import torch
 from tqdm import tqdm
 
 from configs import Config
-from data.corpus import Corpus, check_split_lengths, load_corpus
-from data.files import write_atomically
 from engine.checkpoints import Checkpointer, Progress, read_resumable, restore
 from engine.cli import OneLineParser, run_command
-from engine.diagnostics import qk_grad_norm
 from engine.evaluation import evaluate, make_eval_set
 from engine.finetune import initial_model
-from engine.folders import FolderLock, claim_run_folder
 from engine.optim import describe, lr_at, make_optimizer, set_lr
 from engine.runlog import RunLogger
-from engine.runtime import Runtime, StopFlag, mean_over_ranks, setup_runtime, wrap_for_training
+from engine.runtime import StopFlag, mean_over_ranks, setup_runtime, wrap_for_training
+from engine.startup import load_data, open_run_dir
 from engine.step import draw_micro_batches, optimizer_step, tokens_per_second
 from model.ablations import flags_label
-
-
-def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus, Config]:
-    """The corpus, and the config with model.vocab_size filled in from its tokenizer (the config that gets saved).
-
-    Under torchrun the main process prepares the .bin files first; the others then read them.
-    """
-    corpus = load_corpus(cfg.data) if runtime.is_main else None
-    if runtime.world_size > 1:
-        torch.distributed.barrier()
-    corpus = corpus or load_corpus(cfg.data)
-    check_split_lengths(corpus, cfg.model.block_size)
-    return corpus, dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size))
-
-
-def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
-    """A fresh run folder (an earlier run there is moved aside) or the resumed one, with config.json; say where.
-
-    Returns the folder's lock, held while the run lives: no other process can take the folder meanwhile.
-    """
-    if not runtime.is_main:
-        return None
-    lock, moved = claim_run_folder(cfg.run_dir, cfg.train.resume)
-    write_atomically(cfg.run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
-    runtime.say(
-        f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}" + (f" (previous run moved to {moved})" if moved else "")
-    )
-    runtime.say(f"config {cfg.name}: " + " | ".join(f"{s}: {getattr(cfg, s)}" for s in ("model", "data", "train")))
-    return lock
+from model.measurements import qk_grad_norm
 
 
 def train(cfg: Config) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from configs import MAX_SEED, Config, ConfigError, TrainConfig, load_config, usage
+from configs import MAX_SEED, Config, ConfigError, TrainConfig, load_config, parse_args, usage
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from engine.checkpoints import CheckpointError, load_model
@@ -51,8 +51,13 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see --help)\n")
 
     def parse_with_config(self, argv: list[str]) -> tuple[argparse.Namespace, Config]:
-        """The script's own flags, and the Config that the rest of argv gives (the preset `config` unless --config says)."""
+        """The script's own flags, and the Config that the rest of argv gives (the preset `config` unless --config says).
+
+        The namespace also holds what the rest said, as the config loader reads it: args.config_name, and
+        args.overrides, the (dotted key, value) pairs in order with shorthands resolved (--no-mask is model.causal).
+        """
         args, rest = self.parse_known_args(argv)
+        args.config_name, args.overrides = parse_args(rest, default=self.config)
         return args, load_config(rest, default=self.config)
 
 

@@ -12,15 +12,15 @@ import torch
 from configs import Config
 from data.batches import get_batch
 from data.tokenizer import Tokenizer, TokenizerError
-from engine.diagnostics import attention_summary, bits_per_byte, honest_loss, honest_positions
 from engine.heatmaps import token_labels
 from engine.runtime import Runtime
 from model import GPT
+from model.measurements import attention_summary, bits_per_byte, honest_positions, leak
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
 SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
-HEATMAP_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+PROBE_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"  # the text whose attention is drawn
 HEATMAP_MAX_TOKENS = 32
 
 
@@ -34,6 +34,11 @@ class EvalSet:
     heatmap_ids: list[int]  # the probe text drawn in the heatmaps
     heatmap_labels: list[str]
     prompt_ids: list[int]  # start of the logged samples
+
+    @property
+    def val_tokens(self) -> int:
+        """How many targets the val batches hold: the tokens that loss/val averages over."""
+        return sum(y.numel() for _, y in self.batches["val"])
 
 
 @dataclass
@@ -54,7 +59,7 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     honest = [(x, y, honest_positions(T, HONEST_POSITIONS, gen)) for x, y in batches["val"][: cfg.train.honest_batches]]
     val_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for _, y in batches["val"] for row in y)
     try:
-        heatmap_ids = tokenizer.encode(HEATMAP_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
+        heatmap_ids = tokenizer.encode(PROBE_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
         prompt_ids = tokenizer.encode("\n")
     except TokenizerError:  # a corpus without these characters: use its own text
         heatmap_ids = corpus.val[: min(T, HEATMAP_MAX_TOKENS)].tolist()
@@ -82,44 +87,41 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
 
 
 @torch.no_grad()
-def measure_val(model: GPT, ev: EvalSet, runtime: Runtime, val_loss: float) -> dict[str, float]:
-    """What the val text shows beyond its loss: bits per byte, the honest and teacher-forced loss at the
-    same positions, their gap (the leak), and the attention statistics (attn/...) on the first val batch.
+def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: float) -> dict[str, float]:
+    """What shows a model break on the val text, beyond its loss: bits per byte, the honest and teacher-forced
+    loss and their gap (model/measurements.py: leak), and the attention statistics (attn/...) on the first val batch.
 
     Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
     """
     device = runtime.device
-    n_val_tokens = sum(y.numel() for _, y in ev.batches["val"])
-    metrics = {"loss/val_bpc": bits_per_byte(val_loss, n_val_tokens, ev.val_bytes)}
+    metrics = {"loss/val_bpc": bits_per_byte(val_loss, eval_set.val_tokens, eval_set.val_bytes)}
     was_training = model.training
     model.eval()
     with runtime.autocast():
-        pairs = [honest_loss(model, x.to(device), y.to(device), positions) for x, y, positions in ev.honest]
-        metrics["loss/val_honest"] = sum(h for h, _ in pairs) / len(pairs)
-        metrics["loss/val_forced"] = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
-        metrics["loss/leak_gap"] = metrics["loss/val_honest"] - metrics["loss/val_forced"]
-        metrics.update(attention_summary(model, ev.batches["val"][0][0].to(device)))
+        metrics.update(leak(model, [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]))
+        metrics.update(attention_summary(model, eval_set.batches["val"][0][0].to(device)))
     model.train(was_training)
     return metrics
 
 
 @torch.no_grad()
-def evaluate(model: GPT, ev: EvalSet, runtime: Runtime, tokenizer: Tokenizer, started: float) -> Evaluation:
+def evaluate(model: GPT, eval_set: EvalSet, runtime: Runtime, tokenizer: Tokenizer, started: float) -> Evaluation:
     """Losses on every process; then, on the main one, the honest loss, attention statistics, heatmaps and a sample.
 
     `started` is when training began: perf/elapsed_s, the time-to-loss curve, counts evaluations too.
     """
     device = runtime.device
-    metrics = {f"loss/{split}": estimate_loss(model, batches, runtime) for split, batches in ev.batches.items()}
+    metrics = {f"loss/{split}": estimate_loss(model, batches, runtime) for split, batches in eval_set.batches.items()}
     if not runtime.is_main:
         return Evaluation(metrics)  # the other ranks only help with the losses
-    metrics.update(measure_val(model, ev, runtime, metrics["loss/val"]))
+    metrics.update(measure_breakage(model, eval_set, runtime, metrics["loss/val"]))
+    was_training = model.training
     model.eval()
     with runtime.autocast():
-        heatmaps = model.attention_weights(torch.tensor([ev.heatmap_ids], device=device))
+        heatmaps = model.attention_weights(torch.tensor([eval_set.heatmap_ids], device=device))
     generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
-    prompt = torch.tensor([ev.prompt_ids], device=device)
+    prompt = torch.tensor([eval_set.prompt_ids], device=device)
     sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())
-    model.train()
+    model.train(was_training)
     metrics["perf/elapsed_s"] = time.perf_counter() - started  # wall time of this process so far, evaluations included
-    return Evaluation(metrics, heatmaps, ev.heatmap_labels, sample, sample_tokens=len(ev.prompt_ids) + SAMPLE_TOKENS)
+    return Evaluation(metrics, heatmaps, eval_set.heatmap_labels, sample, sample_tokens=len(eval_set.prompt_ids) + SAMPLE_TOKENS)

@@ -132,6 +132,13 @@ def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_na
     return HeatmapGrid(weights.shape[0], labels, head_names, title).draw(weights, title)
 
 
+def save_layer_heatmaps(weights_per_layer: list[torch.Tensor], labels: list[str], folder: Path, title: str, flags: str, dpi: int) -> None:
+    """One picture per layer, folder/attn_L<layer>.png: the grid of its heads, from weights (1, H, T, T) per layer,
+    titled "<title>: layer <layer> (<flags>)"."""
+    for layer, weights in enumerate(weights_per_layer):
+        heatmap_figure(weights[0], labels, f"{title}: layer {layer} ({flags})").savefig(folder / f"attn_L{layer}.png", dpi=dpi)
+
+
 def attention_page(weights_per_layer: list[torch.Tensor], tokens: list[str], title: str, causal: bool, path: Path) -> Path:
     """One self-contained HTML page of every head, written with CircuitsVis; returns path.
 

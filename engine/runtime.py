@@ -46,10 +46,10 @@ def keep_freed_memory(threshold: int = 2**30) -> bool:
     """Make glibc's malloc keep freed blocks up to `threshold` bytes for reuse; True if it took effect.
 
     On a CPU every tensor comes from malloc, and by default glibc hands big freed blocks back to
-    the kernel, so each training step faults its activations in again, page by page, zeroed. Here
-    that was thousands of page faults per char step and 205,000 per base step (its logits are
-    206 MB): 474 ms per base step instead of 264. Raising the mmap and trim thresholds lets the
-    next step reuse the memory of the last. Other C libraries (macOS, musl) are left alone.
+    the kernel, so each training step faults its activations in again, page by page, zeroed: the
+    base preset's (B, T, V) logits alone are hundreds of megabytes a step. Raising the mmap and
+    trim thresholds lets the next step reuse the memory of the last (docs/performance.md has the
+    measured page faults and step times). Other C libraries (macOS, musl) are left alone.
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
@@ -87,8 +87,7 @@ def setup_runtime(train_cfg: TrainConfig) -> Runtime:
     if device.type == "cpu":
         keep_freed_memory()
         # Round float32 values below 1.2e-38 (denormals) to zero: a saturated softmax, as in
-        # --no-scale, fills attention's backward with them, and the CPU computes them 3 to 4x
-        # slower. Threads inherit the setting when created, so it is set before torch's thread
+        # --no-scale, fills attention's backward with them, and CPUs compute them far slower. Threads inherit the setting when created, so it is set before torch's thread
         # pool starts, with the first parallel op; later, it would reach this thread only.
         torch.set_flush_denormal(True)
     autocast_dtype = None
@@ -96,7 +95,7 @@ def setup_runtime(train_cfg: TrainConfig) -> Runtime:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         autocast_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-    # torch.compile pays on a GPU; on a CPU it took 22 s here and made the char step no faster.
+    # torch.compile pays on a GPU; on a CPU its compile time is not won back (docs/performance.md).
     # On CUDA its default backend writes Triton kernels: without a working Triton (most often on Windows) "auto" leaves it off.
     use_compile = train_cfg.compile == "true" or (train_cfg.compile == "auto" and device.type == "cuda" and has_triton())
     if train_cfg.compile == "auto" and device.type == "cuda" and not use_compile:

@@ -32,7 +32,7 @@ from configs import ConfigError, DataConfig
 from data.corpus import DataError, load_corpus, read_text
 from data.tokenizer import GPT2Tokenizer, Tokenizer, TokenizerError
 from engine.checkpoints import CheckpointError
-from engine.diagnostics import bits_per_byte, prefix_logits
+from model.measurements import bits_per_byte, prefix_logits
 from model import GPT
 from model.gpt import lm_loss
 from model.sampling import check_finite_logits

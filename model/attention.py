@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from model.config import check_heads
 from model.tiled import tiled_attention
 
 
@@ -148,13 +149,13 @@ class MultiHead(nn.Module):
         qkv_bias: bool = False,
     ):
         super().__init__()
-        if n_embd % n_head != 0:
-            raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
+        check_heads(n_embd, n_head)
         self.n_head, self.block_size, self.causal, self.backend = n_head, block_size, causal, backend
         self.scale = (n_embd // n_head) ** -0.5 if scaled else 1.0
         # Every head's q, k and v in one matrix. The lessons' Head has no bias there; GPT-2 has
         # one, so its weights load with qkv_bias=True.
         self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=qkv_bias)
+        self.query_key = slice(0, 2 * n_embd)  # qkv's rows that make queries and keys: their own init, their own gradient norm
         self.proj = nn.Linear(n_embd, n_embd)  # mixes what the heads found
         self.dropout_p = dropout
         self.attn_dropout = nn.Dropout(dropout)
@@ -199,44 +200,3 @@ class MultiHead(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C): heads side by side
         y = self.resid_dropout(self.proj(y))  # (B, T, C)
         return (y, weights) if return_weights else y
-
-
-# Statistics of attention weights (..., T, S), as pure functions. Rows whose query may see only
-# one position (the first row of a causal matrix) carry no information and are left out.
-
-
-def visible_counts(T: int, S: int, causal: bool, device=None) -> torch.Tensor:
-    """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S."""
-    if causal:
-        return torch.arange(S - T + 1, S + 1, device=device)
-    return torch.full((T,), S, device=device)
-
-
-def normalized_entropy(weights: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Entropy of each row divided by the log of its visible count: 1 is uniform, 0 is one-hot.
-
-    Returns (..., T'), where T' counts the rows that may see at least two positions.
-    """
-    T, S = weights.shape[-2:]
-    visible = visible_counts(T, S, causal, weights.device)
-    keep = visible > 1
-    entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1)  # (..., T); 0 * log 0 counts as 0
-    return entropy[..., keep] / visible[keep].log()
-
-
-def row_max(weights: torch.Tensor, causal: bool) -> torch.Tensor:
-    """The largest weight in each row with at least two visible positions: (..., T')."""
-    T, S = weights.shape[-2:]
-    keep = visible_counts(T, S, causal, weights.device) > 1
-    return weights.amax(-1)[..., keep]
-
-
-def saturated_fraction(weights: torch.Tensor, causal: bool, threshold: float = 0.99) -> torch.Tensor:
-    """Share of rows (with at least two visible positions) whose largest weight exceeds `threshold`."""
-    return (row_max(weights, causal) > threshold).float().mean()
-
-
-def future_mass(weights: torch.Tensor) -> torch.Tensor:
-    """Mean attention mass that a query puts on later positions: exactly 0 under the causal mask."""
-    T, S = weights.shape[-2:]
-    return weights.triu(diagonal=S - T + 1).sum(-1).mean()

@@ -26,11 +26,7 @@ class ModelConfig:
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be a positive integer, got {getattr(self, name)}")
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(
-                f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
-                f"try n_head in {[h for h in range(1, 17) if self.n_embd % h == 0]}"
-            )
+        check_heads(self.n_embd, self.n_head, prefix="model.")
         for name in ("dropout", "qk_init_std"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"model.{name} must be a finite number, got {getattr(self, name)}")
@@ -46,3 +42,10 @@ class ModelConfig:
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
+
+
+def check_heads(n_embd: int, n_head: int, prefix: str = "") -> None:
+    """The heads split the width evenly, C = H * D, or a ValueError that suggests head counts that fit."""
+    if n_embd % n_head != 0:
+        fits = [h for h in range(1, 17) if n_embd % h == 0]
+        raise ValueError(f"{prefix}n_embd ({n_embd}) must be divisible by {prefix}n_head ({n_head}); try n_head in {fits}")

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import KVCache, MultiHead, attention_scores
+from model.attention import KVCache, MultiHead, attention_scores, check_length
 from model.config import ModelConfig
 from model.sampling import sample_next
 
@@ -74,7 +74,7 @@ class GPT(nn.Module):
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
             # Query and key rows get their own std (see docs/experiment.md: why the presets draw them at 1/sqrt(n_embd)).
-            nn.init.normal_(block.attn.qkv.weight[: 2 * cfg.n_embd], std=cfg.qk_init_std)
+            nn.init.normal_(block.attn.qkv.weight[block.attn.query_key], std=cfg.qk_init_std)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -94,8 +94,7 @@ class GPT(nn.Module):
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Token plus position embeddings: idx (B, T) -> x (B, T, C), at positions start .. start + T - 1."""
         B, T = idx.shape
-        if start + T > self.cfg.block_size:
-            raise ValueError(f"sequence length {start + T} exceeds block_size {self.cfg.block_size}; crop the input")
+        check_length(start + T, self.cfg.block_size)
         pos = torch.arange(start, start + T, device=idx.device)
         return self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C) + (T, C) -> (B, T, C)
 

@@ -249,7 +249,7 @@ def free_port() -> int:
 
 
 def run_ddp_job(argv: list[str], log_dir: Path, stop_after: int = 0) -> list[int]:
-    """Both ranks as processes forked from a server that has imported train.py (0.3 s a start instead of 3 s)."""
+    """Both ranks as processes forked from a server that has imported train.py: a start skips importing torch again."""
     ctx, port = forkserver(), free_port()
     procs = [ctx.Process(target=ddp_rank, args=(r, port, argv, stop_after, str(log_dir / f"rank{r}.txt"))) for r in range(2)]
     for proc in procs:

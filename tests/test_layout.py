@@ -77,6 +77,117 @@ def test_train_py_is_an_outline():
     assert len(lines) <= 200, f"train.py has {len(lines)} lines; move a job into a module of engine/"
 
 
-def test_every_engine_module_reads_in_one_sitting():
-    long = {path.name: n for path in (REPO_ROOT / "engine").glob("*.py") if (n := len(path.read_text().splitlines())) > 250}
+def line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_every_script_is_a_door():
+    """A script parses, calls and prints: at most about 150 lines, its library code in a package."""
+    long = {f"{script}.py": n for script in SCRIPTS if (n := line_count(REPO_ROOT / f"{script}.py")) > 150}
+    assert not long, f"scripts over 150 lines: {long}; move their library code into a package"
+
+
+def test_every_module_reads_in_one_sitting():
+    long = {name: n for name, path in module_files().items() if (n := line_count(path)) > 250}
     assert not long, f"modules over 250 lines: {long}"
+
+
+def code_files() -> dict[str, Path]:
+    """Every script and package module (not the tests), by dotted name."""
+    return {**{script: REPO_ROOT / f"{script}.py" for script in SCRIPTS}, **module_files()}
+
+
+def where(predicate) -> set[str]:
+    """The code files with at least one AST node for which predicate(node) holds."""
+    return {
+        name
+        for name, path in code_files().items()
+        if any(predicate(node) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+
+
+def calls(name: str):
+    """A predicate: a call of a function or method called `name` (f(...) or x.f(...))."""
+
+    def predicate(node: ast.AST) -> bool:
+        func = getattr(node, "func", None) if isinstance(node, ast.Call) else None
+        return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
+
+    return predicate
+
+
+def test_the_loss_is_computed_in_one_place():
+    """Training, evaluation, the honest loss and scoring all call model/gpt.py's lm_loss."""
+    assert where(calls("cross_entropy")) == {"model.gpt"}
+
+
+def test_the_measurements_live_in_one_module_that_imports_only_the_model():
+    imports = imported_modules(REPO_ROOT / "model" / "measurements.py")
+    assert imports and all(name.startswith("model.") for name in imports), imports
+    defined = {
+        node.name for node in ast.parse((REPO_ROOT / "model" / "measurements.py").read_text()).body if isinstance(node, ast.FunctionDef)
+    }
+    assert {"honest_loss", "leak", "head_statistics", "attention_summary", "qk_grad_norm"} <= defined
+    for measurement in ("honest_loss", "leak", "head_statistics", "normalized_entropy", "future_mass"):
+        assert where(lambda node, m=measurement: isinstance(node, ast.FunctionDef) and node.name == m) == {"model.measurements"}, (
+            measurement
+        )
+
+
+ABLATION_WORDS = {"no-mask", "-no-mask", "--no-mask", "no-scale", "-no-scale", "--no-scale", "NO MASK", "NO SCALE"}
+
+
+def test_the_ablations_are_defined_once():
+    """Run names, labels, flags and every command's variants derive from model/ablations.py: no other code spells one."""
+    spelled = where(lambda node: isinstance(node, ast.Constant) and node.value in ABLATION_WORDS) - {"model.ablations"}
+    assert spelled == set(), f"ablation names spelled outside model/ablations.py: {sorted(spelled)}"
+    switches = where(
+        lambda node: (
+            isinstance(node, ast.Dict)
+            and any(isinstance(k, ast.Constant) and k.value in ("causal", "scaled") for k in node.keys)
+            and any(isinstance(v, ast.Constant) and v.value is False for v in node.values)
+        )
+    )
+    assert switches == set(), f"ablation switches written out in {sorted(switches)}"
+    assert "model.ablations" in imported_modules(REPO_ROOT / "configs" / "schema.py")  # run names
+    assert "model.ablations" in imported_modules(REPO_ROOT / "configs" / "loader.py")  # --no-mask, --no-scale
+
+
+def test_every_script_parses_its_command_line_one_way():
+    """One parser class (engine/cli.py's OneLineParser, one-line errors) in every script; no hand-made argv scanning."""
+    assert where(calls("ArgumentParser")) == set()  # OneLineParser subclasses it in engine.cli, the one place
+    doors = {script for script in SCRIPTS if "__main__" in (REPO_ROOT / f"{script}.py").read_text(encoding="utf-8")}
+    assert doors == set(SCRIPTS)
+    assert doors <= where(calls("OneLineParser")), sorted(doors - where(calls("OneLineParser")))
+    assert doors <= where(calls("run_command")), sorted(doors - where(calls("run_command")))
+
+
+def test_each_generic_utility_has_one_home():
+    """Atomic writes and hashing live in data/files.py; everyone else calls them."""
+    assert where(calls("fsync")) == {"data.files"}
+    assert where(lambda node: isinstance(node, ast.Import) and any(a.name == "hashlib" for a in node.names)) == {"data.files"}
+
+
+def top_level_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_optional_libraries_are_imported_where_they_are_used():
+    """circuitsvis (one script's page), pyplot (compare's curves) and tensorboard (the run logger's writer) load on use."""
+    for name, path in code_files().items():
+        eager = {
+            m for m in top_level_imports(path) if m.split(".")[0] == "circuitsvis" or m in ("matplotlib.pyplot", "torch.utils.tensorboard")
+        }
+        assert not eager, f"{name} imports {sorted(eager)} at the top"
+
+
+def test_readme_first_screen_finds_attention_the_loss_the_measurements_and_the_ablations():
+    first_screen = "\n".join((REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:40])
+    for path in ("model/attention.py", "model/gpt.py", "model/measurements.py", "model/ablations.py"):
+        assert f"({path})" in first_screen, f"README's first 40 lines link no {path}"

@@ -589,9 +589,8 @@ def hang_in_second_save(where: str) -> None:
 
 
 def forkserver() -> multiprocessing.context.BaseContext:
-    """Processes forked from a server that has imported torch and train.py already: a restart costs 0.3 s, not 3 s.
-
-    (torch.optim imports torch._dynamo on first use: 1.6 s of a fresh `python train.py` start on this CPU.)
+    """Processes forked from a server that has imported torch and train.py already: a restart skips those imports,
+    the larger part of a fresh `python train.py` start (torch.optim imports torch._dynamo on first use).
     """
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(FORKSERVER_PRELOAD)

@@ -15,22 +15,26 @@ import inspect_attention
 import train
 from configs import load_config
 from data.tokenizer import CharTokenizer
-from engine.diagnostics import (
+from model import GPT, ModelConfig
+from model.measurements import (
     FIRST_TOKEN_THRESHOLD,
     NEXT_TOKEN_THRESHOLD,
     PREVIOUS_TOKEN_THRESHOLD,
     attention_summary,
     bits_per_byte,
     first_token_weight,
+    future_mass,
     head_roles,
     honest_loss,
     honest_positions,
+    leak,
     next_token_weight,
+    normalized_entropy,
     previous_token_weight,
     qk_grad_norm,
+    row_max,
+    saturated_fraction,
 )
-from model import GPT, ModelConfig
-from model.attention import future_mass, normalized_entropy, row_max, saturated_fraction
 
 
 def uniform_causal(T: int) -> torch.Tensor:
@@ -105,6 +109,21 @@ def test_honest_loss_equals_teacher_forced_for_a_causal_model():
         logits, _ = model(x)
         direct = torch.nn.functional.cross_entropy(logits[:, positions].flatten(0, 1), y[:, positions].flatten()).item()
     assert forced == pytest.approx(direct, abs=1e-5)
+
+
+def test_leak_is_the_mean_honest_and_forced_loss_and_their_gap():
+    """leak averages honest_loss's pairs over the batches; the gap is about 0 with the mask and not without it."""
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 65, (2, 16), generator=gen), torch.randint(0, 65, (2, 16), generator=gen), [3, 9, 15]) for _ in range(2)]
+    for causal in (True, False):
+        torch.manual_seed(0)
+        model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65, causal=causal)).eval()
+        pairs = [honest_loss(model, x, y, positions) for x, y, positions in batches]
+        measured = leak(model, batches)
+        assert measured["loss/val_honest"] == pytest.approx((pairs[0][0] + pairs[1][0]) / 2, abs=1e-12)
+        assert measured["loss/val_forced"] == pytest.approx((pairs[0][1] + pairs[1][1]) / 2, abs=1e-12)
+        assert measured["loss/leak_gap"] == measured["loss/val_honest"] - measured["loss/val_forced"]
+        assert (abs(measured["loss/leak_gap"]) < 1e-4) == causal, measured
 
 
 def test_honest_positions_cover_the_block_in_equal_strata():

@@ -1,17 +1,64 @@
-"""Measurements of a GPT that make its failures visible: honest loss and attention statistics.
+"""The lesson's measurements: what shows a GPT break, computed from the model alone.
 
-Teacher-forced loss scores every position of a block in one pass. A causal model cannot tell
-the difference, but a model trained without the mask reads the answer from the next position
-and looks brilliant. `honest_loss` gives the model only the tokens before each target, as
-generation does, so the cheating shows as a gap between the two.
+The loss. Teacher-forced loss scores every position of a block in one pass. A causal model
+cannot tell the difference, but a model trained without the mask reads the answer from the
+next position and looks brilliant. `honest_loss` gives the model only the tokens before each
+target, as generation does, so the cheating shows as a gap between the two: `leak`.
+
+The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
+saturation, mass on the future; then, per head, `head_statistics` and `head_roles`, and
+`attention_summary`, the numbers TensorBoard plots. `qk_grad_norm` shows what a saturated
+softmax lets through to the query and key weights.
+
+Every function here takes the model or its outputs and returns numbers: training, evaluation,
+the scripts and the notebook all call these, and none of them recomputes one.
 """
 
 import math
 
 import torch
 
-from model.attention import future_mass, normalized_entropy, row_max, saturated_fraction
 from model.gpt import GPT, lm_loss
+
+# Statistics of attention weights (..., T, S), as pure functions. Rows whose query may see only
+# one position (the first row of a causal matrix) carry no information and are left out.
+
+
+def visible_counts(T: int, S: int, causal: bool, device=None) -> torch.Tensor:
+    """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S."""
+    if causal:
+        return torch.arange(S - T + 1, S + 1, device=device)
+    return torch.full((T,), S, device=device)
+
+
+def normalized_entropy(weights: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Entropy of each row divided by the log of its visible count: 1 is uniform, 0 is one-hot.
+
+    Returns (..., T'), where T' counts the rows that may see at least two positions.
+    """
+    T, S = weights.shape[-2:]
+    visible = visible_counts(T, S, causal, weights.device)
+    keep = visible > 1
+    entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1)  # (..., T); 0 * log 0 counts as 0
+    return entropy[..., keep] / visible[keep].log()
+
+
+def row_max(weights: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The largest weight in each row with at least two visible positions: (..., T')."""
+    T, S = weights.shape[-2:]
+    keep = visible_counts(T, S, causal, weights.device) > 1
+    return weights.amax(-1)[..., keep]
+
+
+def saturated_fraction(weights: torch.Tensor, causal: bool, threshold: float = 0.99) -> torch.Tensor:
+    """Share of rows (with at least two visible positions) whose largest weight exceeds `threshold`."""
+    return (row_max(weights, causal) > threshold).float().mean()
+
+
+def future_mass(weights: torch.Tensor) -> torch.Tensor:
+    """Mean attention mass that a query puts on later positions: exactly 0 under the causal mask."""
+    T, S = weights.shape[-2:]
+    return weights.triu(diagonal=S - T + 1).sum(-1).mean()
 
 
 def honest_positions(T: int, n: int, generator: torch.Generator) -> list[int]:
@@ -39,6 +86,19 @@ def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[in
     forced = lm_loss(model.lm_head(model.hidden(x)[:, positions]), y[:, positions])  # logits (B, P, V)
     honest = lm_loss(prefix_logits(model, x, positions), y[:, positions])
     return honest.item(), forced.item()
+
+
+@torch.no_grad()
+def leak(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]]) -> dict[str, float]:
+    """The honest and the teacher-forced loss over (x, y, positions) batches, and their gap: what the model reads from the future.
+
+    loss/val_honest and loss/val_forced are means over the batches of honest_loss's pair;
+    loss/leak_gap is honest minus forced, about 0 for a causal model.
+    """
+    pairs = [honest_loss(model, x, y, positions) for x, y, positions in batches]
+    honest = sum(h for h, _ in pairs) / len(pairs)
+    forced = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
+    return {"loss/val_honest": honest, "loss/val_forced": forced, "loss/leak_gap": honest - forced}
 
 
 def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
@@ -153,7 +213,7 @@ def qk_grad_norm(model: GPT) -> float:
     for block in model.blocks:
         grad = block.attn.qkv.weight.grad
         if grad is not None:
-            squares += grad[: 2 * model.cfg.n_embd].float().pow(2).sum().item()  # query and key rows
+            squares += grad[block.attn.query_key].float().pow(2).sum().item()
     return math.sqrt(squares)
 
 
