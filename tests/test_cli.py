@@ -35,7 +35,7 @@ def exit_code(function, argv: list[str]) -> int:
         (break_gpt2.main, ["--pretrained", "gpt2", "--out", "{file}"], "--out {file} is a file, not a folder"),
         (break_gpt2.main, ["--pretrained", "gpt2", "--no-mask"], "so model.causal would be ignored"),
         (break_gpt2.main, ["--pretrained", "gpt2", "--model.n_layer=2"], "so model.n_layer would be ignored"),
-        (bench.main, ["--config"], "argument --config: expected one argument"),
+        (bench.main, ["--config"], "--config needs a value"),
         (sample.main, ["--seed", "9999999999999999999999"], "argument --seed: must be at most 9223372036854775807"),
         (train.main, ["--train.seed=9999999999999999999999"], "train.seed must be between 0 and 9223372036854775807"),
         (train.main, ["--config", "tiny", "--run-name", "--no-mask"], "--run-name needs a value, and got the flag --no-mask"),

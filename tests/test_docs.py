@@ -4,13 +4,12 @@ preset run.
 
 Commands are read from the code blocks (indented or fenced) and from inline code that starts with `python `.
 A flag is checked by running the script as `python script.py args` up to the point where its command line is
-parsed (its argparse parser, or configs.load_config for the config flags), so the check follows the scripts
+parsed (its argparse parser, or OneLineParser.parse_with_config for the config flags), so the check follows the scripts
 as they change and never keeps a list of its own.
 """
 
 import argparse
 import ast
-import dataclasses
 import importlib
 import importlib.util
 import os
@@ -26,6 +25,7 @@ import pytest
 from conftest import REPO_ROOT, write_corpus
 
 import configs
+from engine.cli import OneLineParser
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 PROGRAMS = ("python", "torchrun", "tensorboard", "pip")  # what a code block's command may start with
@@ -185,7 +185,7 @@ def test_readme_fits_on_a_few_screens():
 def test_the_command_line_page_names_every_field_flag_and_preset():
     """docs/command-line.md promises every config field: each field of the dataclasses, each shorthand flag and each preset."""
     text = (REPO_ROOT / "docs" / "command-line.md").read_text(encoding="utf-8")
-    fields = [f"{s}.{f.name}" for s, cls in configs.SECTIONS.items() for f in dataclasses.fields(cls)]
+    fields = list(configs.KEYS)
     assert len(fields) > 20, fields
     missing = [f"`{f}`" for f in fields if f"`{f}`" not in text and f not in configs.FROM_TOKENIZER]
     missing += [f"`{flag}" for flag in configs.SHORTHANDS if f"`{flag}" not in text]
@@ -203,18 +203,18 @@ class Parsed(Exception):
 def dry_parse(script: Path, args: list[str], monkeypatch, capsys):
     """Run `python script args` until it has parsed its command line; return what it parsed, or fail with its error.
 
-    The config flags stop in configs.load_config, the others in argparse's parse_args (parse_known_args
-    passes its leftovers on to load_config, which stops them there).
+    A script with a config stops in OneLineParser.parse_with_config (its own flags and the config's),
+    the others in argparse's parse_args.
     """
-    real_load, real_parse = configs.load_config, argparse.ArgumentParser.parse_args
+    real_with_config, real_parse = OneLineParser.parse_with_config, argparse.ArgumentParser.parse_args
 
-    def load(argv):
-        raise Parsed(real_load(argv))
+    def parse_with_config(self, argv):
+        raise Parsed(real_with_config(self, argv)[1])  # the config
 
     def parse(self, args=None, namespace=None):
         raise Parsed(real_parse(self, args, namespace))
 
-    monkeypatch.setattr(configs, "load_config", load)
+    monkeypatch.setattr(OneLineParser, "parse_with_config", parse_with_config)
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse)
     monkeypatch.setattr(sys, "argv", [str(script), *args])
     try:

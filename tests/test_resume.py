@@ -23,6 +23,7 @@ import torch
 from conftest import REPO_ROOT, assert_close, assert_one_line_error, tiny_argv, write_corpus
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+import data.files
 import engine.checkpoints
 import engine.evaluation
 import engine.step
@@ -723,7 +724,7 @@ def test_best_pt_keeps_the_dip_across_a_resume_and_sample_best_uses_it(tmp_path,
 
 def nan_on_call(mp: pytest.MonkeyPatch, k: int, what: str, run_dir: Path) -> dict:
     """The k-th train_step returns a NaN loss or gradient norm; records ckpt.pt and the weights just before it."""
-    real, calls, seen = train.train_step, [0], {}
+    real, calls, seen = engine.step.train_step, [0], {}
 
     def train_step(model, micro_batches, runtime, grad_clip):
         calls[0] += 1
@@ -736,7 +737,7 @@ def nan_on_call(mp: pytest.MonkeyPatch, k: int, what: str, run_dir: Path) -> dic
             return (nan, grad_norm) if what == "loss" else (loss, nan)
         return loss, grad_norm
 
-    mp.setattr(train, "train_step", train_step)
+    mp.setattr(engine.step, "train_step", train_step)  # what optimizer_step calls
     return seen
 
 
@@ -824,7 +825,7 @@ def test_disk_filling_up_partway_through_a_save(tmp_path, monkeypatch, room):
     before = path.read_bytes()
     monkeypatch.setattr(DiskWithRoom, "room", room)
     monkeypatch.setattr(DiskWithRoom, "used", 0)
-    monkeypatch.setattr(engine.checkpoints, "open", lambda p, mode: io.BufferedWriter(DiskWithRoom(p, mode)), raising=False)
+    monkeypatch.setattr(data.files, "open", lambda p, mode: io.BufferedWriter(DiskWithRoom(p, mode)), raising=False)
     payload = {**good_payload(2), "model": {f"w{i}": torch.randn(128, 128) for i in range(5)}}
     try:
         save_checkpoint(path, payload)

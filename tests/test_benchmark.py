@@ -1,4 +1,4 @@
-"""Tests for bench.py: the CPU memory tracker on known allocations, and each measurement on tiny inputs."""
+"""engine/benchmark.py and bench.py: each measurement on tiny inputs, and the tables they print."""
 
 import dataclasses
 import json
@@ -6,54 +6,13 @@ import json
 import pytest
 import torch
 
-import bench
 from configs import load_config
+from engine import benchmark, profiling
 from engine.runtime import setup_runtime
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
 MiB = 2**20
-
-
-# 1. PeakMemory counts what is allocated inside it, once, until it is freed
-
-
-def test_tracker_sees_a_known_allocation():
-    with bench.PeakMemory() as tracker:
-        x = torch.empty(MiB, dtype=torch.uint8)
-        assert tracker.live == MiB
-        y = x.view(1024, 1024)[:10]  # a view shares the storage: not a second MiB
-        x.add_(1)  # in place: nothing new
-        assert tracker.live == MiB
-        del x, y
-        assert tracker.live == 0, "freeing the storage should subtract it"
-    assert tracker.peak == MiB
-
-
-def test_tracker_peak_of_temporaries():
-    a = torch.randn(256, 256)  # 256 KiB, allocated before entering: baseline, not counted
-    with bench.PeakMemory() as tracker:
-        for _ in range(10):
-            b = a * 2  # each 256 KiB result replaces the previous one
-        del b
-        view = a.view(-1)[:5]  # a view of a baseline tensor is not an allocation
-    assert view.numel() == 5
-    assert 256 * 1024 <= tracker.peak <= 2 * 256 * 1024, f"peak {tracker.peak} bytes, expected one or two live results"
-
-
-def test_tracker_tiny_computation_is_small():
-    a = torch.randn(10)
-    with bench.PeakMemory() as tracker:
-        b = (a * 2 + 1).sum()
-    assert b.numel() == 1
-    assert 0 < tracker.peak <= 200, f"peak {tracker.peak} bytes for a few 10-element tensors"
-
-
-def test_tracker_counts_backward():
-    w = torch.randn(512, 512, requires_grad=True)  # 1 MiB
-    with bench.PeakMemory() as tracker:
-        (w @ w).sum().backward()
-    assert tracker.peak >= 2 * MiB, f"peak {tracker.peak / MiB:.2f} MiB: w @ w and w.grad are 1 MiB each"
 
 
 # 2. The measurements run on a tiny config, in a fraction of a second each
@@ -62,14 +21,20 @@ def test_tracker_counts_backward():
 def test_bench_functions_on_tiny_config():
     cfg = load_config(["--config", "tiny"])
     runtime = setup_runtime(cfg.train)
-    result = {"config": "tiny", "machine": bench.machine_name(runtime.device), "device": "cpu", "torch_threads": 1, "torch_version": "x"}
+    result = {
+        "config": "tiny",
+        "machine": profiling.machine_name(runtime.device),
+        "device": "cpu",
+        "torch_threads": 1,
+        "torch_version": "x",
+    }
     result.update({name: getattr(cfg.model, name) for name in ("n_layer", "n_head", "n_embd", "attention")})
-    result["peak_flops"] = bench.matmul_peak_flops(runtime.device, torch.float32, sizes=(64,), seconds=0.02)
+    result["peak_flops"] = profiling.matmul_peak_flops(runtime.device, torch.float32, sizes=(64,), seconds=0.02)
     result["peak_flops_dtype"] = "float32"
-    result.update(bench.bench_training(cfg, runtime, warmup_steps=1, steps=1))
+    result.update(benchmark.bench_training(cfg, runtime, warmup_steps=1, steps=1))
     result["mfu"] = result["model_flops_per_s"] / result["peak_flops"]
-    result.update(bench.bench_sampling(cfg, runtime, new_tokens=40))  # past block_size 32
-    result.update(bench.bench_attention(2, 8, runtime.device, lengths=(64, 1024), repeats=1))
+    result.update(benchmark.bench_sampling(cfg, runtime, new_tokens=40))  # past block_size 32
+    result.update(benchmark.bench_attention(2, 8, runtime.device, lengths=(64, 1024), repeats=1))
 
     # tiny with the char vocabulary: 12*2*32^2 + 10*2*32 + 65*32 + 32*32 + 2*32 = 28,384 parameters;
     # 6 FLOPs per parameter per token, plus 12 * L * C * T = 12 * 2 * 32 * 32 = 24,576 for attention.
@@ -90,7 +55,7 @@ def test_bench_functions_on_tiny_config():
     assert result["tiled_readable_mem_ratio_1024"] <= 1 / 8
     assert result["compiled"] is False and result["compile_s"] == 0.0  # compile is off on a CPU unless asked for
 
-    table = bench.format_tables(result)
+    table = benchmark.format_tables(result)
     assert "| tiled |" in table and "T=1024" in table and "MFU (model FLOPs only" in table
     assert "| of which forward + backward (and clip) |" in table and "| of which the optimizer step: AdamW |" in table
     assert json.loads(json.dumps(result)) == result
@@ -108,9 +73,9 @@ def test_bench_training_compiles_the_step_when_train_py_would(monkeypatch):
         return model
 
     monkeypatch.setattr(torch, "compile", fake_compile)
-    result = bench.bench_training(cfg, runtime, warmup_steps=1, steps=1)
+    result = benchmark.bench_training(cfg, runtime, warmup_steps=1, steps=1)
     assert len(compiled) == 1 and result["compiled"] is True and result["compile_s"] > 0
-    table = bench.format_tables({**result, **_table_fillers(cfg)})
+    table = benchmark.format_tables({**result, **_table_fillers(cfg)})
     assert "torch.compile:" in table
 
 

@@ -1,0 +1,207 @@
+"""What bench.py measures for one preset, at random init on random tokens (no corpus needed): the training
+step train.py runs, sampling with and without the KV cache, and each attention backend's time and memory."""
+
+import dataclasses
+import os
+import statistics
+import time
+from functools import partial
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from configs import Config
+from engine.optim import describe, make_optimizer
+from engine.profiling import best_ms, load_average, machine_name, matmul_peak_flops, peak_memory_bytes, sync, timed
+from engine.runtime import Runtime, wrap_for_training
+from engine.step import draw_micro_batches, optimizer_step
+from model import GPT
+from model.attention import attention
+from model.tiled import tiled_attention
+
+VOCAB_SIZES = {"char": 65, "gpt2": 50257}  # the tokenizers' vocabularies, so no corpus is needed
+ATTENTION_LENGTHS = (256, 1024, 4096)
+MiB = 2**20
+
+
+def build_model(cfg: Config, runtime: Runtime) -> GPT:
+    torch.manual_seed(cfg.train.seed)
+    model_cfg = dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
+    return GPT(model_cfg).to(runtime.device)
+
+
+def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: int = 8) -> dict:
+    """ms/step, tokens/s, model FLOP/s and the peak memory of one training step, on random tokens.
+
+    The step time is the median of `steps` timed steps: a burst of other work on the machine
+    slows a step or two, not the median. Its two parts, forward + backward and the optimizer's
+    update, are medians of their own over the same steps.
+    """
+    model = build_model(cfg, runtime).train()
+    optimizer = make_optimizer(model, cfg.train, runtime.device)
+    T, V = cfg.model.block_size, model.cfg.vocab_size
+    ids = np.random.default_rng(0).integers(0, V, size=max(100_000, 2 * T + 2))  # a random "corpus"
+    g = torch.Generator().manual_seed(cfg.train.seed)
+
+    step_model = wrap_for_training(model, runtime)  # compiled where train.py compiles, eager if that fails
+
+    def timed_step(micro_batches: list) -> tuple[float, float]:
+        """train.py's optimizer step; the seconds of its forward + backward (with the clip and the finiteness
+        check, which waits for the device) and of the optimizer's update."""
+        start = time.perf_counter()
+        _, _, middle = optimizer_step(
+            step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip, 0, before_update=time.perf_counter
+        )
+        sync(runtime.device)
+        return middle - start, time.perf_counter() - middle
+
+    def step() -> tuple[float, float]:  # the batch is drawn inside the timed step, as in train.py's loop
+        return timed_step(draw_micro_batches(ids, cfg, runtime, g))
+
+    compile_start = time.perf_counter()
+    step()  # with torch.compile, the first step compiles
+    compile_s = time.perf_counter() - compile_start if runtime.use_compile else 0.0
+    for _ in range(warmup_steps - 1):
+        step()
+    runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (forward + backward, update))
+    seconds = statistics.median(total for total, _ in runs)
+    forward_backward_s = statistics.median(forward_backward for _, (forward_backward, _) in runs)
+    update_s = statistics.median(update for _, (_, update) in runs)
+    # Baseline, not counted: parameters, optimizer state and the batch. Last step's gradients
+    # are dropped first, so the step's new gradients count in full.
+    optimizer.zero_grad(set_to_none=True)
+    micro_batches = draw_micro_batches(ids, cfg, runtime, g)
+    peak = peak_memory_bytes(lambda: timed_step(micro_batches), runtime.device)
+    state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
+    params = model.num_params()
+    flops_per_token = 6 * params + 12 * cfg.model.n_layer * cfg.model.n_embd * T  # weights, then attention's scores and mix
+    tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum_steps * runtime.world_size * T
+    tokens_per_s = tokens_per_step / seconds
+    return {
+        "params": params,
+        "tokens_per_step": tokens_per_step,
+        "batch_size": cfg.train.batch_size,
+        "block_size": T,
+        "vocab_size": V,
+        "compiled": runtime.use_compile,
+        "compile_s": compile_s,
+        "ms_per_step": seconds * 1e3,
+        "forward_backward_ms": forward_backward_s * 1e3,
+        "optimizer_ms": update_s * 1e3,
+        "optimizer": describe(optimizer),
+        "tokens_per_s": tokens_per_s,
+        "flops_per_token": flops_per_token,
+        "model_flops_per_s": flops_per_token * tokens_per_s,
+        "train_peak_mem": peak,
+        "train_state_mem": baseline,
+    }
+
+
+def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = 500) -> dict:
+    """Tokens/s of generate() with and without the KV cache, the better of two runs: batch 1, from a 1-token prompt."""
+    model = build_model(cfg, runtime).eval()
+    prompt = torch.zeros((1, 1), dtype=torch.long, device=runtime.device)
+    result, outputs = {"sample_new_tokens": new_tokens}, {}
+    for name, use_cache in (("cached", True), ("uncached", False)):
+        model.generate(prompt, 4, use_cache=use_cache)  # warm-up
+        runs = []
+        for _ in range(2):
+            generator = torch.Generator(device=runtime.device).manual_seed(0)
+            runs.append(timed(partial(model.generate, prompt, new_tokens, generator=generator, use_cache=use_cache), runtime.device))
+        seconds, outputs[name] = min(runs, key=lambda run: run[0])
+        result[f"sample_tokens_per_s_{name}"] = new_tokens / seconds
+    result["sample_cache_speedup"] = result["sample_tokens_per_s_cached"] / result["sample_tokens_per_s_uncached"]
+    result["sample_tokens_match"] = bool(torch.equal(outputs["cached"], outputs["uncached"]))
+    return result
+
+
+def bench_attention(n_head: int, head_size: int, device: torch.device, lengths=ATTENTION_LENGTHS, repeats: int = 3) -> dict:
+    """Causal forward ms and peak memory of each attention core on (1, H, T, D) inputs.
+
+    Baseline, not counted: q, k, v and the (T, T) boolean mask that the readable path is given.
+    """
+    result, scale = {}, head_size**-0.5
+    for T in lengths:
+        q, k, v = (torch.randn(1, n_head, T, head_size, device=device) for _ in range(3))  # (B, H, T, D)
+        mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        cores = {  # each returns y (1, H, T, D); the readable one also its (1, H, T, T) weights
+            "readable": partial(attention, q, k, v, mask, scale),
+            "sdpa": partial(F.scaled_dot_product_attention, q, k, v, is_causal=True, scale=scale),
+            "tiled": partial(tiled_attention, q, k, v, True, scale),
+        }
+        with torch.no_grad():
+            for name, core in cores.items():
+                result[f"{name}_ms_{T}"] = best_ms(core, device, repeats)
+                result[f"{name}_peak_mem_{T}"] = peak_memory_bytes(core, device)
+    T = max(lengths)
+    result[f"tiled_readable_mem_ratio_{T}"] = result[f"tiled_peak_mem_{T}"] / result[f"readable_peak_mem_{T}"]
+    return result
+
+
+def measure_all(cfg: Config, runtime: Runtime, log=print) -> dict:
+    """Every measurement, as one flat dict."""
+    start = time.perf_counter()
+    dtype = runtime.autocast_dtype or torch.float32
+    result = {
+        "config": cfg.name,
+        "machine": machine_name(runtime.device),
+        "device": str(runtime.device),
+        "torch_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "load_avg_1min": load_average(),  # other work on the machine skews every timing below
+        **{name: getattr(cfg.model, name) for name in ("n_layer", "n_head", "n_embd", "attention")},
+    }
+    log("measuring the matmul peak ...")
+    result["peak_flops"], result["peak_flops_dtype"] = matmul_peak_flops(runtime.device, dtype), str(dtype).removeprefix("torch.")
+    log("training ...")
+    result.update(bench_training(cfg, runtime))
+    result["mfu"] = result["model_flops_per_s"] / result["peak_flops"]
+    log("sampling ...")
+    result.update(bench_sampling(cfg, runtime))
+    log("attention backends ...")
+    result.update(bench_attention(cfg.model.n_head, cfg.model.head_size, runtime.device))
+    result["bench_s"] = time.perf_counter() - start
+    return result
+
+
+def format_tables(r: dict) -> str:
+    """The results as a machine line and two markdown tables."""
+    lines = [
+        f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, torch {r['torch_version']}"
+        + (f", load average {r['load_avg_1min']:.1f} on {os.cpu_count()} cores" if r.get("load_avg_1min") is not None else ""),
+        "",
+        f"| config {r['config']}: {r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide, attention {r['attention']} | value |",
+        "|---|---:|",
+        f"| parameters | {r['params'] / 1e6:.2f} M |",
+        f"| training step ({r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
+        + (f", torch.compile: {r['compile_s']:.0f} s once" if r["compiled"] else "")
+        + f") | {r['ms_per_step']:.1f} ms |",
+        f"| of which forward + backward (and clip) | {r['forward_backward_ms']:.1f} ms |",
+        f"| of which the optimizer step: {r['optimizer']} | {r['optimizer_ms']:.1f} ms |",
+        f"| training throughput | {r['tokens_per_s']:,.0f} tokens/s |",
+        f"| model FLOPs per token (6N + 12LCT) | {r['flops_per_token'] / 1e6:.2f} M |",
+        f"| model FLOP/s | {r['model_flops_per_s'] / 1e9:.1f} G |",
+        f"| {r['peak_flops_dtype']} matmul peak, measured | {r['peak_flops'] / 1e9:.1f} GFLOP/s |",
+        f"| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not counted) | {100 * r['mfu']:.1f} % |",
+        f"| peak memory of a training step (above params + optimizer state, {r['train_state_mem'] / MiB:.1f} MiB) | "
+        f"{r['train_peak_mem'] / MiB:.1f} MiB |",
+        f"| sampling {r['sample_new_tokens']} tokens, KV cache | {r['sample_tokens_per_s_cached']:,.0f} tokens/s |",
+        f"| sampling {r['sample_new_tokens']} tokens, no cache | {r['sample_tokens_per_s_uncached']:,.0f} tokens/s |",
+        f"| cache speedup (same tokens: {'yes' if r['sample_tokens_match'] else 'NO'}) | {r['sample_cache_speedup']:.1f}x |",
+        "",
+    ]
+    lengths = sorted({int(key.rsplit("_", 1)[1]) for key in r if key.startswith("readable_ms_")})
+    lines += [
+        "| causal attention forward, B=1: ms / peak memory | " + " | ".join(f"T={T}" for T in lengths) + " |",
+        "|---|" + "---:|" * len(lengths),
+    ]
+    for name in ("readable", "sdpa", "tiled"):
+        cells = [f"{r[f'{name}_ms_{T}']:.2f} ms / {r[f'{name}_peak_mem_{T}'] / MiB:.2f} MiB" for T in lengths]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    T = lengths[-1]
+    ratio = r[f"tiled_readable_mem_ratio_{T}"]
+    verdict = "within" if ratio <= 1 / 8 else "OVER"
+    lines += ["", f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), {verdict} the 1/8 budget"]
+    return "\n".join(lines)
