@@ -32,9 +32,9 @@ from configs import ConfigError, DataConfig
 from data.corpus import DataError, load_corpus, read_text
 from data.tokenizer import GPT2Tokenizer, Tokenizer, TokenizerError
 from engine.checkpoints import CheckpointError
-from model.measurements import bits_per_byte, prefix_logits
 from model import GPT
 from model.gpt import lm_loss
+from model.measurements import bits_per_byte, prefix_logits
 from model.sampling import check_finite_logits
 
 LOGITS_PER_BATCH = 2**22  # windows go through the model together until their logits would exceed this many floats

@@ -6,6 +6,7 @@ when nothing but the seed changes. These helpers take plain floats and return pl
 each can be checked by hand; they use the standard library only (no scipy).
 """
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -115,3 +116,57 @@ def format_table(rows: dict[str, dict[str, Spread | None]], columns: list[tuple[
     for name, stats in rows.items():
         lines.append(f"| {name} | " + " | ".join(format_cell(stats[tag], fmt) for _, tag, fmt in columns) + " |")
     return "\n".join(lines)
+
+
+DIFFERENCE_COLUMNS = ["val", "val honest", "entropy", "saturated"]  # the quantities the ablations are about
+
+
+def differences(by_variant: dict[str, list[dict]]) -> dict[str, dict[str, Difference | None]]:
+    """Each ablation against base (the first variant), paired by seed, for the difference columns."""
+    (_, base), *ablations = by_variant.items()
+    out: dict[str, dict[str, Difference | None]] = {}
+    for name, runs in ablations:
+        out[name] = {}
+        for header, tag, _ in COLUMNS:
+            if header in DIFFERENCE_COLUMNS:
+                ablation_values, base_values = column(runs, tag), column(base, tag)
+                missing = ablation_values is None or base_values is None
+                out[name][tag] = None if missing else paired_difference(ablation_values, base_values)
+    return out
+
+
+def format_sigmas(sigmas: float) -> str:
+    return "inf sd" if sigmas == float("inf") else f"{sigmas:.1f} sd"
+
+
+def format_differences(diffs: dict[str, dict[str, Difference | None]], base_name: str, n_seeds: int) -> str:
+    """A line per ablation: mean difference from base, and with several seeds the 95% interval and the size in base's seed sds."""
+    if n_seeds == 1:
+        head = f"difference from {base_name} (one seed: intervals need --seeds >= 2)"
+    else:
+        head = f"difference from {base_name}, paired by seed over {n_seeds} seeds: mean [95% interval], |mean| in seed standard deviations of {base_name}"
+    headers = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
+    width = max(map(len, diffs), default=0)
+    lines = [head]
+    for name, by_tag in diffs.items():
+        cells = []
+        for tag, d in by_tag.items():
+            header, fmt = headers[tag]
+            if d is None:
+                cells.append(f"{header} n/a")
+            elif d.half_width is None:
+                cells.append(f"{header} {d.mean:+{fmt}}")
+            else:
+                low, high = d.mean - d.half_width, d.mean + d.half_width
+                cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {format_sigmas(d.sigmas)}")
+        lines.append(f"  {name + ':':<{width + 1}} " + " | ".join(cells))
+    return "\n".join(lines)
+
+
+def to_json(value):
+    """Spreads and differences (also inside dicts) as plain dicts; an infinite sd ratio as "inf", which JSON has no number for."""
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, Spread | Difference):
+        return {k: to_json(v) for k, v in dataclasses.asdict(value).items()}
+    return "inf" if value == float("inf") else value

@@ -1,4 +1,4 @@
-"""compare.py: run names per seed, the table with spreads, the difference lines, bad --seeds, and a 2-seed smoke run."""
+"""compare.py and engine/comparison.py, curves.py, stats.py: run names per seed, the table with spreads, the difference lines, bad --seeds, and a 2-seed smoke run."""
 
 import contextlib
 import dataclasses
@@ -18,14 +18,15 @@ from conftest import REPO_ROOT, assert_one_line_error, tiny_argv
 
 import compare
 import train
-from configs import ConfigError, load_config
+from configs import ConfigError, load_config, parse_args
+from engine import comparison, curves, stats
 from engine.runlog import read_metrics
 from engine.stats import Difference
 
 
 def summary(**values: float) -> dict:
     """A run summary with every table column at 1.0, except the tags given (with '/' written as '__')."""
-    out = {tag: 1.0 for _, tag, _ in compare.COLUMNS}
+    out = {tag: 1.0 for _, tag, _ in stats.COLUMNS}
     out.update({k.replace("__", "/"): v for k, v in values.items()})
     return out
 
@@ -33,10 +34,10 @@ def summary(**values: float) -> dict:
 def test_table_shows_mean_and_std_over_seeds_and_na_for_a_missing_tag():
     old = [{k: v for k, v in summary().items() if k != "loss/val_forced"}]  # written before loss/val_forced existed
     rows = {
-        "char": compare.aggregate([summary(loss__val=1.0), summary(loss__val=2.0)]),
-        "char-old": compare.aggregate(old),
+        "char": stats.aggregate([summary(loss__val=1.0), summary(loss__val=2.0)]),
+        "char-old": stats.aggregate(old),
     }
-    lines = compare.format_table(rows).splitlines()
+    lines = stats.format_table(rows).splitlines()
     header = [c.strip() for c in lines[0].split("|")]
     assert header[header.index("val honest") + 1] == "val forced"
     char = [c.strip() for c in lines[2].split("|")]
@@ -52,35 +53,34 @@ def test_difference_lines_with_and_without_intervals():
         "char": [summary(loss__val=1.0), summary(loss__val=1.2), summary(loss__val=1.1)],
         "char-no-scale": [summary(loss__val=1.5), summary(loss__val=1.8), summary(loss__val=1.6)],
     }
-    diffs = compare.differences(by_variant)
+    diffs = stats.differences(by_variant)
     assert diffs["char-no-scale"]["loss/val"].mean == pytest.approx(0.5333, abs=1e-4)
-    line = compare.format_differences(diffs, "char", 3).splitlines()[1]
+    line = stats.format_differences(diffs, "char", 3).splitlines()[1]
     # d = 0.5, 0.6, 0.5: sd 0.0577, half width 4.303 * 0.0577 / sqrt(3) = 0.143; 0.533 / 0.1 (sd of 1.0, 1.2, 1.1) = 5.3
     assert "val +0.533 [+0.390, +0.677] 5.3 sd" in line
     assert "entropy +0.000 [+0.000, +0.000] 0.0 sd" in line
-    single = compare.format_differences({"char-no-mask": {"loss/val": Difference(-1.8, None, None, 1)}}, "char", 1)
+    single = stats.format_differences({"char-no-mask": {"loss/val": Difference(-1.8, None, None, 1)}}, "char", 1)
     assert single.splitlines() == ["difference from char (one seed: intervals need --seeds >= 2)", "  char-no-mask: val -1.800"]
 
 
 def test_mean_band_uses_the_steps_every_run_logged():
-    steps, mean, low, high = compare.mean_band([([0, 10, 20], [4.0, 3.0, 2.0]), ([0, 10], [4.2, 2.0])])
+    steps, mean, low, high = curves.mean_band([([0, 10, 20], [4.0, 3.0, 2.0]), ([0, 10], [4.2, 2.0])])
     assert steps == [0, 10]
     assert mean.tolist() == pytest.approx([4.1, 2.5]) and low.tolist() == [4.0, 2.0] and high.tolist() == [4.2, 3.0]
 
 
 def test_seeds_name_the_runs_only_when_there_are_several():
     cfg = load_config(["--config", "tiny"])
-    one = compare.variant_configs(cfg, REPO_ROOT / "runs" / "compare-tiny", 1)
+    one = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 1)
     assert {v: [c.run_name for c in cs] for v, cs in one.items()} == {
         "tiny": ["tiny"],
         "tiny-no-mask": ["tiny-no-mask"],
         "tiny-no-scale": ["tiny-no-scale"],
     }
-    two = compare.variant_configs(cfg, REPO_ROOT / "runs" / "compare-tiny", 2)
+    two = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 2)
     assert [c.run_name for c in two["tiny-no-scale"]] == ["tiny-no-scale-s1337", "tiny-no-scale-s1338"]
     assert [c.train.seed for c in two["tiny-no-mask"]] == [1337, 1338]
     assert [c.model.causal for c in two["tiny-no-mask"]] == [False, False]
-    assert compare.take_seeds(["--seeds=3", "--config", "tiny"]) == (3, ["--config", "tiny"])
 
 
 @pytest.mark.parametrize(
@@ -113,25 +113,29 @@ def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys, m
     assert saved["differences"]["tiny-no-scale"]["loss/val"]["n"] == 2
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| tiny-no-mask |"))
-    assert row.count(" ± ") == len(compare.COLUMNS) - ("loss/val_forced" not in results["tiny-s1337"])
+    assert row.count(" ± ") == len(stats.COLUMNS) - ("loss/val_forced" not in results["tiny-s1337"])
     assert "difference from tiny, paired by seed over 2 seeds" in out and "  tiny-no-scale: val " in out
 
 
 def test_each_run_is_the_users_command_with_its_own_flags_last():
     argv = ["--config", "tiny", "--runs-dir", "/r", "--train.seed=5", "--run-name", "mine", "--train.lr=1e-3"]
     cfg = load_config(argv)
-    no_mask = compare.variant_configs(cfg, Path("/r/compare-tiny"), 2)["tiny-no-mask"][1]
-    assert compare.train_argv(argv, no_mask) == [
+    no_mask = comparison.plan_runs(cfg, Path("/r/compare-tiny"), 2)["tiny-no-mask"][1]
+    assert comparison.train_argv(*parse_args(argv), no_mask) == [
         "--config", "tiny", "--train.lr=1e-3",  # the user's own flags, less those compare.py sets per run
         "--model.causal=false", "--model.scaled=true", "--train.seed=6",
-        "--runs-dir", "/r/compare-tiny", "--run-name", "tiny-no-mask-s6",
+        "--train.runs_dir=/r/compare-tiny", "--train.run_name=tiny-no-mask-s6",
     ]  # fmt: skip
-    assert load_config(compare.train_argv(argv, no_mask)).run_dir == no_mask.run_dir  # train.py lands where compare.py reads
+    assert (
+        load_config(comparison.train_argv(*parse_args(argv), no_mask)).run_dir == no_mask.run_dir
+    )  # train.py lands where compare.py reads
+    resumed = dataclasses.replace(no_mask, train=dataclasses.replace(no_mask.train, resume=True))
+    assert comparison.train_argv(*parse_args([*argv, "--resume", "--no-mask"]), resumed)[-1] == "--train.resume=true"
 
 
 def in_process(monkeypatch):
     """compare.py's children run as train.main in this process: the same arguments, without a new interpreter per run."""
-    monkeypatch.setattr(compare.Children, "run", lambda self, command: train.main(command[2:]))
+    monkeypatch.setattr(comparison.Children, "run", lambda self, command: train.main(command[2:]))
 
 
 def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(tmp_path, corpus_file, one_cpu_thread, monkeypatch, capsys):
@@ -143,7 +147,9 @@ def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(
     base_metrics = (folder / "tiny" / "metrics.jsonl").read_bytes()
     shutil.rmtree(folder / "tiny-no-scale")  # never begun
     shutil.rmtree(folder / "tiny-no-mask")  # stopped at step 2
-    stopped = load_config(compare.train_argv(argv, compare.variant_configs(load_config(argv), folder, 1)["tiny-no-mask"][0]))
+    stopped = load_config(
+        comparison.train_argv(*parse_args(argv, "char"), comparison.plan_runs(load_config(argv), folder, 1)["tiny-no-mask"][0])
+    )
     train.train(dataclasses.replace(stopped, train=dataclasses.replace(stopped.train, max_steps=2)))
     capsys.readouterr()
 

@@ -1,0 +1,56 @@
+"""The picture of a comparison: each logged quantity per variant, the mean over seeds as a line and min to max as a band."""
+
+from pathlib import Path
+
+import numpy as np
+
+from engine.runlog import read_metrics
+
+PANELS = [  # (title, [(tag, line style)])
+    ("loss (solid: val, dotted: val honest)", [("loss/val", "-"), ("loss/val_honest", ":")]),
+    ("training loss", [("loss/train_step", "-")]),
+    ("attention entropy (1 = uniform)", [("attn/entropy", "-")]),
+    ("share of saturated rows (max > 0.99)", [("attn/saturated_frac", "-")]),
+    ("attention mass on the future", [("attn/future_mass", "-")]),
+    ("grad norm reaching query and key", [("grad/qk_norm", "-")]),
+]
+
+
+def curve(rows: list[dict], tag: str) -> tuple[list[int], list[float]]:
+    points = [(r["step"], r[tag]) for r in rows if tag in r]
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def mean_band(curves: list[tuple[list[int], list[float]]]) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+    """Steps logged by every run, and the mean, min and max over the runs at each of them."""
+    by_step = [dict(zip(steps, values, strict=True)) for steps, values in curves]
+    steps = sorted(set.intersection(*(set(d) for d in by_step)))
+    values = np.array([[d[step] for step in steps] for d in by_step]).reshape(len(curves), len(steps))  # (runs, steps)
+    return steps, values.mean(0), values.min(0), values.max(0)
+
+
+def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
+    """One panel per quantity; per variant the mean over its seeds as a line, min to max over seeds as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt  # imported here: only a finished comparison draws
+
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    colors = dict(zip(run_dirs, ["tab:blue", "tab:red", "tab:orange", "tab:green"], strict=False))
+    metrics = {name: [read_metrics(d) for d in dirs] for name, dirs in run_dirs.items()}  # each file read once
+    for ax, (panel, tags) in zip(axes.flat, PANELS, strict=True):
+        for name, runs in metrics.items():
+            for tag, style in tags:
+                steps, mean, low, high = mean_band([curve(rows, tag) for rows in runs])
+                ax.plot(steps, mean, style, color=colors[name], label=name if style == "-" else None)
+                if len(runs) > 1:
+                    ax.fill_between(steps, low, high, color=colors[name], alpha=0.2, linewidth=0)
+        ax.set_title(panel, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
