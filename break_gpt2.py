@@ -22,13 +22,13 @@ import torch
 from configs import ConfigError
 from data.corpus import check_split_lengths, load_corpus
 from data.files import write_atomically
-from engine.cli import OneLineParser, run_command
-from engine.evaluation import estimate_loss, make_eval_set, measure_breakage
-from engine.folders import writable_folder
-from engine.heatmaps import save_layer_heatmaps
-from engine.pretrained import build, load_pretrained
-from engine.runtime import setup_runtime
-from engine.stats import COLUMNS, aggregate, format_table
+from harness.cli import OneLineParser, run_command
+from harness.evaluation import estimate_loss, make_eval_set, measure_breakage
+from harness.folders import writable_folder
+from harness.heatmaps import save_layer_heatmaps
+from harness.pretrained import build, load_pretrained
+from harness.runtime import setup_runtime
+from harness.stats import COLUMNS, aggregate, format_table
 from model.ablations import flags_label, variants
 
 UNTRAINED_COLUMNS = [c for c in COLUMNS if c[1] != "loss/train"]  # nothing is trained, so no training loss

@@ -10,10 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.checkpoints import load_model
-from engine.cli import OneLineParser, add_checkpoint_source, checkpoint_path, run_command
-from engine.folders import export_folder
-from engine.pretrained import export_hf
+from harness.checkpoints import load_model
+from harness.cli import OneLineParser, add_checkpoint_source, checkpoint_path, run_command
+from harness.folders import export_folder
+from harness.pretrained import export_hf
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from data.tokenizer import TokenizerError
-from engine.cli import OneLineParser, add_model_source, load_model_source, run_command
-from engine.evaluation import PROBE_TEXT
-from engine.folders import writable_folder
-from engine.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps, token_labels
+from harness.cli import OneLineParser, add_model_source, load_model_source, run_command
+from harness.evaluation import PROBE_TEXT
+from harness.folders import writable_folder
+from harness.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps, token_labels
 from model.ablations import flags_label
 from model.measurements import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles
 

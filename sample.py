@@ -16,7 +16,7 @@ import torch
 
 from data.corpus import read_text
 from data.tokenizer import TokenizerError, decode_stream
-from engine.cli import (
+from harness.cli import (
     OneLineParser,
     add_model_source,
     device_of,

@@ -3,7 +3,7 @@
 Prints how well the model predicts the text: the tokens scored, the mean loss in nats per token,
 the perplexity and the bits per byte. Without --file it scores the val split of the run's corpus
 (of Tiny Shakespeare for a pretrained GPT-2). A text longer than the model's context is read in
-sliding windows with a stride; engine/scoring.py says how, and why each token is scored once.
+sliding windows with a stride; harness/scoring.py says how, and why each token is scored once.
 """
 
 import argparse
@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli import OneLineParser, add_model_source, device_of, load_model_source, positive_int, run_command
-from engine.scoring import score_ids, surprises, text_ids
+from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, positive_int, run_command
+from harness.scoring import score_ids, surprises, text_ids
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -6,10 +6,10 @@ SIGTERM stops after the current step and saves a checkpoint. Under torchrun the 
 with DistributedDataParallel.
 
 `train(cfg)` is the outline of a run, and `main(argv)` its command line; each step of it is a call into a package:
-engine.runtime (device, processes, clean stops), data (corpus, tokenizer, batches), model (the GPT),
-engine.optim (optimizer, schedule), engine.step (one training step), engine.evaluation,
-engine.runlog (TensorBoard, metrics.jsonl, console), engine.checkpoints (save, resume),
-engine.startup (the corpus, the run folder) and engine.finetune (the starting weights: fresh, or GPT-2's with --init-from).
+harness.runtime (device, processes, clean stops), data (corpus, tokenizer, batches), model (the GPT),
+harness.optim (optimizer, schedule), harness.step (one training step), harness.evaluation,
+harness.runlog (TensorBoard, metrics.jsonl, console), harness.checkpoints (save, resume),
+harness.startup (the corpus, the run folder) and harness.finetune (the starting weights: fresh, or GPT-2's with --init-from).
 """
 
 import argparse
@@ -20,15 +20,15 @@ import torch
 from tqdm import tqdm
 
 from configs import Config
-from engine.checkpoints import Checkpointer, Progress, read_resumable, restore
-from engine.cli import OneLineParser, run_command
-from engine.evaluation import evaluate, make_eval_set
-from engine.finetune import initial_model
-from engine.optim import describe, lr_at, make_optimizer, set_lr
-from engine.runlog import RunLogger
-from engine.runtime import StopFlag, mean_over_ranks, setup_runtime, wrap_for_training
-from engine.startup import load_data, open_run_dir
-from engine.step import draw_micro_batches, optimizer_step, tokens_per_second
+from harness.checkpoints import Checkpointer, Progress, read_resumable, restore
+from harness.cli import OneLineParser, run_command
+from harness.evaluation import evaluate, make_eval_set
+from harness.finetune import initial_model
+from harness.optim import describe, lr_at, make_optimizer, set_lr
+from harness.runlog import RunLogger
+from harness.runtime import StopFlag, mean_over_ranks, setup_runtime, wrap_for_training
+from harness.startup import load_data, open_run_dir
+from harness.step import draw_micro_batches, optimizer_step, tokens_per_second
 from model.ablations import flags_label
 from model.measurements import qk_grad_norm
 

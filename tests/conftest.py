@@ -124,9 +124,9 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> s
 
 
 def error_of(command, argv: list[str], capsys) -> subprocess.CompletedProcess:
-    """engine.cli.run_command on a script's main, in process, as a finished process for assert_one_line_error
+    """harness.cli.run_command on a script's main, in process, as a finished process for assert_one_line_error
     (argparse's errors exit on their own)."""
-    from engine.cli import run_command
+    from harness.cli import run_command
 
     try:
         code = run_command(command, argv)

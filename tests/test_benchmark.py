@@ -1,4 +1,4 @@
-"""engine/benchmark.py and bench.py: each measurement on tiny inputs, and the tables they print."""
+"""harness/benchmark.py and bench.py: each measurement on tiny inputs, and the tables they print."""
 
 import dataclasses
 import json
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from configs import load_config
-from engine import benchmark, profiling
-from engine.runtime import setup_runtime
+from harness import benchmark, profiling
+from harness.runtime import setup_runtime
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 

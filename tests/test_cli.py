@@ -1,4 +1,4 @@
-"""engine/cli.py and the scripts' doors: a mistake in what was typed is one `error:` line and exit code 2, help is help."""
+"""harness/cli.py and the scripts' doors: a mistake in what was typed is one `error:` line and exit code 2, help is help."""
 
 import subprocess
 
@@ -12,7 +12,7 @@ import inspect_attention
 import sample
 import train
 from configs import load_config
-from engine.cli import run_command
+from harness.cli import run_command
 
 
 def one_line(capsys, code: int, *needles: str) -> str:
@@ -52,7 +52,7 @@ def test_bad_input_is_one_line_before_any_work(script, argv, needle, tmp_path, c
     """Each of these once gave a traceback, or was taken silently; every one fails before a model or corpus loads."""
     file = tmp_path / "a-file"
     file.write_text("not a folder")
-    monkeypatch.setattr("engine.cli.load_model", lambda *a: pytest.fail("the model loaded before the bad input was noticed"))
+    monkeypatch.setattr("harness.cli.load_model", lambda *a: pytest.fail("the model loaded before the bad input was noticed"))
     monkeypatch.setattr("break_gpt2.load_pretrained", lambda *a: pytest.fail("the model loaded before the bad input was noticed"))
     code = exit_code(script, [a.format(file=file) for a in argv])
     one_line(capsys, code, needle.format(file=file))

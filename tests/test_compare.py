@@ -1,4 +1,4 @@
-"""compare.py and engine/comparison.py, curves.py, stats.py: run names per seed, the table with spreads, the difference lines, bad --seeds, and a 2-seed smoke run."""
+"""compare.py and harness/comparison.py, curves.py, stats.py: run names per seed, the table with spreads, the difference lines, bad --seeds, and a 2-seed smoke run."""
 
 import contextlib
 import dataclasses
@@ -19,9 +19,9 @@ from conftest import REPO_ROOT, assert_one_line_error, tiny_argv
 import compare
 import train
 from configs import ConfigError, load_config, parse_args
-from engine import comparison, curves, stats
-from engine.runlog import read_metrics
-from engine.stats import Difference
+from harness import comparison, curves, stats
+from harness.runlog import read_metrics
+from harness.stats import Difference
 
 
 def summary(**values: float) -> dict:

@@ -25,7 +25,7 @@ import pytest
 from conftest import REPO_ROOT, write_corpus
 
 import configs
-from engine.cli import OneLineParser
+from harness.cli import OneLineParser
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 PROGRAMS = ("python", "torchrun", "tensorboard", "pip")  # what a code block's command may start with

@@ -1,4 +1,4 @@
-"""engine/folders.py: a live run's folder is never taken, only runs are moved aside, and unwritable outputs are one line."""
+"""harness/folders.py: a live run's folder is never taken, only runs are moved aside, and unwritable outputs are one line."""
 
 import os
 import subprocess
@@ -9,12 +9,12 @@ import pytest
 from conftest import REPO_ROOT, tiny_argv
 
 import train
-from engine.folders import OutputError, claim_run_folder, is_run_folder, writable_folder
+from harness.folders import OutputError, claim_run_folder, is_run_folder, writable_folder
 
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from engine.folders import FolderLock
+from harness.folders import FolderLock
 lock = FolderLock(Path(sys.argv[1]))
 print("locked", flush=True)
 sys.stdin.read()  # hold the folder until the test closes our stdin
@@ -22,7 +22,7 @@ sys.stdin.read()  # hold the folder until the test closes our stdin
 
 
 def hold(folder: Path) -> subprocess.Popen:
-    """Another process that holds `folder` as a live run does (engine.folders imports no torch: it starts fast)."""
+    """Another process that holds `folder` as a live run does (harness.folders imports no torch: it starts fast)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(folder)], cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )

@@ -20,7 +20,7 @@ def imported_modules(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from engine import step`
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from harness import step`
     return {name for name in names if name.split(".")[0] in SCRIPTS + PACKAGES}
 
 
@@ -35,8 +35,8 @@ def module_files() -> dict[str, Path]:
 
 def test_the_layout_test_sees_the_scripts_and_packages():
     assert {"train", "sample", "inspect_attention", "compare", "bench"} <= set(SCRIPTS)
-    assert {"model", "data", "configs", "engine"} <= set(PACKAGES)
-    assert "engine.runtime" in imported_modules(REPO_ROOT / "train.py")
+    assert {"model", "data", "configs", "harness"} <= set(PACKAGES)
+    assert "harness.runtime" in imported_modules(REPO_ROOT / "train.py")
 
 
 def test_no_script_imports_another_script():
@@ -74,7 +74,7 @@ def test_the_module_graph_has_no_cycle():
 
 def test_train_py_is_an_outline():
     lines = (REPO_ROOT / "train.py").read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 200, f"train.py has {len(lines)} lines; move a job into a module of engine/"
+    assert len(lines) <= 200, f"train.py has {len(lines)} lines; move a job into a module of harness/"
 
 
 def line_count(path: Path) -> int:
@@ -154,8 +154,8 @@ def test_the_ablations_are_defined_once():
 
 
 def test_every_script_parses_its_command_line_one_way():
-    """One parser class (engine/cli.py's OneLineParser, one-line errors) in every script; no hand-made argv scanning."""
-    assert where(calls("ArgumentParser")) == set()  # OneLineParser subclasses it in engine.cli, the one place
+    """One parser class (harness/cli.py's OneLineParser, one-line errors) in every script; no hand-made argv scanning."""
+    assert where(calls("ArgumentParser")) == set()  # OneLineParser subclasses it in harness.cli, the one place
     doors = {script for script in SCRIPTS if "__main__" in (REPO_ROOT / f"{script}.py").read_text(encoding="utf-8")}
     assert doors == set(SCRIPTS)
     assert doors <= where(calls("OneLineParser")), sorted(doors - where(calls("OneLineParser")))

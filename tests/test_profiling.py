@@ -1,8 +1,8 @@
-"""engine/profiling.py: the CPU memory tracker on known allocations."""
+"""harness/profiling.py: the CPU memory tracker on known allocations."""
 
 import torch
 
-from engine.profiling import PeakMemory
+from harness.profiling import PeakMemory
 
 MiB = 2**20
 

@@ -9,14 +9,14 @@ import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, assert_one_line_error, error_of, run_script, tiny_argv, write_corpus
 
-import engine.evaluation
-import engine.runtime
+import harness.evaluation
+import harness.runtime
 import sample
 import train
 from configs import ConfigError, load_config
 from data.corpus import load_corpus
 from data.tokenizer import TokenizerError
-from engine.checkpoints import CheckpointError, load_model
+from harness.checkpoints import CheckpointError, load_model
 from model import ModelConfig
 from model.sampling import SamplingError
 
@@ -64,9 +64,9 @@ def test_load_model_rebuilds_the_trained_model(trained):
 def test_loaded_model_reproduces_the_logged_val_loss(trained):
     model, tokenizer, checkpoint = load_model(trained["ckpt"], "cpu")
     corpus = load_corpus(trained["cfg"].data)
-    ev = engine.evaluation.make_eval_set(corpus, tokenizer, trained["cfg"])  # the fixed eval batches the run scored
-    runtime = engine.runtime.setup_runtime(trained["cfg"].train)
-    assert engine.evaluation.estimate_loss(model, ev.batches["val"], runtime) == pytest.approx(checkpoint["val_loss"], abs=1e-6)
+    ev = harness.evaluation.make_eval_set(corpus, tokenizer, trained["cfg"])  # the fixed eval batches the run scored
+    runtime = harness.runtime.setup_runtime(trained["cfg"].train)
+    assert harness.evaluation.estimate_loss(model, ev.batches["val"], runtime) == pytest.approx(checkpoint["val_loss"], abs=1e-6)
 
 
 # 2. Sampling

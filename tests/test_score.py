@@ -1,4 +1,4 @@
-"""Tests for score.py and engine/scoring.py: windows that score every token once, a hand calculation,
+"""Tests for score.py and harness/scoring.py: windows that score every token once, a hand calculation,
 transformers' own sliding-window computation, the honest path of a no-mask model, and one-line errors."""
 
 import dataclasses
@@ -27,8 +27,8 @@ import train
 from configs import load_config
 from data.corpus import TRAIN_FRACTION
 from data.tokenizer import CharTokenizer
-from engine.checkpoints import load_model
-from engine.scoring import Window, score_ids, token_losses, windows
+from harness.checkpoints import load_model
+from harness.scoring import Window, score_ids, token_losses, windows
 from model import GPT, ModelConfig
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread

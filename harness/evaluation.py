@@ -12,8 +12,8 @@ import torch
 from configs import Config
 from data.batches import get_batch
 from data.tokenizer import Tokenizer, TokenizerError
-from engine.heatmaps import token_labels
-from engine.runtime import Runtime
+from harness.heatmaps import token_labels
+from harness.runtime import Runtime
 from model import GPT
 from model.measurements import attention_summary, bits_per_byte, honest_positions, leak
 

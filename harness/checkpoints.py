@@ -22,8 +22,8 @@ import torch
 from configs import Config
 from data.files import atomic_file
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
-from engine.folders import moved_aside
-from engine.runtime import Runtime
+from harness.folders import moved_aside
+from harness.runtime import Runtime
 from model import GPT, ModelConfig
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from configs import Config, ConfigError
 from data.files import write_atomically
-from engine.curves import plot_runs
-from engine.folders import claim_run_folder
-from engine.runlog import read_metrics
-from engine.stats import aggregate, differences, to_json
+from harness.curves import plot_runs
+from harness.folders import claim_run_folder
+from harness.runlog import read_metrics
+from harness.stats import aggregate, differences, to_json
 from model.ablations import ABLATIONS, variants
 
 TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"

@@ -17,8 +17,8 @@ import dataclasses
 import torch
 
 from configs import Config, ConfigError
-from engine.pretrained import build, load_pretrained
-from engine.runtime import Runtime
+from harness.pretrained import build, load_pretrained
+from harness.runtime import Runtime
 from model import GPT, ModelConfig
 
 

@@ -1,4 +1,4 @@
-"""Everything around the model that the scripts share, one job per module.
+"""The harness around the model: everything the scripts share to run, measure, save and compare it, one job per module.
 
     runtime.py      where a run computes: device, backend switches, torchrun processes, clean stops
     startup.py      what a run sets up before its first step: the corpus, the run folder
@@ -14,6 +14,10 @@
     finetune.py     the weights a run starts from: fresh, or GPT-2's (--init-from)
     scoring.py      the loss, perplexity and bits per byte of a text, in sliding windows
     stats.py        spreads and paired differences over seeds, and the tables of variants
+    comparison.py   the experiment of compare.py: the variants at each seed, one train.py process each, --resume
+    curves.py       the comparison's picture: each logged quantity per variant, mean and band over seeds
+    benchmark.py    what bench.py measures: the training step, sampling, each attention backend
+    profiling.py    timers that wait for the device, peak memory on CPU and CUDA, the machine, a matmul peak
     cli.py          the one command-line parser, the model a script reads, one-line errors with exit codes
 
 The lesson itself (attention, the loss, the measurements, the ablations) lives in model/.

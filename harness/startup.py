@@ -8,8 +8,8 @@ import torch
 from configs import Config
 from data.corpus import Corpus, check_split_lengths, load_corpus
 from data.files import write_atomically
-from engine.folders import FolderLock, claim_run_folder
-from engine.runtime import Runtime
+from harness.folders import FolderLock, claim_run_folder
+from harness.runtime import Runtime
 
 
 def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus, Config]:

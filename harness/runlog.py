@@ -14,8 +14,8 @@ import torch
 from tqdm import tqdm
 
 from data.files import write_atomically
-from engine.evaluation import Evaluation
-from engine.heatmaps import HeatmapGrid
+from harness.evaluation import Evaluation
+from harness.heatmaps import HeatmapGrid
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 # TensorBoard smooths every curve by 0.6 unless told otherwise, and a curve of a few evaluations
