@@ -95,9 +95,9 @@ class Children:
             signal.signal(sig, handler)
 
 
-def train_run(command: list[str], children: Children, cfg: Config) -> dict:
+def train_run(train_args: list[str], children: Children, cfg: Config) -> dict:
     """`python train.py ...` in its own process, as a user would type it; its last evaluation and the process's wall time."""
-    command = [sys.executable, str(TRAIN_PY), *command]
+    command = [sys.executable, str(TRAIN_PY), *train_args]
     print("$ python train.py " + " ".join(command[2:]), flush=True)
     started = time.perf_counter()
     code = children.run(command)

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
+from model import ModelConfig
+from model.ablations import flags_label, variants
+
 nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat and nbclient (pip install nbclient nbformat ipykernel)")
 nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbformat and nbclient (pip install nbclient nbformat ipykernel)")
 
@@ -57,11 +60,13 @@ def test_notebook_runs_top_to_bottom_on_a_small_text(tmp_path, corpus_file, monk
         name: (float(forced), float(honest))
         for name, forced, honest in re.findall(r"^(.+): teacher-forced loss ([\d.]+), honest loss ([\d.]+) nats", printed, re.MULTILINE)
     }
-    assert set(losses) == {"causal, scaled", "no mask", "no scale"}
-    for name in ("causal, scaled", "no scale"):
+    intact = ModelConfig()  # the runs are named by their labels: model/ablations.py
+    no_mask, no_scale = (flags_label(variants(intact)[suffix]) for suffix in ("-no-mask", "-no-scale"))
+    assert set(losses) == {flags_label(intact), no_mask, no_scale}
+    for name in (flags_label(intact), no_scale):
         forced, honest = losses[name]
         assert honest == pytest.approx(forced, abs=0.01), f"{name}: a causal model scores the same with or without the future"
-    forced, honest = losses["no mask"]
+    forced, honest = losses[no_mask]
     assert honest > forced + 1.0, f"the model without the mask must be caught: honest {honest}, teacher-forced {forced}"
     assert "next-token" in printed, "the role table names the next-token heads of the model without the mask"
     runs = [p.name for p in tmp_path.glob("attention-notebook-*/*") if p.is_dir()]

@@ -64,9 +64,9 @@ def test_load_model_rebuilds_the_trained_model(trained):
 def test_loaded_model_reproduces_the_logged_val_loss(trained):
     model, tokenizer, checkpoint = load_model(trained["ckpt"], "cpu")
     corpus = load_corpus(trained["cfg"].data)
-    ev = harness.evaluation.make_eval_set(corpus, tokenizer, trained["cfg"])  # the fixed eval batches the run scored
+    eval_set = harness.evaluation.make_eval_set(corpus, tokenizer, trained["cfg"])  # the fixed eval batches the run scored
     runtime = harness.runtime.setup_runtime(trained["cfg"].train)
-    assert harness.evaluation.estimate_loss(model, ev.batches["val"], runtime) == pytest.approx(checkpoint["val_loss"], abs=1e-6)
+    assert harness.evaluation.estimate_loss(model, eval_set.batches["val"], runtime) == pytest.approx(checkpoint["val_loss"], abs=1e-6)
 
 
 # 2. Sampling
