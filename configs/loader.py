@@ -118,7 +118,9 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
             continue
         if not flag.startswith("--") or not takes_value:
             shown = [*SHORTHANDS, "--config", "--section.field=VALUE"]
-            raise ConfigError(f"unknown argument {arg!r}; valid arguments: {', '.join(shown)}")
+            fields = [dotted for dotted in KEYS if dotted.partition(".")[2] == flag[2:].replace("-", "_")]
+            hint = f" (did you mean {' or '.join(f'--{f}=VALUE' for f in fields)}?)" if fields else ""
+            raise ConfigError(f"unknown argument {arg!r}{hint}; valid arguments: {', '.join(shown)}")
         if has_eq:
             value = inline
         elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):

@@ -38,12 +38,18 @@ class OneLineParser(argparse.ArgumentParser):
 
     A script that trains or measures a preset passes `config`, the preset it uses by default:
     then parse_with_config hands every argument the script does not declare to the config loader
-    (--config NAME, --section.field=VALUE and the shorthands), and --help lists those too.
+    (--config NAME, --section.field=VALUE and the shorthands), and --help lists those too. Such a
+    script's own flags must be spelled out whole, so that a short flag meant for the loader (--seed)
+    is never taken for one of them (--seeds).
     """
 
     def __init__(self, description: str, config: str | None = None, **kwargs):
         if config is not None:
-            kwargs |= {"epilog": usage(config), "formatter_class": argparse.RawDescriptionHelpFormatter}
+            kwargs |= {
+                "epilog": usage(config),
+                "formatter_class": argparse.RawDescriptionHelpFormatter,
+                "allow_abbrev": False,
+            }
         super().__init__(description=description, **kwargs)
         self.config = config
 

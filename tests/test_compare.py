@@ -94,6 +94,19 @@ def test_bad_seed_counts_are_a_one_line_error(args, capsys, monkeypatch):
     assert_one_line_error(subprocess.CompletedProcess(["compare.py"], stop.value.code, out, err), "--seeds")
 
 
+def test_seeds_is_compares_own_flag_and_the_rest_goes_to_the_config_loader(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(compare, "run_comparison", lambda cfg, name, overrides, seeds: calls.append((cfg, name, overrides, seeds)) or 1)
+    assert compare.main(["--train.seed=7", "--seeds", "3", "--config", "tiny", "--train.lr=0.01"]) == 1
+    cfg, name, overrides, seeds = calls[0]
+    assert (name, overrides, seeds) == ("tiny", [("train.seed", "7"), ("train.lr", "0.01")], 3)
+    assert (cfg.name, cfg.train.seed, cfg.train.lr) == ("tiny", 7, 0.01)
+    # a flag is never shortened into compare's own: --seed is not --seeds, and the loader names the key meant
+    with pytest.raises(ConfigError, match=r"unknown argument '--seed' \(did you mean --train\.seed=VALUE\?\)"):
+        compare.main(["--config", "tiny", "--seed", "2"])
+    assert len(calls) == 1
+
+
 def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # each train.py it starts runs torch on one thread too (see conftest's one_cpu_thread)
     argv = tiny_argv(tmp_path, corpus_file, "--seeds", "2", "--train.max_steps=2", "--train.warmup_steps=1", "--train.eval_interval=2")

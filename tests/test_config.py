@@ -182,7 +182,9 @@ def test_malformed_toml_names_the_file(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--bogus"], "unknown argument '--bogus'"),
+        (["--bogus"], "unknown argument '--bogus'; valid"),
+        (["--seed", "3"], r"unknown argument '--seed' \(did you mean --train\.seed=VALUE\?\)"),
+        (["--max-steps=3"], r"did you mean --train\.max_steps=VALUE\?"),
         (["tiny"], "unknown argument 'tiny'"),
         (["--no-mask=true"], "--no-mask takes no value"),
         (["--device"], "--device needs a value"),
