@@ -10,15 +10,15 @@ For one preset, at random init on random tokens (no corpus needed), it measures
   (B = 1, H and D from the preset), where the readable path holds (T, T) weights and tiled does not.
 
 It prints markdown tables; with --json, one JSON object on stdout instead (the tables go to stderr).
-The measurements live in harness/benchmark.py, the timers and the CPU memory tracker in harness/profiling.py.
+The measurements live in harness/experiments/benchmark.py, the timers and the CPU memory tracker in harness/experiments/profiling.py.
 """
 
 import json
 import sys
 
-from harness.benchmark import format_tables, measure_all
 from harness.cli import OneLineParser, run_command
-from harness.runtime import setup_runtime
+from harness.experiments.benchmark import format_tables, measure_all
+from harness.training.runtime import setup_runtime
 
 
 def main(argv: list[str]) -> dict:

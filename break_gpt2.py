@@ -23,12 +23,12 @@ from configs import ConfigError
 from data.corpus import check_split_lengths, load_corpus
 from data.files import write_atomically
 from harness.cli import OneLineParser, run_command
-from harness.evaluation import estimate_loss, make_eval_set, measure_breakage
+from harness.experiments.stats import COLUMNS, aggregate, format_table
 from harness.folders import writable_folder
-from harness.heatmaps import save_layer_heatmaps
-from harness.pretrained import build, load_pretrained
-from harness.runtime import setup_runtime
-from harness.stats import COLUMNS, aggregate, format_table
+from harness.gpt2 import build, load_pretrained
+from harness.pictures.heatmaps import save_layer_heatmaps
+from harness.training.evaluation import estimate_loss, make_eval_set, measure_breakage
+from harness.training.runtime import setup_runtime
 from model.ablations import flags_label, variants
 
 UNTRAINED_COLUMNS = [c for c in COLUMNS if c[1] != "loss/train"]  # nothing is trained, so no training loss

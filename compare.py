@@ -17,8 +17,8 @@ comparison; the same command plus --resume continues it: finished runs are kept,
 one resumes, the rest start. Without --resume an earlier comparison in the folder is moved aside
 whole (to compare-<config>.old-<time>), so TensorBoard never overlays two comparisons.
 
-The experiment itself lives in harness/comparison.py, its picture in harness/curves.py and its
-statistics in harness/stats.py.
+The experiment itself lives in harness/experiments/comparison.py, its picture in harness/pictures/curves.py and its
+statistics in harness/experiments/stats.py.
 """
 
 import argparse
@@ -26,8 +26,8 @@ import sys
 
 from configs import MAX_SEED, ConfigError
 from harness.cli import OneLineParser, run_command
-from harness.comparison import run_comparison
-from harness.stats import format_differences, format_table
+from harness.experiments.comparison import run_comparison
+from harness.experiments.stats import format_differences, format_table
 
 MAX_SEEDS = 100  # three training runs each: more would run for weeks
 

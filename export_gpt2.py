@@ -10,10 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.checkpoints import load_model
 from harness.cli import OneLineParser, add_checkpoint_source, checkpoint_path, run_command
 from harness.folders import export_folder
-from harness.pretrained import export_hf
+from harness.gpt2 import export_hf
+from harness.training.checkpoints import load_model
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

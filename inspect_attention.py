@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from data.tokenizer import TokenizerError
+from data.tokenizer import TokenizerError, token_labels
 from harness.cli import OneLineParser, add_model_source, load_model_source, run_command
-from harness.evaluation import PROBE_TEXT
 from harness.folders import writable_folder
-from harness.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps, token_labels
+from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps
+from harness.training.evaluation import PROBE_TEXT
 from model.ablations import flags_label
 from model.measurements import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles
 

@@ -5,11 +5,8 @@ ckpt.pt (the latest state, for --resume) and best.pt (the best val loss so far).
 SIGTERM stops after the current step and saves a checkpoint. Under torchrun the same file trains
 with DistributedDataParallel.
 
-`train(cfg)` is the outline of a run, and `main(argv)` its command line; each step of it is a call into a package:
-harness.runtime (device, processes, clean stops), data (corpus, tokenizer, batches), model (the GPT),
-harness.optim (optimizer, schedule), harness.step (one training step), harness.evaluation,
-harness.runlog (TensorBoard, metrics.jsonl, console), harness.checkpoints (save, resume),
-harness.startup (the corpus, the run folder) and harness.finetune (the starting weights: fresh, or GPT-2's with --init-from).
+`train(cfg)` is the outline of a run and `main(argv)` its command line; every step of it is a call into
+harness/training/ (device, starting weights, optimizer, one step, evaluation, run log, checkpoints), data/ or model/.
 """
 
 import argparse
@@ -20,15 +17,14 @@ import torch
 from tqdm import tqdm
 
 from configs import Config
-from harness.checkpoints import Checkpointer, Progress, read_resumable, restore
 from harness.cli import OneLineParser, run_command
-from harness.evaluation import evaluate, make_eval_set
-from harness.finetune import initial_model
-from harness.optim import describe, lr_at, make_optimizer, set_lr
-from harness.runlog import RunLogger
-from harness.runtime import StopFlag, mean_over_ranks, setup_runtime, wrap_for_training
-from harness.startup import load_data, open_run_dir
-from harness.step import draw_micro_batches, optimizer_step, tokens_per_second
+from harness.training.checkpoints import Checkpointer, Progress, read_resumable, restore
+from harness.training.evaluation import evaluate, make_eval_set
+from harness.training.optim import describe, lr_at, make_optimizer, set_lr
+from harness.training.runlog import RunLogger, open_run_dir
+from harness.training.runtime import StopFlag, load_data, mean_over_ranks, setup_runtime, wrap_for_training
+from harness.training.starting_weights import initial_model
+from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_second
 from model.ablations import flags_label
 from model.measurements import qk_grad_norm
 

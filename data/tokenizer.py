@@ -98,6 +98,15 @@ def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
         yield tokenizer.decode(pending)
 
 
+def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    """One readable label per token: whitespace made visible, long tokens shortened."""
+    labels = []
+    for i in ids:
+        text = tokenizer.decode([i]).replace("\n", "\\n").replace(" ", "\u2423")
+        labels.append(text if len(text) <= 8 else text[:7] + "\u2026")
+    return labels
+
+
 def tokenizer_from_state(state: dict) -> Tokenizer:
     """Rebuild a tokenizer from the plain dict that `state()` returned (as stored in checkpoints)."""
     name = state.get("name") if isinstance(state, dict) else None

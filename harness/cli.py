@@ -15,11 +15,11 @@ import torch
 from configs import MAX_SEED, Config, ConfigError, TrainConfig, load_config, parse_args, usage
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
-from harness.checkpoints import CheckpointError, load_model
 from harness.folders import OutputError
-from harness.pretrained import load_pretrained
-from harness.runtime import setup_runtime, shut_down
-from harness.step import TrainingError
+from harness.gpt2 import load_pretrained
+from harness.training.checkpoints import CheckpointError, load_model
+from harness.training.runtime import setup_runtime, shut_down
+from harness.training.step import TrainingError
 from model import GPT
 from model.sampling import SamplingError
 

@@ -31,7 +31,7 @@ import torch
 from configs import ConfigError, DataConfig
 from data.corpus import DataError, load_corpus, read_text
 from data.tokenizer import GPT2Tokenizer, Tokenizer, TokenizerError
-from harness.checkpoints import CheckpointError
+from harness.training.checkpoints import CheckpointError
 from model import GPT
 from model.gpt import lm_loss
 from model.measurements import bits_per_byte, prefix_logits

@@ -1,4 +1,4 @@
-"""Tests for model/attention.py: attention(), Head and MultiHead (STYLE.md section 10)."""
+"""Tests for model/attention.py: attention(), Head and MultiHead (docs/layout.md, rule 8: tests assert real numbers)."""
 
 import itertools
 import math

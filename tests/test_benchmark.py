@@ -1,4 +1,4 @@
-"""harness/benchmark.py and bench.py: each measurement on tiny inputs, and the tables they print."""
+"""harness/experiments/benchmark.py and bench.py: each measurement on tiny inputs, and the tables they print."""
 
 import dataclasses
 import json
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from configs import load_config
-from harness import benchmark, profiling
-from harness.runtime import setup_runtime
+from harness.experiments import benchmark, profiling
+from harness.training.runtime import setup_runtime
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 

@@ -1,11 +1,11 @@
-"""harness/checkpoints.py: whatever file is named, the reader answers with one CheckpointError, and a crafted size costs nothing."""
+"""harness/training/checkpoints.py: whatever file is named, the reader answers with one CheckpointError, and a crafted size costs nothing."""
 
 import pytest
 import torch
 
 from configs import load_config
 from data.tokenizer import TokenizerError
-from harness.checkpoints import CheckpointError, load_model, read_checkpoint, read_resumable
+from harness.training.checkpoints import CheckpointError, load_model, read_checkpoint, read_resumable
 from model import GPT, ModelConfig
 
 CFG = ModelConfig(n_layer=1, n_head=2, n_embd=8, block_size=16, vocab_size=5)
@@ -54,7 +54,7 @@ def test_missing_tokenizer_files_are_not_blamed_on_the_checkpoint(tmp_path, monk
     def offline(state):
         raise TokenizerError("cannot load tiktoken's gpt2 encoding (ConnectionError)")
 
-    monkeypatch.setattr("harness.checkpoints.tokenizer_from_state", offline)
+    monkeypatch.setattr("harness.training.checkpoints.tokenizer_from_state", offline)
     with pytest.raises(TokenizerError, match="cannot load tiktoken's gpt2 encoding"):
         load_model(path)
 

@@ -1,4 +1,4 @@
-"""compare.py and harness/comparison.py, curves.py, stats.py: run names per seed, the table with spreads, the difference lines, bad --seeds, and a 2-seed smoke run."""
+"""compare.py and harness/experiments/comparison.py, curves.py, stats.py: run names per seed, the table with spreads, the difference lines, bad --seeds, and a 2-seed smoke run."""
 
 import contextlib
 import dataclasses
@@ -19,9 +19,10 @@ from conftest import REPO_ROOT, assert_one_line_error, tiny_argv
 import compare
 import train
 from configs import ConfigError, load_config, parse_args
-from harness import comparison, curves, stats
-from harness.runlog import read_metrics
-from harness.stats import Difference
+from harness.experiments import comparison, stats
+from harness.experiments.stats import Difference
+from harness.pictures import curves
+from harness.training.runlog import read_metrics
 
 
 def summary(**values: float) -> dict:

@@ -136,7 +136,7 @@ def test_unknown_key_names_the_nearest_valid_key():
 
 
 def test_unknown_key_learning_rate_suggests_lr():
-    # STYLE.md section 4 gives this exact example: "unknown key train.learning_rate, did you mean train.lr?"
+    # docs/command-line.md gives this exact example: "unknown key train.learning_rate, did you mean train.lr?"
     with pytest.raises(ConfigError, match="unknown key train.learning_rate") as e:
         load_config(["--config", "tiny", "--train.learning_rate=1"])
     assert "train.lr" in str(e.value), str(e.value)

@@ -20,12 +20,12 @@ import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, tiny_argv, write_corpus
 
-import harness.checkpoints
-import harness.evaluation
-import harness.runtime
+import harness.training.checkpoints
+import harness.training.evaluation
+import harness.training.runtime
 import train
 from configs import load_config
-from harness.checkpoints import read_checkpoint
+from harness.training.checkpoints import read_checkpoint
 
 pytestmark = [
     pytest.mark.skipif(
@@ -49,8 +49,8 @@ def by_step(metrics: list[dict], key: str) -> dict[int, float]:
     return {m["step"]: m[key] for m in metrics if key in m}
 
 
-def cpu_runtime(rank: int, world_size: int) -> harness.runtime.Runtime:
-    return harness.runtime.Runtime(device=torch.device("cpu"), autocast_dtype=None, why="", rank=rank, world_size=world_size)
+def cpu_runtime(rank: int, world_size: int) -> harness.training.runtime.Runtime:
+    return harness.training.runtime.Runtime(device=torch.device("cpu"), autocast_dtype=None, why="", rank=rank, world_size=world_size)
 
 
 def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -107,7 +107,7 @@ def accumulated(tmp_path_factory, corpus, one_cpu_thread) -> list[dict]:
     root = tmp_path_factory.mktemp("single")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(
-            harness.evaluation, "HEATMAP_MAX_TOKENS", 4
+            harness.training.evaluation, "HEATMAP_MAX_TOKENS", 4
         )  # small heatmaps: the figures are not under test, and are most of an evaluation's time
         train.train(load_config(tiny_argv(root, corpus, *DDP, "--train.grad_accum_steps=2")))
     return read_metrics(root / "runs" / "tiny")
@@ -183,7 +183,7 @@ def test_torchrun_resume_continues_the_run(ddp_job, tmp_path):
 def test_gradient_accumulation_matches_one_big_batch(tmp_path, corpus, accumulated):
     """batch_size 16 in one micro-step trains on the same windows as 8 x 2 micro-steps: the same losses, to float error."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(harness.evaluation, "HEATMAP_MAX_TOKENS", 4)
+        mp.setattr(harness.training.evaluation, "HEATMAP_MAX_TOKENS", 4)
         train.train(load_config(tiny_argv(tmp_path, corpus, *DDP, "--train.batch_size=16")))
     got, want = by_step(read_metrics(tmp_path / "runs" / "tiny"), "loss/train_step"), by_step(accumulated, "loss/train_step")
     steps = sorted(want)
@@ -201,7 +201,7 @@ def ddp_rank(rank: int, port: int, argv: list[str], stop_after: int, log: str) -
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    harness.evaluation.HEATMAP_MAX_TOKENS = 4  # small heatmaps: the figures are not under test
+    harness.training.evaluation.HEATMAP_MAX_TOKENS = 4  # small heatmaps: the figures are not under test
     if stop_after and rank == 0:  # Ctrl-C reaches rank 0 during step index stop_after - 1
         real, calls = train.draw_micro_batches, [0]
 
@@ -303,7 +303,7 @@ def test_ddp_with_muon_and_accumulation_equals_one_process(tmp_path, corpus):
     for rank in range(2):
         assert no_sync_count(ddp_root / f"rank{rank}.txt") == STEPS  # one micro-step without all-reduce per step, on every rank
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(harness.evaluation, "HEATMAP_MAX_TOKENS", 4)
+        mp.setattr(harness.training.evaluation, "HEATMAP_MAX_TOKENS", 4)
         train.train(load_config(tiny_argv(one_root, corpus, *args, "--train.grad_accum_steps=4")))
     ddp, one = read_metrics(ddp_root / "runs" / "tiny"), read_metrics(one_root / "runs" / "tiny")
     for key in ("loss/train_step", "loss/val"):

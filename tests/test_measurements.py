@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import assert_close, tiny_argv
 
-import harness.heatmaps
-import harness.runtime
+import harness.pictures.heatmaps
+import harness.training.runtime
 import inspect_attention
 import train
 from configs import load_config
@@ -194,7 +194,7 @@ def test_heatmap_grid_redraws_with_the_latest_weights_and_title():
     from torch.utils.tensorboard._utils import figure_to_image
 
     labels = ["a", "b", "c", "d"]
-    grid = harness.heatmaps.HeatmapGrid(n_heads=2, labels=labels)
+    grid = harness.pictures.heatmaps.HeatmapGrid(n_heads=2, labels=labels)
     first = torch.stack([uniform_causal(4), torch.eye(4)])  # (H, T, T)
     second = first.flip(0)  # the two heads swapped
     picture = figure_to_image(grid.draw(first, "step 0"), close=False)
@@ -214,13 +214,13 @@ def test_heatmap_grid_pixels_equal_a_full_draw_at_every_call():
 
     labels = ["T", "o", " ", "b", "e", ",", " ", "o", "r"]
     T = len(labels)
-    grid = harness.heatmaps.HeatmapGrid(n_heads=3, labels=labels)  # 3 heads: one empty panel in the grid
+    grid = harness.pictures.heatmaps.HeatmapGrid(n_heads=3, labels=labels)  # 3 heads: one empty panel in the grid
     g = torch.Generator().manual_seed(0)
     for step in range(3):
         weights = torch.randn(3, T, T, generator=g).softmax(-1)  # (H, T, T), new weights each time
         title = f"layer 0 at step {step * 100} ({'x' * step})"
         picture = grid.pixels(weights, title)  # (height, width, 3)
-        fresh = harness.heatmaps.HeatmapGrid(n_heads=3, labels=labels)
+        fresh = harness.pictures.heatmaps.HeatmapGrid(n_heads=3, labels=labels)
         full = figure_to_image(fresh.draw(weights, title), close=False)  # (3, height, width): a whole draw
         assert picture.dtype == np.uint8 and picture.shape == (full.shape[1], full.shape[2], 3)
         assert (picture == full.transpose(1, 2, 0)).all(), f"call {step}: the blitted picture differs from a full draw"
@@ -242,8 +242,10 @@ def test_heatmap_labels_and_axis_names_show_in_full(n_heads):
     weights = torch.full((n_heads, T, T), 1 / T)
     names = ["L0H3"] if n_heads == 1 else None
     for fig in (
-        harness.heatmaps.heatmap_figure(weights, labels, "base-no-mask-with-a-long-name: layer 0, head 3", names),
-        harness.heatmaps.HeatmapGrid(n_heads, labels, title="layer 0 at step 3000 (NO MASK, scaled)").draw(weights, "layer 0 at step 300"),
+        harness.pictures.heatmaps.heatmap_figure(weights, labels, "base-no-mask-with-a-long-name: layer 0, head 3", names),
+        harness.pictures.heatmaps.HeatmapGrid(n_heads, labels, title="layer 0 at step 3000 (NO MASK, scaled)").draw(
+            weights, "layer 0 at step 300"
+        ),
     ):
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
@@ -278,7 +280,7 @@ def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, on
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: checks bf16 autocast and torch.compile")
 def test_cuda_run_uses_bf16_autocast_and_compile(tmp_path, corpus_file):
-    runtime = harness.runtime.setup_runtime(load_config(["--config", "tiny", "--device", "cuda"]).train)
+    runtime = harness.training.runtime.setup_runtime(load_config(["--config", "tiny", "--device", "cuda"]).train)
     assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile
     summary = train.train(load_config(tiny_argv(tmp_path, corpus_file, "--device", "cuda", "--train.max_steps=10")))
     assert math.isfinite(summary["loss/val"])

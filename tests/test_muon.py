@@ -1,4 +1,4 @@
-"""harness/muon.py: torch.optim.Muon with a Newton-Schulz dtype, held to the library as its reference.
+"""harness/training/muon.py: torch.optim.Muon with a Newton-Schulz dtype, held to the library as its reference.
 
 With bfloat16 it must compute the library's bits exactly: if a torch upgrade changes the
 algorithm (coefficients, the order of the update, the learning-rate adjustment), these fail.
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from configs import ConfigError, TrainConfig, load_config
-from harness.muon import Muon, newton_schulz_dtype, zeropower_via_newtonschulz
-from harness.optim import describe, make_optimizer
+from harness.training.muon import Muon, newton_schulz_dtype, zeropower_via_newtonschulz
+from harness.training.optim import describe, make_optimizer
 from model import GPT, ModelConfig
 
 SHAPES = {"wide": (12, 40), "tall": (40, 12), "square": (24, 24)}

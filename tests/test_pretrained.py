@@ -1,4 +1,4 @@
-"""Tests for harness/pretrained.py: GPT-2's weights give transformers' logits in our GPT, and back.
+"""Tests for harness/gpt2.py: GPT-2's weights give transformers' logits in our GPT, and back.
 
 The GPT-2s here are small random ones that transformers builds and saves into tmp_path; no test
 reaches the hub (offline mode, and huggingface_hub's cache is an empty folder in tmp_path).
@@ -17,9 +17,9 @@ transformers = import_or_skip("transformers", "transformers is a test dependency
 import huggingface_hub  # noqa: E402  (installed with transformers)
 from safetensors.torch import save_file  # noqa: E402
 
-from harness.checkpoints import CheckpointError  # noqa: E402
 from harness.folders import OutputError, export_folder  # noqa: E402
-from harness.pretrained import GPT2_VOCAB_SIZE, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
+from harness.gpt2 import GPT2_VOCAB_SIZE, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
+from harness.training.checkpoints import CheckpointError  # noqa: E402
 from model import GPT, ModelConfig  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # microsecond-sized ops: a second thread only waits for a core
@@ -207,7 +207,7 @@ def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypa
             pytest.fail("went to the network although the hub's name does not resolve")
         raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
 
-    monkeypatch.setattr("harness.pretrained.hf_hub_download", download)
+    monkeypatch.setattr("harness.gpt2.hf_hub_download", download)
     monkeypatch.setattr("socket.getaddrinfo", lambda *a: (_ for _ in ()).throw(OSError("Name or service not known")))
     with pytest.raises(CheckpointError, match="gpt2 is not in the Hugging Face cache .* and the hub cannot be reached"):
         load_pretrained("gpt2")

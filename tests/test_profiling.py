@@ -1,8 +1,8 @@
-"""harness/profiling.py: the CPU memory tracker on known allocations."""
+"""harness/experiments/profiling.py: the CPU memory tracker on known allocations."""
 
 import torch
 
-from harness.profiling import PeakMemory
+from harness.experiments.profiling import PeakMemory
 
 MiB = 2**20
 

@@ -34,11 +34,11 @@ import sample  # noqa: E402
 import train  # noqa: E402
 from configs import load_config  # noqa: E402
 from data.corpus import load_corpus  # noqa: E402
-from harness.checkpoints import load_model, read_checkpoint  # noqa: E402
-from harness.evaluation import estimate_loss, make_eval_set  # noqa: E402
-from harness.finetune import initial_model  # noqa: E402
-from harness.pretrained import GPT2_VOCAB_SIZE, build, load_pretrained  # noqa: E402
-from harness.runtime import setup_runtime  # noqa: E402
+from harness.gpt2 import GPT2_VOCAB_SIZE, build, load_pretrained  # noqa: E402
+from harness.training.checkpoints import load_model, read_checkpoint  # noqa: E402
+from harness.training.evaluation import estimate_loss, make_eval_set  # noqa: E402
+from harness.training.runtime import setup_runtime  # noqa: E402
+from harness.training.starting_weights import initial_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread", "offline")
 

@@ -24,14 +24,14 @@ from conftest import REPO_ROOT, assert_close, assert_one_line_error, tiny_argv, 
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import data.files
-import harness.checkpoints
-import harness.evaluation
-import harness.step
+import harness.training.checkpoints
+import harness.training.evaluation
+import harness.training.step
 import sample
 import train
 from configs import SHORTHANDS, load_config
-from harness.checkpoints import CheckpointError, read_checkpoint, save_checkpoint
-from harness.optim import lr_at
+from harness.training.checkpoints import CheckpointError, read_checkpoint, save_checkpoint
+from harness.training.optim import lr_at
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
@@ -55,7 +55,7 @@ def small_heatmaps():
     model costs on a CPU (matplotlib's tick labels). Losses, checkpoints and metrics are unaffected.
     """
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(harness.evaluation, "HEATMAP_MAX_TOKENS", 4)
+        mp.setattr(harness.training.evaluation, "HEATMAP_MAX_TOKENS", 4)
         yield
 
 
@@ -138,7 +138,7 @@ def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
 def load_checkpoint_both_ways(path: Path) -> dict:
     """What a user does with a checkpoint: read it as data, and rebuild the model for sampling."""
     checkpoint = read_checkpoint(path)
-    model, tokenizer, _ = harness.checkpoints.load_model(path)
+    model, tokenizer, _ = harness.training.checkpoints.load_model(path)
     assert model.cfg.vocab_size == tokenizer.vocab_size
     for name, tensor in checkpoint["model"].items():
         assert torch.isfinite(tensor).all(), f"{path}: {name} is not finite"
@@ -557,7 +557,7 @@ def train_in_child(argv: list[str], log: str, pause: str = "") -> None:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1), os.dup2(fd, 2)
     torch.set_num_threads(1)
-    harness.evaluation.HEATMAP_MAX_TOKENS = 4  # faster evaluations: more checkpoints per second to be killed in
+    harness.training.evaluation.HEATMAP_MAX_TOKENS = 4  # faster evaluations: more checkpoints per second to be killed in
     if pause:
         hang_in_second_save(pause)
     sys.exit(train.main(argv))
@@ -617,7 +617,7 @@ def file_id(path: Path):
 def test_sigkill_at_random_moments_never_leaves_an_unloadable_checkpoint(tmp_path, corpus):
     """kill -9 eight times: four after random delays of 0.3-2 s, four in a save (hanging half-written, or before its rename).
 
-    After each kill, ckpt.pt (and best.pt) must load with read_checkpoint and harness.checkpoints.load_model.
+    After each kill, ckpt.pt (and best.pt) must load with read_checkpoint and harness.training.checkpoints.load_model.
     Restarts resume, except one that starts afresh (the old run is moved aside). Finally the run resumes
     to its end, and metrics.jsonl then holds each step once, whatever the kills left behind.
     """
@@ -677,7 +677,7 @@ def test_best_pt_holds_the_lowest_val_loss_of_the_reference_run(reference):
 def fake_val_losses(mp: pytest.MonkeyPatch, values: list[float]) -> None:
     """Evaluation i reports loss/val = values[i] (the train loss stays real): a val curve with a dip."""
     sets, reported = [], []
-    real_make, real_estimate = train.make_eval_set, harness.evaluation.estimate_loss
+    real_make, real_estimate = train.make_eval_set, harness.training.evaluation.estimate_loss
 
     def make_eval_set(*args, **kwargs):
         sets.append(real_make(*args, **kwargs))
@@ -691,7 +691,7 @@ def fake_val_losses(mp: pytest.MonkeyPatch, values: list[float]) -> None:
         return loss
 
     mp.setattr(train, "make_eval_set", make_eval_set)
-    mp.setattr(harness.evaluation, "estimate_loss", estimate_loss)
+    mp.setattr(harness.training.evaluation, "estimate_loss", estimate_loss)
 
 
 def test_best_pt_keeps_the_dip_across_a_resume_and_sample_best_uses_it(tmp_path, corpus, capsys):
@@ -713,7 +713,7 @@ def test_best_pt_keeps_the_dip_across_a_resume_and_sample_best_uses_it(tmp_path,
     samples = sample.main(["--run", "tiny", "--runs-dir", str(tmp_path / "runs"), "--best", "--device", "cpu", "--max-new-tokens", "5"])
     header = capsys.readouterr().out.splitlines()[0]
     assert header == f"# {run_dir / 'best.pt'} (step 5, val loss 2.0000) on cpu"
-    model, _, _ = harness.checkpoints.load_model(run_dir / "best.pt")
+    model, _, _ = harness.training.checkpoints.load_model(run_dir / "best.pt")
     for name, tensor in best["model"].items():
         assert_close(model.state_dict()[name], tensor, atol=0.0, msg=name)
     assert len(samples) == 1 and len(samples[0]) == 1 + 5
@@ -724,7 +724,7 @@ def test_best_pt_keeps_the_dip_across_a_resume_and_sample_best_uses_it(tmp_path,
 
 def nan_on_call(mp: pytest.MonkeyPatch, k: int, what: str, run_dir: Path) -> dict:
     """The k-th train_step returns a NaN loss or gradient norm; records ckpt.pt and the weights just before it."""
-    real, calls, seen = harness.step.train_step, [0], {}
+    real, calls, seen = harness.training.step.train_step, [0], {}
 
     def train_step(model, micro_batches, runtime, grad_clip):
         calls[0] += 1
@@ -737,7 +737,7 @@ def nan_on_call(mp: pytest.MonkeyPatch, k: int, what: str, run_dir: Path) -> dic
             return (nan, grad_norm) if what == "loss" else (loss, nan)
         return loss, grad_norm
 
-    mp.setattr(harness.step, "train_step", train_step)  # what optimizer_step calls
+    mp.setattr(harness.training.step, "train_step", train_step)  # what optimizer_step calls
     return seen
 
 
@@ -745,7 +745,7 @@ def test_nan_loss_stops_before_the_update_and_keeps_the_checkpoint(tmp_path, cor
     argv = tiny_argv(tmp_path, corpus, "--train.max_steps=20", "--train.eval_interval=5")
     run_dir = tmp_path / "runs" / "tiny"
     seen = nan_on_call(monkeypatch, 8, "loss", run_dir)
-    with pytest.raises(harness.step.TrainingError) as e:
+    with pytest.raises(harness.training.step.TrainingError) as e:
         train.train(load_config(argv))
     message = str(e.value)
     assert "non-finite loss at step 8" in message and str(run_dir / "ckpt.pt") in message
@@ -794,7 +794,7 @@ def test_save_checkpoint_out_of_space_keeps_the_previous_file(tmp_path, monkeypa
         f.write(b"PK\x03\x04 partial")  # some bytes made it before the disk filled
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(harness.checkpoints.torch, "save", full_disk_save)
+    monkeypatch.setattr(harness.training.checkpoints.torch, "save", full_disk_save)
     with pytest.raises(CheckpointError) as e:
         save_checkpoint(path, good_payload(2))
     message = str(e.value)
@@ -850,9 +850,9 @@ def test_out_of_space_during_training_is_one_line_exit_2(tmp_path, corpus, monke
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_save(obj, f, *args, **kwargs)
 
-    monkeypatch.setattr(harness.checkpoints.torch, "save", save)
+    monkeypatch.setattr(harness.training.checkpoints.torch, "save", save)
     assert_error_after_progress(run_train(argv, capsys), 2, "No space left on device", "the previous checkpoint there is intact")
-    monkeypatch.setattr(harness.checkpoints.torch, "save", real_save)
+    monkeypatch.setattr(harness.training.checkpoints.torch, "save", real_save)
     assert load_checkpoint_both_ways(run_dir / "ckpt.pt")["step"] == 0
     assert not list(run_dir.glob("*.tmp"))
 

@@ -1,8 +1,8 @@
-"""harness/runlog.py: what reaches TensorBoard's text tab and custom-scalars layout, and reading metrics.jsonl back."""
+"""harness/training/runlog.py: what reaches TensorBoard's text tab and custom-scalars layout, and reading metrics.jsonl back."""
 
 import re
 
-from harness.runlog import STORY, STORY_LAYOUT, UNSMOOTHED, RunLogger, parse_step, read_metrics, sample_markdown
+from harness.training.runlog import STORY, STORY_LAYOUT, UNSMOOTHED, RunLogger, parse_step, read_metrics, sample_markdown
 
 
 def test_an_ordinary_sample_is_shown_verbatim():

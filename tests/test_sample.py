@@ -9,14 +9,14 @@ import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, assert_one_line_error, error_of, run_script, tiny_argv, write_corpus
 
-import harness.evaluation
-import harness.runtime
+import harness.training.evaluation
+import harness.training.runtime
 import sample
 import train
 from configs import ConfigError, load_config
 from data.corpus import load_corpus
 from data.tokenizer import TokenizerError
-from harness.checkpoints import CheckpointError, load_model
+from harness.training.checkpoints import CheckpointError, load_model
 from model import ModelConfig
 from model.sampling import SamplingError
 
@@ -64,9 +64,11 @@ def test_load_model_rebuilds_the_trained_model(trained):
 def test_loaded_model_reproduces_the_logged_val_loss(trained):
     model, tokenizer, checkpoint = load_model(trained["ckpt"], "cpu")
     corpus = load_corpus(trained["cfg"].data)
-    eval_set = harness.evaluation.make_eval_set(corpus, tokenizer, trained["cfg"])  # the fixed eval batches the run scored
-    runtime = harness.runtime.setup_runtime(trained["cfg"].train)
-    assert harness.evaluation.estimate_loss(model, eval_set.batches["val"], runtime) == pytest.approx(checkpoint["val_loss"], abs=1e-6)
+    eval_set = harness.training.evaluation.make_eval_set(corpus, tokenizer, trained["cfg"])  # the fixed eval batches the run scored
+    runtime = harness.training.runtime.setup_runtime(trained["cfg"].train)
+    assert harness.training.evaluation.estimate_loss(model, eval_set.batches["val"], runtime) == pytest.approx(
+        checkpoint["val_loss"], abs=1e-6
+    )
 
 
 # 2. Sampling

@@ -27,8 +27,8 @@ import train
 from configs import load_config
 from data.corpus import TRAIN_FRACTION
 from data.tokenizer import CharTokenizer
-from harness.checkpoints import load_model
 from harness.scoring import Window, score_ids, token_losses, windows
+from harness.training.checkpoints import load_model
 from model import GPT, ModelConfig
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread

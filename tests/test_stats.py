@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from harness.stats import paired_difference, spread, t_975
+from harness.experiments.stats import paired_difference, spread, t_975
 
 
 def test_spread_is_the_mean_and_the_sample_standard_deviation():

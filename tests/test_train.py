@@ -13,16 +13,16 @@ import torch
 from conftest import assert_close, assert_one_line_error, gpt2_encoding_or_skip, run_script, tiny_argv, write_corpus
 
 import harness.cli
-import harness.evaluation
-import harness.optim
-import harness.runlog
-import harness.runtime
+import harness.training.evaluation
+import harness.training.optim
+import harness.training.runlog
+import harness.training.runtime
 import train
 from configs import ConfigError, TrainConfig, load_config
 from data.corpus import DataError
 from data.tokenizer import TokenizerError
-from harness.checkpoints import CheckpointError
-from harness.step import TrainingError
+from harness.training.checkpoints import CheckpointError
+from harness.training.step import TrainingError
 from model import GPT, ModelConfig
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
@@ -52,34 +52,36 @@ SCHEDULE = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=111)  # 
 
 
 def test_lr_rises_linearly_through_warmup():
-    lrs = [harness.optim.lr_at(step, SCHEDULE) for step in range(10)]
+    lrs = [harness.training.optim.lr_at(step, SCHEDULE) for step in range(10)]
     assert lrs == pytest.approx([1e-4 * (step + 1) for step in range(10)], rel=1e-12)
     steps = [b - a for a, b in zip(lrs, lrs[1:], strict=False)]
     assert steps == pytest.approx([1e-4] * 9, rel=1e-9)  # equal increments: a straight line
 
 
 def test_lr_at_end_of_warmup_middle_and_last_step():
-    assert harness.optim.lr_at(10, SCHEDULE) == pytest.approx(1e-3, rel=1e-12)  # step == warmup_steps: the peak
-    assert harness.optim.lr_at(60, SCHEDULE) == pytest.approx((1e-3 + 1e-4) / 2, rel=1e-12)  # halfway down the cosine
-    assert harness.optim.lr_at(110, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # step max_steps - 1: min_lr
-    assert harness.optim.lr_at(500, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # past the end it stays at min_lr
+    assert harness.training.optim.lr_at(10, SCHEDULE) == pytest.approx(1e-3, rel=1e-12)  # step == warmup_steps: the peak
+    assert harness.training.optim.lr_at(60, SCHEDULE) == pytest.approx((1e-3 + 1e-4) / 2, rel=1e-12)  # halfway down the cosine
+    assert harness.training.optim.lr_at(110, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # step max_steps - 1: min_lr
+    assert harness.training.optim.lr_at(500, SCHEDULE) == pytest.approx(1e-4, rel=1e-12)  # past the end it stays at min_lr
 
 
 def test_lr_decreases_monotonically_after_warmup():
-    lrs = [harness.optim.lr_at(step, SCHEDULE) for step in range(10, 111)]
+    lrs = [harness.training.optim.lr_at(step, SCHEDULE) for step in range(10, 111)]
     assert all(b < a for a, b in zip(lrs, lrs[1:], strict=False))
     assert max(lrs) == lrs[0] and min(lrs) == lrs[-1]
 
 
 def test_lr_without_warmup_starts_at_peak():
     cfg = TrainConfig(lr=2e-3, min_lr=2e-4, warmup_steps=0, max_steps=5)
-    assert [harness.optim.lr_at(s, cfg) for s in (0, 4)] == pytest.approx([2e-3, 2e-4], rel=1e-12)
+    assert [harness.training.optim.lr_at(s, cfg) for s in (0, 4)] == pytest.approx([2e-3, 2e-4], rel=1e-12)
 
 
 def test_a_run_shorter_than_its_warmup_warms_up_over_the_whole_run():
     cfg = TrainConfig(lr=3e-3, min_lr=3e-4, warmup_steps=50, max_steps=3)  # the base preset's warmup, a 3-step try
     assert cfg.warmup == 3
-    assert [harness.optim.lr_at(s, cfg) for s in range(3)] == pytest.approx([1e-3, 2e-3, 3e-3], rel=1e-12)  # the peak on the last step
+    assert [harness.training.optim.lr_at(s, cfg) for s in range(3)] == pytest.approx(
+        [1e-3, 2e-3, 3e-3], rel=1e-12
+    )  # the peak on the last step
 
 
 def test_base_preset_with_three_steps_runs_end_to_end(tmp_path, corpus_file, one_cpu_thread):
@@ -111,7 +113,7 @@ def decay_split_by_module(model: GPT) -> tuple[set[str], set[str]]:
 def test_optimizer_decays_matrices_and_the_tied_embedding_only():
     torch.manual_seed(0)
     model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11))
-    optimizer = harness.optim.make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    optimizer = harness.training.optim.make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
     names = {id(p): name for name, p in model.named_parameters()}  # the tied matrix once, as tok_emb.weight
     by_decay = {group["weight_decay"]: {names[id(p)] for p in group["params"]} for group in optimizer.param_groups}
     decay, keep = decay_split_by_module(model)
@@ -130,7 +132,7 @@ def test_adamw_step_on_zero_gradient_only_decays():
             if isinstance(module, torch.nn.LayerNorm):  # gains 1 and biases 0 would hide a wrong decay on them
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.uniform_(-0.5, 0.5)
-    optimizer = harness.optim.make_optimizer(model, TrainConfig(lr=0.1, min_lr=0.01, weight_decay=0.5), torch.device("cpu"))
+    optimizer = harness.training.optim.make_optimizer(model, TrainConfig(lr=0.1, min_lr=0.01, weight_decay=0.5), torch.device("cpu"))
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
@@ -149,20 +151,20 @@ def test_estimate_loss_is_the_eval_mode_mean_and_restores_train_mode():
     model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.5))
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randint(0, 11, (2, 8), generator=g), torch.randint(0, 11, (2, 8), generator=g)) for _ in range(3)]
-    runtime = harness.runtime.setup_runtime(TrainConfig(device="cpu"))
+    runtime = harness.training.runtime.setup_runtime(TrainConfig(device="cpu"))
     model.train()
-    loss = harness.evaluation.estimate_loss(model, batches, runtime)
+    loss = harness.training.evaluation.estimate_loss(model, batches, runtime)
     assert model.training  # switched back
     model.eval()
     with torch.no_grad():
         expected = sum(model(x, y)[1].item() for x, y in batches) / 3  # no dropout in eval()
     assert loss == pytest.approx(expected, abs=1e-6)
-    assert harness.evaluation.estimate_loss(model, batches, runtime) == pytest.approx(expected, abs=1e-6)
+    assert harness.training.evaluation.estimate_loss(model, batches, runtime) == pytest.approx(expected, abs=1e-6)
     assert not model.training  # an eval-mode model stays in eval mode
 
 
 def test_setup_runtime_cpu():
-    runtime = harness.runtime.setup_runtime(TrainConfig(device="cpu"))
+    runtime = harness.training.runtime.setup_runtime(TrainConfig(device="cpu"))
     assert runtime.device == torch.device("cpu")
     assert runtime.autocast_dtype is None
     assert runtime.why == "from train.device"
@@ -170,12 +172,12 @@ def test_setup_runtime_cpu():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA machine; this one has CUDA")
 def test_setup_runtime_without_cuda():
-    runtime = harness.runtime.setup_runtime(TrainConfig(device="auto"))
+    runtime = harness.training.runtime.setup_runtime(TrainConfig(device="auto"))
     if not torch.backends.mps.is_available():
         assert runtime.device == torch.device("cpu")
         assert "no CUDA" in runtime.why
     with pytest.raises(ConfigError, match="no CUDA; use --device auto or --device cpu"):
-        harness.runtime.setup_runtime(TrainConfig(device="cuda"))
+        harness.training.runtime.setup_runtime(TrainConfig(device="cuda"))
 
 
 def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
@@ -187,27 +189,27 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
-    monkeypatch.setattr(harness.runtime, "has_triton", lambda: True)
+    monkeypatch.setattr(harness.training.runtime, "has_triton", lambda: True)
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        cuda = harness.runtime.setup_runtime(TrainConfig(device="auto"))
+        cuda = harness.training.runtime.setup_runtime(TrainConfig(device="auto"))
         assert cuda.device == torch.device("cuda") and "CUDA found" in cuda.why
         assert cuda.autocast_dtype == torch.bfloat16 and cuda.use_compile
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
-        assert not harness.runtime.setup_runtime(TrainConfig(device="cuda", compile="false")).use_compile
-        monkeypatch.setattr(harness.runtime, "has_triton", lambda: False)  # CUDA without Triton: Windows, most often
-        no_triton = harness.runtime.setup_runtime(TrainConfig(device="auto"))
+        assert not harness.training.runtime.setup_runtime(TrainConfig(device="cuda", compile="false")).use_compile
+        monkeypatch.setattr(harness.training.runtime, "has_triton", lambda: False)  # CUDA without Triton: Windows, most often
+        no_triton = harness.training.runtime.setup_runtime(TrainConfig(device="auto"))
         assert not no_triton.use_compile and no_triton.why.endswith("; torch.compile off: no working Triton")
-        assert harness.runtime.setup_runtime(TrainConfig(device="auto", compile="true")).use_compile  # asked for: tried
+        assert harness.training.runtime.setup_runtime(TrainConfig(device="auto", compile="true")).use_compile  # asked for: tried
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11))
     for device, fused in (("cuda", True), ("cpu", True), ("mps", False)):  # one fused kernel where torch has one
-        assert harness.optim.make_optimizer(model, TrainConfig(), torch.device(device)).defaults["fused"] is fused
+        assert harness.training.optim.make_optimizer(model, TrainConfig(), torch.device(device)).defaults["fused"] is fused
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    mps = harness.runtime.setup_runtime(TrainConfig(device="auto"))
+    mps = harness.training.runtime.setup_runtime(TrainConfig(device="auto"))
     assert mps.device == torch.device("mps") and "Apple MPS found" in mps.why
     assert mps.autocast_dtype is None and not mps.use_compile
 
@@ -215,7 +217,7 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
 def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
     torch.manual_seed(0)
     model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11))
-    optimizer = harness.optim.make_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3), torch.device("cpu"))
+    optimizer = harness.training.optim.make_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3), torch.device("cpu"))
     muon, adamw = optimizer.optimizers
     assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
     names = {id(p): n for n, p in model.named_parameters()}
@@ -230,10 +232,10 @@ def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
     model(x, x)[1].backward()
     optimizer.step()
     assert all(not torch.equal(before[n], p) for n, p in model.named_parameters()), "every parameter takes a step"
-    again = harness.optim.make_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3), torch.device("cpu"))
+    again = harness.training.optim.make_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3), torch.device("cpu"))
     again.load_state_dict(optimizer.state_dict())  # resume: both optimizers' state comes back
     assert len(again.state) == sum(1 for _ in model.parameters())
-    harness.optim.set_lr(again, 0.25)  # load_state_dict gave each optimizer new group dicts: the rate must reach those
+    harness.training.optim.set_lr(again, 0.25)  # load_state_dict gave each optimizer new group dicts: the rate must reach those
     assert [g["lr"] for opt in again.optimizers for g in opt.param_groups] == [0.25] * 3
 
 
@@ -271,7 +273,7 @@ def test_a_compile_that_fails_at_the_first_step_trains_eagerly(tmp_path, corpus_
 PAGE_FAULTS_SCRIPT = """
 import resource, sys, torch
 sys.path.insert(0, ".")
-import harness.runtime
+import harness.training.runtime
 
 def faults():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -284,7 +286,7 @@ def faults():
 # keep_freed_memory), so one round proves nothing either way.
 faults()
 default = min(faults() for _ in range(3))
-took = harness.runtime.keep_freed_memory()
+took = harness.training.runtime.keep_freed_memory()
 faults()
 print(took, default, min(faults() for _ in range(5)))
 """
@@ -306,13 +308,13 @@ def test_keep_freed_memory_stops_refaulting_freed_tensors():
 DENORMALS_SCRIPT = """
 import sys, torch
 sys.path.insert(0, ".")
-import harness.runtime
+import harness.training.runtime
 from configs import TrainConfig
 
 torch.set_num_threads(2)
 if sys.argv[1] == "late":
     torch.ones(1_000_000) * 2.0  # a parallel op: the pool's threads start here
-harness.runtime.setup_runtime(TrainConfig(device="cpu"))
+harness.training.runtime.setup_runtime(TrainConfig(device="cpu"))
 x = torch.full((1_000_000,), 1, dtype=torch.int32).view(torch.float32)
 print(int((x * 1.0 != 0).sum()))  # elements not flushed to zero
 """
@@ -328,8 +330,8 @@ def test_setup_runtime_flushes_denormals_on_every_thread():
 
 def test_save_checkpoint_replaces_atomically(tmp_path):
     path = tmp_path / "ckpt.pt"
-    harness.checkpoints.save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
-    harness.checkpoints.save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
+    harness.training.checkpoints.save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
+    harness.training.checkpoints.save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
     loaded = torch.load(path, weights_only=True)
     assert loaded["step"] == 2
     assert_close(loaded["w"], torch.zeros(3), atol=0.0)

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from configs import Config
-from harness.optim import describe, make_optimizer
-from harness.profiling import best_ms, load_average, machine_name, matmul_peak_flops, peak_memory_bytes, sync, timed
-from harness.runtime import Runtime, wrap_for_training
-from harness.step import draw_micro_batches, optimizer_step
+from harness.experiments.profiling import best_ms, load_average, machine_name, matmul_peak_flops, peak_memory_bytes, sync, timed
+from harness.training.optim import describe, make_optimizer
+from harness.training.runtime import Runtime, wrap_for_training
+from harness.training.step import draw_micro_batches, optimizer_step
 from model import GPT
 from model.attention import attention
 from model.tiled import tiled_attention

@@ -20,8 +20,8 @@ from safetensors.torch import load_file, save
 
 from data.files import write_atomically
 from data.tokenizer import GPT2Tokenizer, Tokenizer
-from harness.checkpoints import CheckpointError
 from harness.folders import writable_folder
+from harness.training.checkpoints import CheckpointError
 from model import GPT, ModelConfig
 
 GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")

@@ -11,9 +11,8 @@ import torch
 
 from configs import Config
 from data.batches import get_batch
-from data.tokenizer import Tokenizer, TokenizerError
-from harness.heatmaps import token_labels
-from harness.runtime import Runtime
+from data.tokenizer import Tokenizer, TokenizerError, token_labels
+from harness.training.runtime import Runtime
 from model import GPT
 from model.measurements import attention_summary, bits_per_byte, honest_positions, leak
 

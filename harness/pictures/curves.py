@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.runlog import read_metrics
+from harness.training.runlog import read_metrics
 
 PANELS = [  # (title, [(tag, line style)])
     ("loss (solid: val, dotted: val honest)", [("loss/val", "-"), ("loss/val_honest", ":")]),

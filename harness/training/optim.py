@@ -5,7 +5,7 @@ import math
 import torch
 
 from configs import TrainConfig
-from harness.muon import Muon, newton_schulz_dtype
+from harness.training.muon import Muon, newton_schulz_dtype
 from model import GPT
 
 
@@ -62,7 +62,7 @@ def make_optimizer(model: GPT, train_cfg: TrainConfig, device: torch.device) -> 
     biases and LayerNorm gains keep their scale.
 
     "muon": the blocks' weight matrices go to Muon instead (torch.optim.Muon with its Newton-Schulz
-    in train.muon_dtype, harness/muon.py). Muon orthogonalises each matrix's momentum (a few
+    in train.muon_dtype, harness/training/muon.py). Muon orthogonalises each matrix's momentum (a few
     Newton-Schulz iterations) before the step, so every direction of the matrix moves by a similar
     amount, so it reaches a given loss in fewer steps (docs/experiment.md has the measured comparison).
     Its "match_rms_adamw" scaling gives the update the size of an AdamW update, so one lr from

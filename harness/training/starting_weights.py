@@ -17,8 +17,8 @@ import dataclasses
 import torch
 
 from configs import Config, ConfigError
-from harness.pretrained import build, load_pretrained
-from harness.runtime import Runtime
+from harness.gpt2 import build, load_pretrained
+from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
 
 

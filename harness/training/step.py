@@ -9,7 +9,7 @@ import torch
 
 from configs import Config
 from data.batches import get_batch
-from harness.runtime import Runtime
+from harness.training.runtime import Runtime
 
 
 class TrainingError(Exception):

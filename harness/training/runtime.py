@@ -6,6 +6,7 @@ nothing deeper in the code asks which device it is on.
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import platform
 import signal
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from configs import ConfigError, TrainConfig
+from configs import Config, ConfigError, TrainConfig
+from data.corpus import Corpus, check_split_lengths, load_corpus
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,19 @@ def mean_over_ranks(value: torch.Tensor, runtime: Runtime) -> torch.Tensor:
         torch.distributed.all_reduce(value)
         value /= runtime.world_size
     return value
+
+
+def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus, Config]:
+    """The corpus, and the config with model.vocab_size filled in from its tokenizer (the config that gets saved).
+
+    Under torchrun the main process prepares the .bin files first; the others then read them.
+    """
+    corpus = load_corpus(cfg.data) if runtime.is_main else None
+    if runtime.world_size > 1:
+        torch.distributed.barrier()
+    corpus = corpus or load_corpus(cfg.data)
+    check_split_lengths(corpus, cfg.model.block_size)
+    return corpus, dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size))
 
 
 def shut_down() -> None:

@@ -23,7 +23,7 @@ from configs import Config
 from data.files import atomic_file
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
 from harness.folders import moved_aside
-from harness.runtime import Runtime
+from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
 
 

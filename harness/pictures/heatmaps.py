@@ -15,18 +15,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from data.tokenizer import Tokenizer
-
-
-def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
-    """One readable label per token: whitespace made visible, long tokens shortened."""
-    labels = []
-    for i in ids:
-        text = tokenizer.decode([i]).replace("\n", "\\n").replace(" ", "\u2423")
-        labels.append(text if len(text) <= 8 else text[:7] + "\u2026")
-    return labels
-
-
 TITLE_HEIGHT = 0.3  # inches kept for the figure's title, even while it is empty
 
 

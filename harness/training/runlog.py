@@ -13,9 +13,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from configs import Config
 from data.files import write_atomically
-from harness.evaluation import Evaluation
-from harness.heatmaps import HeatmapGrid
+from harness.folders import FolderLock, claim_run_folder
+from harness.pictures.heatmaps import HeatmapGrid
+from harness.training.evaluation import Evaluation
+from harness.training.runtime import Runtime
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 # TensorBoard smooths every curve by 0.6 unless told otherwise, and a curve of a few evaluations
@@ -115,3 +118,19 @@ class RunLogger:
     def close(self) -> None:
         self.writer.close()
         self.jsonl.close()
+
+
+def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
+    """A fresh run folder (an earlier run there is moved aside) or the resumed one, with config.json; say where.
+
+    Returns the folder's lock, held while the run lives: no other process can take the folder meanwhile.
+    """
+    if not runtime.is_main:
+        return None
+    lock, moved = claim_run_folder(cfg.run_dir, cfg.train.resume)
+    write_atomically(cfg.run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+    runtime.say(
+        f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}" + (f" (previous run moved to {moved})" if moved else "")
+    )
+    runtime.say(f"config {cfg.name}: " + " | ".join(f"{s}: {getattr(cfg, s)}" for s in ("model", "data", "train")))
+    return lock

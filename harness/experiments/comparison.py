@@ -12,10 +12,10 @@ from pathlib import Path
 
 from configs import Config, ConfigError
 from data.files import write_atomically
-from harness.curves import plot_runs
+from harness.experiments.stats import aggregate, differences, to_json
 from harness.folders import claim_run_folder
-from harness.runlog import read_metrics
-from harness.stats import aggregate, differences, to_json
+from harness.pictures.curves import plot_runs
+from harness.training.runlog import read_metrics
 from model.ablations import ABLATIONS, variants
 
 TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"
