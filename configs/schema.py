@@ -12,7 +12,7 @@ from pathlib import Path
 
 from data.tokenizer import TOKENIZERS
 from model.ablations import name_suffix
-from model.config import ModelConfig
+from model.config import ModelConfig, setting
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MAX_SEED = 2**63 - 1  # torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
@@ -21,9 +21,9 @@ MAX_RUN_NAME = 200  # characters
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = ""  # a UTF-8 text file; empty means Tiny Shakespeare, downloaded once
-    tokenizer: str = "gpt2"  # "gpt2" (tiktoken BPE) or "char" (one id per character)
-    cache_dir: str = ""  # where downloads and prepared .bin files go; empty means data/cache
+    path: str = setting("", "a UTF-8 text file; empty means Tiny Shakespeare, downloaded once")
+    tokenizer: str = setting("gpt2", '"gpt2" (tiktoken BPE) or "char" (one id per character)')
+    cache_dir: str = setting("", "where downloads and prepared .bin files go; empty means data/cache")
 
     def __post_init__(self) -> None:
         if self.tokenizer not in TOKENIZERS:
@@ -32,29 +32,31 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = 32  # sequences per micro-batch, per process
-    grad_accum_steps: int = 1  # micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x processes
-    max_steps: int = 1000  # optimizer steps in the whole run
-    lr: float = 1e-3  # peak learning rate, reached at the end of warmup
-    min_lr: float = 1e-4  # learning rate at the last step of the cosine decay
-    warmup_steps: int = 100  # steps of linear warmup from 0 to lr (a shorter run warms up over all of it)
-    optimizer: str = "adamw"  # "adamw", or "muon": torch.optim.Muon for the blocks' matrices, AdamW (same lr) for the rest
-    muon_dtype: str = "auto"  # Muon's Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device computes it in hardware
-    weight_decay: float = 0.1  # AdamW decay, on matrices only
-    beta1: float = 0.9  # AdamW momentum
-    beta2: float = 0.99  # AdamW second-moment decay
-    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
-    eval_interval: int = 100  # steps between evaluations (and one at the end)
-    eval_batches: int = 20  # fixed batches per split in each evaluation
-    honest_batches: int = 4  # of those val batches, how many are also scored prefix by prefix (loss/val_honest)
-    log_interval: int = 10  # steps between training-loss logs
-    seed: int = 1337  # one seed for init and the training batches
-    device: str = "auto"  # "auto" picks cuda, then mps, then cpu
-    compile: str = "auto"  # torch.compile the training model: "auto" (CUDA only), "true" or "false"
-    run_name: str = ""  # folder under runs_dir; empty derives it from config and flags
-    runs_dir: str = "runs"  # where every run's folder goes
-    resume: bool = False  # continue runs_dir/run_name/ckpt.pt instead of starting afresh
-    init_from: str = ""  # start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + model.safetensors)
+    batch_size: int = setting(32, "sequences per micro-batch, per process")
+    grad_accum_steps: int = setting(1, "micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x processes")
+    max_steps: int = setting(1000, "optimizer steps in the whole run")
+    lr: float = setting(1e-3, "peak learning rate, reached at the end of warmup")
+    min_lr: float = setting(1e-4, "learning rate at the last step of the cosine decay")
+    warmup_steps: int = setting(100, "steps of linear warmup from 0 to lr (a shorter run warms up over all of it)")
+    optimizer: str = setting("adamw", '"adamw", or "muon": torch.optim.Muon for the blocks\' matrices, AdamW (same lr) for the rest')
+    muon_dtype: str = setting(
+        "auto", 'Muon\'s Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device computes it in hardware'
+    )
+    weight_decay: float = setting(0.1, "AdamW decay, on matrices only")
+    beta1: float = setting(0.9, "AdamW momentum")
+    beta2: float = setting(0.99, "AdamW second-moment decay")
+    grad_clip: float = setting(1.0, "max global gradient norm; 0 turns clipping off")
+    eval_interval: int = setting(100, "steps between evaluations (and one at the end)")
+    eval_batches: int = setting(20, "fixed batches per split in each evaluation")
+    honest_batches: int = setting(4, "of those val batches, how many are also scored prefix by prefix (loss/val_honest)")
+    log_interval: int = setting(10, "steps between training-loss logs")
+    seed: int = setting(1337, "one seed for init and the training batches")
+    device: str = setting("auto", '"auto" picks cuda, then mps, then cpu')
+    compile: str = setting("auto", 'torch.compile the training model: "auto" (CUDA only), "true" or "false"')
+    run_name: str = setting("", "folder under runs_dir; empty derives it from config and flags")
+    runs_dir: str = setting("runs", "where every run's folder goes")
+    resume: bool = setting(False, "continue runs_dir/run_name/ckpt.pt instead of starting afresh")
+    init_from: str = setting("", "start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + model.safetensors)")
 
     def __post_init__(self) -> None:
         for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"):

@@ -1,26 +1,33 @@
 """ModelConfig: every size and switch that decides the shape and behaviour of the GPT."""
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ATTENTION_BACKENDS = ("sdpa", "manual", "tiled")
 GELU_VARIANTS = ("exact", "tanh")
 
 
+def setting(default, meaning: str):
+    """A config field and what it means, written once: `--help` and docs/command-line.md print the meaning."""
+    return field(default=default, metadata={"meaning": meaning})
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    n_layer: int = 4  # transformer blocks
-    n_head: int = 4  # attention heads per block
-    n_embd: int = 128  # model width C; head_size = n_embd // n_head
-    block_size: int = 64  # longest context, in tokens
-    vocab_size: int = 50257  # filled in from the tokenizer by train.py
-    dropout: float = 0.0  # on attention weights, residual outputs and embeddings
-    causal: bool = True  # False is the --no-mask ablation: every token sees the future
-    scaled: bool = True  # False is the --no-scale ablation: scores are not divided by sqrt(head_size)
-    attention: str = "sdpa"  # "sdpa": torch's fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights
-    qk_init_std: float = 0.02  # std of the query/key weights at init (0.02 is GPT-2's)
-    qkv_bias: bool = False  # a bias on the fused query/key/value projection: GPT-2 has one, the lessons' Head has none
-    gelu: str = "exact"  # "exact" (erf) GELU, or "tanh", the approximation GPT-2 was trained with
+    n_layer: int = setting(4, "transformer blocks")
+    n_head: int = setting(4, "attention heads per block")
+    n_embd: int = setting(128, "model width C; head_size = n_embd // n_head")
+    block_size: int = setting(64, "longest context, in tokens")
+    vocab_size: int = setting(50257, "filled in from the tokenizer by train.py")
+    dropout: float = setting(0.0, "on attention weights, residual outputs and embeddings")
+    causal: bool = setting(True, "False is the --no-mask ablation: every token sees the future")
+    scaled: bool = setting(True, "False is the --no-scale ablation: scores are not divided by sqrt(head_size)")
+    attention: str = setting(
+        "sdpa", '"sdpa": torch\'s fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights'
+    )
+    qk_init_std: float = setting(0.02, "std of the query/key weights at init (0.02 is GPT-2's)")
+    qkv_bias: bool = setting(False, "a bias on the fused query/key/value projection: GPT-2 has one, the lessons' Head has none")
+    gelu: str = setting("exact", '"exact" (erf) GELU, or "tanh", the approximation GPT-2 was trained with')
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):

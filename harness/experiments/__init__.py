@@ -1,7 +1,7 @@
 """What the experiment scripts run: compare.py's variants over seeds, and bench.py's measurements.
 
-    comparison.py   the variants at each seed, one train.py process each, --resume
-    stats.py        spreads and paired differences over seeds, and the tables of variants
-    benchmark.py    what bench.py measures: the training step, sampling, each attention backend
-    profiling.py    timers that wait for the device, peak memory on CPU and CUDA, the machine, a matmul peak
+comparison.py   the variants at each seed, one train.py process each, --resume
+stats.py        spreads and paired differences over seeds, and the tables of variants
+benchmark.py    what bench.py measures: the training step, sampling, each attention backend
+profiling.py    timers that wait for the device, peak memory on CPU and CUDA, the machine, a matmul peak
 """

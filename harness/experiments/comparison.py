@@ -18,7 +18,7 @@ from harness.pictures.curves import plot_runs
 from harness.training.runlog import read_metrics
 from model.ablations import ABLATIONS, variants
 
-TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"
+TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
 SET_PER_RUN = {"train.runs_dir", "train.run_name", "train.seed", "train.resume", *(f"model.{a.switch}" for a in ABLATIONS)}
 
 
