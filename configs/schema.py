@@ -122,4 +122,9 @@ class Config:
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}  # TOML section -> dataclass
+SECTION_MEANINGS = {
+    "model": "the network: its sizes, and the switches that break attention",
+    "data": "the text and how it becomes token ids",
+    "train": "the run: optimizer, schedule, evaluations, device, where results go",
+}
 KEYS = {f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # "train.lr" -> its field

@@ -20,8 +20,10 @@ class ModelConfig:
     block_size: int = setting(64, "longest context, in tokens")
     vocab_size: int = setting(50257, "filled in from the tokenizer by train.py")
     dropout: float = setting(0.0, "on attention weights, residual outputs and embeddings")
-    causal: bool = setting(True, "False is the --no-mask ablation: every token sees the future")
-    scaled: bool = setting(True, "False is the --no-scale ablation: scores are not divided by sqrt(head_size)")
+    causal: bool = setting(
+        True, "the causal mask: each token sees only the past; false is the --no-mask ablation, every token sees the future"
+    )
+    scaled: bool = setting(True, "scores divided by sqrt(head_size); false is the --no-scale ablation, the softmax saturates")
     attention: str = setting(
         "sdpa", '"sdpa": torch\'s fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights'
     )
