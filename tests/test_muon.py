@@ -187,5 +187,5 @@ def test_the_config_chooses_the_dtype_and_the_run_says_which():
         assert describe(optimizer) == f"Muon (Newton-Schulz in {name}) + AdamW"
     assert describe(make_optimizer(model, TrainConfig(), torch.device("cpu"))) == "AdamW"
     assert load_config(["--config", "char", "--train.muon_dtype=float32"]).train.muon_dtype == "float32"
-    with pytest.raises(ConfigError, match="train.muon_dtype must be auto, bfloat16 or float32, got 'fp32'"):
+    with pytest.raises(ConfigError, match="train.muon_dtype must be one of auto, bfloat16, float32, got 'fp32'"):
         load_config(["--config", "char", "--train.muon_dtype=fp32"])
