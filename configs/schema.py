@@ -126,3 +126,20 @@ SECTION_MEANINGS = {
     "train": "the run: optimizer, schedule, evaluations, device, where results go",
 }
 KEYS = {f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # "train.lr" -> its field
+
+
+def config_differences(saved: dict, wanted: dict, ignore: tuple[str, ...] = (), prefix: str = "") -> list[str]:
+    """What differs between a recorded config and the wanted one, key by key: ["n_layer 2 vs 4", ...].
+
+    Both are plain dicts as `to_dict()` and checkpoints hold them; a key the record lacks shows as None.
+    Nested sections ({"model": {...}}) are compared key by key, named "model.n_layer".
+    """
+    found = []
+    for key, value in wanted.items():
+        if key in ignore:
+            continue
+        if isinstance(value, dict):
+            found += config_differences(saved.get(key) or {}, value, ignore, f"{prefix}{key}.")
+        elif saved.get(key) != value:
+            found.append(f"{prefix}{key} {saved.get(key)!r} vs {value!r}")
+    return found

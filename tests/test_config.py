@@ -338,3 +338,12 @@ def test_a_changed_meaning_makes_the_docs_stale(monkeypatch):
     original = reference.meaning
     monkeypatch.setattr(reference, "meaning", lambda dotted: "a new meaning" if dotted == "train.lr" else original(dotted))
     assert "| `train.lr` | `0.001` | a new meaning |" in reference.rewrite(page) != page
+
+
+def test_differences_name_each_changed_key_once_nested_sections_dotted():
+    from configs.schema import config_differences
+
+    saved = {"model": {"n_layer": 2, "causal": True}, "train": {"lr": 1e-3}}
+    wanted = {"model": {"n_layer": 4, "causal": True, "positions": True}, "train": {"lr": 1e-3, "run_name": "x"}}
+    assert config_differences(saved, wanted, ignore=("run_name",)) == ["model.n_layer 2 vs 4", "model.positions None vs True"]
+    assert config_differences(saved["model"], saved["model"]) == []
