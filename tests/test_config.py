@@ -160,7 +160,7 @@ def test_unknown_section(tmp_path):
 def test_unknown_config_name_lists_presets():
     with pytest.raises(ConfigError, match="unknown config 'nope'") as e:
         load_config(["--config", "nope"])
-    assert "base, char, gpt2-finetune, tiny" in str(e.value)
+    assert "base, char, gpt2-finetune, induction, tiny" in str(e.value)
     with pytest.raises(ConfigError, match="did you mean tiny?"):
         load_config(["--config", "tinny"])
 

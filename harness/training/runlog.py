@@ -3,7 +3,7 @@
 TensorBoard groups scalars by the part of the tag before the first "/" and lists the groups
 alphabetically, so each run also writes a custom-scalars layout (the CUSTOM SCALARS tab) that
 puts the story on one screen: val against the honest loss, then attention entropy and the share
-of saturated rows, every run of the folder overlaid.
+of saturated rows, every run of the folder overlaid; and below it the induction heads (docs/induction.md).
 """
 
 import json
@@ -19,6 +19,7 @@ from harness.folders import FolderLock, claim_run_folder
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.evaluation import Evaluation
 from harness.training.runtime import Runtime
+from model.measurements import INDUCTION_THRESHOLD
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 # TensorBoard smooths every curve by 0.6 unless told otherwise, and a curve of a few evaluations
@@ -37,7 +38,16 @@ STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does
             ("share of saturated rows (largest weight above 0.99)", ["^attn/saturated_frac$"]),
             ("attention mass on the future (0 under the mask)", ["^attn/future_mass$"]),
         )
-    }
+    },
+    f"induction heads (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})": {
+        f"{title} [read at Smoothing 0]": ["Multiline", tags]
+        for title, tags in (
+            ("largest induction score: attention from a repeated token to what followed its earlier occurrence", ["^induction/max$"]),
+            ("induction score of every head (layer L, head H)", ["^induction/L\\d+H\\d+$"]),
+            ("loss where the context gives the next token away (repeated) vs where it cannot (first)", ["^loss/repeated$", "^loss/first$"]),
+            ("in-context learning score: repeated - first (below 0 once the model reads its context)", ["^icl/score$"]),
+        )
+    },
 }  # fmt: skip
 MOSTLY_WHITESPACE = 0.5  # a sample more blank than this is shown with its whitespace made visible
 
@@ -54,6 +64,22 @@ def read_metrics(run_dir: Path) -> list[dict]:
     """Every line of a run's metrics.jsonl, as dicts (a line torn by a killed process is skipped)."""
     lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if parse_step(line) is not None]
+
+
+def phase_change(run_dir: Path) -> str:
+    """One line on the induction heads of a run, from its metrics.jsonl: the step at which the largest induction score
+    first reached INDUCTION_THRESHOLD (the phase change), and the loss on repeated positions before it and at the end."""
+    rows = [row for row in read_metrics(run_dir) if "induction/max" in row]
+    if not rows:
+        return "induction heads: no evaluation measured them"
+    at = next((i for i, row in enumerate(rows) if row["induction/max"] >= INDUCTION_THRESHOLD), None)
+    before, last = rows[max(at - 1, 0) if at is not None else 0], rows[-1]
+    when = f"crossed {INDUCTION_THRESHOLD} at step {rows[at]['step']}" if at is not None else f"never reached {INDUCTION_THRESHOLD}"
+    return (
+        f"induction heads: largest score {last['induction/max']:.3f} at step {last['step']} ({when}); loss on repeated positions "
+        f"{before['loss/repeated']:.3f} at step {before['step']}, {last['loss/repeated']:.3f} at step {last['step']} "
+        f"(first occurrences {last['loss/first']:.3f})"
+    )
 
 
 def sample_markdown(text: str, n_tokens: int) -> str:
