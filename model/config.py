@@ -22,6 +22,7 @@ class ModelConfig:
     dropout: float = setting(0.0, "on attention weights, residual outputs and embeddings")
     causal: bool = setting(True, "False is the --no-mask ablation: every token sees the future")
     scaled: bool = setting(True, "False is the --no-scale ablation: scores are not divided by sqrt(head_size)")
+    positions: bool = setting(True, "False is the --no-pos ablation: no position embedding, only the mask tells tokens apart by place")
     attention: str = setting(
         "sdpa", '"sdpa": torch\'s fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights'
     )

@@ -273,6 +273,9 @@ def test_shorthands_map_to_fields(tmp_path):
         (["--no-mask", "--no-scale"], "base-no-mask-no-scale"),
         (["--no-scale", "--no-mask"], "base-no-mask-no-scale"),
         (["--model.causal=false"], "base-no-mask"),
+        (["--no-pos"], "base-no-pos"),
+        (["--no-pos", "--no-mask"], "base-no-mask-no-pos"),
+        (["--model.positions=false"], "base-no-pos"),
         (["--no-mask", "--run-name", "mine"], "mine"),
     ],
 )
