@@ -3,7 +3,8 @@
 The loss. Teacher-forced loss scores every position of a block in one pass. A causal model
 cannot tell the difference, but a model trained without the mask reads the answer from the
 next position and looks brilliant. `honest_loss` gives the model only the tokens before each
-target, as generation does, so the cheating shows as a gap between the two: `leak`.
+target, as generation does, so the cheating shows as a gap between the two: `leak`. `order_use` asks how much the model reads
+word order: the rise of that honest loss when the last few tokens before a target are shuffled.
 
 The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
 saturation, mass on the future; then, per head, `head_statistics` and `head_roles`, and
@@ -99,6 +100,33 @@ def leak(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]]
     honest = sum(h for h, _ in pairs) / len(pairs)
     forced = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
     return {"loss/val_honest": honest, "loss/val_forced": forced, "loss/leak_gap": honest - forced}
+
+
+SHUFFLED_TOKENS = 8  # order use: how many tokens before each scored position are shuffled
+
+
+@torch.no_grad()
+def order_use(
+    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]], k: int = SHUFFLED_TOKENS, seed: int = 0
+) -> dict[str, float]:
+    """How much the model reads word order: the rise of the honest loss when the k tokens just before each scored
+    position t are shuffled (x[:, t-k:t], each row its own order; the token at t and the ones further back stay).
+
+    Scored like honest_loss, each position on its prefix alone, so a model without the mask cannot cheat here.
+    A model without positions and without the mask sees a bag of tokens and scores 0 (nats per token).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    rises = []
+    for x, y, positions in batches:
+        logits = []
+        for t in positions:
+            lo = max(0, t - k)
+            order = lo + torch.rand(x.shape[0], t - lo, generator=gen).argsort(dim=-1).to(x.device)  # (B, t - lo): a shuffle per row
+            prefix = torch.cat([x[:, :lo], x.gather(1, order), x[:, t : t + 1]], dim=1)  # (B, t + 1)
+            logits.append(model.lm_head(model.hidden(prefix)[:, -1]))  # (B, V)
+        shuffled = lm_loss(torch.stack(logits, dim=1), y[:, positions])  # (B, P, V)
+        rises.append((shuffled - lm_loss(prefix_logits(model, x, positions), y[:, positions])).item())
+    return {"loss/order_use": sum(rises) / len(rises)}
 
 
 def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:

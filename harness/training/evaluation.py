@@ -14,7 +14,7 @@ from data.batches import get_batch
 from data.tokenizer import Tokenizer, TokenizerError, token_labels
 from harness.training.runtime import Runtime
 from model import GPT
-from model.measurements import attention_summary, bits_per_byte, honest_positions, leak
+from model.measurements import attention_summary, bits_per_byte, honest_positions, leak, order_use
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
@@ -88,7 +88,8 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
 @torch.no_grad()
 def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: float) -> dict[str, float]:
     """What shows a model break on the val text, beyond its loss: bits per byte, the honest and teacher-forced
-    loss and their gap (model/measurements.py: leak), and the attention statistics (attn/...) on the first val batch.
+    loss and their gap (model/measurements.py: leak), the order use (the honest loss's rise when the tokens
+    before each target are shuffled), and the attention statistics (attn/...) on the first val batch.
 
     Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
     """
@@ -97,7 +98,9 @@ def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: 
     was_training = model.training
     model.eval()
     with runtime.autocast():
-        metrics.update(leak(model, [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]))
+        honest = [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]
+        metrics.update(leak(model, honest))
+        metrics.update(order_use(model, honest))
         metrics.update(attention_summary(model, eval_set.batches["val"][0][0].to(device)))
     model.train(was_training)
     return metrics
