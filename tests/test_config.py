@@ -8,6 +8,7 @@ import pytest
 
 from configs import CONFIG_DIR, Config, ConfigError, DataConfig, TrainConfig, load_config
 from model import ModelConfig
+from model.ablations import flags_label, variants
 
 SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
@@ -283,6 +284,14 @@ def test_run_name_derivation(flags, run_name):
     cfg = load_config(["--config", "base", *flags])
     assert cfg.run_name == run_name
     assert cfg.run_dir == Path("runs") / run_name
+
+
+def test_titles_name_positions_only_when_they_are_gone():
+    assert flags_label(load_config(["--config", "base"]).model) == "causal, scaled"
+    assert flags_label(load_config(["--config", "base", "--no-pos", "--no-mask"]).model) == "NO MASK, scaled, NO POS"
+    assert list(variants(ModelConfig(), ["no-pos", "no-mask"])) == ["", "-no-mask", "-no-pos"]  # table order
+    with pytest.raises(ValueError, match="unknown ablation 'no-position'; choose from no-mask, no-scale, no-pos"):
+        variants(ModelConfig(), ["no-position"])
 
 
 # 6. Precedence and immutability
