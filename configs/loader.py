@@ -7,6 +7,7 @@ set from the command line with its dotted name:
     python train.py --config base --train.lr=3e-4 --model.n_layer 4
     python train.py --no-mask        # shorthand for --model.causal=false
     python train.py --no-scale       # shorthand for --model.scaled=false
+    python train.py --no-pos         # shorthand for --model.positions=false
     python train.py --config gpt2-finetune --init-from gpt2   # shorthand for --train.init_from=gpt2
 
 Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
@@ -21,7 +22,7 @@ from model.ablations import ABLATIONS
 
 CONFIG_DIR = Path(__file__).resolve().parent
 SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes a value)
-    **{a.flag: (f"model.{a.switch}", "false") for a in ABLATIONS},  # --no-mask, --no-scale
+    **{a.flag: (f"model.{a.switch}", "false") for a in ABLATIONS},  # --no-mask, --no-scale, --no-pos
     "--device": ("train.device", None),
     "--data-file": ("data.path", None),
     "--run-name": ("train.run_name", None),
@@ -137,18 +138,6 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
             overrides.append((SHORTHANDS[flag][0] if flag in SHORTHANDS else flag[2:], value))
         i += 1
     return name, overrides
-
-
-def usage(default: str = "base") -> str:
-    """What a config-driven script accepts: the presets, the shorthands and every key with its default."""
-    shorthands = [f"  {flag:<12} {dotted}" + ("=VALUE" if value is None else f"={value}") for flag, (dotted, value) in SHORTHANDS.items()]
-    keys = [
-        f"  --{dotted}={'' if f.default == '' else str(f.default).lower() if isinstance(f.default, bool) else f.default}"
-        for dotted, f in KEYS.items()
-        if dotted not in FROM_TOKENIZER
-    ]
-    head = f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file"
-    return "\n".join([head, "shorthands:", *shorthands, "every key, with its default (a preset may change it):", *keys])
 
 
 def load_config(argv: list[str], default: str = "base") -> Config:

@@ -62,13 +62,17 @@ class GPT(nn.Module):
 
     The output head shares its weight matrix with the token embedding: that saves V*C
     parameters, and reading and writing tokens then use the same vector space.
+
+    With cfg.positions false (--no-pos) there is no position embedding at all: no parameters,
+    no lookup. Every block then treats its input as a set, so only the causal mask can tell a
+    token where it stands.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.positions else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
@@ -102,8 +106,10 @@ class GPT(nn.Module):
         """Token plus position embeddings: idx (B, T) -> x (B, T, C), at positions start .. start + T - 1."""
         B, T = idx.shape
         check_length(start + T, self.cfg.block_size)
-        pos = torch.arange(start, start + T, device=idx.device)
-        return self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C) + (T, C) -> (B, T, C)
+        x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))  # (B, T, C) + (T, C) -> (B, T, C)
+        return self.drop(x)
 
     def hidden(self, idx: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
         """Final hidden states (B, T, C), after the last LayerNorm.

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from configs import CONFIG_DIR, Config, ConfigError, DataConfig, TrainConfig, load_config
+from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config
 from model import ModelConfig
+from model.ablations import flags_label, variants
 
 SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
@@ -273,6 +274,9 @@ def test_shorthands_map_to_fields(tmp_path):
         (["--no-mask", "--no-scale"], "base-no-mask-no-scale"),
         (["--no-scale", "--no-mask"], "base-no-mask-no-scale"),
         (["--model.causal=false"], "base-no-mask"),
+        (["--no-pos"], "base-no-pos"),
+        (["--no-pos", "--no-mask"], "base-no-mask-no-pos"),
+        (["--model.positions=false"], "base-no-pos"),
         (["--no-mask", "--run-name", "mine"], "mine"),
     ],
 )
@@ -280,6 +284,14 @@ def test_run_name_derivation(flags, run_name):
     cfg = load_config(["--config", "base", *flags])
     assert cfg.run_name == run_name
     assert cfg.run_dir == Path("runs") / run_name
+
+
+def test_titles_name_positions_only_when_they_are_gone():
+    assert flags_label(load_config(["--config", "base"]).model) == "causal, scaled"
+    assert flags_label(load_config(["--config", "base", "--no-pos", "--no-mask"]).model) == "NO MASK, scaled, NO POS"
+    assert list(variants(ModelConfig(), ["no-pos", "no-mask"])) == ["", "-no-mask", "-no-pos"]  # table order
+    with pytest.raises(ValueError, match="unknown ablation 'no-position'; choose from no-mask, no-scale, no-pos"):
+        variants(ModelConfig(), ["no-position"])
 
 
 # 6. Precedence and immutability
@@ -318,3 +330,23 @@ def test_to_dict_round_trip():
     assert d["name"] == "tiny" and d["model"]["causal"] is False and d["train"]["lr"] == 3e-3
     rebuilt = Config(name=d["name"], **{s: cls(**d[s]) for s, cls in SECTION_CLASSES.items()})
     assert rebuilt == cfg
+
+
+def test_docs_command_line_lists_every_key_as_the_schema_says():
+    """docs/command-line.md's key tables are written from the fields' meanings; `python -m configs` rewrites them."""
+    from configs.reference import DOCS_PAGE, rewrite
+
+    page = DOCS_PAGE.read_text(encoding="utf-8")
+    assert rewrite(page) == page, "docs/command-line.md's key tables are stale: run python -m configs"
+    for dotted in KEYS:
+        if dotted not in FROM_TOKENIZER:
+            assert f"| `{dotted}` |" in page, dotted
+
+
+def test_a_changed_meaning_makes_the_docs_stale(monkeypatch):
+    from configs import reference
+
+    page = reference.DOCS_PAGE.read_text(encoding="utf-8")
+    original = reference.meaning
+    monkeypatch.setattr(reference, "meaning", lambda dotted: "a new meaning" if dotted == "train.lr" else original(dotted))
+    assert "| `train.lr` | `0.001` | a new meaning |" in reference.rewrite(page) != page

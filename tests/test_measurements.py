@@ -30,6 +30,7 @@ from model.measurements import (
     leak,
     next_token_weight,
     normalized_entropy,
+    order_use,
     previous_token_weight,
     qk_grad_norm,
     row_max,
@@ -171,6 +172,7 @@ def test_training_logs_every_issue_tag(tmp_path, corpus_file, one_cpu_thread):
         "loss/val",
         "loss/val_honest",
         "loss/leak_gap",
+        "loss/order_use",
         "loss/val_bpc",
         "attn/entropy",
         "attn/max_weight",
@@ -388,3 +390,22 @@ def test_inspect_attention_names_the_next_token_head_of_a_constructed_model(tmp_
     assert by_head["0", "0"]["role"] == "next-token"
     assert float(by_head["1", "0"]["t+1"]) < 0.2 and by_head["1", "0"]["role"] == ""  # the random layer: near 1/T everywhere
     assert "next-token heads (weight above 0.5): L0H0" in printed
+
+
+def test_order_use_is_zero_for_a_bag_and_the_shuffled_loss_rise_otherwise():
+    """Without mask and positions the last position of a prefix sees a bag: shuffling it changes nothing. With positions,
+    order_use is the honest loss of the prefix whose k tokens before t are shuffled (the same draws), minus the honest loss."""
+    gen = torch.Generator().manual_seed(2)
+    x, y = torch.randint(0, 65, (3, 16), generator=gen), torch.randint(0, 65, (3, 16), generator=gen)
+    tiny = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "causal": False}
+    torch.manual_seed(0)
+    bag = GPT(ModelConfig(**tiny, positions=False)).eval()
+    assert order_use(bag, [(x, y, [5, 15])], k=4)["loss/order_use"] == pytest.approx(0.0, abs=1e-5)
+    torch.manual_seed(0)
+    placed = GPT(ModelConfig(**tiny)).eval()
+    order = 11 + torch.rand(3, 4, generator=torch.Generator().manual_seed(0)).argsort(dim=-1)  # the draws order_use makes
+    shuffled = torch.cat([x[:, :11], x.gather(1, order), x[:, 15:16]], dim=1)  # (3, 16): tokens 11..14 shuffled per row
+    honest_shuffled, _ = honest_loss(placed, shuffled, y, [15])
+    honest, _ = honest_loss(placed, x, y, [15])
+    measured = order_use(placed, [(x, y, [15])], k=4)["loss/order_use"]
+    assert measured == pytest.approx(honest_shuffled - honest, abs=1e-6) and abs(measured) > 1e-4

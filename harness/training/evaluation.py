@@ -14,7 +14,7 @@ from data.batches import draw_batch
 from data.tokenizer import Tokenizer, TokenizerError, token_labels
 from harness.training.runtime import Runtime
 from model import GPT
-from model.measurements import attention_summary, bits_per_byte, honest_positions, induction_summary, leak
+from model.measurements import attention_summary, bits_per_byte, honest_positions, induction_summary, leak, order_use
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
@@ -88,8 +88,9 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
 @torch.no_grad()
 def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: float) -> dict[str, float]:
     """What shows a model break on the val text, beyond its loss: bits per byte, the honest and teacher-forced
-    loss and their gap (model/measurements.py: leak), and on the first val batch the attention statistics (attn/...)
-    and the induction heads (induction/..., the loss where the context gives the next token away: loss/repeated).
+    loss and their gap (model/measurements.py: leak), the order use (the honest loss's rise when the tokens
+    before each target are shuffled), and on the first val batch the attention statistics (attn/...) and the
+    induction heads (induction/..., and loss/repeated: the loss where the context gives the next token away).
 
     Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
     """
@@ -98,7 +99,9 @@ def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: 
     was_training = model.training
     model.eval()
     with runtime.autocast():
-        metrics.update(leak(model, [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]))
+        honest = [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]
+        metrics.update(leak(model, honest))
+        metrics.update(order_use(model, honest))
         x, y = eval_set.batches["val"][0]
         metrics.update(attention_summary(model, x.to(device)))
         metrics.update(induction_summary(model, x.to(device), y.to(device)))

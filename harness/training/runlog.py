@@ -2,8 +2,9 @@
 
 TensorBoard groups scalars by the part of the tag before the first "/" and lists the groups
 alphabetically, so each run also writes a custom-scalars layout (the CUSTOM SCALARS tab) that
-puts the story on one screen: val against the honest loss, then attention entropy and the share
-of saturated rows, every run of the folder overlaid; and below it the induction heads (docs/induction.md).
+puts the story on one screen: val against the honest loss, the leak gap, how much each run reads
+word order (the --no-pos run beside the others), then attention entropy and the share of saturated
+rows, every run of the folder overlaid; and below it the induction heads (docs/induction.md).
 """
 
 import json
@@ -19,14 +20,14 @@ from harness.folders import FolderLock, claim_run_folder
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.evaluation import Evaluation
 from harness.training.runtime import Runtime
-from model.measurements import INDUCTION_THRESHOLD
+from model.measurements import INDUCTION_THRESHOLD, SHUFFLED_TOKENS
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 # TensorBoard smooths every curve by 0.6 unless told otherwise, and a curve of a few evaluations
 # smoothed that way is drawn far from the values logged (a no-mask leak gap looks half its size).
 # The story's titles say so; this address opens the tab with smoothing off.
 UNSMOOTHED = "#custom_scalars&_smoothingWeight=0"
-STORY = f"the story: mask and scale (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
+STORY = f"the story: mask, scale and positions (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
 STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does not also match loss/val_bpc
     STORY: {
         f"{title} [read at Smoothing 0]": ["Multiline", tags]
@@ -34,6 +35,8 @@ STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does
             ("loss/val, and at the honest positions: val_honest (the past only) vs val_forced (the whole block)",
              ["^loss/val$", "^loss/val_honest$", "^loss/val_forced$"]),
             ("leak gap: val_honest - val_forced (0 for a causal model)", ["^loss/leak_gap$"]),
+            (f"order use: val_honest's rise when the {SHUFFLED_TOKENS} tokens before each target are shuffled (0 for a bag of tokens)",
+             ["^loss/order_use$"]),
             ("attention entropy (1 = uniform, 0 = one-hot)", ["^attn/entropy$"]),
             ("share of saturated rows (largest weight above 0.99)", ["^attn/saturated_frac$"]),
             ("attention mass on the future (0 under the mask)", ["^attn/future_mass$"]),
