@@ -45,7 +45,7 @@ def test_the_source_is_deterministic_for_a_seed_and_fresh_every_draw():
 
 
 def test_each_sequence_holds_a_segment_repeated_exactly_at_a_varying_distance():
-    source = RepeatedRandom(vocab_size=256, min_segment=6, max_segment=16)
+    source = RepeatedRandom(vocab_size=256, min_segment=6, max_segment=16)  # two copies of 16 fit in 33 tokens
     rows = torch.stack([source.sequence(33, torch.Generator().manual_seed(seed)) for seed in range(40)])  # (40, 33)
     found = [repeated_segment(row) for row in rows]
     for row, (start, copy, length) in zip(rows, found, strict=True):
@@ -70,9 +70,9 @@ def test_the_synthetic_corpus_tokens_are_characters_and_its_settings_its_identit
     "flags, needle",
     [
         (["--data.source=repeated"], "data.source must be one of text, repeated-random"),
-        (["--data.min_segment=20"], "data.min_segment must be between 1 and data.max_segment (16)"),
+        (["--data.min_segment=20"], "data.min_segment must be between 1 and data.max_segment (10)"),
         (["--data.symbols=1"], "data.symbols must be between 2"),
-        (["--model.block_size=16"], "data.max_segment (16) must be at most (model.block_size + 1) // 2 (8)"),
+        (["--model.block_size=16"], "data.max_segment (10) must be at most (model.block_size + 1) // 2 (8)"),
     ],
 )
 def test_bad_settings_are_refused_at_load_time(flags, needle):
