@@ -139,3 +139,13 @@ def test_a_resumed_run_of_the_preset_draws_the_same_batches_to_the_same_numbers(
     got_ckpt, want_ckpt = read_checkpoint(preset_runs["resumed"] / "ckpt.pt"), read_checkpoint(preset_runs["full"] / "ckpt.pt")
     for name, tensor in want_ckpt["model"].items():
         assert_close(got_ckpt["model"][name], tensor, atol=0.0, msg=name)
+
+
+def test_inspect_attention_looks_at_a_repeated_sequence_when_the_vocabulary_cannot_spell_the_probe_text(preset_runs, tmp_path, capsys):
+    import inspect_attention
+
+    inspect_attention.main(["--checkpoint", str(preset_runs["full"] / "ckpt.pt"), "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert "16 tokens" in printed and "| induction | role |" in printed  # the block, and the induction column
+    assert "induction heads (weight above 0.3):" in printed
+    assert (tmp_path / "attn_L1.png").is_file()
