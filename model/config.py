@@ -30,7 +30,9 @@ class ModelConfig:
         True, "the causal mask: each token sees only the past; false is the --no-mask ablation, every token sees the future"
     )
     scaled: bool = setting(True, "scores divided by sqrt(head_size); false is the --no-scale ablation, the softmax saturates")
-    positions: bool = setting(True, "a learned position embedding; false is the --no-pos ablation, only the mask tells tokens apart by place")
+    positions: bool = setting(
+        True, "a learned position embedding; false is the --no-pos ablation, only the mask tells tokens apart by place"
+    )
     attention: str = setting(
         "sdpa", '"sdpa": torch\'s fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights'
     )
