@@ -122,7 +122,7 @@ def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
 
 def ablate(model, tokenizer, checkpoint: dict, heads: list[tuple[int, int]], args, out: Path) -> None:
     """--ablate: the heads named (or found), switched off, against as many random others; printed and written to ablation.json."""
-    batches = run_batches(checkpoint, tokenizer)
+    batches = run_batches(model, checkpoint, tokenizer)
     try:
         result = measure(model, batches, heads, args.draws, args.seed, args.mean_ablation)
     except ValueError as e:

@@ -19,23 +19,18 @@ from data.tokenizer import Tokenizer
 from harness.experiments.stats import spread
 from harness.training.checkpoints import CheckpointError
 from harness.training.evaluation import make_eval_set
-from model import GPT, ModelConfig
+from model import GPT
 from model.heads import ablate_heads, all_heads, head_means, head_name
 from model.measurements import leak
 
 Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]
 
 
-def run_batches(checkpoint: dict, tokenizer: Tokenizer) -> Batches:
+def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
     """The (x, y, positions) batches that the run's evaluations scored honestly, from the config stored in its checkpoint."""
     saved = checkpoint.get("config", {})
     try:
-        cfg = Config(
-            name=saved.get("name", "run"),
-            model=ModelConfig(**saved["model"]),
-            data=DataConfig(**saved["data"]),
-            train=TrainConfig(**saved["train"]),
-        )
+        cfg = Config(name=saved.get("name", "run"), model=model.cfg, data=DataConfig(**saved["data"]), train=TrainConfig(**saved["train"]))
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(
             f"the checkpoint's config does not say which text the run was evaluated on ({e}); --ablate needs it"
