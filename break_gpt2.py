@@ -1,7 +1,8 @@
 """Break a pretrained GPT-2 at inference: python break_gpt2.py --pretrained gpt2 [--config gpt2-finetune] [--section.field=VALUE ...]
 
-No training: the same weights are evaluated on the val text three ways, as they are, without the
-causal mask and without the 1/sqrt(D) scale, and the table compare.py prints for trained runs
+No training: the same weights are evaluated on the val text as they are and once per ablation of
+model/ablations.py: without the causal mask, without the 1/sqrt(D) scale, and without the learned
+positions (zeroed, the one way GPT-2's weights lose them), and the table compare.py prints for trained runs
 comes out for each (loss, honest loss, leak gap, bits per byte, entropy, saturated share,
 future mass, score std). compare.py's ablations learned to live without the switch (the
 no-mask run learned to cheat); here a model that never saw the future is suddenly shown it.
@@ -35,14 +36,14 @@ UNTRAINED_COLUMNS = [c for c in COLUMNS if c[1] != "loss/train"]  # nothing is t
 
 
 def main(argv: list[str]) -> dict[str, dict]:
-    parser = OneLineParser("Evaluate a pretrained GPT-2 as it is, without the mask and without the scale.", config="gpt2-finetune")
+    parser = OneLineParser("Evaluate a pretrained GPT-2 as it is and without its mask, its scale or its positions.", config="gpt2-finetune")
     parser.add_argument("--pretrained", required=True, metavar="NAME_OR_FOLDER", help="gpt2, gpt2-medium, ... or a folder")
     parser.add_argument("--out", type=Path, help="folder for heatmaps and break.json (default: <runs-dir>/break-<name>)")
     args, cfg = parser.parse_with_config(argv)  # the rest is a config: --config NAME, --data-file, --section.field=VALUE
     ignored = [key for key, _ in args.overrides if key.startswith("model.") and key != "model.block_size"]
     if ignored:
         raise ConfigError(
-            f"break_gpt2.py takes the model as --pretrained gives it and makes the no-mask and no-scale variants itself, "
+            f"break_gpt2.py takes the model as --pretrained gives it and makes its ablated variants itself, "
             f"so {ignored[0]} would be ignored; leave it out (--model.block_size, the context, is the one model key it reads)"
         )
     if cfg.data.tokenizer != "gpt2":
@@ -64,7 +65,8 @@ def main(argv: list[str]) -> dict[str, dict]:
     results = {}
     for suffix, variant_cfg in variants(model.cfg).items():
         started = time.perf_counter()
-        variant = build(variant_cfg, state, info["source"]).to(runtime.device).eval()
+        kept = {key: tensor for key, tensor in state.items() if variant_cfg.positions or key != "pos_emb.weight"}  # -no-pos: zeroed
+        variant = build(variant_cfg, kept, info["source"]).to(runtime.device).eval()
         metrics = {"loss/val": estimate_loss(variant, eval_set.batches["val"], runtime)}
         metrics.update(measure_breakage(variant, eval_set, runtime, metrics["loss/val"]))
         metrics["wall_s"] = time.perf_counter() - started

@@ -1,13 +1,14 @@
 """Run the whole experiment in one command: python compare.py [--config char] [--seeds N] [--section.field=VALUE ...]
 
-Trains the preset as it is, with --no-mask and with --no-scale, into one folder,
-runs/compare-<config>/, so that `tensorboard --logdir runs/compare-<config>` overlays them.
-Then prints a comparison table and the differences from base, and draws the runs' own logged
-curves into compare.png.
+Trains the preset as it is and with each ablation of model/ablations.py (--no-mask, --no-scale,
+--no-pos) into one folder, runs/compare-<config>/, so that `tensorboard --logdir runs/compare-<config>`
+overlays them. Then prints a comparison table and the differences from base, and draws the runs'
+own logged curves into compare.png. --variants no-mask,no-pos trains only those ablations (and the
+preset as it is, which every difference is measured from).
 
 --seeds N (default 1) trains every variant N times, with train.seed = the preset's seed + 0..N-1:
 each seed changes the initialisation and the batch order, while the evaluation batches stay the
-same. One seed is the default because it keeps the demo at three runs (docs/experiment.md says how
+same. One seed is the default because it keeps the demo at four runs (docs/experiment.md says how
 long they take); use --seeds 3 or more before trusting a difference, since only then can the
 table show the seed-to-seed spread (mean ± standard deviation) and each difference from base a
 95% interval. With N > 1 the run folders carry the seed (char-s1337, char-no-mask-s1338, ...).
@@ -28,8 +29,10 @@ from configs import MAX_SEED, ConfigError
 from harness.cli import OneLineParser, run_command
 from harness.experiments.comparison import run_comparison
 from harness.experiments.stats import format_differences, format_table
+from model.ablations import ABLATIONS, applied, by_name
 
-MAX_SEEDS = 100  # three training runs each: more would run for weeks
+MAX_SEEDS = 100  # a training run per variant each: more would run for weeks
+ALL = ",".join(a.name for a in ABLATIONS)
 
 
 def seed_count(text: str) -> int:
@@ -38,18 +41,33 @@ def seed_count(text: str) -> int:
     return int(text)
 
 
+def ablation_names(text: str) -> list[str]:
+    """--variants no-mask,no-pos -> ["no-mask", "no-pos"], in model/ablations.py's order."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"takes ablation names, comma-separated, from {ALL}; got {text!r}")
+    try:
+        return [a.name for a in by_name(names)]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str]) -> dict[str, dict] | int:
     """Train every variant at every seed, then print and save the comparison; returns each run's summary by run name."""
     parser = OneLineParser(__doc__, config="char", usage=argparse.SUPPRESS)
     parser.add_argument("--seeds", type=seed_count, default=1, help="runs per variant, at seeds train.seed + 0..N-1 (default 1)")
+    parser.add_argument(
+        "--variants", type=ablation_names, metavar="NAMES", help=f"the ablations to train, comma-separated (default: all of {ALL})"
+    )
     args, cfg = parser.parse_with_config(argv)
-    if not (cfg.model.causal and cfg.model.scaled):
-        raise ConfigError("compare.py runs the --no-mask and --no-scale variants itself; leave those flags out")
+    if applied(cfg.model):
+        flags = ", ".join(a.flag for a in applied(cfg.model))
+        raise ConfigError(f"compare.py trains the ablated variants itself ({flags} given); leave those flags out, and pick with --variants")
     if cfg.train.seed + args.seeds - 1 > MAX_SEED:
         raise ConfigError(
             f"--seeds {args.seeds} from train.seed {cfg.train.seed} would pass the largest seed, {MAX_SEED}; lower train.seed"
         )
-    comparison = run_comparison(cfg, args.config_name, args.overrides, args.seeds)
+    comparison = run_comparison(cfg, args.config_name, args.overrides, args.seeds, args.variants)
     if isinstance(comparison, int):
         return comparison  # a run failed or was stopped, and has said so
     base = next(iter(comparison["aggregate"]))

@@ -4,38 +4,74 @@ Writes token-labelled heatmaps of the attention weights (one grid of heads per l
 picture per head when the model has few heads), one interactive HTML page of every head
 (attention.html: pick a head, hover a token), and prints a table of the heads ranked by entropy
 that names the previous-token heads, the next-token heads (the --no-mask cheat: they read the
-answer) and the first-token sinks. Works on any checkpoint, including --no-mask and --no-scale
-runs, and on GPT-2.
+answer), the first-token sinks and the induction heads (--repeated shows them best: random tokens
+in which a segment recurs, docs/induction.md). Works on any checkpoint, including the ablated runs, and on GPT-2.
+
+--ablate next-token (or --ablate L0H1,L0H3, or L1 for a whole layer) tests the claim that the named
+heads carry the cheat of a model trained without the mask: it measures the leak gap on the run's own
+val batches before and after switching those heads off, and after switching as many randomly drawn
+other heads off (--draws times), prints the closed fractions, and writes them to ablation.json
+(harness/experiments/head_ablation.py says what it holds).
 """
 
+import json
 import sys
 from pathlib import Path
 
 import torch
 
+from configs import ConfigError
+from data.files import write_atomically
+from data.synthetic import PROBE_SEED, RepeatedRandom
 from data.tokenizer import TokenizerError, token_labels
-from harness.cli import OneLineParser, add_model_source, load_model_source, run_command
+from harness.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, run_command, seed
+from harness.experiments.head_ablation import measure, report, run_batches
 from harness.folders import writable_folder
 from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps
 from harness.training.evaluation import PROBE_TEXT
 from model.ablations import flags_label
-from model.measurements import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles
+from model.heads import parse_heads
+from model.measurements import NEXT_TOKEN_THRESHOLD, ROLES, head_roles
 
+REPEATED_TOKENS = 48  # length of the --repeated sequence (at most block_size)
 PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the per-layer grids and the HTML page
 
 
 def main(argv: list[str]) -> Path:
     parser = OneLineParser(description="Heatmaps, an HTML page and per-head statistics of a model's attention.")
     add_model_source(parser)
-    parser.add_argument("--text", default=PROBE_TEXT, help="the text to look at (default: the one evaluations draw)")
+    parser.add_argument("--text", help="the text to look at (default: the one evaluations draw, if the vocabulary holds it)")
+    parser.add_argument("--repeated", action="store_true", help="look at random tokens in which a segment recurs (the default if not)")
     parser.add_argument("--out", type=Path, help="folder for the pictures and the page (default: <run folder>/inspect)")
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
+    parser.add_argument(
+        "--ablate", metavar="HEADS", help='switch heads off and measure the leak gap: "next-token", or L0H1,L0H3 (L1: a layer)'
+    )
+    parser.add_argument("--draws", type=non_negative_int, default=10, help="--ablate: random draws of as many other heads (default 10)")
+    parser.add_argument("--seed", type=seed, default=0, help="--ablate: the seed of those draws (default 0)")
+    parser.add_argument("--mean-ablation", action="store_true", help="--ablate: replace a head's output by its mean, not by zero")
     args = parser.parse_args(argv)
     if args.out:
         writable_folder(args.out, "--out", create=False)  # before the model loads: a wrong --out costs nothing
 
-    model, tokenizer, described, folder, _ = load_model_source(args, "cpu")
-    ids = tokenizer.encode(args.text)
+    model, tokenizer, described, folder, checkpoint = load_model_source(args, "cpu")
+    if args.ablate and model.cfg.causal:
+        raise ConfigError("--ablate measures the leak gap of a model trained without the mask; this one is causal, so it has none to close")
+    if args.ablate and checkpoint is None:
+        raise ConfigError("--ablate measures a run of ours on its own val text; give --run or --checkpoint")
+    try:  # named heads are checked before any work; next-token heads are found below, in the role table
+        named = parse_heads(args.ablate, model.cfg.n_layer, model.cfg.n_head) if args.ablate not in (None, "next-token") else None
+    except ValueError as e:
+        raise ConfigError(f"--ablate: {e}") from None
+    try:
+        ids = [] if args.repeated else tokenizer.encode(args.text if args.text is not None else PROBE_TEXT)
+    except TokenizerError:
+        if args.text is not None:
+            raise
+        ids = []  # a vocabulary without the probe text's characters (a synthetic source's): a repeated sequence instead
+    if args.repeated or (args.text is None and not ids):
+        n = min(model.cfg.block_size, REPEATED_TOKENS)
+        ids = RepeatedRandom(tokenizer.vocab_size, n // 4, n // 2).sequence(n, torch.Generator().manual_seed(PROBE_SEED)).tolist()
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")
     block_size = model.cfg.block_size
@@ -57,25 +93,42 @@ def main(argv: list[str]) -> Path:
     print(f"{described} ({flags}), {len(ids)} tokens; heatmaps in {out}/, every head on one page: {page}")
     print(
         "heads by entropy, most focused first; t-1: mean weight on the previous token (rows t >= 1), "
-        "t+1: on the next one, the answer (rows t <= T-2; 0 under the mask), first: on position 0 (rows t >= 1)"
+        "t+1: on the next one, the answer (rows t <= T-2; 0 under the mask), first: on position 0 (rows t >= 1), "
+        "induction: on the token after the previous occurrence of the current one (rows whose token occurred before)"
     )
-    print("| layer | head | entropy | max weight | saturated | future mass | t-1 | t+1 | first | role |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    rows = head_roles(weights, model.cfg.causal)
+    print("| layer | head | entropy | max weight | saturated | future mass | t-1 | t+1 | first | induction | role |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    rows = head_roles(weights, model.cfg.causal, torch.tensor([ids]))
     for row in rows:
         print(
             f"| {row['layer']} | {row['head']} | {row['entropy']:.3f} | {row['max_weight']:.3f} | {row['saturated']:.2f} | "
-            f"{row['future_mass']:.3f} | {row['previous']:.3f} | {row['next']:.3f} | {row['first']:.3f} | {', '.join(row['roles'])} |"
+            f"{row['future_mass']:.3f} | {row['previous']:.3f} | {row['next']:.3f} | {row['first']:.3f} | {row['induction']:.3f} | "
+            f"{', '.join(row['roles'])} |"
         )
-    roles = (
-        ("previous-token", PREVIOUS_TOKEN_THRESHOLD),
-        ("next-token", NEXT_TOKEN_THRESHOLD),
-        ("first-token sink", FIRST_TOKEN_THRESHOLD),
-    )
-    for role, threshold in roles:
+    for role, _, threshold in ROLES:
         found = [f"L{row['layer']}H{row['head']}" for row in rows if role in row["roles"]]
         print(f"{role} heads (weight above {threshold}): {', '.join(found) or 'none'}")
+    if args.ablate:
+        ablate(model, tokenizer, checkpoint, named or next_token_heads(rows), args, out)
     return out
+
+
+def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
+    heads = [(row["layer"], row["head"]) for row in sorted(rows, key=lambda r: (r["layer"], r["head"])) if "next-token" in row["roles"]]
+    if not heads:
+        raise ConfigError(f"--ablate: no next-token head (none puts more than {NEXT_TOKEN_THRESHOLD} on t+1 here); name heads: L0H1,L1H3")
+    return heads
+
+
+def ablate(model, tokenizer, checkpoint: dict, heads: list[tuple[int, int]], args, out: Path) -> None:
+    """--ablate: the heads named (or found), switched off, against as many random others; printed and written to ablation.json."""
+    batches = run_batches(model, checkpoint, tokenizer)
+    try:
+        result = measure(model, batches, heads, args.draws, args.seed, args.mean_ablation)
+    except ValueError as e:
+        raise ConfigError(f"--ablate: {e}") from None
+    write_atomically(out / "ablation.json", json.dumps(result, indent=2).encode())
+    print(f"\n{report(result)}\nablation.json: {out / 'ablation.json'}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ set from the command line with its dotted name:
     python train.py --config base --train.lr=3e-4 --model.n_layer 4
     python train.py --no-mask        # shorthand for --model.causal=false
     python train.py --no-scale       # shorthand for --model.scaled=false
+    python train.py --no-pos         # shorthand for --model.positions=false
     python train.py --config gpt2-finetune --init-from gpt2   # shorthand for --train.init_from=gpt2
 
 Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
@@ -21,7 +22,7 @@ from model.ablations import ABLATIONS
 
 CONFIG_DIR = Path(__file__).resolve().parent
 SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes a value)
-    **{a.flag: (f"model.{a.switch}", "false") for a in ABLATIONS},  # --no-mask, --no-scale
+    **{a.flag: (f"model.{a.switch}", "false") for a in ABLATIONS},  # --no-mask, --no-scale, --no-pos
     "--device": ("train.device", None),
     "--data-file": ("data.path", None),
     "--run-name": ("train.run_name", None),
@@ -161,7 +162,6 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         section, _, key = dotted.partition(".")
         values[section][key] = convert(dotted, value)
     try:
-        sections = {s: cls(**values[s]) for s, cls in SECTIONS.items()}
+        return Config(name=path.stem, **{s: cls(**values[s]) for s, cls in SECTIONS.items()})
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return Config(name=path.stem, **sections)

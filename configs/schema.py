@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data.synthetic import SOURCES, SYMBOLS
 from data.tokenizer import TOKENIZERS
 from model.ablations import name_suffix
 from model.config import ModelConfig, check_choice, setting
@@ -26,9 +27,20 @@ class DataConfig:
     path: str = setting("", "a UTF-8 text file; empty means Tiny Shakespeare, downloaded once")
     tokenizer: str = setting("gpt2", '"gpt2" (tiktoken BPE) or "char" (one id per character)')
     cache_dir: str = setting("", "where downloads and prepared .bin files go; empty means data/cache")
+    source: str = setting(
+        "text", '"text": data.path, tokenized; "repeated-random": fresh random tokens in which a segment recurs (docs/induction.md)'
+    )
+    symbols: int = setting(256, "repeated-random: how many distinct tokens, drawn uniformly")
+    min_segment: int = setting(8, "repeated-random: the shortest segment that recurs, in tokens")
+    max_segment: int = setting(32, "repeated-random: the longest segment that recurs, in tokens (two copies fit in a block)")
 
     def __post_init__(self) -> None:
         check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
+        check_choice("data.source", self.source, SOURCES)
+        if not 2 <= self.symbols <= len(SYMBOLS):
+            raise ValueError(f"data.symbols must be between 2 and {len(SYMBOLS)}, got {self.symbols}")
+        if not 1 <= self.min_segment <= self.max_segment:
+            raise ValueError(f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), got {self.min_segment}")
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,13 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.data.source != "text" and 2 * self.data.max_segment > self.model.block_size + 1:
+            raise ValueError(
+                f"data.max_segment ({self.data.max_segment}) must be at most (model.block_size + 1) // 2 "
+                f"({(self.model.block_size + 1) // 2}): a block holds the segment and its copy"
+            )
 
     @property
     def run_name(self) -> str:

@@ -34,6 +34,13 @@ class Corpus:
     source: Path  # the text file the ids came from
     source_sha256: str
 
+    def describe(self) -> str:
+        return f"corpus {self.source}: {len(self.train):,} train / {len(self.val):,} val tokens"
+
+    def probe_ids(self, n: int) -> list[int]:
+        """n tokens to look at when the probe text does not fit the tokenizer: the val split's first."""
+        return self.val[:n].tolist()
+
 
 def download_tiny_shakespeare(cache_dir: Path) -> Path:
     """Return the cached Tiny Shakespeare, downloading it once; it is used only if its SHA-256 matches."""

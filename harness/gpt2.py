@@ -185,6 +185,8 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
     except RuntimeError as e:  # a tensor whose shape does not fit config.json
         raise CheckpointError(f"{source}: the weights do not fit config.json ({str(e).strip().splitlines()[-1].strip()[:200]})") from None
     missing = [name for name in missing if name != "lm_head.weight"]
+    if "pos_emb.weight" in unexpected:  # only on purpose: break_gpt2.py takes them out, to show GPT-2 with its positions zeroed
+        raise CheckpointError(f"{source}: these weights were trained with learned positions, and model.positions is false")
     if missing or unexpected:
         detail = f"lack {missing[0]}" if missing else f"also hold {unexpected[0]}"
         raise CheckpointError(f"{source}: config.json says {cfg.n_layer} layers, and the weights {detail} (in our names)")
@@ -216,12 +218,12 @@ def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
     """Write model as a GPT-2 in the hub's layout (config.json, model.safetensors); returns the folder.
 
     transformers' GPT2LMHeadModel.from_pretrained(folder) then gives our logits, and so does
-    load_pretrained(folder). GPT-2 always masks and always reads the gpt2 tokenizer's ids, so a
-    --no-mask model, or one trained on another tokenizer, cannot be written as one.
+    load_pretrained(folder). GPT-2 always masks, adds positions and reads the gpt2 tokenizer's ids, so a
+    model without the mask or positions, or one trained on another tokenizer, cannot be written as one.
     """
     cfg = model.cfg
-    if not cfg.causal:
-        raise CheckpointError("cannot export a model trained without the causal mask: GPT-2 always masks, so its logits would differ")
+    if not (cfg.causal and cfg.positions):
+        raise CheckpointError("cannot export a model without the causal mask or positions: GPT-2 has both, or its logits would differ")
     if tokenizer_name != "gpt2" or cfg.vocab_size != GPT2_VOCAB_SIZE:
         raise CheckpointError(f"cannot export a model on the {tokenizer_name} tokenizer: GPT-2 reads the gpt2 tokenizer's ids")
     config = {

@@ -1,10 +1,15 @@
-"""The two ablations, defined once: remove the causal mask, or remove the 1/sqrt(D) scale.
+"""The three ablations, defined once: remove the causal mask, the 1/sqrt(D) scale, or the position embedding.
 
 Every place that names or builds a variant derives it from ABLATIONS: the command-line flags
-(--no-mask, --no-scale), the run names (base-no-mask), the labels in picture titles
+(--no-mask, --no-scale, --no-pos), the run names (base-no-mask), the labels in picture titles
 ("NO MASK, scaled"), and the variants that compare.py trains and break_gpt2.py evaluates.
+
+Without positions, attention is blind to order: with no mask either, permuting the input only
+permutes the output (a bag of tokens). The causal mask alone gives order back, since position t
+sees t + 1 tokens and can count them.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from model.config import ModelConfig
@@ -14,7 +19,7 @@ from model.config import ModelConfig
 class Ablation:
     name: str  # "no-mask": the flag is --no-mask, a run's name gets -no-mask
     switch: str  # the ModelConfig field it turns off
-    label_on: str  # how a title says the switch is on
+    label_on: str  # how a title says the switch is on ("" says nothing: titles name positions only when they are gone)
     label_off: str  # and off, in capitals so that a broken model stands out
 
     @property
@@ -25,6 +30,7 @@ class Ablation:
 ABLATIONS = (
     Ablation("no-mask", "causal", "causal", "NO MASK"),
     Ablation("no-scale", "scaled", "scaled", "NO SCALE"),
+    Ablation("no-pos", "positions", "", "NO POS"),
 )
 
 
@@ -39,11 +45,25 @@ def name_suffix(model_cfg: ModelConfig) -> str:
 
 
 def flags_label(model_cfg: ModelConfig) -> str:
-    """How a model's attention was built, for titles: "causal, scaled", or the ablations in capitals."""
-    return ", ".join(a.label_off if not getattr(model_cfg, a.switch) else a.label_on for a in ABLATIONS)
+    """How a model's attention was built, for titles: "causal, scaled", or the ablations in capitals ("causal, scaled, NO POS")."""
+    labels = (a.label_off if not getattr(model_cfg, a.switch) else a.label_on for a in ABLATIONS)
+    return ", ".join(label for label in labels if label)
 
 
-def variants(model_cfg: ModelConfig) -> dict[str, ModelConfig]:
-    """The model as it is (every switch on) and with each ablation alone, keyed by the name suffix: "", "-no-mask", ..."""
+def by_name(names: Iterable[str]) -> list[Ablation]:
+    """The ablations that `names` ("no-mask", ...) spell, in table order, or a ValueError that lists the valid ones."""
+    names = list(names)
+    unknown = [name for name in names if name not in {a.name for a in ABLATIONS}]
+    if unknown:
+        raise ValueError(f"unknown ablation {unknown[0]!r}; choose from {', '.join(a.name for a in ABLATIONS)}")
+    return [a for a in ABLATIONS if a.name in names]
+
+
+def variants(model_cfg: ModelConfig, names: Iterable[str] | None = None) -> dict[str, ModelConfig]:
+    """The model as it is (every switch on) and with each ablation alone, keyed by the name suffix: "", "-no-mask", ...
+
+    names picks the ablations ("no-mask", "no-pos", ...); None takes every one in the table.
+    """
     intact = replace(model_cfg, **{a.switch: True for a in ABLATIONS})
-    return {"": intact, **{f"-{a.name}": replace(intact, **{a.switch: False}) for a in ABLATIONS}}
+    chosen = ABLATIONS if names is None else by_name(names)
+    return {"": intact, **{f"-{a.name}": replace(intact, **{a.switch: False}) for a in chosen}}

@@ -3,16 +3,16 @@
 The loss. Teacher-forced loss scores every position of a block in one pass. A causal model
 cannot tell the difference, but a model trained without the mask reads the answer from the
 next position and looks brilliant. `honest_loss` gives the model only the tokens before each
-target, as generation does, so the cheating shows as a gap between the two: `leak`.
+target, as generation does, so the cheating shows as a gap between the two: `leak`. `order_use` asks how much the model reads
+word order: the rise of that honest loss when the last few tokens before a target are shuffled.
 
-The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
-saturation, mass on the future; then, per head, `head_statistics` and `head_roles`, and
-`attention_summary`, the numbers TensorBoard plots. `qk_grad_norm` shows what a saturated
-softmax lets through to the query and key weights.
+The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum, saturation,
+mass on the future; then, per head, `head_statistics` and `head_roles`, and `attention_summary`, the
+numbers TensorBoard plots. `qk_grad_norm` shows what a saturated softmax lets through to the query and key
+weights. `induction_summary`: the induction heads, and how much the model learns from its context.
 
-Every function here takes the model or its outputs and returns numbers: training, evaluation,
-the scripts and the notebook all call these, and none of them recomputes one.
-"""
+Every function here takes the model or its outputs and returns numbers: training, evaluation, the scripts
+and the notebook all call these, and none of them recomputes one."""
 
 import math
 
@@ -26,16 +26,12 @@ from model.gpt import GPT, lm_loss
 
 def visible_counts(T: int, S: int, causal: bool, device=None) -> torch.Tensor:
     """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S."""
-    if causal:
-        return torch.arange(S - T + 1, S + 1, device=device)
-    return torch.full((T,), S, device=device)
+    return torch.arange(S - T + 1, S + 1, device=device) if causal else torch.full((T,), S, device=device)
 
 
 def normalized_entropy(weights: torch.Tensor, causal: bool) -> torch.Tensor:
     """Entropy of each row divided by the log of its visible count: 1 is uniform, 0 is one-hot.
-
-    Returns (..., T'), where T' counts the rows that may see at least two positions.
-    """
+    Returns (..., T'), where T' counts the rows that may see at least two positions."""
     T, S = weights.shape[-2:]
     visible = visible_counts(T, S, causal, weights.device)
     keep = visible > 1
@@ -91,14 +87,38 @@ def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[in
 @torch.no_grad()
 def leak(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]]) -> dict[str, float]:
     """The honest and the teacher-forced loss over (x, y, positions) batches, and their gap: what the model reads from the future.
-
-    loss/val_honest and loss/val_forced are means over the batches of honest_loss's pair;
-    loss/leak_gap is honest minus forced, about 0 for a causal model.
-    """
+    loss/val_honest and loss/val_forced are means of honest_loss's pair; loss/leak_gap, about 0 for a causal model."""
     pairs = [honest_loss(model, x, y, positions) for x, y, positions in batches]
     honest = sum(h for h, _ in pairs) / len(pairs)
     forced = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
     return {"loss/val_honest": honest, "loss/val_forced": forced, "loss/leak_gap": honest - forced}
+
+
+SHUFFLED_TOKENS = 8  # order use: how many tokens before each scored position are shuffled
+
+
+@torch.no_grad()
+def order_use(
+    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]], k: int = SHUFFLED_TOKENS, seed: int = 0
+) -> dict[str, float]:
+    """How much the model reads word order: the rise of the honest loss when the k tokens just before each scored
+    position t are shuffled (x[:, t-k:t], each row its own order; the token at t and the ones further back stay).
+
+    Scored like honest_loss, each position on its prefix alone, so a model without the mask cannot cheat here.
+    A model without positions and without the mask sees a bag of tokens and scores 0 (nats per token).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    rises = []
+    for x, y, positions in batches:
+        logits = []
+        for t in positions:
+            lo = max(0, t - k)
+            order = lo + torch.rand(x.shape[0], t - lo, generator=gen).argsort(dim=-1).to(x.device)  # (B, t - lo): a shuffle per row
+            prefix = torch.cat([x[:, :lo], x.gather(1, order), x[:, t : t + 1]], dim=1)  # (B, t + 1)
+            logits.append(model.lm_head(model.hidden(prefix)[:, -1]))  # (B, V)
+        shuffled = lm_loss(torch.stack(logits, dim=1), y[:, positions])  # (B, P, V)
+        rises.append((shuffled - lm_loss(prefix_logits(model, x, positions), y[:, positions])).item())
+    return {"loss/order_use": sum(rises) / len(rises)}
 
 
 def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
@@ -108,17 +128,9 @@ def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list
     for layer, weights in enumerate(weights_per_layer):
         for head in range(weights.shape[1]):
             w = weights[:, head].float()  # (B, T, T)
-            maxima = row_max(w, causal)
-            rows.append(
-                {
-                    "layer": layer,
-                    "head": head,
-                    "entropy": normalized_entropy(w, causal).mean().item(),
-                    "max_weight": maxima.mean().item(),
-                    "saturated": saturated_fraction(w, causal).item(),
-                    "future_mass": future_mass(w).item(),
-                }
-            )
+            entropy, maximum = normalized_entropy(w, causal).mean().item(), row_max(w, causal).mean().item()
+            stats = {"entropy": entropy, "max_weight": maximum, "saturated": saturated_fraction(w, causal).item()}
+            rows.append({"layer": layer, "head": head, **stats, "future_mass": future_mass(w).item()})
     return rows
 
 
@@ -129,92 +141,106 @@ NEXT_TOKEN_THRESHOLD = 0.5  # a next-token head puts more than half of each row'
 
 def previous_token_weight(weights: torch.Tensor) -> float:
     """Mean weight on the position just before the query, t-1, over rows t >= 1, from weights (B, T, T) of one head.
-
-    A head that copies its left neighbour (the first half of an induction circuit) scores near 1;
-    a uniform causal head scores the mean of 1/(t+1). Row 0 has no previous position and is left out.
-    """
+    A head that copies its left neighbour (half an induction circuit) scores near 1; a uniform causal one the mean of 1/(t+1)."""
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t-1] for t >= 1
 
 
 def next_token_weight(weights: torch.Tensor) -> float:
     """Mean weight on the position just after the query, t+1, over rows t <= T-2, from weights (B, T, T) of one head.
 
-    Under the causal mask it is exactly 0. Without the mask the token at t+1 is the target of
-    position t, so a head that looks there copies the answer: the --no-mask cheat. The last row
-    has no next position and is left out.
-    """
+    Under the causal mask it is exactly 0. Without the mask the token at t+1 is the target of position t,
+    so a head that looks there copies the answer: the --no-mask cheat."""
     return weights.diagonal(offset=1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t+1] for t <= T-2
 
 
 def first_token_weight(weights: torch.Tensor) -> float:
-    """Mean weight on position 0 over rows t >= 1, from weights (B, T, T) of one head.
-
-    Trained GPTs park the attention that has nowhere useful to go on the first token (an
-    "attention sink"): softmax must put its unit of weight somewhere. Row 0 can only see position 0
-    under the mask, so it is left out.
-    """
+    """Mean weight on position 0 over rows t >= 1 (row 0 sees only it), from weights (B, T, T) of one head. Trained GPTs
+    park the attention that has nowhere useful to go on the first token (an "attention sink"): softmax must put it somewhere."""
     return weights[..., 1:, 0].float().mean().item()
 
 
-def head_roles(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
-    """head_statistics plus, per head, the weight on t-1, on t+1 and on position 0 and the roles they pass
-    the thresholds for ("previous-token", "next-token", "first-token sink"); sorted by entropy, the most
-    focused head first."""
+# Induction heads (Olsson et al. 2022). Where a token appeared before, an induction head attends to the position just
+# after that earlier occurrence and copies what came there: "A B ... A" -> "B". It takes two layers: a previous-token
+# head writes into each position which token preceded it, and the induction head's query finds "preceded by me".
+INDUCTION_THRESHOLD = 0.3  # an induction head puts more than 0.3 of each repeated row's weight on its target
+
+
+def previous_occurrence(idx: torch.Tensor) -> torch.Tensor:
+    """(B, T) the latest position p < t where idx[b, p] == idx[b, t], or -1 where token t is a first occurrence."""
+    positions = torch.arange(idx.shape[-1], device=idx.device)
+    same = (idx[..., :, None] == idx[..., None, :]) & (positions[None, :] < positions[:, None])  # (B, T, T): earlier, same token
+    return torch.where(same, positions, -1).amax(-1)  # (B, T, T) -> (B, T)
+
+
+def induction_score(weights: torch.Tensor, idx: torch.Tensor) -> float:
+    """Mean weight from each repeated position t to its induction target, the position just after the previous
+    occurrence of token t, from one head's weights (B, T, T) on idx (B, T); rows of first occurrences are left out.
+
+    1 for a head that attends only there, about 0 for a previous-token head; 0 when no token repeats.
+    """
+    target = previous_occurrence(idx) + 1  # (B, T); 0 where there is no earlier occurrence
+    on_target = weights.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T): w[b, t, target[b, t]]
+    return on_target[target > 0].mean().item() if (target > 0).any() else 0.0
+
+
+ROLES = (  # role, the head_roles key it reads, the weight above which a head has it
+    ("previous-token", "previous", PREVIOUS_TOKEN_THRESHOLD),
+    ("next-token", "next", NEXT_TOKEN_THRESHOLD),
+    ("first-token sink", "first", FIRST_TOKEN_THRESHOLD),
+    ("induction", "induction", INDUCTION_THRESHOLD),
+)
+
+
+def head_roles(weights_per_layer: list[torch.Tensor], causal: bool, idx: torch.Tensor | None = None) -> list[dict]:
+    """head_statistics plus, per head, the weight on t-1, on t+1, on position 0 and (given the tokens idx (B, T)
+    the weights were computed on) the induction score, and the ROLES they pass; the most focused head first."""
     rows = head_statistics(weights_per_layer, causal)
     for row in rows:
         w = weights_per_layer[row["layer"]][:, row["head"]]  # (B, T, T)
         row["previous"], row["next"], row["first"] = previous_token_weight(w), next_token_weight(w), first_token_weight(w)
-        row["roles"] = [
-            role
-            for role, value, threshold in (
-                ("previous-token", row["previous"], PREVIOUS_TOKEN_THRESHOLD),
-                ("next-token", row["next"], NEXT_TOKEN_THRESHOLD),
-                ("first-token sink", row["first"], FIRST_TOKEN_THRESHOLD),
-            )
-            if value > threshold
-        ]
+        row["induction"] = induction_score(w, idx) if idx is not None else 0.0
+        row["roles"] = [role for role, key, threshold in ROLES if row[key] > threshold]
     return sorted(rows, key=lambda row: row["entropy"])
 
 
 @torch.no_grad()
-def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
-    """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags.
+def induction_summary(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """On x, y (B, T): induction/L{layer}H{head}, every head's induction score, and induction/max; loss/repeated at
+    positions whose token occurred before and whose target followed it there (copying is right), loss/first at first
+    occurrences (nan if none), and icl/score, repeated minus first: below 0 once the model reads its context."""
+    layers = model.attention_weights(x)  # n_layer x (B, H, T, T)
+    scores = {f"induction/L{layer}H{head}": induction_score(w[:, head], x) for layer, w in enumerate(layers) for head in range(w.shape[1])}
+    previous = previous_occurrence(x)  # (B, T)
+    after = x.gather(-1, previous + 1)  # (B, T): the token after the earlier occurrence (x[:, 0] where there is none)
+    losses = lm_loss(model(x)[0], y, reduction="none")  # (B, T)
+    repeated, first = losses[(previous >= 0) & (after == y)].mean().item(), losses[previous < 0].mean().item()
+    return {**scores, "induction/max": max(scores.values()), "loss/repeated": repeated, "loss/first": first, "icl/score": repeated - first}
 
-    attn/entropy: mean normalised row entropy (1 = uniform over what a query may see, 0 = one-hot);
-    attn/max_weight: mean row maximum; attn/saturated_frac: share of rows whose maximum exceeds 0.99;
-    attn/future_mass: mean weight on later positions (0 under the causal mask);
-    attn/score_std: std of the pre-softmax scores at visible positions, averaged over layers;
-    heads/entropy/L{layer}H{head}: the entropy of each head, in a TensorBoard section of its own.
-    Every head has as many rows, so the means over heads are the means over all rows.
-    """
+
+SUMMARY_TAGS = (("entropy", "entropy"), ("max_weight", "max_weight"), ("saturated_frac", "saturated"), ("future_mass", "future_mass"))
+
+
+@torch.no_grad()
+def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
+    """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags. attn/entropy: mean
+    normalised row entropy (1 = uniform over what a query may see, 0 = one-hot); attn/max_weight: mean row maximum;
+    attn/saturated_frac: share of rows whose maximum exceeds 0.99; attn/future_mass: mean weight on later positions
+    (0 under the causal mask); attn/score_std: std of the pre-softmax scores at visible positions, averaged over
+    layers; heads/entropy/L{layer}H{head}: each head's entropy, in a TensorBoard section of its own. Every head has
+    as many rows, so the means over heads are the means over all rows."""
     probe = model.attention_probe(idx)
     heads = head_statistics([weights for _, weights in probe], model.cfg.causal)
-
-    def mean(key: str) -> float:
-        return sum(row[key] for row in heads) / len(heads)
-
+    means = {f"attn/{tag}": sum(row[key] for row in heads) / len(heads) for tag, key in SUMMARY_TAGS}
     score_std = [scores[scores.isfinite()].float().std().item() for scores, _ in probe]
-    return {
-        "attn/entropy": mean("entropy"),
-        "attn/max_weight": mean("max_weight"),
-        "attn/saturated_frac": mean("saturated"),
-        "attn/future_mass": mean("future_mass"),
-        "attn/score_std": sum(score_std) / len(score_std),
-        **{f"heads/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads},  # a section of their own
-    }
+    per_head = {f"heads/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads}  # a section of their own
+    return {**means, "attn/score_std": sum(score_std) / len(score_std), **per_head}
 
 
 def qk_grad_norm(model: GPT) -> float:
-    """Norm of the gradients that reach the query and key projections of every layer.
-
-    A saturated softmax has near-zero derivatives, so these gradients starve without the scale.
-    """
-    squares = 0.0
-    for block in model.blocks:
-        grad = block.attn.qkv.weight.grad
-        if grad is not None:
-            squares += grad[block.attn.query_key].float().pow(2).sum().item()
-    return math.sqrt(squares)
+    """Norm of the gradients that reach the query and key projections of every layer: a saturated softmax
+    has near-zero derivatives, so these gradients starve without the scale."""
+    grads = [(block.attn.qkv.weight.grad, block.attn.query_key) for block in model.blocks]
+    return math.sqrt(sum(grad[rows].float().pow(2).sum().item() for grad, rows in grads if grad is not None))
 
 
 def bits_per_byte(loss: float, n_tokens: int, n_bytes: int) -> float:

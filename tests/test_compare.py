@@ -77,11 +77,31 @@ def test_seeds_name_the_runs_only_when_there_are_several():
         "tiny": ["tiny"],
         "tiny-no-mask": ["tiny-no-mask"],
         "tiny-no-scale": ["tiny-no-scale"],
+        "tiny-no-pos": ["tiny-no-pos"],
     }
+    picked = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 1, ["no-pos"])
+    assert list(picked) == ["tiny", "tiny-no-pos"] and picked["tiny-no-pos"][0].model.positions is False
     two = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 2)
     assert [c.run_name for c in two["tiny-no-scale"]] == ["tiny-no-scale-s1337", "tiny-no-scale-s1338"]
     assert [c.train.seed for c in two["tiny-no-mask"]] == [1337, 1338]
     assert [c.model.causal for c in two["tiny-no-mask"]] == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--variants", "no-masks"], "unknown ablation 'no-masks'"),
+        (["--variants", ","], "takes ablation names"),
+        (["--no-pos"], "--variants"),
+    ],
+)
+def test_bad_variants_are_a_one_line_error(args, needle, capsys, monkeypatch):
+    monkeypatch.setattr("harness.experiments.comparison.run_comparison", lambda *a: pytest.fail("the comparison started"))
+    monkeypatch.setattr(sys, "argv", ["compare.py", "--config", "tiny", *args])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(REPO_ROOT / "compare.py"), run_name="__main__")
+    out, err = capsys.readouterr()
+    assert_one_line_error(subprocess.CompletedProcess(["compare.py"], stop.value.code, out, err), needle)
 
 
 @pytest.mark.parametrize(
@@ -97,10 +117,12 @@ def test_bad_seed_counts_are_a_one_line_error(args, capsys, monkeypatch):
 
 def test_seeds_is_compares_own_flag_and_the_rest_goes_to_the_config_loader(monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(compare, "run_comparison", lambda cfg, name, overrides, seeds: calls.append((cfg, name, overrides, seeds)) or 1)
-    assert compare.main(["--train.seed=7", "--seeds", "3", "--config", "tiny", "--train.lr=0.01"]) == 1
-    cfg, name, overrides, seeds = calls[0]
-    assert (name, overrides, seeds) == ("tiny", [("train.seed", "7"), ("train.lr", "0.01")], 3)
+    monkeypatch.setattr(
+        compare, "run_comparison", lambda cfg, name, overrides, seeds, names: calls.append((cfg, name, overrides, seeds, names)) or 1
+    )
+    assert compare.main(["--train.seed=7", "--seeds", "3", "--config", "tiny", "--train.lr=0.01", "--variants", "no-pos,no-mask"]) == 1
+    cfg, name, overrides, seeds, names = calls[0]
+    assert (name, overrides, seeds, names) == ("tiny", [("train.seed", "7"), ("train.lr", "0.01")], 3, ["no-mask", "no-pos"])
     assert (cfg.name, cfg.train.seed, cfg.train.lr) == ("tiny", 7, 0.01)
     # a flag is never shortened into compare's own: --seed is not --seeds, and the loader names the key meant
     with pytest.raises(ConfigError, match=r"unknown argument '--seed' \(did you mean --train\.seed=VALUE\?\)"):
@@ -110,7 +132,16 @@ def test_seeds_is_compares_own_flag_and_the_rest_goes_to_the_config_loader(monke
 
 def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # each train.py it starts runs torch on one thread too (see conftest's one_cpu_thread)
-    argv = tiny_argv(tmp_path, corpus_file, "--seeds", "2", "--train.max_steps=2", "--train.warmup_steps=1", "--train.eval_interval=2")
+    argv = tiny_argv(
+        tmp_path,
+        corpus_file,
+        "--seeds",
+        "2",
+        "--variants=no-mask,no-scale",
+        "--train.max_steps=2",
+        "--train.warmup_steps=1",
+        "--train.eval_interval=2",
+    )
     results = compare.main(argv)
     names = ["tiny-s1337", "tiny-no-mask-s1337", "tiny-no-scale-s1337", "tiny-s1338", "tiny-no-mask-s1338", "tiny-no-scale-s1338"]
     assert list(results) == names
@@ -137,7 +168,7 @@ def test_each_run_is_the_users_command_with_its_own_flags_last():
     no_mask = comparison.plan_runs(cfg, Path("/r/compare-tiny"), 2)["tiny-no-mask"][1]
     assert comparison.train_argv(*parse_args(argv), no_mask) == [
         "--config", "tiny", "--train.lr=1e-3",  # the user's own flags, less those compare.py sets per run
-        "--model.causal=false", "--model.scaled=true", "--train.seed=6",
+        "--model.causal=false", "--model.scaled=true", "--model.positions=true", "--train.seed=6",
         "--train.runs_dir=/r/compare-tiny", "--train.run_name=tiny-no-mask-s6",
     ]  # fmt: skip
     assert (
@@ -156,7 +187,8 @@ def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(
     """A stopped comparison used to fail at its first finished run with --resume, and to retrain everything without it."""
     in_process(monkeypatch)
     argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=4", "--train.eval_interval=2", "--train.log_interval=1")
-    first = compare.main(argv)
+    pick = ["--variants=no-mask,no-scale"]  # two of the ablations are enough to show it
+    first = compare.main([*argv, *pick])
     folder = tmp_path / "runs" / "compare-tiny"
     base_metrics = (folder / "tiny" / "metrics.jsonl").read_bytes()
     shutil.rmtree(folder / "tiny-no-scale")  # never begun
@@ -167,7 +199,7 @@ def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(
     train.train(dataclasses.replace(stopped, train=dataclasses.replace(stopped.train, max_steps=2)))
     capsys.readouterr()
 
-    second = compare.main([*argv, "--resume"])
+    second = compare.main([*argv, *pick, "--resume"])
     out = capsys.readouterr().out
     assert "=== tiny, seed 1337: tiny finished already ===" in out
     assert f"resuming {folder / 'tiny-no-mask'} from step 2" in out
@@ -178,9 +210,9 @@ def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(
     assert list(json.loads((folder / "compare.json").read_text())["runs"]) == ["tiny", "tiny-no-mask", "tiny-no-scale"]
 
     with pytest.raises(ConfigError, match=r"compare-tiny/tiny finished with other settings \(train.lr 0.003 vs 0.002\)"):
-        compare.main([*argv, "--train.lr=2e-3", "--resume"])
+        compare.main([*argv, *pick, "--train.lr=2e-3", "--resume"])
 
-    compare.main([*argv[:-3], "--train.max_steps=1"])  # afresh: the earlier comparison moves aside whole
+    compare.main([*argv[:-3], *pick, "--train.max_steps=1"])  # afresh: the earlier comparison moves aside whole
     (earlier,) = tmp_path.glob("runs/compare-tiny.old-*")
     assert json.loads((earlier / "compare.json").read_text())["runs"]["tiny"]["step"] == 4
     assert {p.name for p in folder.iterdir()} == {"tiny", "tiny-no-mask", "tiny-no-scale", "compare.json", "compare.png", ".lock"}

@@ -8,6 +8,7 @@ import pytest
 
 from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config
 from model import ModelConfig
+from model.ablations import flags_label, variants
 
 SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
@@ -160,7 +161,7 @@ def test_unknown_section(tmp_path):
 def test_unknown_config_name_lists_presets():
     with pytest.raises(ConfigError, match="unknown config 'nope'") as e:
         load_config(["--config", "nope"])
-    assert "base, char, gpt2-finetune, tiny" in str(e.value)
+    assert "base, char, gpt2-finetune, induction, tiny" in str(e.value)
     with pytest.raises(ConfigError, match="did you mean tiny?"):
         load_config(["--config", "tinny"])
 
@@ -273,6 +274,9 @@ def test_shorthands_map_to_fields(tmp_path):
         (["--no-mask", "--no-scale"], "base-no-mask-no-scale"),
         (["--no-scale", "--no-mask"], "base-no-mask-no-scale"),
         (["--model.causal=false"], "base-no-mask"),
+        (["--no-pos"], "base-no-pos"),
+        (["--no-pos", "--no-mask"], "base-no-mask-no-pos"),
+        (["--model.positions=false"], "base-no-pos"),
         (["--no-mask", "--run-name", "mine"], "mine"),
     ],
 )
@@ -280,6 +284,14 @@ def test_run_name_derivation(flags, run_name):
     cfg = load_config(["--config", "base", *flags])
     assert cfg.run_name == run_name
     assert cfg.run_dir == Path("runs") / run_name
+
+
+def test_titles_name_positions_only_when_they_are_gone():
+    assert flags_label(load_config(["--config", "base"]).model) == "causal, scaled"
+    assert flags_label(load_config(["--config", "base", "--no-pos", "--no-mask"]).model) == "NO MASK, scaled, NO POS"
+    assert list(variants(ModelConfig(), ["no-pos", "no-mask"])) == ["", "-no-mask", "-no-pos"]  # table order
+    with pytest.raises(ValueError, match="unknown ablation 'no-position'; choose from no-mask, no-scale, no-pos"):
+        variants(ModelConfig(), ["no-position"])
 
 
 # 6. Precedence and immutability

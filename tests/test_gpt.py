@@ -318,3 +318,44 @@ def test_too_long_input_raises():
         model.attention_weights(torch.zeros(1, 9, dtype=torch.long))
     logits, _ = model(torch.zeros(1, 8, dtype=torch.long))  # exactly block_size is fine
     assert logits.shape == (1, 8, 65)
+
+
+# 10. Without positions (--no-pos): attention is blind to order, until the mask gives it back
+
+
+def logits_of(model: GPT, idx: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(idx)[0]
+
+
+def test_without_positions_there_is_no_position_embedding():
+    model = make_gpt(positions=False)
+    assert model.pos_emb is None and not any(name.startswith("pos_emb") for name in model.state_dict())
+    assert model.num_params() == expected_params(L=2, C=32, V=65, T=16) - 16 * 32 == 27_360
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "manual"])
+def test_without_mask_and_positions_the_gpt_is_permutation_equivariant(attention):
+    """A bag of tokens: permute the input and every output permutes with it, nothing else changes."""
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 65, (2, 16), generator=g)
+    perm = torch.randperm(16, generator=g)
+    bag = make_gpt(causal=False, positions=False, attention=attention).eval()
+    assert_close(logits_of(bag, idx[:, perm]), logits_of(bag, idx)[:, perm], atol=1e-5, msg="permuted input vs permuted output")
+    placed = make_gpt(causal=False, attention=attention).eval()  # the same, with learned positions: order now matters
+    moved = (logits_of(placed, idx[:, perm]) - logits_of(placed, idx)[:, perm]).abs().max().item()
+    assert moved > 1e-2, f"with positions, permuting the input changed the permuted output by only {moved:.2e}"
+
+
+def test_under_the_mask_a_model_without_positions_tells_order():
+    """Swap the first two tokens: one layer sees the same bag at the last position; two layers see the swap,
+    because under the mask position 0 saw one token and position 1 two, and layer 1 reads what they made of it."""
+    idx = torch.randint(0, 65, (1, 12), generator=torch.Generator().manual_seed(0))
+    idx[0, :2] = torch.tensor([3, 40])
+    swapped = idx.clone()
+    swapped[0, :2] = torch.tensor([40, 3])
+    one = make_gpt(n_layer=1, positions=False).eval()
+    assert_close(logits_of(one, swapped)[:, -1], logits_of(one, idx)[:, -1], atol=1e-5, msg="one layer: the last position sees a bag")
+    two = make_gpt(n_layer=2, positions=False).eval()
+    told = (logits_of(two, swapped)[:, -1] - logits_of(two, idx)[:, -1]).abs().max().item()
+    assert told > 1e-3, f"two causal layers without positions changed the last logits by only {told:.2e} for a swap"

@@ -156,7 +156,10 @@ def test_the_measurements_live_in_one_module_that_imports_only_the_model():
         )
 
 
-ABLATION_WORDS = {"no-mask", "-no-mask", "--no-mask", "no-scale", "-no-scale", "--no-scale", "NO MASK", "NO SCALE"}
+ABLATION_WORDS = {
+    *(f"{dashes}{name}" for name in ("no-mask", "no-scale", "no-pos") for dashes in ("", "-", "--")),
+    *("NO MASK", "NO SCALE", "NO POS"),
+}
 
 
 def test_the_ablations_are_defined_once():
@@ -166,13 +169,13 @@ def test_the_ablations_are_defined_once():
     switches = where(
         lambda node: (
             isinstance(node, ast.Dict)
-            and any(isinstance(k, ast.Constant) and k.value in ("causal", "scaled") for k in node.keys)
+            and any(isinstance(k, ast.Constant) and k.value in ("causal", "scaled", "positions") for k in node.keys)
             and any(isinstance(v, ast.Constant) and v.value is False for v in node.values)
         )
     )
     assert switches == set(), f"ablation switches written out in {sorted(switches)}"
     assert "model.ablations" in imported_modules(REPO_ROOT / "configs" / "schema.py")  # run names
-    assert "model.ablations" in imported_modules(REPO_ROOT / "configs" / "loader.py")  # --no-mask, --no-scale
+    assert "model.ablations" in imported_modules(REPO_ROOT / "configs" / "loader.py")  # --no-mask, --no-scale, --no-pos
 
 
 def test_every_script_parses_its_command_line_one_way():

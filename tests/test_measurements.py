@@ -16,6 +16,7 @@ import train
 from configs import load_config
 from data.tokenizer import CharTokenizer
 from model import GPT, ModelConfig
+from model.gpt import lm_loss
 from model.measurements import (
     FIRST_TOKEN_THRESHOLD,
     NEXT_TOKEN_THRESHOLD,
@@ -27,9 +28,13 @@ from model.measurements import (
     head_roles,
     honest_loss,
     honest_positions,
+    induction_score,
+    induction_summary,
     leak,
     next_token_weight,
     normalized_entropy,
+    order_use,
+    previous_occurrence,
     previous_token_weight,
     qk_grad_norm,
     row_max,
@@ -171,6 +176,7 @@ def test_training_logs_every_issue_tag(tmp_path, corpus_file, one_cpu_thread):
         "loss/val",
         "loss/val_honest",
         "loss/leak_gap",
+        "loss/order_use",
         "loss/val_bpc",
         "attn/entropy",
         "attn/max_weight",
@@ -388,3 +394,77 @@ def test_inspect_attention_names_the_next_token_head_of_a_constructed_model(tmp_
     assert by_head["0", "0"]["role"] == "next-token"
     assert float(by_head["1", "0"]["t+1"]) < 0.2 and by_head["1", "0"]["role"] == ""  # the random layer: near 1/T everywhere
     assert "next-token heads (weight above 0.5): L0H0" in printed
+
+
+def test_order_use_is_zero_for_a_bag_and_the_shuffled_loss_rise_otherwise():
+    """Without mask and positions the last position of a prefix sees a bag: shuffling it changes nothing. With positions,
+    order_use is the honest loss of the prefix whose k tokens before t are shuffled (the same draws), minus the honest loss."""
+    gen = torch.Generator().manual_seed(2)
+    x, y = torch.randint(0, 65, (3, 16), generator=gen), torch.randint(0, 65, (3, 16), generator=gen)
+    tiny = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "causal": False}
+    torch.manual_seed(0)
+    bag = GPT(ModelConfig(**tiny, positions=False)).eval()
+    assert order_use(bag, [(x, y, [5, 15])], k=4)["loss/order_use"] == pytest.approx(0.0, abs=1e-5)
+    torch.manual_seed(0)
+    placed = GPT(ModelConfig(**tiny)).eval()
+    order = 11 + torch.rand(3, 4, generator=torch.Generator().manual_seed(0)).argsort(dim=-1)  # the draws order_use makes
+    shuffled = torch.cat([x[:, :11], x.gather(1, order), x[:, 15:16]], dim=1)  # (3, 16): tokens 11..14 shuffled per row
+    honest_shuffled, _ = honest_loss(placed, shuffled, y, [15])
+    honest, _ = honest_loss(placed, x, y, [15])
+    measured = order_use(placed, [(x, y, [15])], k=4)["loss/order_use"]
+    assert measured == pytest.approx(honest_shuffled - honest, abs=1e-6) and abs(measured) > 1e-4
+
+
+# Induction heads, on "a b c d e f a b c d g": the second a b c d repeats the first, 6 positions later.
+REPEATED = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 6]])  # (B=1, T=11)
+
+
+def induction_pattern(idx: torch.Tensor) -> torch.Tensor:
+    """Each row whose token occurred before puts all its weight on the position after that occurrence; the rest on themselves."""
+    T = idx.shape[-1]
+    w = torch.eye(T)
+    for t, p in enumerate(previous_occurrence(idx)[0].tolist()):
+        if p >= 0:
+            w[t] = 0.0
+            w[t, p + 1] = 1.0
+    return w
+
+
+def test_previous_occurrence_by_hand():
+    assert previous_occurrence(REPEATED)[0].tolist() == [-1, -1, -1, -1, -1, -1, 0, 1, 2, 3, -1]
+    assert previous_occurrence(torch.tensor([[7, 7, 7]]))[0].tolist() == [-1, 0, 1]  # the latest earlier one
+
+
+def test_induction_score_is_one_on_the_induction_pattern_and_zero_on_a_previous_token_pattern():
+    T = REPEATED.shape[1]
+    assert induction_score(induction_pattern(REPEATED)[None], REPEATED) == 1.0
+    assert induction_score(previous_token_pattern(T)[None], REPEATED) == 0.0
+    uniform = uniform_causal(T)[None]  # rows 6..9 spread evenly over t + 1 positions, the target among them
+    assert induction_score(uniform, REPEATED) == pytest.approx(sum(1 / (t + 1) for t in range(6, 10)) / 4)
+    half = 0.5 * induction_pattern(REPEATED) + 0.5 * previous_token_pattern(T)
+    assert induction_score(half[None], REPEATED) == pytest.approx(0.5)
+    assert induction_score(uniform, torch.arange(T)[None]) == 0.0  # no token repeats: nothing to score
+
+
+def test_head_roles_names_the_induction_head_given_the_tokens():
+    T = REPEATED.shape[1]
+    layer = torch.stack([previous_token_pattern(T), induction_pattern(REPEATED)])[None]  # (B=1, H=2, T, T)
+    roles = {row["head"]: (row["roles"], row["induction"]) for row in head_roles([layer], causal=True, idx=REPEATED)}
+    assert roles[0] == (["previous-token"], 0.0) and roles[1] == (["induction"], 1.0)
+    assert all(row["induction"] == 0.0 for row in head_roles([layer], causal=True)), "no tokens given, no induction score"
+
+
+def test_induction_summary_scores_every_head_and_splits_the_loss_by_what_the_context_gives_away():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=11, vocab_size=8, mlp=False)).eval()
+    x, y = REPEATED[:, :-1], REPEATED[:, 1:]  # (1, 10): targets 1 2 3 4 5 0 1 2 3 6
+    summary = induction_summary(model, x, y)
+    weights = model.attention_weights(x)
+    for layer in range(2):
+        for head in range(2):
+            assert summary[f"induction/L{layer}H{head}"] == induction_score(weights[layer][:, head], x)
+    assert summary["induction/max"] == max(summary[f"induction/L{i // 2}H{i % 2}"] for i in range(4))
+    losses = lm_loss(model(x)[0], y, reduction="none")[0]  # (10,)
+    assert summary["loss/repeated"] == pytest.approx(losses[6:9].mean().item())  # a b c repeated, their next tokens b c d copyable
+    assert summary["loss/first"] == pytest.approx(losses[:6].mean().item())  # the first a..f (d at 9 repeats, but g follows it)
+    assert summary["icl/score"] == pytest.approx(summary["loss/repeated"] - summary["loss/first"])

@@ -17,9 +17,11 @@ transformers = import_or_skip("transformers", "transformers is a test dependency
 import huggingface_hub  # noqa: E402  (installed with transformers)
 from safetensors.torch import save_file  # noqa: E402
 
+from configs import ConfigError  # noqa: E402
 from harness.folders import OutputError, export_folder  # noqa: E402
-from harness.gpt2 import GPT2_VOCAB_SIZE, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
+from harness.gpt2 import GPT2_VOCAB_SIZE, build, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
 from harness.training.checkpoints import CheckpointError  # noqa: E402
+from harness.training.starting_weights import starting_config  # noqa: E402
 from model import GPT, ModelConfig  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # microsecond-sized ops: a second thread only waits for a core
@@ -219,8 +221,25 @@ def test_export_refuses_what_gpt2_cannot_be(tmp_path):
         export_hf(random_ours(causal=False), "gpt2", tmp_path / "no-mask")
     with pytest.raises(CheckpointError, match="char tokenizer") as char:
         export_hf(GPT(ModelConfig(**SMALL, block_size=T, vocab_size=65)), "char", tmp_path / "char")
-    assert "\n" not in str(no_mask.value) + str(char.value)
-    assert not (tmp_path / "no-mask").exists()
+    with pytest.raises(CheckpointError, match="without the causal mask or positions: GPT-2 has both") as no_pos:
+        export_hf(random_ours(positions=False), "gpt2", tmp_path / "no-pos")
+    assert "\n" not in str(no_mask.value) + str(char.value) + str(no_pos.value)
+    assert not (tmp_path / "no-mask").exists() and not (tmp_path / "no-pos").exists()
+
+
+def test_gpt2_weights_lose_their_positions_only_on_purpose(saved_gpt2, gpt2_tokenizer_files):
+    """Refused with one line (fine-tuning, loading); break_gpt2.py drops them on purpose: GPT-2 with its positions zeroed."""
+    model, _, _ = load_pretrained(saved_gpt2[1])
+    no_pos = dataclasses.replace(model.cfg, positions=False)
+    with pytest.raises(CheckpointError, match="trained with learned positions") as refused:
+        build(no_pos, model.state_dict(), "gpt2")
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match="cannot start from them"):
+        starting_config(dataclasses.replace(no_pos, block_size=16), model.cfg, "gpt2")
+    dropped = build(no_pos, {name: t for name, t in model.state_dict().items() if name != "pos_emb.weight"}, "gpt2")
+    with torch.no_grad():
+        model.pos_emb.weight.zero_()
+    assert_close(logits_of(dropped, tokens()), logits_of(model, tokens()), atol=1e-5, msg="no positions vs zeroed positions")
 
 
 # 3. Refusals: one line that says what is wrong

@@ -260,9 +260,12 @@ def test_export_round_trip_and_break_at_inference(corpus, tmp_path, capsys):
 
     data = ["--data-file", str(corpus), "--data.cache_dir", str(tmp_path / "cache"), "--train.eval_batches=2", "--device", "cpu"]
     results = break_gpt2.main(["--pretrained", str(folder), "--out", str(tmp_path / "break"), *data])
-    assert list(results) == ["export", "export-no-mask", "export-no-scale"]
-    as_is, no_mask, no_scale = results.values()
+    assert list(results) == ["export", "export-no-mask", "export-no-scale", "export-no-pos"]
+    as_is, no_mask, no_scale, no_pos = results.values()
     assert as_is["loss/leak_gap"] == pytest.approx(0, abs=1e-4) and as_is["attn/future_mass"] == 0
+    assert no_pos["loss/val"] != as_is["loss/val"] and no_pos["loss/leak_gap"] == pytest.approx(
+        0, abs=1e-4
+    )  # positions zeroed, still causal
     assert no_mask["attn/future_mass"] > 0.1, "without the mask every row spreads weight over later tokens"
     assert no_scale["attn/score_std"] > 2 * as_is["attn/score_std"], "without 1/sqrt(D) the scores spread sqrt(D) = 4x wider"
     assert sorted(p.name for p in (tmp_path / "break" / "export-no-mask").iterdir()) == ["attn_L0.png", "attn_L1.png"]

@@ -24,13 +24,14 @@ def test_a_mostly_blank_sample_gives_its_share():
 
 
 def test_the_story_layout_picks_exactly_the_tags_a_run_logs():
-    logged = ["loss/val", "loss/val_honest", "loss/val_forced", "loss/val_bpc", "loss/leak_gap", "attn/entropy",
+    logged = ["loss/val", "loss/val_honest", "loss/val_forced", "loss/val_bpc", "loss/leak_gap", "loss/order_use", "attn/entropy",
               "attn/saturated_frac", "attn/future_mass", "heads/entropy/L0H0", "loss/train"]  # fmt: skip
     charts = STORY_LAYOUT[STORY]
     picked = {title: sorted(t for t in logged if any(re.search(rx, t) for rx in spec[1])) for title, spec in charts.items()}
     assert list(picked.values()) == [
         ["loss/val", "loss/val_forced", "loss/val_honest"],  # not loss/val_bpc: the patterns are anchored
         ["loss/leak_gap"],
+        ["loss/order_use"],  # how much each run reads word order: the no-pos run beside the others
         ["attn/entropy"],
         ["attn/saturated_frac"],
         ["attn/future_mass"],

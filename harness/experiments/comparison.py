@@ -23,12 +23,13 @@ TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
 SET_PER_RUN = {"train.runs_dir", "train.run_name", "train.seed", "train.resume", *(f"model.{a.switch}" for a in ABLATIONS)}
 
 
-def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int) -> dict[str, list[Config]]:
-    """The runs, keyed by variant name (char, char-no-mask, ...): the preset as given and with the mask
-    or the scale removed (model/ablations.py), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's
-    seed-s run shares initialisation and batches with base's seed-s run, which is what pairs them."""
+def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None = None) -> dict[str, list[Config]]:
+    """The runs, keyed by variant name (char, char-no-mask, ...): the preset as given and with the mask, the
+    scale or the positions removed (model/ablations.py; `names` picks some, None takes all), each at seeds
+    cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares initialisation and batches with base's
+    seed-s run, which is what pairs them."""
     out = {}
-    for model_cfg in variants(cfg.model).values():
+    for model_cfg in variants(cfg.model, names).values():
         one = dataclasses.replace(cfg, model=model_cfg, train=dataclasses.replace(cfg.train, runs_dir=str(runs_dir), run_name=""))
         seeds = [cfg.train.seed + i for i in range(n_seeds)]
         out[one.run_name] = [
@@ -151,8 +152,10 @@ def read_saved_runs(runs_dir: Path) -> dict:
     return runs if isinstance(runs, dict) else {}
 
 
-def run_comparison(cfg: Config, config_name: str, overrides: list[tuple[str, str]], n_seeds: int) -> dict | int:
-    """Train every variant at every seed, one train.py process each, then save compare.json and compare.png.
+def run_comparison(
+    cfg: Config, config_name: str, overrides: list[tuple[str, str]], n_seeds: int, names: list[str] | None = None
+) -> dict | int:
+    """Train every variant (those `names` picks, or all) at every seed, one train.py process each, then save compare.json and compare.png.
 
     Returns the comparison (its runs by name, and per variant the aggregates and differences from base), or
     the exit code of a run that failed or was stopped, which ends the comparison. cfg.train.resume continues a
@@ -164,7 +167,7 @@ def run_comparison(cfg: Config, config_name: str, overrides: list[tuple[str, str
     lock, moved = claim_run_folder(runs_dir, cfg.train.resume)  # afresh: an earlier comparison moves aside as a whole
     if moved:
         print(f"the earlier comparison in {runs_dir} moved to {moved}")
-    plan = plan_runs(cfg, runs_dir, n_seeds)
+    plan = plan_runs(cfg, runs_dir, n_seeds, names)
     seeds = [c.train.seed for c in next(iter(plan.values()))]
     saved_runs = read_saved_runs(runs_dir) if cfg.train.resume else {}
     results = {}

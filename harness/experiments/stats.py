@@ -26,6 +26,7 @@ COLUMNS = [  # (header, metric tag, format)
     ("val honest", "loss/val_honest", ".3f"),
     ("val forced", "loss/val_forced", ".3f"),
     ("leak gap", "loss/leak_gap", ".3f"),
+    ("order use", "loss/order_use", ".3f"),
     ("val bpc", "loss/val_bpc", ".3f"),
     ("entropy", "attn/entropy", ".3f"),
     ("saturated", "attn/saturated_frac", ".3f"),
@@ -118,7 +119,7 @@ def format_table(rows: dict[str, dict[str, Spread | None]], columns: list[tuple[
     return "\n".join(lines)
 
 
-DIFFERENCE_COLUMNS = ["val", "val honest", "entropy", "saturated"]  # the quantities the ablations are about
+DIFFERENCE_COLUMNS = ["val", "val honest", "order use", "entropy", "saturated"]  # the quantities the ablations are about
 
 
 def differences(by_variant: dict[str, list[dict]]) -> dict[str, dict[str, Difference | None]]:

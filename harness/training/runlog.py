@@ -2,8 +2,9 @@
 
 TensorBoard groups scalars by the part of the tag before the first "/" and lists the groups
 alphabetically, so each run also writes a custom-scalars layout (the CUSTOM SCALARS tab) that
-puts the story on one screen: val against the honest loss, then attention entropy and the share
-of saturated rows, every run of the folder overlaid.
+puts the story on one screen: val against the honest loss, the leak gap, how much each run reads
+word order (the --no-pos run beside the others), then attention entropy and the share of saturated
+rows, every run of the folder overlaid; and below it the induction heads (docs/induction.md).
 """
 
 import json
@@ -19,13 +20,14 @@ from harness.folders import FolderLock, claim_run_folder
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.evaluation import Evaluation
 from harness.training.runtime import Runtime
+from model.measurements import INDUCTION_THRESHOLD, SHUFFLED_TOKENS
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 # TensorBoard smooths every curve by 0.6 unless told otherwise, and a curve of a few evaluations
 # smoothed that way is drawn far from the values logged (a no-mask leak gap looks half its size).
 # The story's titles say so; this address opens the tab with smoothing off.
 UNSMOOTHED = "#custom_scalars&_smoothingWeight=0"
-STORY = f"the story: mask and scale (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
+STORY = f"the story: mask, scale and positions (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
 STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does not also match loss/val_bpc
     STORY: {
         f"{title} [read at Smoothing 0]": ["Multiline", tags]
@@ -33,11 +35,22 @@ STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does
             ("loss/val, and at the honest positions: val_honest (the past only) vs val_forced (the whole block)",
              ["^loss/val$", "^loss/val_honest$", "^loss/val_forced$"]),
             ("leak gap: val_honest - val_forced (0 for a causal model)", ["^loss/leak_gap$"]),
+            (f"order use: val_honest's rise when the {SHUFFLED_TOKENS} tokens before each target are shuffled (0 for a bag of tokens)",
+             ["^loss/order_use$"]),
             ("attention entropy (1 = uniform, 0 = one-hot)", ["^attn/entropy$"]),
             ("share of saturated rows (largest weight above 0.99)", ["^attn/saturated_frac$"]),
             ("attention mass on the future (0 under the mask)", ["^attn/future_mass$"]),
         )
-    }
+    },
+    f"induction heads (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})": {
+        f"{title} [read at Smoothing 0]": ["Multiline", tags]
+        for title, tags in (
+            ("largest induction score: attention from a repeated token to what followed its earlier occurrence", ["^induction/max$"]),
+            ("induction score of every head (layer L, head H)", ["^induction/L\\d+H\\d+$"]),
+            ("loss where the context gives the next token away (repeated) vs where it cannot (first)", ["^loss/repeated$", "^loss/first$"]),
+            ("in-context learning score: repeated - first (below 0 once the model reads its context)", ["^icl/score$"]),
+        )
+    },
 }  # fmt: skip
 MOSTLY_WHITESPACE = 0.5  # a sample more blank than this is shown with its whitespace made visible
 
@@ -54,6 +67,22 @@ def read_metrics(run_dir: Path) -> list[dict]:
     """Every line of a run's metrics.jsonl, as dicts (a line torn by a killed process is skipped)."""
     lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if parse_step(line) is not None]
+
+
+def phase_change(run_dir: Path) -> str:
+    """One line on the induction heads of a run, from its metrics.jsonl: the step at which the largest induction score
+    first reached INDUCTION_THRESHOLD (the phase change), and the loss on repeated positions before it and at the end."""
+    rows = [row for row in read_metrics(run_dir) if "induction/max" in row]
+    if not rows:
+        return "induction heads: no evaluation measured them"
+    at = next((i for i, row in enumerate(rows) if row["induction/max"] >= INDUCTION_THRESHOLD), None)
+    before, last = rows[max(at - 1, 0) if at is not None else 0], rows[-1]
+    when = f"crossed {INDUCTION_THRESHOLD} at step {rows[at]['step']}" if at is not None else f"never reached {INDUCTION_THRESHOLD}"
+    return (
+        f"induction heads: largest score {last['induction/max']:.3f} at step {last['step']} ({when}); loss on repeated positions "
+        f"{before['loss/repeated']:.3f} at step {before['step']}, {last['loss/repeated']:.3f} at step {last['step']} "
+        f"(first occurrences {last['loss/first']:.3f})"
+    )
 
 
 def sample_markdown(text: str, n_tokens: int) -> str:

@@ -5,7 +5,7 @@ bias, the tanh GELU, the vocabulary, the causal mask and the score scaling) and 
 preset what a run may choose: the context length (block_size, at most GPT-2's: the position
 embedding is cropped, never grown), dropout and the attention backend. The ablation switches only
 switch off: --no-mask or --no-scale fine-tunes without the mask or the scale, and without them
-an unscaled export stays unscaled. The derived config is the run's config, so it is what
+an unscaled export stays unscaled. The positions cannot be switched off: GPT-2's weights need them. The derived config is the run's config, so it is what
 config.json and every checkpoint store, and sample.py rebuilds the model from it.
 
 A resumed --init-from run takes that config from its own ckpt.pt: it needs neither the hub nor
@@ -51,7 +51,15 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None)
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
-    """GPT-2's ModelConfig with the preset's block_size, dropout and attention backend, and its ablations."""
+    """GPT-2's ModelConfig with the preset's block_size, dropout and attention backend, and its ablations.
+
+    The one ablation refused is dropping the positions: GPT-2's every weight was trained on them.
+    """
+    if not preset.positions:
+        raise ConfigError(
+            f"{name}'s weights were trained with learned positions, so a run without them (model.positions = false) "
+            "cannot start from them; train from scratch, or see break_gpt2.py for GPT-2 with its positions zeroed"
+        )
     if preset.block_size > pretrained.block_size:
         raise ConfigError(
             f"model.block_size {preset.block_size} is longer than {name}'s context ({pretrained.block_size}); "

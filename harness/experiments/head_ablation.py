@@ -1,0 +1,105 @@
+"""Which heads carry the --no-mask cheat: switch them off and measure the leak gap (inspect_attention.py --ablate).
+
+A head that puts its weight on t+1 is a suspect; the proof is an intervention. The leak gap
+(model/measurements.py: leak, honest minus teacher-forced loss) is measured with every head on,
+then with the named heads switched off (model/heads.py: ablate_heads), then with as many other
+heads, drawn at random, switched off instead, several times. If the named heads carry the cheat,
+their ablation closes most of the gap and the random ones close little. Each head alone, and each
+layer as a whole, is measured too, so that a cheat spread over several heads can be found.
+
+The data is the run's own: the val batches and honest positions its evaluations scored, rebuilt
+from the config in the checkpoint, so the gap before ablation is the run's logged loss/leak_gap.
+"""
+
+import torch
+
+from configs import Config, DataConfig, TrainConfig
+from data.corpus import load_corpus
+from data.synthetic import load_synthetic
+from data.tokenizer import Tokenizer
+from harness.experiments.stats import spread
+from harness.training.checkpoints import CheckpointError
+from harness.training.evaluation import make_eval_set
+from model import GPT
+from model.heads import ablate_heads, all_heads, head_means, head_name
+from model.measurements import leak
+
+Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]
+
+
+def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
+    """The (x, y, positions) batches that the run's evaluations scored honestly, from the config stored in its checkpoint."""
+    saved = checkpoint.get("config", {})
+    try:
+        cfg = Config(name=saved.get("name", "run"), model=model.cfg, data=DataConfig(**saved["data"]), train=TrainConfig(**saved["train"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"the checkpoint's config does not say which text the run was evaluated on ({e}); --ablate needs it"
+        ) from None
+    corpus = load_corpus(cfg.data) if cfg.data.source == "text" else load_synthetic(cfg.data)  # the induction preset's source
+    return make_eval_set(corpus, tokenizer, cfg).honest
+
+
+def leak_gap(model: GPT, batches: Batches, heads: list[tuple[int, int]], means: list[torch.Tensor] | None) -> float:
+    with ablate_heads(model, heads, means):
+        return leak(model, batches)["loss/leak_gap"]
+
+
+def measure(model: GPT, batches: Batches, heads: list[tuple[int, int]], draws: int, seed: int, mean_ablation: bool = False) -> dict:
+    """The leak gap before and after switching `heads` off, after switching as many random other heads off (`draws` times),
+    and with each head alone and each layer switched off; closed fractions are 1 - after / before.
+
+    Returns what ablation.json holds: heads, leak_gap_before, leak_gap_after, closed_fraction, random_closed_fraction
+    (the mean over draws) and its sd, random_draws (each draw's heads, gap and closed fraction), each_head, each_layer.
+    """
+    others = [h for h in all_heads(model) if h not in heads]
+    if draws and len(others) < len(heads):
+        raise ValueError(f"{len(heads)} heads named and only {len(others)} others left to draw as many from; name fewer heads")
+    means = head_means(model, batches[0][0]) if mean_ablation else None
+    before = leak_gap(model, batches, [], None)
+
+    def closed(gap: float) -> float:
+        return 1.0 - gap / before
+
+    after = leak_gap(model, batches, heads, means)
+    gen = torch.Generator().manual_seed(seed)
+    random_draws = []
+    for _ in range(draws):
+        picked = [others[i] for i in torch.randperm(len(others), generator=gen)[: len(heads)].tolist()]
+        gap = leak_gap(model, batches, picked, means)
+        random_draws.append({"heads": [head_name(*h) for h in picked], "leak_gap_after": gap, "closed_fraction": closed(gap)})
+    fractions = spread([d["closed_fraction"] for d in random_draws]) if random_draws else None
+    layers = range(model.cfg.n_layer)
+    return {
+        "heads": [head_name(*h) for h in heads],
+        "ablation": "mean" if mean_ablation else "zero",
+        "leak_gap_before": before,
+        "leak_gap_after": after,
+        "closed_fraction": closed(after),
+        "random_closed_fraction": fractions.mean if fractions else None,
+        "random_closed_fraction_sd": fractions.std if fractions else None,
+        "random_draws": random_draws,
+        "each_head": {head_name(*h): closed(leak_gap(model, batches, [h], means)) for h in all_heads(model)},
+        "each_layer": {
+            f"L{layer}": closed(leak_gap(model, batches, [h for h in all_heads(model) if h[0] == layer], means)) for layer in layers
+        },
+    }
+
+
+def report(result: dict) -> str:
+    """The lines inspect_attention.py prints: before, after, the random heads (mean and spread), each head and layer."""
+    draws = result["random_draws"]
+    lines = [
+        f"ablating {', '.join(result['heads'])} ({result['ablation']}-ablation): leak gap {result['leak_gap_before']:.3f} before, "
+        f"{result['leak_gap_after']:.3f} after: {result['closed_fraction']:.1%} of it closed",
+    ]
+    if draws:
+        fractions = [d["closed_fraction"] for d in draws]
+        sd = result["random_closed_fraction_sd"]
+        lines.append(
+            f"as many random other heads, {len(draws)} draws: {result['random_closed_fraction']:.1%} closed on average"
+            + (f" (sd {sd:.1%}, from {min(fractions):.1%} to {max(fractions):.1%})" if sd is not None else "")
+        )
+    lines.append("each head alone closes: " + ", ".join(f"{name} {f:.0%}" for name, f in result["each_head"].items()))
+    lines.append("each layer whole closes: " + ", ".join(f"{name} {f:.0%}" for name, f in result["each_layer"].items()))
+    return "\n".join(lines)
