@@ -21,13 +21,20 @@ MAX_RUN_NAME = 200  # characters
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = setting("", "a UTF-8 text file; empty means Tiny Shakespeare, downloaded once")
+    path: str = setting("", "a UTF-8 text file, a .jsonl or .parquet file of documents, or a folder of them; empty means Tiny Shakespeare")
     tokenizer: str = setting("gpt2", '"gpt2" (tiktoken BPE) or "char" (one id per character)')
     cache_dir: str = setting("", "where downloads and prepared .bin files go; empty means data/cache")
+    text_field: str = setting("text", "the JSONL field or parquet column that holds each document's text")
+    val_path: str = setting("", "a separate validation source (file or folder); empty means the last 10% of data.path")
+    workers: int = setting(0, "threads that encode while preparing the corpus; 0 means one per core")
 
     def __post_init__(self) -> None:
         if self.tokenizer not in TOKENIZERS:
             raise ValueError(f"data.tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
+        if not self.text_field:
+            raise ValueError("data.text_field must name a field, got an empty value")
+        if self.workers < 0:
+            raise ValueError(f"data.workers must be 0 (one per core) or a positive number, got {self.workers}")
 
 
 @dataclass(frozen=True)
