@@ -17,13 +17,14 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 SAFE_CUT = re.compile(r"(?<=\S)(?= \S)|(?<=\S\n)(?=\S)")
-WINDOW = 1 << 16  # characters searched back from the limit before searching all of the text
+WINDOWS = (1 << 8, 1 << 12, 1 << 16, 1 << 62)  # characters searched back from the limit, a wider window each time
 
 
 def safe_cut(text: str, limit: int) -> int | None:
     """The last safe place to cut `text` at or before `limit`, else the first one after it, else None (no safe place yet)."""
     end = min(len(text), limit + 2)  # a cut at `limit` looks two characters ahead
-    for start in (max(1, limit - WINDOW), 1):
+    for window in WINDOWS:  # most text has a safe place within a few characters: look near the limit first
+        start = max(1, limit - window)
         last = deque(SAFE_CUT.finditer(text, start, end), maxlen=1)
         if last:
             return last[0].start()

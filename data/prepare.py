@@ -112,14 +112,15 @@ def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
                 yield split or ("train" if seen <= cut else "val"), text, starts, starts
 
 
-def encode_task(tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_text: np.ndarray) -> np.ndarray:
-    parts = []
+def encode_task(tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_text: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """One task's ids, in the .bin file's dtype (in the worker: the writer only writes)."""
+    parts = [end_of_text[:0]]
     for text, separated in pieces:
         if separated:
             parts.append(end_of_text)
         if text:
             parts.append(tokenizer.encode_array(text))
-    return np.concatenate(parts) if parts else end_of_text[:0]
+    return np.concatenate(parts).astype(dtype, copy=False)
 
 
 @contextmanager
@@ -207,7 +208,7 @@ def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str,
     def write_oldest() -> None:
         split, chars, future = in_flight.popleft()
         ids = future.result()
-        files[split].write(ids.astype(dtype, copy=False).tobytes())
+        files[split].write(ids.data)
         tokens[split] += len(ids)
         bar.update(chars)
         bar.set_postfix_str(f"{sum(tokens.values()) / (time.perf_counter() - started) / 1e6:.2f}M tokens/s", refresh=False)
@@ -218,7 +219,7 @@ def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str,
                 for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars):
                     if split not in files:
                         files[split] = open(folder / f"{split}.bin", "wb")
-                    in_flight.append((split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text)))
+                    in_flight.append((split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)))
                     while len(in_flight) > 2 * workers:  # a few tasks ahead of the writer: memory stays flat
                         write_oldest()
                 while in_flight:

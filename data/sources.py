@@ -13,12 +13,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain
 from pathlib import Path
 
 from data.files import sha256_of, sha256_of_bytes
 
 KINDS = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
-CHUNK_CHARS = 1 << 20  # characters a reader yields at a time: memory stays flat in the corpus size
+CHUNK_CHARS = 1 << 18  # characters a reader yields at a time: memory stays flat in the corpus size
 PARQUET_BATCH_ROWS = 1024
 
 
@@ -63,7 +64,13 @@ def find_source(path: Path, flag: str) -> Source:
         files = sorted((f for f in path.rglob("*") if f.suffix.lower() in KINDS and not f.is_dir()), key=lambda f: f.as_posix())
         if not files:
             raise DataError(f"{flag} {path} holds no .txt, .jsonl or .parquet file (searched every subfolder); point it at your data")
-        return Source(path, flag, tuple(files))
+        source = Source(path, flag, tuple(files))
+        for file in files:
+            try:
+                file.stat()
+            except OSError as e:  # a broken link, a file deleted meanwhile
+                raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
+        return source
     if not path.exists():
         raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file, a .jsonl or .parquet file, or a folder")
     if not path.is_file():
@@ -116,10 +123,10 @@ def bad_utf8_offset(file: Path) -> int:
     """The offset of the first byte that is not UTF-8, found by decoding the file again, block by block."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+        for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):  # the empty block at the end: a character cut off by the end
             held = len(decoder.getstate()[0])  # the bytes of a character cut by the last block
             try:
-                decoder.decode(block)
+                decoder.decode(block, final=not block)
             except UnicodeDecodeError as e:
                 return offset - held + e.start
             offset += len(block)
