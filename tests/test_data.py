@@ -296,7 +296,7 @@ def test_missing_file(tmp_path):
 def test_folder_without_usable_files(tmp_path):
     folder = tmp_path / "empty"
     (folder / "sub").mkdir(parents=True)
-    (folder / "sub" / "notes.md").write_text("not a .txt, .jsonl or .parquet file")
+    (folder / "sub" / "notes.rst").write_text("not a .txt, .jsonl or .parquet file")
     with pytest.raises(DataError, match="holds no .txt, .jsonl or .parquet file") as e:
         load_corpus(char_cfg(tmp_path, folder))
     assert str(folder) in str(e.value) and not (tmp_path / "cache" / "prepared").exists()

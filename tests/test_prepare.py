@@ -94,7 +94,7 @@ def write_documents(folder: Path) -> list[str]:
     (folder / "b" / "deep").mkdir(parents=True)
     (folder / "a.txt").write_text("First file.\nTwo lines.")
     (folder / "b" / "deep" / "c.txt").write_text("A story in a subfolder. " * 30)
-    (folder / "b" / "notes.md").write_text("not a source: neither .txt, .jsonl nor .parquet")
+    (folder / "b" / "notes.rst").write_text("not a source: neither .txt, .jsonl nor .parquet")
     lines = ['{"text": "Once upon a time"}', "", '{"text": "", "id": 2}', '{"text": "the end.\\n", "id": 3}']
     (folder / "b" / "d.jsonl").write_text("\n".join(lines) + "\n")
     pq.write_table(pa.table({"text": ["Row one.", "Row two, \u00e9t\u00e9."], "n": [1, 2]}), folder / "e.parquet", row_group_size=1)
