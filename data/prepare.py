@@ -201,11 +201,10 @@ def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str,
     dtype = np.dtype("uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32")
     end_of_text = np.array(tokenizer.end_of_text if any(not s.is_one_text for s, _, _ in plan) else [], dtype=np.uint32)
     tokens, files = {"train": 0, "val": 0}, {}
-    bar = progress(f"encoding {plan[0][0].path.name}", sum(found.chars for _, found, _ in plan), "char")
     in_flight: deque = deque()
     started = time.perf_counter()
 
-    def write_oldest() -> None:
+    def write_oldest(bar: tqdm) -> None:
         split, chars, future = in_flight.popleft()
         ids = future.result()
         files[split].write(ids.data)
@@ -213,23 +212,21 @@ def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str,
         bar.update(chars)
         bar.set_postfix_str(f"{sum(tokens.values()) / (time.perf_counter() - started) / 1e6:.2f}M tokens/s", refresh=False)
 
-    try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="encode") as pool:
-            try:
-                for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars):
-                    if split not in files:
-                        files[split] = open(folder / f"{split}.bin", "wb")
-                    in_flight.append((split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)))
-                    while len(in_flight) > 2 * workers:  # a few tasks ahead of the writer: memory stays flat
-                        write_oldest()
-                while in_flight:
-                    write_oldest()
-            finally:
-                pool.shutdown(wait=False, cancel_futures=True)  # after an error or a signal: the running tasks end soon
-    finally:
-        for f in files.values():
-            f.close()
-        bar.close()
+    total_chars = sum(found.chars for _, found, _ in plan)
+    with progress(f"encoding {plan[0][0].path.name}", total_chars, "char") as bar, ThreadPoolExecutor(workers) as pool:
+        try:
+            for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars):
+                if split not in files:
+                    files[split] = open(folder / f"{split}.bin", "wb")
+                in_flight.append((split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)))
+                while len(in_flight) > 2 * workers:  # a few tasks ahead of the writer: memory stays flat
+                    write_oldest(bar)
+            while in_flight:
+                write_oldest(bar)
+        finally:  # after an error or a signal: the tasks not started are dropped, the running ones end soon
+            pool.shutdown(wait=False, cancel_futures=True)
+            for f in files.values():
+                f.close()
     for split in ("train", "val"):
         (folder / f"{split}.bin").touch()  # an empty split still has its (empty) file
     meta = {"format": FORMAT_VERSION, "dtype": dtype.name, "tokens": tokens, **tokenizer.state()}

@@ -216,10 +216,10 @@ sys.exit(run_command(lambda argv: data.prepare.prepare(find_source(data.prepare.
 def test_sigterm_while_preparing_stops_and_keeps_nothing(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", slow_preparation(tmp_path)], cwd=REPO_ROOT, stderr=subprocess.PIPE)
     seen, deadline = b"", time.monotonic() + 60
-    while b"encoding corpus.txt" not in seen and time.monotonic() < deadline:  # the progress bar of the second pass
+    while b"tokens/s" not in seen and time.monotonic() < deadline:  # the progress bar of the second pass, moving
         if select.select([proc.stderr], [], [], 1)[0]:
             seen += os.read(proc.stderr.fileno(), 4096)
-    assert b"encoding corpus.txt" in seen, seen.decode(errors="replace")
+    assert b"encoding corpus.txt" in seen and b"tokens/s" in seen, seen.decode(errors="replace")
     proc.send_signal(signal.SIGTERM)
     rest = proc.communicate(timeout=30)[1]
     assert proc.returncode == 143, (proc.returncode, rest)
