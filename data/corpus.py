@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from data.files import sha256_of, sha256_of_bytes, write_atomically
-from data.prepare import FORMAT_VERSION, prepare
+from data.prepare import FORMAT_VERSION, TRAIN_FRACTION, prepare  # noqa: F401 (TRAIN_FRACTION: the split, known here as before)
 from data.sources import DataError, Source, find_source
 from data.tokenizer import TOKENIZERS, CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 

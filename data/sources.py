@@ -113,7 +113,9 @@ def read_text_file(file: Path, source: Source, chunk_chars: int) -> Iterator[tup
             if not text:
                 return
             if "\0" in text:  # valid UTF-8, but no text holds NUL characters: an image, an archive, a tensor file
-                raise DataError(f"{source.where(file)} is binary (a NUL byte at offset {nul_offset(file)}); give a UTF-8 text file")
+                raise DataError(
+                    f"{source.where(file)} is binary (it holds NUL bytes), the first at offset {nul_offset(file)}; give a UTF-8 text file"
+                )
             now = f.buffer.tell()
             yield text, starts, now - position
             starts, position = False, now

@@ -16,8 +16,14 @@ from conftest import REPO_ROOT, REQUIRE_ALL, gpt2_encoding_or_skip, import_or_sk
 import data.corpus
 from configs import DataConfig
 from data.batches import get_batch
-from data.corpus import TINY_SHAKESPEARE_URL, DataError, check_split_lengths, download_tiny_shakespeare, load_corpus
-from data.prepare import TRAIN_FRACTION
+from data.corpus import (
+    TINY_SHAKESPEARE_URL,
+    TRAIN_FRACTION,
+    DataError,
+    check_split_lengths,
+    download_tiny_shakespeare,
+    load_corpus,
+)
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError, decode_stream, tokenizer_from_state
 
 
