@@ -178,7 +178,7 @@ def prepare(
             tokenizer = GPT2Tokenizer()
         tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
         try:
-            tmp.mkdir(parents=True)
+            tmp.mkdir(parents=True, exist_ok=True)  # one left by a process of the same id, killed: overwritten
             meta = encode_into(tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars)
             meta.update(source_sha256=key, text_field=text_field, seconds=round(time.perf_counter() - started, 3))
             meta["sources"] = [s.description for s, _, _ in plan]

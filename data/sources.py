@@ -35,7 +35,7 @@ class Source:
     flag: str  # the flag that named it, for error messages
     files: tuple[Path, ...]
 
-    @property
+    @cached_property
     def is_one_text(self) -> bool:
         """One text file: one document, no separator, split by characters (as it always was)."""
         return self.path.is_file() and kind_of(self.path) == "text"
