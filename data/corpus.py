@@ -54,12 +54,12 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
     return path
 
 
-def corpus_key(sources: list[Source], val: Source | None, text_field: str) -> str:
-    """What names a preparation: one text file's SHA-256, as always; otherwise a hash of every source's description
-    (a file's SHA-256, a folder's sizes and modification times), the val source and the JSONL/parquet field."""
-    if val is None and len(sources) == 1 and sources[0].is_one_text:
-        return sha256_of(sources[0].path)
-    described = {"sources": [s.description for s in sources], "val": val and val.description, "text_field": text_field}
+def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
+    """What names a preparation: one text file's SHA-256, as always; otherwise a hash of the sources' descriptions
+    (a file's SHA-256, a folder's sizes and modification times), the val source's and the JSONL/parquet field."""
+    if val is None and source.is_one_text:
+        return source.description["sha256"]
+    described = {"sources": [source.description], "val": val and val.description, "text_field": text_field}
     return sha256_of_bytes(json.dumps(described, sort_keys=True).encode())
 
 
@@ -72,7 +72,7 @@ def load_corpus(data_cfg) -> Corpus:
         path = Path(data_cfg.path).expanduser() if data_cfg.path else download_tiny_shakespeare(cache_dir)
         source = find_source(path, "--data-file")
         val = find_source(Path(data_cfg.val_path).expanduser(), "--data.val_path") if data_cfg.val_path else None
-        key = corpus_key([source], val, data_cfg.text_field)
+        key = corpus_key(source, val, data_cfg.text_field)
         prepared = cache_dir / "prepared" / f"{path.stem}-{data_cfg.tokenizer}-{key[:16]}"
         prepared_splits = read_prepared(prepared, key)
         if prepared_splits is None:  # never prepared, prepared from other text or by an older version, or damaged

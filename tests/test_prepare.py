@@ -250,9 +250,9 @@ def test_ctrl_c_while_preparing_exits_130_and_keeps_nothing(tmp_path, capsys):
     assert 5 <= len(calls) < 100 and nothing_prepared(tmp_path) and threading.current_thread() is threading.main_thread()
     prepare(find_source(path, "-"), "char", "k", folder, chunk_chars=1000, workers=1)  # the next run prepares it whole
     text = path.read_text()
-    assert sorted(p.name for p in folder.parent.iterdir()) == ["corpus"] and ids_of(folder, "val") == [
-        sorted(set(text)).index(c) for c in text[int(len(text) * 0.9) :]
-    ]
+    chars = sorted(set(text))
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["corpus"]
+    assert ids_of(folder, "val") == [chars.index(c) for c in text[int(len(text) * 0.9) :]]
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak memory from Linux's /proc")
