@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 TOKENIZERS = ("gpt2", "char")
+GPT2_VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding: 50,000 merges, 256 bytes and <|endoftext|>
 
 
 class TokenizerError(ValueError):
