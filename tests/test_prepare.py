@@ -228,6 +228,17 @@ def test_sigterm_while_preparing_stops_and_keeps_nothing(tmp_path):
     assert nothing_prepared(tmp_path)  # neither the folder nor its temporary twin
 
 
+@pytest.fixture
+def restore_signal_handlers():
+    """run_command ignores SIGINT and SIGTERM as its process ends; in pytest's process, later tests' subprocesses would
+    inherit that, so the handlers are put back."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("restore_signal_handlers")
 def test_ctrl_c_while_preparing_exits_130_and_keeps_nothing(tmp_path, capsys):
     path = tmp_path / "corpus.txt"
     path.write_text(make_corpus_text(min_chars=100_000))
