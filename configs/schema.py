@@ -24,9 +24,12 @@ MAX_RUN_NAME = 200  # characters
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = setting("", "a UTF-8 text file; empty means Tiny Shakespeare, downloaded once")
+    path: str = setting("", "a UTF-8 text file, a .jsonl or .parquet file of documents, or a folder of them; empty means Tiny Shakespeare")
     tokenizer: str = setting("gpt2", '"gpt2" (tiktoken BPE) or "char" (one id per character)')
     cache_dir: str = setting("", "where downloads and prepared .bin files go; empty means data/cache")
+    text_field: str = setting("text", "the JSONL field or parquet column that holds each document's text")
+    val_path: str = setting("", "a separate validation source (file or folder); empty means the last 10% of data.path")
+    workers: int = setting(0, "threads that encode while preparing the corpus; 0 means one per core")
     source: str = setting(
         "text", '"text": data.path, tokenized; "repeated-random": fresh random tokens in which a segment recurs (docs/induction.md)'
     )
@@ -41,6 +44,10 @@ class DataConfig:
             raise ValueError(f"data.symbols must be between 2 and {len(SYMBOLS)}, got {self.symbols}")
         if not 1 <= self.min_segment <= self.max_segment:
             raise ValueError(f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), got {self.min_segment}")
+        if not self.text_field:
+            raise ValueError("data.text_field must name a field, got an empty value")
+        if self.workers < 0:
+            raise ValueError(f"data.workers must be 0 (one per core) or a positive number, got {self.workers}")
 
 
 @dataclass(frozen=True)
