@@ -250,18 +250,36 @@ def test_heatmap_labels_and_axis_names_show_in_full(n_heads):
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         picture = fig.bbox
+        panels = [ax for ax in fig.axes if ax.images]  # the heatmaps; the colour bar's axes hold none
+        assert len(panels) == n_heads and len(fig.axes) == n_heads + 1
         squares = [ax.get_window_extent(renderer) for ax in fig.axes]
-        texts = figure_texts(fig)
+        texts = figure_texts(fig)  # the colour bar's ticks and label too
         assert sum(t in fig.axes[0].get_yticklabels() for t in texts) == T
         for text in texts:
             box = text.get_window_extent(renderer)
             inside = picture.x0 <= box.x0 and box.x1 <= picture.x1 and picture.y0 <= box.y0 and box.y1 <= picture.y1
             assert inside, f"{text.get_text()!r} at {box.bounds} is cut by the picture {picture.bounds}"
             assert not any(box.overlaps(square) for square in squares), f"{text.get_text()!r} covers a heatmap"
-        first, last = fig.axes[0], fig.axes[-1]
+        first, last = panels[0], panels[-1]
         assert [t.get_text() for t in first.get_yticklabels()] == labels
         assert first.get_ylabel() == "queries (rows)" and last.get_xlabel() == "keys (columns): attended to"
-        assert {ax.get_xlabel() for ax in fig.axes[-min(n_heads, 4) :]} == {"keys (columns): attended to"}  # the lowest of each column
+        assert {ax.get_xlabel() for ax in panels[-min(n_heads, 4) :]} == {"keys (columns): attended to"}  # the lowest of each column
+
+
+@pytest.mark.parametrize(
+    "causal,cells,label",
+    [(True, [(t, t) for t in range(5)], "t, the diagonal"), (False, [(t, t + 1) for t in range(4)], "t+1, the answer")],
+)
+def test_heatmaps_outline_the_diagonal_or_the_answer_and_carry_a_colour_bar(causal, cells, label):
+    """Under the mask each panel outlines the diagonal; without it the cells (t, t+1), where a copying head looks."""
+    weights = torch.full((2, 5, 5), 0.2)
+    fig = harness.pictures.heatmaps.heatmap_figure(weights, list("abcde"), "outlines", causal=causal)
+    panels = [ax for ax in fig.axes if ax.images]
+    for ax in panels:
+        outlined = sorted((round(p.get_y() + 0.5), round(p.get_x() + 0.5)) for p in ax.patches)  # (row: query, column: key)
+        assert outlined == cells
+    (colorbar,) = [ax for ax in fig.axes if not ax.images]
+    assert colorbar.get_ylabel() == f"weight; red: {label}" and colorbar.get_ylim() == (0.0, 1.0)
 
 
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
