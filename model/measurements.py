@@ -7,8 +7,8 @@ target, as generation does, so the cheating shows as a gap between the two: `lea
 
 The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
 saturation, mass on the future; then, per head, `head_statistics` and `head_roles`, and
-`attention_summary`, the numbers TensorBoard plots. `qk_grad_norm` shows what a saturated
-softmax lets through to the query and key weights.
+`attention_summary`, the numbers TensorBoard plots. `score_gradients` shows what a saturated
+softmax lets through to the scores, `qk_grad_norm` what reaches the query and key weights.
 
 Every function here takes the model or its outputs and returns numbers: training, evaluation,
 the scripts and the notebook all call these, and none of them recomputes one.
@@ -205,9 +205,10 @@ def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
 
 
 def qk_grad_norm(model: GPT) -> float:
-    """Norm of the gradients that reach the query and key projections of every layer.
+    """Norm of the gradients that reach the query and key projections of every layer (after a backward pass).
 
-    A saturated softmax has near-zero derivatives, so these gradients starve without the scale.
+    Two factors meet here: what the softmax lets through to the scores (score_gradients), and the
+    scale, which multiplies every score's sensitivity to q and k by D**-0.5 (1 without it).
     """
     squares = 0.0
     for block in model.blocks:
@@ -215,6 +216,32 @@ def qk_grad_norm(model: GPT) -> float:
         if grad is not None:
             squares += grad[block.attn.query_key].float().pow(2).sum().item()
     return math.sqrt(squares)
+
+
+def score_gradients(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """One forward and backward pass on inputs x and targets y (B, T) through the readable path; what reaches the scores.
+
+    A row's softmax turns the gradient g on its weights w into w * (g - sum(w * g)) at its input (the scores
+    after the scale), which vanishes as w approaches one-hot, whatever g is. score_grad: the norm of that
+    gradient over every layer, head and row (rows that see one position left out); saturated_row_grad and
+    other_row_grad: its root-mean-square per row over the saturated rows (largest weight above 0.99, NaN if
+    none) and over the rest; qk_grad: qk_grad_norm after the same pass, on the query and key weights.
+    """
+    model.zero_grad(set_to_none=True)
+    h, weights = model.embed(x), []
+    for block in model.blocks:
+        h, w = block(h, return_weights=True)  # (B, T, C), (B, H, T, T)
+        weights.append(w)
+    loss = lm_loss(model.lm_head(model.ln_f(h)), y)
+    grads = torch.autograd.grad(loss, weights, retain_graph=True)  # dL/dw per layer, (B, H, T, T)
+    loss.backward()
+    keep = visible_counts(x.shape[1], x.shape[1], model.cfg.causal) > 1
+    rows = torch.cat(
+        [(w * (g - (w * g).sum(-1, keepdim=True))).pow(2).sum(-1)[..., keep].flatten() for w, g in zip(weights, grads, strict=True)]
+    )
+    saturated = torch.cat([(w.amax(-1) > 0.99)[..., keep].flatten() for w in weights])  # as saturated_fraction counts them
+    rms = {name: rows[chosen].mean().sqrt().item() for name, chosen in (("saturated_row_grad", saturated), ("other_row_grad", ~saturated))}
+    return {"score_grad": rows.sum().sqrt().item(), **rms, "qk_grad": qk_grad_norm(model), "loss": loss.item()}
 
 
 def bits_per_byte(loss: float, n_tokens: int, n_bytes: int) -> float:

@@ -12,10 +12,12 @@ from conftest import assert_close, tiny_argv
 import harness.pictures.heatmaps
 import harness.training.runtime
 import inspect_attention
+import model.attention as model_attention
 import train
 from configs import load_config
 from data.tokenizer import CharTokenizer
 from model import GPT, ModelConfig
+from model.gpt import lm_loss
 from model.measurements import (
     FIRST_TOKEN_THRESHOLD,
     NEXT_TOKEN_THRESHOLD,
@@ -34,6 +36,7 @@ from model.measurements import (
     qk_grad_norm,
     row_max,
     saturated_fraction,
+    score_gradients,
 )
 
 
@@ -406,3 +409,41 @@ def test_inspect_attention_names_the_next_token_head_of_a_constructed_model(tmp_
     assert by_head["0", "0"]["role"] == "next-token"
     assert float(by_head["1", "0"]["t+1"]) < 0.2 and by_head["1", "0"]["role"] == ""  # the random layer: near 1/T everywhere
     assert "next-token heads (weight above 0.5): L0H0" in printed
+
+
+@pytest.mark.parametrize("causal,scaled", [(True, True), (False, True), (True, False)])
+def test_score_gradients_equal_autograd_at_the_softmax_input(causal, scaled, monkeypatch):
+    """score_grad is the norm of dL/d(scores after the scale) that autograd itself gives, when the scores are kept."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, causal=causal, scaled=scaled, qk_init_std=0.5))
+    x, y = torch.randint(0, 11, (3, 8)), torch.randint(0, 11, (3, 8))
+    got = score_gradients(model, x, y)
+
+    kept = []  # the scores of each layer, as attention() hands them to the softmax
+
+    def keeping(q, k, mask, scale):
+        scores = real(q, k, mask, scale)
+        scores.retain_grad()
+        kept.append(scores)
+        return scores
+
+    real = model_attention.attention_scores
+    monkeypatch.setattr(model_attention, "attention_scores", keeping)
+    model.zero_grad()
+    h = model.embed(x)
+    for block in model.blocks:
+        h, _ = block(h, return_weights=True)
+    lm_loss(model.lm_head(model.ln_f(h)), y).backward()
+    rows = torch.cat([s.grad.pow(2).sum(-1)[..., 1:].flatten() if causal else s.grad.pow(2).sum(-1).flatten() for s in kept])
+    assert got["score_grad"] == pytest.approx(rows.sum().sqrt().item(), rel=1e-5)
+    assert got["qk_grad"] == pytest.approx(qk_grad_norm(model), rel=1e-6)  # the same pass's gradient on the weights
+    assert got["loss"] == pytest.approx(lm_loss(model(x)[0], y).item(), rel=1e-6)
+
+
+def test_a_saturated_row_passes_back_almost_nothing():
+    """Unscaled scores with large queries and keys saturate rows; those rows' score gradient is far below the others'."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=1, n_embd=32, block_size=16, vocab_size=11, scaled=False, qk_init_std=0.6))
+    x, y = torch.randint(0, 11, (4, 16)), torch.randint(0, 11, (4, 16))
+    got = score_gradients(model, x, y)
+    assert got["saturated_row_grad"] < 0.1 * got["other_row_grad"], got
