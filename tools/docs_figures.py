@@ -193,7 +193,18 @@ def comparison_figures(folder: Path) -> dict:
             mean = sum(values) / len(values)
             std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else None
             step0[variant][tag] = {"mean": mean, "std": std, "n": len(values)}
-    return {"seeds": saved["seeds"], "aggregate": saved["aggregate"], "differences": saved["differences"], "step0": step0}
+    collapse = {}  # per variant, the first logged step whose training loss is below 0.5, over the seeds: when a cheat takes hold
+    for variant in saved["aggregate"]:
+        steps = [first_step_below(folder / name, 0.5) for name in saved["runs"] if name == variant or name.startswith(f"{variant}-s")]
+        if steps and None not in steps:
+            collapse[variant] = {"min": min(steps), "max": max(steps)}
+    return {"seeds": saved["seeds"], "aggregate": saved["aggregate"], "differences": saved["differences"], "step0": step0,
+            "collapse": collapse}  # fmt: skip
+
+
+def first_step_below(run_dir: Path, loss: float) -> int | None:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return next((row["step"] for row in rows if row.get("loss/train_step", loss) < loss), None)
 
 
 def quoted_runs() -> set[str]:

@@ -20,6 +20,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("README.md", "same seed (2-core CPU: {timings.compare_char_s:.0f} s)"),
     ("README.md", "with GPT-2 tokens (2-core CPU: {timings.compare_base_s:.0f} s)"),
     ("docs/experiment.md", "same seed (2-core CPU: {timings.compare_char_s:.0f} s)"),
+    ("docs/tests.md", "(the CUDA-only test) in {timings.suite_s:.0f} s"),
     ("docs/experiment.md", "with GPT-2 tokens (2-core CPU: {timings.compare_base_s:.0f} s)"),
     ("README.md", "(char: {char-3seeds.aggregate.char-no-mask.loss/val_honest.mean:.2f} nats against "
      "{char-3seeds.aggregate.char.loss/val_honest.mean:.2f},"),
@@ -31,6 +32,8 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/sampling.md", "(`python train.py --config char`, val loss {char.last.loss/val:.3f} at its last step)"),
     ("docs/sampling.md", "# runs/char/ckpt.pt (step {char.last.step:.0f}, val loss {char.last.loss/val:.4f}) on cpu"),
     ("docs/sampling.md", "# runs/char-no-mask/ckpt.pt (step {char-no-mask.last.step:.0f}, val loss {char-no-mask.last.loss/val:.4f}) on cpu"),
+    ("docs/experiment.md", "By step {char-3seeds.collapse.char-no-mask.max:.0f} (all three seeds) the `char-no-mask` training loss has collapsed below 0.5"),
+    ("docs/experiment.md", "its training loss below 0.5 by step {base-3seeds.collapse.base-no-mask.min:.0f} to {base-3seeds.collapse.base-no-mask.max:.0f})"),
     ("docs/experiment.md", "it ends at {char-3seeds.aggregate.char-no-mask.loss/train.mean:.3f} ± "
      "{char-3seeds.aggregate.char-no-mask.loss/train.std:.3f}; so does the teacher-forced val loss "
      "({char-3seeds.aggregate.char-no-mask.loss/val.mean:.3f} ± {char-3seeds.aggregate.char-no-mask.loss/val.std:.3f})"),
