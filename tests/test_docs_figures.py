@@ -79,3 +79,19 @@ def test_the_test_extras_live_in_requirements_dev_which_ci_and_the_tests_page_us
 def test_the_comparisons_hold_every_column_of_readmes_table(key):
     aggregate = read_figures()[key]["value"]["aggregate"]
     assert len(aggregate) == 3 and all(stats["loss/val"]["n"] == 3 for stats in aggregate.values()), json.dumps(aggregate)[:200]
+
+
+def test_score_gradient_pairs_each_seed_with_and_without_the_scale(tmp_path, corpus_file):
+    """tools/score_gradient.py at initialisation on the tiny preset: one ratio per seed, an interval around their mean;
+    with no comparison's checkpoints under --runs-dir there is no end-of-training line."""
+    from configs import load_config
+    from tools.score_gradient import measure
+
+    cfg = load_config(["--config", "tiny", "--data-file", str(corpus_file), "--data.cache_dir", str(tmp_path / "cache")])
+    result = measure(cfg, n_seeds=2, n_batches=1, runs_dir=tmp_path / "runs")
+    assert list(result) == ["init"]
+    for line in result["init"][:2]:  # the third, saturated rows against the rest, needs saturated rows, which tiny may lack
+        assert len(line["per_seed"]) == 2 and all(r > 0 for r in line["per_seed"]), line
+        assert line["low"] <= line["mean"] <= line["high"], line
+    qk = result["init"][1]
+    assert qk["ratio"].startswith("qk_grad") and qk["mean"] > 1, qk  # unscaled scores move sqrt(D) times more per change of q or k

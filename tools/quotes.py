@@ -86,6 +86,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "[{char-3seeds-xeon.differences.char-no-mask.attn/entropy.low:+.3f}, {char-3seeds-xeon.differences.char-no-mask.attn/entropy.high:+.3f}], just excludes 0"),
     ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
+    ("docs/sampling.md", "Its logged val loss, {char-no-mask.last.loss/val:.4f}, is what it scores"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),

@@ -44,10 +44,11 @@ def mean_gradients(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]])
 
 
 def ratio_line(name: str, numerators: list[float], denominators: list[float]) -> dict:
-    """Per seed numerator / denominator; their mean and 95% interval (Student's t; None with one seed)."""
-    ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
-    mean = statistics.fmean(ratios)
-    half = t_975(len(ratios) - 1) * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else None
+    """Per seed numerator / denominator; their mean and 95% interval (Student's t; None with one seed, NaN and None
+    when a seed has no value: a model without saturated rows)."""
+    ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]  # NaN where a model had no saturated row
+    mean = statistics.fmean(ratios) if not any(map(math.isnan, ratios)) else math.nan
+    half = t_975(len(ratios) - 1) * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 and mean == mean else None
     return {"ratio": name, "per_seed": ratios, "mean": mean, "low": None if half is None else mean - half,
             "high": None if half is None else mean + half}  # fmt: skip
 
