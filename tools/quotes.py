@@ -11,6 +11,7 @@ COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table s
 
 QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a placeholder
     ("README.md", "first: the environment is then {install.venv_cpu_gb:.1f} GB with no CUDA package."),
+    ("README.md", "leave that line out: PyPI's PyTorch brings CUDA ({install.venv_cuda_gb:.1f} GB)."),
     ("README.md", "python train.py --config char             # {timings.train_char_s:.0f} s: trains"),
     ("README.md", "python train.py --config char --no-mask   # {timings.train_char_s:.0f} s: the same run"),
     ("README.md", "python train.py --config base      # {timings.train_base_s:.0f} s: Tiny Shakespeare"),
