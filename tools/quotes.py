@@ -32,7 +32,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/command-line.md", "val loss {char.last.loss/val:.3f} after {char.last.step:.0f} steps, {timings.train_char_s:.0f} s on a quiet"),
     ("docs/sampling.md", "(`python train.py --config char`, val loss {char.last.loss/val:.3f} at its last step)"),
     ("docs/sampling.md", "# runs/char/ckpt.pt (step {char.last.step:.0f}, val loss {char.last.loss/val:.4f}) on cpu"),
-    ("docs/sampling.md", "# runs/char-no-mask/ckpt.pt (step {char-no-mask.last.step:.0f}, val loss {char-no-mask.last.loss/val:.4f}) on cpu"),
+    ("docs/sampling.md", "# runs/char-no-mask/ckpt.pt (step {char-no-mask-325.last.step:.0f}, val loss {char-no-mask-325.last.loss/val:.4f}) on cpu"),
     ("docs/experiment.md", "By step {char-3seeds.collapse.char-no-mask.max:.0f} (all three seeds) the `char-no-mask` training loss has collapsed below 0.5"),
     ("docs/experiment.md", "its training loss below 0.5 by step {base-3seeds.collapse.base-no-mask.min:.0f} to {base-3seeds.collapse.base-no-mask.max:.0f})"),
     ("docs/experiment.md", "it ends at {char-3seeds.aggregate.char-no-mask.loss/train.mean:.3f} ± "
@@ -87,7 +87,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "[{char-3seeds-xeon.differences.char-no-mask.attn/entropy.low:+.3f}, {char-3seeds-xeon.differences.char-no-mask.attn/entropy.high:+.3f}], just excludes 0"),
     ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
-    ("docs/sampling.md", "Its logged val loss, {char-no-mask.last.loss/val:.4f}, is what it scores"),
+    ("docs/sampling.md", "Its logged val loss, {char-no-mask-325.last.loss/val:.4f}, is what it scores"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),
