@@ -83,10 +83,12 @@ def main(argv: list[str]) -> Path:
     out = writable_folder(args.out or folder / "inspect", "--out")
     flags, name = flags_label(model.cfg), folder.name
     per_head = args.per_head or model.cfg.n_layer * model.cfg.n_head <= PER_HEAD_PICTURES_UP_TO
-    save_layer_heatmaps(weights, labels, out, name, flags, dpi=110)
+    save_layer_heatmaps(weights, labels, out, name, flags, dpi=110, causal=model.cfg.causal)
     for layer, w in enumerate(weights if per_head else []):
         for head in range(w.shape[1]):
-            fig = heatmap_figure(w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [f"L{layer}H{head}"])
+            fig = heatmap_figure(
+                w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [f"L{layer}H{head}"], model.cfg.causal
+            )
             fig.savefig(out / f"attn_L{layer}_H{head}.png", dpi=110)
     page = attention_page([w[0] for w in weights], labels, f"{name}: attention ({flags})", model.cfg.causal, out / "attention.html")
 

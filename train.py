@@ -62,7 +62,7 @@ def train(cfg: Config) -> dict:
     def evaluate_and_save(step: int) -> None:
         report = evaluate(model, eval_set, runtime, corpus.tokenizer, started)
         if logger:
-            logger.log_evaluation(step, report, flags_label(cfg.model))
+            logger.log_evaluation(step, report, flags_label(cfg.model), cfg.model.causal)
         last.update(report.metrics, sample=report.sample)
         progress.step, progress.evaluated, progress.val_loss = step, True, last["loss/val"]
         checkpointer.save(model, optimizer, train_gen, progress)

@@ -6,10 +6,11 @@ next position and looks brilliant. `honest_loss` gives the model only the tokens
 target, as generation does, so the cheating shows as a gap between the two: `leak`. `order_use` asks how much the model reads
 word order: the rise of that honest loss when the last few tokens before a target are shuffled.
 
-The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum, saturation,
-mass on the future; then, per head, `head_statistics` and `head_roles`, and `attention_summary`, the
-numbers TensorBoard plots. `qk_grad_norm` shows what a saturated softmax lets through to the query and key
-weights. `induction_summary`: the induction heads, and how much the model learns from its context.
+The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
+saturation, mass on the future; then, per head, `head_statistics` and `head_roles`, and
+`attention_summary`, the numbers TensorBoard plots. `score_gradients` shows what a saturated
+softmax lets through to the scores, `qk_grad_norm` what reaches the query and key weights. The induction heads are measured
+in model/induction.py.
 
 Every function here takes the model or its outputs and returns numbers: training, evaluation, the scripts
 and the notebook all call these, and none of them recomputes one."""
@@ -19,6 +20,7 @@ import math
 import torch
 
 from model.gpt import GPT, lm_loss
+from model.induction import INDUCTION_THRESHOLD, induction_score
 
 # Statistics of attention weights (..., T, S), as pure functions. Rows whose query may see only
 # one position (the first row of a causal matrix) carry no information and are left out.
@@ -159,30 +161,6 @@ def first_token_weight(weights: torch.Tensor) -> float:
     return weights[..., 1:, 0].float().mean().item()
 
 
-# Induction heads (Olsson et al. 2022). Where a token appeared before, an induction head attends to the position just
-# after that earlier occurrence and copies what came there: "A B ... A" -> "B". It takes two layers: a previous-token
-# head writes into each position which token preceded it, and the induction head's query finds "preceded by me".
-INDUCTION_THRESHOLD = 0.3  # an induction head puts more than 0.3 of each repeated row's weight on its target
-
-
-def previous_occurrence(idx: torch.Tensor) -> torch.Tensor:
-    """(B, T) the latest position p < t where idx[b, p] == idx[b, t], or -1 where token t is a first occurrence."""
-    positions = torch.arange(idx.shape[-1], device=idx.device)
-    same = (idx[..., :, None] == idx[..., None, :]) & (positions[None, :] < positions[:, None])  # (B, T, T): earlier, same token
-    return torch.where(same, positions, -1).amax(-1)  # (B, T, T) -> (B, T)
-
-
-def induction_score(weights: torch.Tensor, idx: torch.Tensor) -> float:
-    """Mean weight from each repeated position t to its induction target, the position just after the previous
-    occurrence of token t, from one head's weights (B, T, T) on idx (B, T); rows of first occurrences are left out.
-
-    1 for a head that attends only there, about 0 for a previous-token head; 0 when no token repeats.
-    """
-    target = previous_occurrence(idx) + 1  # (B, T); 0 where there is no earlier occurrence
-    on_target = weights.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T): w[b, t, target[b, t]]
-    return on_target[target > 0].mean().item() if (target > 0).any() else 0.0
-
-
 ROLES = (  # role, the head_roles key it reads, the weight above which a head has it
     ("previous-token", "previous", PREVIOUS_TOKEN_THRESHOLD),
     ("next-token", "next", NEXT_TOKEN_THRESHOLD),
@@ -201,20 +179,6 @@ def head_roles(weights_per_layer: list[torch.Tensor], causal: bool, idx: torch.T
         row["induction"] = induction_score(w, idx) if idx is not None else 0.0
         row["roles"] = [role for role, key, threshold in ROLES if row[key] > threshold]
     return sorted(rows, key=lambda row: row["entropy"])
-
-
-@torch.no_grad()
-def induction_summary(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-    """On x, y (B, T): induction/L{layer}H{head}, every head's induction score, and induction/max; loss/repeated at
-    positions whose token occurred before and whose target followed it there (copying is right), loss/first at first
-    occurrences (nan if none), and icl/score, repeated minus first: below 0 once the model reads its context."""
-    layers = model.attention_weights(x)  # n_layer x (B, H, T, T)
-    scores = {f"induction/L{layer}H{head}": induction_score(w[:, head], x) for layer, w in enumerate(layers) for head in range(w.shape[1])}
-    previous = previous_occurrence(x)  # (B, T)
-    after = x.gather(-1, previous + 1)  # (B, T): the token after the earlier occurrence (x[:, 0] where there is none)
-    losses = lm_loss(model(x)[0], y, reduction="none")  # (B, T)
-    repeated, first = losses[(previous >= 0) & (after == y)].mean().item(), losses[previous < 0].mean().item()
-    return {**scores, "induction/max": max(scores.values()), "loss/repeated": repeated, "loss/first": first, "icl/score": repeated - first}
 
 
 SUMMARY_TAGS = (("entropy", "entropy"), ("max_weight", "max_weight"), ("saturated_frac", "saturated"), ("future_mass", "future_mass"))
@@ -237,10 +201,43 @@ def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
 
 
 def qk_grad_norm(model: GPT) -> float:
-    """Norm of the gradients that reach the query and key projections of every layer: a saturated softmax
-    has near-zero derivatives, so these gradients starve without the scale."""
-    grads = [(block.attn.qkv.weight.grad, block.attn.query_key) for block in model.blocks]
-    return math.sqrt(sum(grad[rows].float().pow(2).sum().item() for grad, rows in grads if grad is not None))
+    """Norm of the gradients that reach the query and key projections of every layer (after a backward pass).
+
+    Two factors meet here: what the softmax lets through to the scores (score_gradients), and the
+    scale, which multiplies every score's sensitivity to q and k by D**-0.5 (1 without it).
+    """
+    squares = 0.0
+    for block in model.blocks:
+        grad = block.attn.qkv.weight.grad
+        if grad is not None:
+            squares += grad[block.attn.query_key].float().pow(2).sum().item()
+    return math.sqrt(squares)
+
+
+def score_gradients(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """One forward and backward pass on inputs x and targets y (B, T) through the readable path; what reaches the scores.
+
+    A row's softmax turns the gradient g on its weights w into w * (g - sum(w * g)) at its input (the scores
+    after the scale), which vanishes as w approaches one-hot, whatever g is. score_grad: the norm of that
+    gradient over every layer, head and row (rows that see one position left out); saturated_row_grad and
+    other_row_grad: its root-mean-square per row over the saturated rows (largest weight above 0.99, NaN if
+    none) and over the rest; qk_grad: qk_grad_norm after the same pass, on the query and key weights.
+    """
+    model.zero_grad(set_to_none=True)
+    h, weights = model.embed(x), []
+    for block in model.blocks:
+        h, w = block(h, return_weights=True)  # (B, T, C), (B, H, T, T)
+        weights.append(w)
+    loss = lm_loss(model.lm_head(model.ln_f(h)), y)
+    grads = torch.autograd.grad(loss, weights, retain_graph=True)  # dL/dw per layer, (B, H, T, T)
+    loss.backward()
+    keep = visible_counts(x.shape[1], x.shape[1], model.cfg.causal) > 1
+    rows = torch.cat(
+        [(w * (g - (w * g).sum(-1, keepdim=True))).pow(2).sum(-1)[..., keep].flatten() for w, g in zip(weights, grads, strict=True)]
+    )
+    saturated = torch.cat([(w.amax(-1) > 0.99)[..., keep].flatten() for w in weights])  # as saturated_fraction counts them
+    rms = {name: rows[chosen].mean().sqrt().item() for name, chosen in (("saturated_row_grad", saturated), ("other_row_grad", ~saturated))}
+    return {"score_grad": rows.sum().sqrt().item(), **rms, "qk_grad": qk_grad_norm(model), "loss": loss.item()}
 
 
 def bits_per_byte(loss: float, n_tokens: int, n_bytes: int) -> float:

@@ -12,11 +12,13 @@ from conftest import assert_close, tiny_argv
 import harness.pictures.heatmaps
 import harness.training.runtime
 import inspect_attention
+import model.attention as model_attention
 import train
 from configs import load_config
 from data.tokenizer import CharTokenizer
 from model import GPT, ModelConfig
 from model.gpt import lm_loss
+from model.induction import induction_score, induction_summary, previous_occurrence
 from model.measurements import (
     FIRST_TOKEN_THRESHOLD,
     NEXT_TOKEN_THRESHOLD,
@@ -28,17 +30,15 @@ from model.measurements import (
     head_roles,
     honest_loss,
     honest_positions,
-    induction_score,
-    induction_summary,
     leak,
     next_token_weight,
     normalized_entropy,
     order_use,
-    previous_occurrence,
     previous_token_weight,
     qk_grad_norm,
     row_max,
     saturated_fraction,
+    score_gradients,
 )
 
 
@@ -256,18 +256,36 @@ def test_heatmap_labels_and_axis_names_show_in_full(n_heads):
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         picture = fig.bbox
+        panels = [ax for ax in fig.axes if ax.images]  # the heatmaps; the colour bar's axes hold none
+        assert len(panels) == n_heads and len(fig.axes) == n_heads + 1
         squares = [ax.get_window_extent(renderer) for ax in fig.axes]
-        texts = figure_texts(fig)
+        texts = figure_texts(fig)  # the colour bar's ticks and label too
         assert sum(t in fig.axes[0].get_yticklabels() for t in texts) == T
         for text in texts:
             box = text.get_window_extent(renderer)
             inside = picture.x0 <= box.x0 and box.x1 <= picture.x1 and picture.y0 <= box.y0 and box.y1 <= picture.y1
             assert inside, f"{text.get_text()!r} at {box.bounds} is cut by the picture {picture.bounds}"
             assert not any(box.overlaps(square) for square in squares), f"{text.get_text()!r} covers a heatmap"
-        first, last = fig.axes[0], fig.axes[-1]
+        first, last = panels[0], panels[-1]
         assert [t.get_text() for t in first.get_yticklabels()] == labels
         assert first.get_ylabel() == "queries (rows)" and last.get_xlabel() == "keys (columns): attended to"
-        assert {ax.get_xlabel() for ax in fig.axes[-min(n_heads, 4) :]} == {"keys (columns): attended to"}  # the lowest of each column
+        assert {ax.get_xlabel() for ax in panels[-min(n_heads, 4) :]} == {"keys (columns): attended to"}  # the lowest of each column
+
+
+@pytest.mark.parametrize(
+    "causal,cells,label",
+    [(True, [(t, t) for t in range(5)], "t, the diagonal"), (False, [(t, t + 1) for t in range(4)], "t+1, the answer")],
+)
+def test_heatmaps_outline_the_diagonal_or_the_answer_and_carry_a_colour_bar(causal, cells, label):
+    """Under the mask each panel outlines the diagonal; without it the cells (t, t+1), where a copying head looks."""
+    weights = torch.full((2, 5, 5), 0.2)
+    fig = harness.pictures.heatmaps.heatmap_figure(weights, list("abcde"), "outlines", causal=causal)
+    panels = [ax for ax in fig.axes if ax.images]
+    for ax in panels:
+        outlined = sorted((round(p.get_y() + 0.5), round(p.get_x() + 0.5)) for p in ax.patches)  # (row: query, column: key)
+        assert outlined == cells
+    (colorbar,) = [ax for ax in fig.axes if not ax.images]
+    assert colorbar.get_ylabel() == f"weight; red: {label}" and colorbar.get_ylim() == (0.0, 1.0)
 
 
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
@@ -468,3 +486,41 @@ def test_induction_summary_scores_every_head_and_splits_the_loss_by_what_the_con
     assert summary["loss/repeated"] == pytest.approx(losses[6:9].mean().item())  # a b c repeated, their next tokens b c d copyable
     assert summary["loss/first"] == pytest.approx(losses[:6].mean().item())  # the first a..f (d at 9 repeats, but g follows it)
     assert summary["icl/score"] == pytest.approx(summary["loss/repeated"] - summary["loss/first"])
+
+
+@pytest.mark.parametrize("causal,scaled", [(True, True), (False, True), (True, False)])
+def test_score_gradients_equal_autograd_at_the_softmax_input(causal, scaled, monkeypatch):
+    """score_grad is the norm of dL/d(scores after the scale) that autograd itself gives, when the scores are kept."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, causal=causal, scaled=scaled, qk_init_std=0.5))
+    x, y = torch.randint(0, 11, (3, 8)), torch.randint(0, 11, (3, 8))
+    got = score_gradients(model, x, y)
+
+    kept = []  # the scores of each layer, as attention() hands them to the softmax
+
+    def keeping(q, k, mask, scale):
+        scores = real(q, k, mask, scale)
+        scores.retain_grad()
+        kept.append(scores)
+        return scores
+
+    real = model_attention.attention_scores
+    monkeypatch.setattr(model_attention, "attention_scores", keeping)
+    model.zero_grad()
+    h = model.embed(x)
+    for block in model.blocks:
+        h, _ = block(h, return_weights=True)
+    lm_loss(model.lm_head(model.ln_f(h)), y).backward()
+    rows = torch.cat([s.grad.pow(2).sum(-1)[..., 1:].flatten() if causal else s.grad.pow(2).sum(-1).flatten() for s in kept])
+    assert got["score_grad"] == pytest.approx(rows.sum().sqrt().item(), rel=1e-5)
+    assert got["qk_grad"] == pytest.approx(qk_grad_norm(model), rel=1e-6)  # the same pass's gradient on the weights
+    assert got["loss"] == pytest.approx(lm_loss(model(x)[0], y).item(), rel=1e-6)
+
+
+def test_a_saturated_row_passes_back_almost_nothing():
+    """Unscaled scores with large queries and keys saturate rows; those rows' score gradient is far below the others'."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=1, n_embd=32, block_size=16, vocab_size=11, scaled=False, qk_init_std=0.6))
+    x, y = torch.randint(0, 11, (4, 16)), torch.randint(0, 11, (4, 16))
+    got = score_gradients(model, x, y)
+    assert got["saturated_row_grad"] < 0.1 * got["other_row_grad"], got

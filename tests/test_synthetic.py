@@ -13,7 +13,7 @@ from configs import ConfigError, load_config
 from data.batches import draw_batch
 from data.synthetic import SYMBOLS, RepeatedRandom, load_synthetic
 from harness.training.checkpoints import read_checkpoint
-from model.measurements import previous_occurrence
+from model.induction import previous_occurrence
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 

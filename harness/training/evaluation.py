@@ -14,7 +14,8 @@ from data.batches import draw_batch
 from data.tokenizer import Tokenizer, TokenizerError, token_labels
 from harness.training.runtime import Runtime
 from model import GPT
-from model.measurements import attention_summary, bits_per_byte, honest_positions, induction_summary, leak, order_use
+from model.induction import induction_summary
+from model.measurements import attention_summary, bits_per_byte, honest_positions, leak, order_use
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest

@@ -20,7 +20,8 @@ from harness.folders import FolderLock, claim_run_folder
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.evaluation import Evaluation
 from harness.training.runtime import Runtime
-from model.measurements import INDUCTION_THRESHOLD, SHUFFLED_TOKENS
+from model.induction import INDUCTION_THRESHOLD
+from model.measurements import SHUFFLED_TOKENS
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 # TensorBoard smooths every curve by 0.6 unless told otherwise, and a curve of a few evaluations
@@ -126,20 +127,22 @@ class RunLogger:
             shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
             tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4g}" for name, value in shown))
 
-    def log_evaluation(self, step: int, evaluation: Evaluation, flags: str) -> None:
-        """An evaluation's heatmaps, sample and scalars (the scalars also on the console)."""
-        self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags)
+    def log_evaluation(self, step: int, evaluation: Evaluation, flags: str, causal: bool = True) -> None:
+        """An evaluation's heatmaps (of a model with the mask when causal), sample and scalars (the scalars also on the console)."""
+        self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags, causal)
         self.writer.add_text("samples", sample_markdown(evaluation.sample, evaluation.sample_tokens), step)
         self.log(step, console=True, **evaluation.metrics)
 
-    def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str) -> None:
+    def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str, causal: bool = True) -> None:
         """One heatmaps/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
 
         def title(layer: int, step: int) -> str:
             return f"layer {layer} at step {step} ({flags})"
 
         if not self.heatmap_grids:  # laid out once, wide enough for a title with a seven-digit step
-            self.heatmap_grids = [HeatmapGrid(w.shape[1], labels, title=title(layer, 10**6)) for layer, w in enumerate(weights_per_layer)]
+            self.heatmap_grids = [
+                HeatmapGrid(w.shape[1], labels, title=title(layer, 10**6), causal=causal) for layer, w in enumerate(weights_per_layer)
+            ]
         for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
             picture = grid.pixels(weights[0], title(layer, step))  # (height, width, 3)
             self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")
