@@ -118,7 +118,8 @@ def readme_table(figures: dict) -> str:
     for key in COMPARISONS:
         for variant, stats in figures[key]["value"]["aggregate"].items():
             rows[variant] = {tag: None if s is None else Spread(s["mean"], s["std"], s["n"]) for tag, s in stats.items()}
-    return format_table(rows, [c for c in COLUMNS if c[1] != "wall_s"])
+    recorded = [c for c in COLUMNS if c[1] != "wall_s" and any(row.get(c[1]) for row in rows.values())]  # columns the runs measured
+    return format_table(rows, recorded)
 
 
 def differences_table(figures: dict) -> str:

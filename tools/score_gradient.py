@@ -27,6 +27,7 @@ from harness.experiments.comparison import plan_runs
 from harness.experiments.stats import t_975
 from harness.training.checkpoints import load_model
 from model import GPT
+from model.ablations import ABLATIONS
 from model.measurements import score_gradients
 from tools.figures import record
 
@@ -66,8 +67,10 @@ def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
     """{when: ratio lines} at initialisation ("init"), and at the end of training ("end") where compare.py's checkpoints exist."""
     corpus = load_corpus(cfg.data)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size))
-    plan = plan_runs(cfg, runs_dir / f"compare-{cfg.name}", n_seeds)
-    (scaled_runs, unscaled_runs) = [runs for runs in plan.values() if runs[0].model.causal]  # as it is, and without the scale
+    no_scale = next(a.name for a in ABLATIONS if a.switch == "scaled")
+    scaled_runs, unscaled_runs = plan_runs(
+        cfg, runs_dir / f"compare-{cfg.name}", n_seeds, [no_scale]
+    ).values()  # as it is, without the scale
     B, T = cfg.train.batch_size, cfg.model.block_size
     found = {when: {q: ([], []) for q in QUANTITIES} for when in ("init", "end")}  # per quantity: (with the scale, without)
     val_gen = torch.Generator().manual_seed(0)
