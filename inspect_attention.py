@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from data.tokenizer import TokenizerError, token_labels
-from harness.cli import OneLineParser, add_model_source, load_model_source, run_command
+from harness.cli import OneLineParser, add_model_source, load_model_source, run_command, typed_text
 from harness.folders import writable_folder
 from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps
 from harness.training.evaluation import PROBE_TEXT
@@ -27,7 +27,7 @@ PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the 
 def main(argv: list[str]) -> Path:
     parser = OneLineParser(description="Heatmaps, an HTML page and per-head statistics of a model's attention.")
     add_model_source(parser)
-    parser.add_argument("--text", default=PROBE_TEXT, help="the text to look at (default: the one evaluations draw)")
+    parser.add_argument("--text", type=typed_text, default=PROBE_TEXT, help="the text to look at (default: the one evaluations draw)")
     parser.add_argument("--out", type=Path, help="folder for the pictures and the page (default: <run folder>/inspect)")
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
     args = parser.parse_args(argv)

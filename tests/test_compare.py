@@ -169,7 +169,7 @@ def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(
 
     second = compare.main([*argv, "--resume"])
     out = capsys.readouterr().out
-    assert "=== tiny, seed 1337: tiny finished already ===" in out
+    assert "=== run 1 of 3: tiny, seed 1337: tiny finished already ===" in out
     assert f"resuming {folder / 'tiny-no-mask'} from step 2" in out
     assert (folder / "tiny" / "metrics.jsonl").read_bytes() == base_metrics  # untouched
     assert second["tiny"] == first["tiny"]  # wall time included: kept from compare.json

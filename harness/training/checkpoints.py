@@ -36,6 +36,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     for name, tensor in payload.get("model", {}).items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
+    earlier = "the previous checkpoint there is intact" if path.is_file() else "no checkpoint was saved"
     try:
         with atomic_file(path, one_writer=True) as f:  # the run folder's lock makes this process its only writer
             torch.save(payload, f)
@@ -44,7 +45,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         while cause is not None and not isinstance(cause, OSError):  # torch wraps the OSError of a failed write
             cause = cause.__cause__ or cause.__context__
         reason = cause.strerror if cause is not None and cause.strerror else f"the write failed ({type(e).__name__})"
-        raise CheckpointError(f"could not save {path}: {reason}; the previous checkpoint there is intact") from None
+        raise CheckpointError(f"could not save {path}: {reason}; {earlier}") from None
 
 
 def read_checkpoint(path: Path, map_location="cpu") -> dict:
