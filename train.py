@@ -68,7 +68,7 @@ def train(cfg: Config) -> dict:
         progress.step, progress.evaluated = step, evaluated
         with stop.writing():  # a second Ctrl-C waits for this file, then aborts
             checkpointer.save(model, optimizer, train_gen, progress)
-        stop.saved = f"{cfg.run_dir / 'ckpt.pt'} holds step {step}"
+            stop.saved = f"{cfg.run_dir / 'ckpt.pt'} holds step {step}"
 
     def evaluate_and_save(step: int) -> None:  # a stop inside the evaluation raises Stopped: nothing of it is logged
         report = evaluate(model, eval_set, runtime, corpus.tokenizer, started, poll, progress=eval_seconds > 10)
@@ -81,9 +81,9 @@ def train(cfg: Config) -> dict:
     # The loop: every step sets the rate, draws a batch, steps; every so often it evaluates, logs and saves.
     window_start = time.perf_counter()  # the training-loss window: its sum and count live in progress, saved for --resume
     first_step, stopped, step = progress.step, None, progress.step
-    bar = tqdm(range(first_step, cfg.train.max_steps), desc=cfg.run_name, dynamic_ncols=True, disable=not runtime.is_main,
-               initial=first_step, total=cfg.train.max_steps)  # fmt: skip
-    with StopFlag("stopping after this step and saving a checkpoint...") as stop:
+    with StopFlag("stopping after this step and saving a checkpoint...") as stop:  # from here on, a signal saves a checkpoint
+        bar = tqdm(range(first_step, cfg.train.max_steps), desc=cfg.run_name, dynamic_ncols=True, disable=not runtime.is_main,
+                   initial=first_step, total=cfg.train.max_steps)  # fmt: skip
         stop.saved = f"{cfg.run_dir / 'ckpt.pt'} holds step {progress.step}" if checkpoint else None
         poll = stop.poll if runtime.world_size == 1 else None  # under torchrun all processes stop together, between steps
         try:

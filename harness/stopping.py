@@ -14,6 +14,7 @@ quietly with exit code 141 (128 + SIGPIPE), as Unix programs do on a closed pipe
 """
 
 import contextlib
+import io
 import os
 import signal
 import sys
@@ -161,6 +162,20 @@ class GuardedStream:
         return getattr(self.stream, name)
 
 
+def writable(stream) -> bool:
+    """Whether a standard stream can be written at all: Python leaves it None when its descriptor was closed,
+    and a launcher may have left a read-only file there (a shell script that execs python)."""
+    if stream is None:
+        return False
+    try:
+        os.write(stream.fileno(), b"")  # writes nothing, but fails on a descriptor not open for writing
+    except (AttributeError, io.UnsupportedOperation):  # a stream in memory (a test's capture): writable
+        return True
+    except OSError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def guarded_output():
     """sys.stdout and sys.stderr as GuardedStreams for the block, the streams themselves again afterwards."""
@@ -170,8 +185,8 @@ def guarded_output():
         except OSError:
             os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: this one
     saved = sys.stdout, sys.stderr
-    # Python leaves sys.stderr None when it started closed: its text is discarded, and the work goes on.
-    sys.stdout, sys.stderr = (GuardedStream(s if s is not None else open(os.devnull, "w")) for s in saved)  # noqa: SIM115
+    # A stream closed before the start (2>&-) was the user's choice: its text is discarded, and the work goes on.
+    sys.stdout, sys.stderr = (GuardedStream(s if writable(s) else open(os.devnull, "w")) for s in saved)  # noqa: SIM115
     try:
         yield
     finally:

@@ -169,7 +169,7 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
         raise CheckpointError(f"{path} was trained on another text; resume with the same --data-file, or start a new run")
     if not all(k in checkpoint for k in ("optimizer", "train_rng", "torch_rng")):
         raise CheckpointError(f"{path} holds weights only (no optimizer or sampler state), so it cannot be resumed")
-    if checkpoint["step"] >= cfg.train.max_steps:
+    if checkpoint["step"] >= cfg.train.max_steps and checkpoint.get("evaluated", True):  # stopped in its last evaluation: that is left
         raise CheckpointError(f"{path} already finished at step {checkpoint['step']}; raise --train.max_steps to train further")
     return checkpoint
 
