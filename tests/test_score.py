@@ -266,7 +266,7 @@ def test_bad_input_is_one_line(run, tmp_path, capsys):
         ([*ckpt, "--file", str(one)], ["the text is 1 token long; scoring needs at least 2"]),
         ([*ckpt, "--stride", "33"], ["--stride 33 is longer than the model's context; give 1 to 32 tokens"]),
         ([*ckpt, "--stride", "0"], ["argument --stride: must be at least 1, got 0"]),
-        ([*ckpt, "--stride", "-4"], ["argument --stride: must be 0 or more, got -4"]),
+        ([*ckpt, "--stride", "-4"], ["argument --stride: must be at least 1, got -4"]),
         ([*ckpt, "--top", "0"], ["argument --top: must be at least 1, got 0"]),
         (["--checkpoint", str(tmp_path / "none.pt")], ["no checkpoint at"]),
         (["--checkpoint", str(nan), "--device", "cpu"], ["the model's logits are not finite (NaN or inf)"]),
