@@ -31,9 +31,9 @@ LOST_OUTPUT = signal.SIGPIPE  # what a write to a closed pipe raises: here, any 
 class Stopped(Exception):
     """Raised at a safe point once a stop was asked for (a first signal, or lost output)."""
 
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-        self.signum = signum
+    def __init__(self, signum: int | None):
+        super().__init__(f"stopped by {signal.Signals(signum).name if signum else 'another process of the job'}")
+        self.signum = signum  # None under torchrun for the processes that were not signalled themselves
 
 
 class Aborted(BaseException):
