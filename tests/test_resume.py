@@ -544,6 +544,10 @@ def test_signal_stops_cleanly_with_a_loadable_checkpoint(signalled, case, code):
     assert checkpoint["step"] == step > 0
     assert max(m["step"] for m in read_metrics(run_dir)) <= step
     assert not list(run_dir.glob("*.tmp"))
+    # The second Ctrl-C lands in the stop's save (which it lets finish), after it, or after the process ended: at most
+    # one line then says what is on disk, and it is what is on disk.
+    said = [line.strip() for line in proc.stderr.splitlines() if "again" in line]
+    assert said in ([], [f"SIGINT again: aborted at once; {ckpt} holds step {step}"]), said
 
 
 # 3. SIGKILL at random moments: whatever survives on disk loads
