@@ -187,6 +187,17 @@ def run_command(
     The command returns an int exit code, or anything else (its result, for tests) for success. A stop
     (harness/stopping.py) exits with 128 + the signal's number: quietly when the output was lost (141).
     """
+    try:
+        return one_line_failures(command, argv, interrupted)
+    except Aborted as e:  # a second signal: from the command, or from its very end, past the handlers below
+        shut_down()
+        with guarded_output():
+            print(e, file=sys.stderr)
+        return 128 + e.signum
+
+
+def one_line_failures(command: Callable[[list[str]], object], argv: list[str], interrupted: str) -> int:
+    """run_command's body: the command under guarded output, each expected failure turned into a line and an exit code."""
     with guarded_output():
         try:
             code = command(argv)
@@ -200,19 +211,13 @@ def run_command(
             if e.signum != LOST_OUTPUT:
                 print(interrupted, file=sys.stderr)
             return 128 + e.signum
-        except Aborted as e:
-            print(e, file=sys.stderr)
-            return 128 + e.signum
         except KeyboardInterrupt:
             print(interrupted, file=sys.stderr)
             return 130
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
                 raise
-            print(
-                f"error: could not save {e.filename or 'a file'}: {e.strerror}; free some space or choose another --runs-dir",
-                file=sys.stderr,
-            )
+            print(f"error: could not save {e.filename or 'a file'}: {e.strerror}; free some space or write elsewhere", file=sys.stderr)
             return 1
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
             if not is_out_of_memory(e):

@@ -117,12 +117,14 @@ class GuardedStream:
     """A text stream whose failed writes (a closed pipe, a full disk) become a stop, and whose text never fails to encode.
 
     The first failed write marks the stream lost and sends this process SIGPIPE: a StopFlag records it
-    and the loops stop at their next safe point; without one, the write raises Stopped at once. Later
-    writes go nowhere. Characters the stream's encoding lacks (a Latin-1 terminal) are replaced, not fatal.
+    and the loops stop at their next safe point; without one, a write to stdout raises Stopped at once
+    (there is nothing to save yet). Later writes go nowhere. Characters the stream's encoding lacks
+    (a Latin-1 terminal) are replaced, not fatal.
     """
 
-    def __init__(self, stream):
+    def __init__(self, stream, stops: bool = True):
         self.stream = stream
+        self.stops = stops  # without a StopFlag: whether a failed write ends the command (stdout), or is dropped (stderr)
         self.lost = False
 
     def write(self, text: str) -> int:
@@ -152,8 +154,8 @@ class GuardedStream:
             os.close(devnull)
         if callable(signal.getsignal(LOST_OUTPUT)):
             signal.raise_signal(LOST_OUTPUT)  # a StopFlag is listening: the loops stop at their next safe point
-        else:
-            raise Stopped(LOST_OUTPUT)
+        elif self.stops:
+            raise Stopped(LOST_OUTPUT)  # nothing to save yet: the command ends here
 
     def isatty(self) -> bool:
         return not self.lost and self.stream.isatty()
@@ -186,7 +188,8 @@ def guarded_output():
             os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: this one
     saved = sys.stdout, sys.stderr
     # A stream closed before the start (2>&-) was the user's choice: its text is discarded, and the work goes on.
-    sys.stdout, sys.stderr = (GuardedStream(s if writable(s) else open(os.devnull, "w")) for s in saved)  # noqa: SIM115
+    out, err = (s if writable(s) else open(os.devnull, "w") for s in saved)  # noqa: SIM115
+    sys.stdout, sys.stderr = GuardedStream(out), GuardedStream(err, stops=False)
     try:
         yield
     finally:
