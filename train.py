@@ -26,7 +26,7 @@ from harness.training.optim import describe, lr_at, make_optimizer, set_lr
 from harness.training.runlog import RunLogger, open_run_dir
 from harness.training.runtime import load_data, mean_over_ranks, setup_runtime, stop_asked, wrap_for_training
 from harness.training.starting_weights import initial_model
-from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_second
+from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_second, tokens_per_step
 from model.ablations import flags_label
 from model.measurements import qk_grad_norm
 
@@ -36,8 +36,8 @@ def train(cfg: Config) -> dict:
     runtime = setup_runtime(cfg.train)
     corpus, cfg = load_data(cfg, runtime)
     torch.manual_seed(cfg.train.seed + runtime.rank)  # same init everywhere (DDP broadcasts rank 0's), own dropout
-    cfg, model = initial_model(cfg, runtime)  # fresh, or GPT-2's weights (--init-from), which also set the model config
-    checkpoint = read_resumable(cfg, corpus.source_sha256) if cfg.train.resume else None
+    checkpoint = read_resumable(cfg, corpus.source_sha256) if cfg.train.resume else None  # read once, checked before use
+    cfg, model = initial_model(cfg, runtime, checkpoint)  # fresh, GPT-2's weights (--init-from), or the checkpoint's shapes
     speed = check_affordable(cfg, runtime.device)  # this device's speed; a step too long to stop or too big to hold is refused here
     run_lock = open_run_dir(cfg, runtime)
 
@@ -48,10 +48,10 @@ def train(cfg: Config) -> dict:
     if checkpoint:
         runtime.say(f"resuming {cfg.run_dir} from step {progress.step}")
     step_model = wrap_for_training(model, runtime)
-    tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum_steps * runtime.world_size * cfg.model.block_size
+    step_tokens = tokens_per_step(cfg, runtime)
     runtime.say(
         f"model: {model.num_params() / 1e6:.2f}M parameters; corpus {corpus.source}: {len(corpus.train):,} train / "
-        f"{len(corpus.val):,} val tokens; {tokens_per_step:,} tokens per step; optimizer {describe(optimizer)}"
+        f"{len(corpus.val):,} val tokens; {step_tokens:,} tokens per step; optimizer {describe(optimizer)}"
     )
 
     # What evaluations look at, where results go.
@@ -103,7 +103,7 @@ def train(cfg: Config) -> dict:
                 progress.window_loss, progress.window_steps = progress.window_loss + loss.detach(), progress.window_steps + 1
                 if log_now:
                     mean_loss = mean_over_ranks(progress.window_loss / progress.window_steps, runtime).item()
-                    tok_s = tokens_per_second(progress.window_steps * tokens_per_step, time.perf_counter() - window_start)
+                    tok_s = tokens_per_second(progress.window_steps * step_tokens, time.perf_counter() - window_start)
                     if logger:
                         logger.log(
                             step + 1, **{"loss/train_step": mean_loss, "lr": lr, "perf/tokens_per_s": tok_s, "grad/qk_norm": qk_norm}
@@ -123,7 +123,7 @@ def train(cfg: Config) -> dict:
         run_lock.release()
     elapsed = time.perf_counter() - started
     steps_done = (stopped if stopped is not None else cfg.train.max_steps) - first_step
-    summary = {**last, "wall_s": elapsed, "tokens_per_s": steps_done * tokens_per_step / elapsed}
+    summary = {**last, "wall_s": elapsed, "tokens_per_s": steps_done * step_tokens / elapsed}
     summary |= {"stopped_at": stopped, "signal": stop.signum}
     if stopped is not None:
         runtime.say(f"stopped at step {stopped}; checkpoint saved to {cfg.run_dir / 'ckpt.pt'}. Resume with the same command plus --resume")

@@ -1,7 +1,9 @@
 """Configuration: the schema (configs/schema.py: typed, checked dataclasses) and the loader
-(configs/loader.py: a TOML preset, then command-line overrides). The presets are the .toml files here."""
+(configs/loader.py: a TOML preset, then command-line overrides), and what --help and docs/command-line.md say of
+every key (configs/reference.py). The presets are the .toml files here."""
 
-from configs.loader import CONFIG_DIR, FROM_TOKENIZER, SHORTHANDS, ConfigError, load_config, parse_args, presets, usage
+from configs.loader import CONFIG_DIR, FROM_TOKENIZER, SHORTHANDS, ConfigError, load_config, parse_args, presets
+from configs.reference import usage
 from configs.schema import KEYS, MAX_SEED, SECTIONS, Config, DataConfig, TrainConfig
 
 __all__ = [

@@ -139,18 +139,6 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
     return name, overrides
 
 
-def usage(default: str = "base") -> str:
-    """What a config-driven script accepts: the presets, the shorthands and every key with its default."""
-    shorthands = [f"  {flag:<12} {dotted}" + ("=VALUE" if value is None else f"={value}") for flag, (dotted, value) in SHORTHANDS.items()]
-    keys = [
-        f"  --{dotted}={'' if f.default == '' else str(f.default).lower() if isinstance(f.default, bool) else f.default}"
-        for dotted, f in KEYS.items()
-        if dotted not in FROM_TOKENIZER
-    ]
-    head = f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file"
-    return "\n".join([head, "shorthands:", *shorthands, "every key, with its default (a preset may change it):", *keys])
-
-
 def load_config(argv: list[str], default: str = "base") -> Config:
     """Build the Config from `--config NAME|PATH` (`default` if absent) and the overrides in argv."""
     name, overrides = parse_args(argv, default)

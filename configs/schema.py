@@ -12,9 +12,11 @@ from pathlib import Path
 
 from data.tokenizer import TOKENIZERS
 from model.ablations import name_suffix
-from model.config import ModelConfig, setting
+from model.config import ModelConfig, check_choice, setting
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+OPTIMIZERS = ("adamw", "muon")
+MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")  # "auto": bfloat16 where the device computes it in hardware
 MAX_SEED = 2**63 - 1  # torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
 MAX_RUN_NAME = 200  # characters
 
@@ -26,8 +28,7 @@ class DataConfig:
     cache_dir: str = setting("", "where downloads and prepared .bin files go; empty means data/cache")
 
     def __post_init__(self) -> None:
-        if self.tokenizer not in TOKENIZERS:
-            raise ValueError(f"data.tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
+        check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
 
 
 @dataclass(frozen=True)
@@ -79,15 +80,12 @@ class TrainConfig:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.optimizer not in ("adamw", "muon"):
-            raise ValueError(f"train.optimizer must be adamw or muon, got {self.optimizer!r}")
-        if self.muon_dtype not in ("auto", "bfloat16", "float32"):
-            raise ValueError(f"train.muon_dtype must be auto, bfloat16 or float32, got {self.muon_dtype!r}")
-        if self.compile not in ("auto", "true", "false"):
-            raise ValueError(f"train.compile must be auto, true or false, got {self.compile!r}")
-        base = self.device.split(":")[0]
-        if base not in DEVICES or (":" in self.device and (base != "cuda" or not self.device.split(":")[1].isdigit())):
-            raise ValueError(f"train.device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")
+        check_choice("train.optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("train.muon_dtype", self.muon_dtype, MUON_DTYPE_CHOICES)
+        check_choice("train.compile", self.compile, ("auto", "true", "false"))
+        base, _, index = self.device.partition(":")
+        if not (base == "cuda" and index.isdigit()):  # cuda:N names one GPU
+            check_choice("train.device", self.device, DEVICES, " (or cuda:N)")
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
         if not self.runs_dir.strip():
@@ -122,4 +120,26 @@ class Config:
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}  # TOML section -> dataclass
+SECTION_MEANINGS = {
+    "model": "the network: its sizes, and the switches that break attention",
+    "data": "the text and how it becomes token ids",
+    "train": "the run: optimizer, schedule, evaluations, device, where results go",
+}
 KEYS = {f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # "train.lr" -> its field
+
+
+def config_differences(saved: dict, wanted: dict, ignore: tuple[str, ...] = (), prefix: str = "") -> list[str]:
+    """What differs between a recorded config and the wanted one, key by key: ["n_layer 2 vs 4", ...].
+
+    Both are plain dicts as `to_dict()` and checkpoints hold them; a key the record lacks shows as None.
+    Nested sections ({"model": {...}}) are compared key by key, named "model.n_layer".
+    """
+    found = []
+    for key, value in wanted.items():
+        if key in ignore:
+            continue
+        if isinstance(value, dict):
+            found += config_differences(saved.get(key) or {}, value, ignore, f"{prefix}{key}.")
+        elif saved.get(key) != value:
+            found.append(f"{prefix}{key} {saved.get(key)!r} vs {value!r}")
+    return found

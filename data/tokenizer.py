@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 TOKENIZERS = ("gpt2", "char")
+GPT2_VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding: 50,000 merges, 256 bytes and <|endoftext|>
 
 
 class TokenizerError(ValueError):

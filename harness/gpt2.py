@@ -19,14 +19,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
 from data.files import write_atomically
-from data.tokenizer import GPT2Tokenizer, Tokenizer
+from data.tokenizer import GPT2_VOCAB_SIZE, GPT2Tokenizer, Tokenizer
 from harness.folders import writable_folder
 from harness.training.checkpoints import CheckpointError
 from model import GPT, ModelConfig
 
 GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 HUB_FILES = ("config.json", "model.safetensors")
-GPT2_VOCAB_SIZE = 50257  # the gpt2 tokenizer's, the only vocabulary we have a tokenizer for
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as in openai-community/gpt2
 
 # The hub's names -> ours: outside the blocks, and the layers inside block N (the hub's h.N).

@@ -12,6 +12,12 @@ def setting(default, meaning: str):
     return field(default=default, metadata={"meaning": meaning})
 
 
+def check_choice(dotted: str, value, choices, also: str = "") -> None:
+    """A field that takes one of a few values: anything else is a ValueError that lists them (`also`: what else is valid)."""
+    if value not in choices:
+        raise ValueError(f"{dotted} must be one of {', '.join(map(str, choices))}{also}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     n_layer: int = setting(4, "transformer blocks")
@@ -20,8 +26,10 @@ class ModelConfig:
     block_size: int = setting(64, "longest context, in tokens")
     vocab_size: int = setting(50257, "filled in from the tokenizer by train.py")
     dropout: float = setting(0.0, "on attention weights, residual outputs and embeddings")
-    causal: bool = setting(True, "False is the --no-mask ablation: every token sees the future")
-    scaled: bool = setting(True, "False is the --no-scale ablation: scores are not divided by sqrt(head_size)")
+    causal: bool = setting(
+        True, "the causal mask: each token sees only the past; false is the --no-mask ablation, every token sees the future"
+    )
+    scaled: bool = setting(True, "scores divided by sqrt(head_size); false is the --no-scale ablation, the softmax saturates")
     attention: str = setting(
         "sdpa", '"sdpa": torch\'s fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights'
     )
@@ -39,12 +47,10 @@ class ModelConfig:
                 raise ValueError(f"model.{name} must be a finite number, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
-        if self.attention not in ATTENTION_BACKENDS:
-            raise ValueError(f"model.attention must be one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention!r}")
+        check_choice("model.attention", self.attention, ATTENTION_BACKENDS)
         if self.qk_init_std <= 0:
             raise ValueError(f"model.qk_init_std must be positive, got {self.qk_init_std}")
-        if self.gelu not in GELU_VARIANTS:
-            raise ValueError(f"model.gelu must be one of {', '.join(GELU_VARIANTS)}, got {self.gelu!r}")
+        check_choice("model.gelu", self.gelu, GELU_VARIANTS)
 
     @property
     def head_size(self) -> int:

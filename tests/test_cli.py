@@ -65,6 +65,23 @@ def test_train_help_lists_the_flags(capsys):
     assert "  --no-mask    model.causal=false" in out and "  --train.lr=0.001" in out and "model.vocab_size" not in out
 
 
+def test_help_explains_every_key_by_section(capsys):
+    """--help prints each key with its default and the first words of its meaning, under its section's heading."""
+    from configs import FROM_TOKENIZER, KEYS, SECTIONS
+
+    assert exit_code(train.main, ["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # wrapped lines joined
+    for section in SECTIONS:
+        assert f"[{section}] " in out, section
+    for dotted, f in KEYS.items():
+        if dotted in FROM_TOKENIZER:
+            continue
+        words = " ".join(f.metadata["meaning"].split()[:4])
+        assert len(f.metadata["meaning"].split()) >= 2, f"{dotted}: a meaning of at least a few words"
+        assert f"--{dotted}=" in out and words in out, dotted
+    assert out.index("[model]") < out.index("--model.n_layer=") < out.index("[data]") < out.index("--data.path=") < out.index("[train]")
+
+
 def test_a_value_that_starts_with_dashes_needs_the_equals_sign():
     assert load_config(["--run-name=--odd"]).run_name == "--odd"
     assert load_config(["--train.lr", "-1e-3", "--train.lr=2e-3"]).train.lr == 2e-3  # a single dash is a value

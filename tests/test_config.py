@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import CONFIG_DIR, Config, ConfigError, DataConfig, TrainConfig, load_config
+from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config
 from model import ModelConfig
 
 SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
@@ -318,3 +318,32 @@ def test_to_dict_round_trip():
     assert d["name"] == "tiny" and d["model"]["causal"] is False and d["train"]["lr"] == 3e-3
     rebuilt = Config(name=d["name"], **{s: cls(**d[s]) for s, cls in SECTION_CLASSES.items()})
     assert rebuilt == cfg
+
+
+def test_docs_command_line_lists_every_key_as_the_schema_says():
+    """docs/command-line.md's key tables are written from the fields' meanings; `python -m configs` rewrites them."""
+    from configs.reference import DOCS_PAGE, rewrite
+
+    page = DOCS_PAGE.read_text(encoding="utf-8")
+    assert rewrite(page) == page, "docs/command-line.md's key tables are stale: run python -m configs"
+    for dotted in KEYS:
+        if dotted not in FROM_TOKENIZER:
+            assert f"| `{dotted}` |" in page, dotted
+
+
+def test_a_changed_meaning_makes_the_docs_stale(monkeypatch):
+    from configs import reference
+
+    page = reference.DOCS_PAGE.read_text(encoding="utf-8")
+    original = reference.meaning
+    monkeypatch.setattr(reference, "meaning", lambda dotted: "a new meaning" if dotted == "train.lr" else original(dotted))
+    assert "| `train.lr` | `0.001` | a new meaning |" in reference.rewrite(page) != page
+
+
+def test_differences_name_each_changed_key_once_nested_sections_dotted():
+    from configs.schema import config_differences
+
+    saved = {"model": {"n_layer": 2, "causal": True}, "train": {"lr": 1e-3}}
+    wanted = {"model": {"n_layer": 4, "causal": True, "positions": True}, "train": {"lr": 1e-3, "run_name": "x"}}
+    assert config_differences(saved, wanted, ignore=("run_name",)) == ["model.n_layer 2 vs 4", "model.positions None vs True"]
+    assert config_differences(saved["model"], saved["model"]) == []

@@ -435,3 +435,13 @@ def test_good_download_is_saved_once_and_reused(tmp_path, monkeypatch):
     assert first.source == second.source == tmp_path / "cache" / "tinyshakespeare.txt"
     cut = int(len(payload.decode()) * 0.9)
     assert second.tokenizer.decode(second.train.tolist()) == payload.decode()[:cut]
+
+
+def test_gpt2s_vocabulary_size_is_written_once_and_true():
+    """GPT2_VOCAB_SIZE (data/tokenizer.py) is tiktoken's count, and the model's default vocabulary."""
+    from conftest import gpt2_encoding_or_skip
+
+    from data.tokenizer import GPT2_VOCAB_SIZE
+    from model import ModelConfig
+
+    assert gpt2_encoding_or_skip().n_vocab == GPT2_VOCAB_SIZE == ModelConfig().vocab_size == 50257

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from configs import ConfigError, TrainConfig, load_config
-from harness.training.muon import Muon, newton_schulz_dtype, zeropower_via_newtonschulz
+from harness.training.muon import Muon, adjusted_lr, newton_schulz_dtype, zeropower_via_newtonschulz
 from harness.training.optim import describe, make_optimizer
 from model import GPT, ModelConfig
 
@@ -158,6 +158,28 @@ def test_auto_picks_bfloat16_where_the_hardware_computes_it(monkeypatch):
         assert newton_schulz_dtype("auto", cpu) == want, (avx512_bf16, amx)
 
 
+def test_a_missing_or_failing_cpu_probe_means_float32(monkeypatch):
+    """torch's CPU probes are private: a release without them, or one that fails, must not stop a run."""
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert newton_schulz_dtype("auto", torch.device("cpu")) == torch.float32
+
+    def broken():
+        raise RuntimeError("no cpuinfo")
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", broken, raising=False)
+    assert newton_schulz_dtype("auto", torch.device("cpu")) == torch.float32
+
+
+@pytest.mark.parametrize("rule", [None, "original", "match_rms_adamw", "something-else"])
+@pytest.mark.parametrize("shape", [(12, 40), (40, 12), (24, 24), (3, 5, 7)])
+def test_the_learning_rate_rule_is_the_librarys(rule, shape):
+    """adjusted_lr is written out so that training needs no private torch module; torch's own rule is its reference."""
+    from torch.optim._muon import _adjust_lr  # private: present in the torch the suite runs on, which is what we compare with
+
+    assert adjusted_lr(0.02, rule, torch.Size(shape)) == _adjust_lr(0.02, rule, torch.Size(shape))
+
+
 def test_the_config_chooses_the_dtype_and_the_run_says_which():
     model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11))
     for choice, name in [("float32", "float32"), ("bfloat16", "bfloat16")]:
@@ -165,5 +187,5 @@ def test_the_config_chooses_the_dtype_and_the_run_says_which():
         assert describe(optimizer) == f"Muon (Newton-Schulz in {name}) + AdamW"
     assert describe(make_optimizer(model, TrainConfig(), torch.device("cpu"))) == "AdamW"
     assert load_config(["--config", "char", "--train.muon_dtype=float32"]).train.muon_dtype == "float32"
-    with pytest.raises(ConfigError, match="train.muon_dtype must be auto, bfloat16 or float32, got 'fp32'"):
+    with pytest.raises(ConfigError, match="train.muon_dtype must be one of auto, bfloat16, float32, got 'fp32'"):
         load_config(["--config", "char", "--train.muon_dtype=fp32"])

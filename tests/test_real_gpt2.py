@@ -217,7 +217,17 @@ def test_init_from_run_resumes_without_its_folder(unscaled_folder, corpus, tmp_p
         mp.setattr(train, "draw_micro_batches", draw)
         assert train.train(load_config(argv))["stopped_at"] == 2
     shutil.rmtree(folder)
-    assert train.train(load_config([*argv, "--resume"]))["stopped_at"] is None
+    real_load, ckpt_reads = torch.load, []
+
+    def load(path, *a, **kw):  # every read of the run's ckpt.pt during the resume
+        if str(path).endswith("ckpt.pt"):
+            ckpt_reads.append(path)
+        return real_load(path, *a, **kw)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(torch, "load", load)
+        assert train.train(load_config([*argv, "--resume"]))["stopped_at"] is None
+    assert len(ckpt_reads) == 1, f"ckpt.pt read {len(ckpt_reads)} times on resume; once is enough"
     got, want = (read_run_metrics(tmp_path / root / "runs" / "ft") for root in ("resumed", "full"))
     assert [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in got] == [
         {k: v for k, v in m.items() if not k.startswith("perf/")} for m in want

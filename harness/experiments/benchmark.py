@@ -12,15 +12,16 @@ import torch
 import torch.nn.functional as F
 
 from configs import Config
+from data.tokenizer import GPT2_VOCAB_SIZE
 from harness.experiments.profiling import best_ms, load_average, machine_name, matmul_peak_flops, peak_memory_bytes, sync, timed
 from harness.training.optim import describe, make_optimizer
 from harness.training.runtime import Runtime, wrap_for_training
-from harness.training.step import draw_micro_batches, optimizer_step
+from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_step
 from model import GPT
 from model.attention import attention
 from model.tiled import tiled_attention
 
-VOCAB_SIZES = {"char": 65, "gpt2": 50257}  # the tokenizers' vocabularies, so no corpus is needed
+VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}  # the tokenizers' vocabularies, so no corpus is needed
 ATTENTION_LENGTHS = (256, 1024, 4096)
 MiB = 2**20
 
@@ -77,11 +78,11 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
     params = model.num_params()
     flops_per_token = 6 * params + 12 * cfg.model.n_layer * cfg.model.n_embd * T  # weights, then attention's scores and mix
-    tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum_steps * runtime.world_size * T
-    tokens_per_s = tokens_per_step / seconds
+    step_tokens = tokens_per_step(cfg, runtime)
+    tokens_per_s = step_tokens / seconds
     return {
         "params": params,
-        "tokens_per_step": tokens_per_step,
+        "tokens_per_step": step_tokens,
         "batch_size": cfg.train.batch_size,
         "block_size": T,
         "vocab_size": V,

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from configs import Config
+from configs.schema import config_differences
 from data.files import atomic_file
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
 from harness.folders import moved_aside
@@ -76,6 +77,23 @@ def read_checkpoint(path: Path, map_location="cpu") -> dict:
     return checkpoint
 
 
+def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
+    """The ModelConfig a checkpoint stores (a field added since it was written takes its default), or a CheckpointError."""
+    try:
+        return ModelConfig(**checkpoint["config"]["model"])
+    except (TypeError, KeyError, ValueError) as e:
+        raise CheckpointError(f"{path} holds an invalid model config: {e}") from None
+
+
+def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> None:
+    """Refuse to resume a checkpoint of another model: every field but the attention backend must match."""
+    diff = config_differences(dataclasses.asdict(model_config_of(checkpoint, path)), dataclasses.asdict(wanted), ignore=("attention",))
+    if diff:
+        raise CheckpointError(
+            f"{path} was trained with another model config ({'; '.join(diff)}); resume with the run's own flags, or start a new run"
+        )
+
+
 def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
     """Rebuild the model and tokenizer stored in a checkpoint; returns (model in eval mode, tokenizer, checkpoint).
 
@@ -84,23 +102,28 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tok
     """
     path = Path(path)
     checkpoint = read_checkpoint(path)
+    model_cfg = model_config_of(checkpoint, path)
     try:
-        model_cfg = ModelConfig(**checkpoint["config"]["model"])
         tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
     except TokenizerError:
         raise  # the tokenizer's own files are missing (tiktoken offline): not the checkpoint's fault
     except (TypeError, KeyError, ValueError) as e:
-        raise CheckpointError(f"{path} holds an invalid config or tokenizer: {e}") from None
+        raise CheckpointError(f"{path} holds an invalid tokenizer: {e}") from None
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise CheckpointError(f"{path} is inconsistent: tokenizer has {tokenizer.vocab_size} tokens, model {model_cfg.vocab_size}")
     check_shapes(path, model_cfg, checkpoint["model"])
     model = GPT(model_cfg)
+    load_weights(model, checkpoint["model"], path)
+    return model.to(device).eval(), tokenizer, checkpoint
+
+
+def load_weights(model: GPT, state: dict, path: Path | str) -> None:
+    """Load a checkpoint's weights into a model of the right config, or a CheckpointError naming the first misfit."""
     try:
-        model.load_state_dict(checkpoint["model"])
+        model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as e:
         detail = str(e).strip().splitlines()[0]
         raise CheckpointError(f"{path}: its weights do not fit its model config ({detail[:200]})") from None
-    return model.to(device).eval(), tokenizer, checkpoint
 
 
 def check_shapes(path: Path, model_cfg: ModelConfig, state: dict) -> None:
@@ -136,7 +159,10 @@ class Progress:
 
 
 def read_resumable(cfg: Config, source_sha256: str) -> dict:
-    """The run's ckpt.pt, if it can continue this run: same model, same tokenizer, same text, steps left."""
+    """The run's ckpt.pt, read once, if it can continue this run: same model, same optimizer, same text, steps left.
+
+    An --init-from run takes its model config from the checkpoint itself, so initial_model checks that one.
+    """
     path = cfg.run_dir / "ckpt.pt"
     if not path.is_file():
         earlier = [folder for folder in moved_aside(cfg.run_dir) if (folder / "ckpt.pt").is_file()]
@@ -149,17 +175,8 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
             f"nothing to resume: no checkpoint at {path}; check --run-name and --runs-dir, or start afresh without --resume"
         )
     checkpoint = read_checkpoint(path)
-    saved = checkpoint["config"].get("model", {}) if isinstance(checkpoint.get("config"), dict) else {}
-    try:  # through ModelConfig, so a field added since the checkpoint was written counts as its default
-        saved = dataclasses.asdict(ModelConfig(**saved))
-    except (TypeError, ValueError):
-        pass  # compared as stored: the difference is reported below
-    wanted = dataclasses.asdict(cfg.model)
-    diff = [f"{k} {saved.get(k)!r} vs {v!r}" for k, v in wanted.items() if saved.get(k) != v and k != "attention"]
-    if diff:
-        raise CheckpointError(
-            f"{path} was trained with another model config ({'; '.join(diff)}); resume with the run's own flags, or start a new run"
-        )
+    if not cfg.train.init_from:  # an --init-from run's model config comes from the checkpoint: initial_model checks it
+        check_model_config(checkpoint, path, cfg.model)
     saved_optimizer = checkpoint["config"].get("train", {}).get("optimizer", "adamw")
     if saved_optimizer != cfg.train.optimizer:
         raise CheckpointError(
@@ -176,7 +193,7 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
 
 def restore(checkpoint: dict, model: GPT, optimizer, train_gen: torch.Generator, runtime: Runtime) -> Progress:
     """Load a resumable checkpoint into the model, the optimizer and the batch sampler; return the loop's progress."""
-    model.load_state_dict(checkpoint["model"])
+    load_weights(model, checkpoint["model"], "the resumed checkpoint")
     optimizer.load_state_dict(checkpoint["optimizer"])
     train_gen.set_state(checkpoint["train_rng"])
     rng_states = checkpoint["torch_rng"]

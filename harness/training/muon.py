@@ -8,14 +8,17 @@ problem. `Muon` below is the library's optimizer with one change: the dtype of N
 (tests/test_muon.py checks it, so a torch upgrade that changes the algorithm fails there).
 
 Everything else is the library's: constructor, validation, parameter groups, the state
-(`momentum_buffer`, so a torch.optim.Muon state_dict loads here and back), the learning-rate
-adjustment. The dtype is an attribute of the optimizer, not of its groups: it belongs to the
-machine, not to the checkpoint.
+(`momentum_buffer`, so a torch.optim.Muon state_dict loads here and back). The step uses only
+torch's public API: the learning-rate adjustment is written out here (`adjusted_lr`, held equal to
+the library's rule in tests/test_muon.py), so a torch release that moves its private helpers does
+not break training. The dtype is an attribute of the optimizer, not of its groups: it belongs to
+the machine, not to the checkpoint. torch.optim.Muon arrived in torch 2.9: that is the floor in
+requirements.txt.
 """
 
+import math
+
 import torch
-from torch.optim._muon import _adjust_lr
-from torch.optim.optimizer import _to_scalar
 
 MUON_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}  # train.muon_dtype's values besides "auto"
 
@@ -32,15 +35,45 @@ def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
         return MUON_DTYPES[choice]
     if device.type == "cuda":
         return torch.bfloat16
-    if device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
+    if device.type == "cpu" and has_bf16_units():
         return torch.bfloat16
     return torch.float32
+
+
+def has_bf16_units() -> bool:
+    """Whether this CPU computes bfloat16 in hardware (AVX512-BF16 or AMX), as torch's CPU probes report.
+
+    torch exposes the probes under private names, which a release may move: without them the answer
+    is False, and Newton-Schulz runs in float32, which is correct everywhere, only slower on such CPUs.
+    """
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    try:
+        return any(probe() for probe in probes if callable(probe))
+    except Exception:  # a probe that exists but fails (an unusual build): the safe answer
+        return False
+
+
+def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
+    """The step size Muon applies to a (rows, cols) matrix: torch.optim.Muon's `adjust_lr_fn` rules.
+
+    "original" (the default, also None) scales by sqrt(max(1, rows / cols)), so a tall matrix moves as
+    far per row as a wide one; "match_rms_adamw" by 0.2 sqrt(max(rows, cols)), which makes the update's
+    RMS match AdamW's, so AdamW's learning rate carries over; any other value leaves lr as it is.
+    """
+    rows, cols = shape[:2]
+    if rule is None or rule == "original":
+        ratio = math.sqrt(max(1, rows / cols))
+    elif rule == "match_rms_adamw":
+        ratio = 0.2 * math.sqrt(max(rows, cols))
+    else:
+        ratio = 1.0
+    return lr * ratio  # the ratio first, then the product: the library's rounding, so its bits
 
 
 def zeropower_via_newtonschulz(
     grad: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int, eps: float, dtype: torch.dtype
 ) -> torch.Tensor:
-    """torch.optim._muon._zeropower_via_newtonschulz, in `dtype` instead of bfloat16 always.
+    """torch.optim.Muon's Newton-Schulz orthogonalisation, in `dtype` instead of bfloat16 always.
 
     The quintic iteration pushes every singular value of the (normalised) update towards 1, so the
     step moves each direction of the matrix by a similar amount. It works on the wide orientation
@@ -84,21 +117,27 @@ class Muon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One optimization step, as torch.optim.Muon's (its `_single_tensor_muon`), with Newton-Schulz in ns_dtype."""
+        """One optimization step, as torch.optim.Muon's, with Newton-Schulz in ns_dtype."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            params, grads, bufs = [], [], []
-            self._init_group(group, params, grads, bufs)
-            lr, momentum = _to_scalar(group["lr"]), group["momentum"]
-            for param, grad, buf in zip(params, grads, bufs, strict=True):
-                if grad.dim() != 2:
-                    raise ValueError("Param gradient must be a 2D matrix")
+            lr, momentum = group["lr"], group["momentum"]
+            lr = lr.item() if isinstance(lr, torch.Tensor) else lr
+            for param in group["params"]:
+                grad = param.grad
+                if grad is None:
+                    continue
+                if grad.dim() != 2 or grad.is_sparse or torch.is_complex(param):
+                    raise ValueError("Muon takes real 2D matrices with dense gradients")
+                state = self.state[param]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+                buf = state["momentum_buffer"]
                 buf.lerp_(grad, 1 - momentum)
                 update = grad.lerp(buf, momentum) if group["nesterov"] else buf
                 update = zeropower_via_newtonschulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype)
                 param.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay
-                param.add_(update, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))
+                param.add_(update, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], param.shape))
         return loss

@@ -105,9 +105,15 @@ def setup_runtime(train_cfg: TrainConfig) -> Runtime:
 
 
 def has_triton() -> bool:
-    """Whether Triton can build kernels for the CUDA device here, as torch's own check says."""
-    from torch.utils._triton import has_triton as torch_has_triton  # imported only when CUDA is there: it probes the device
+    """Whether Triton can build kernels for the CUDA device here, as torch's own check says.
 
+    The check lives in a private torch module: a release that moves it answers False, and the run
+    trains eagerly (and says so), which is correct, only slower.
+    """
+    try:
+        from torch.utils._triton import has_triton as torch_has_triton  # imported only when CUDA is there: it probes the device
+    except ImportError:
+        return False
     return torch_has_triton()
 
 

@@ -14,27 +14,27 @@ the folder it started from, since restore() overwrites every weight.
 
 import dataclasses
 
-import torch
-
 from configs import Config, ConfigError
 from harness.gpt2 import build, load_pretrained
+from harness.training.checkpoints import check_model_config, model_config_of
 from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
 
 
-def initial_model(cfg: Config, runtime: Runtime) -> tuple[Config, GPT]:
+def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None) -> tuple[Config, GPT]:
     """(the run's config, its model on runtime.device): GPT(cfg.model) with fresh weights, or GPT-2's weights when
-    cfg.train.init_from names one. A resumed run starts here too, so that its config matches the checkpoint's;
-    restore() then overwrites the weights."""
-    if not cfg.train.init_from:
+    cfg.train.init_from names one. A resumed run passes its checkpoint (read once by read_resumable); an --init-from
+    run's model config comes from it and is checked before the model is built. restore() then overwrites the weights."""
+    if not cfg.train.init_from:  # read_resumable checked a checkpoint's model config against cfg.model
         return cfg, GPT(cfg.model).to(runtime.device)
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override")
     # The run's folder is named from the user's flags, not from switches kept from the weights: the resumed run finds it again.
     pinned = dataclasses.replace(cfg.train, run_name=cfg.run_name)
-    if cfg.train.resume:  # restore() brings the weights: only the shapes are needed, from the run's own checkpoint
-        saved = resumed_model_config(cfg)
-        model_cfg = cfg.model if saved is None else chosen_fields(cfg.model, saved)  # None: read_resumable says what is wrong
+    if checkpoint is not None:  # restore() brings the weights: only the shapes are needed, from the run's own checkpoint
+        path = cfg.run_dir / "ckpt.pt"
+        model_cfg = chosen_fields(cfg.model, model_config_of(checkpoint, path))
+        check_model_config(checkpoint, path, model_cfg)
         return dataclasses.replace(cfg, model=model_cfg, train=pinned), GPT(model_cfg).to(runtime.device)
     pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
     model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
@@ -66,15 +66,3 @@ def chosen_fields(preset: ModelConfig, weights: ModelConfig) -> ModelConfig:
     chosen = {field: getattr(preset, field) for field in ("block_size", "dropout", "attention")}
     ablations = {switch: getattr(weights, switch) and getattr(preset, switch) for switch in ("causal", "scaled")}
     return dataclasses.replace(weights, **chosen, **ablations)
-
-
-def resumed_model_config(cfg: Config) -> ModelConfig | None:
-    """The model config stored in the run's ckpt.pt, or None when it cannot be read.
-
-    mmap: the tensors stay on disk, so a 124M-parameter checkpoint costs no second read; restore() loads it.
-    """
-    try:
-        checkpoint = torch.load(cfg.run_dir / "ckpt.pt", map_location="cpu", weights_only=True, mmap=True)
-        return ModelConfig(**checkpoint["config"]["model"])
-    except Exception:  # missing, corrupt or foreign: read_resumable reports it in its own words
-        return None

@@ -82,5 +82,10 @@ def optimizer_step(
     return loss, grad_norm, seen
 
 
+def tokens_per_step(cfg: Config, runtime: Runtime) -> int:
+    """Tokens one optimizer step trains on, over every process: batch x accumulation x processes x context."""
+    return cfg.train.batch_size * cfg.train.grad_accum_steps * runtime.world_size * cfg.model.block_size
+
+
 def tokens_per_second(n_tokens: int, seconds: float) -> float:
     return n_tokens / max(seconds, 1e-9)

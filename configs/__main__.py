@@ -1,0 +1,5 @@
+"""python -m configs: rewrite the key tables of docs/command-line.md from the fields' meanings (configs/reference.py)."""
+
+from configs.reference import write_docs
+
+print(write_docs())
