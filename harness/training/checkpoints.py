@@ -1,13 +1,11 @@
 """Checkpoint files: written atomically, read as data only, and the run state that --resume restores.
 
-A checkpoint is a dict of tensors and plain Python data (numbers, strings, lists, dicts).
-Writing goes to a temporary file in the same folder, is flushed and fsynced, then renamed over
-the old file: a process killed at any moment, even during a save, leaves the previous
-checkpoint intact. Reading uses torch.load(weights_only=True), which refuses anything that
-would run code while unpickling.
-
-A run keeps two files: ckpt.pt, the latest state (weights, optimizer, sampler and random
-states, the loop's progress), and best.pt, the weights with the best val loss so far.
+A checkpoint is a dict of tensors and plain Python data (numbers, strings, lists, dicts). Writing goes
+to a temporary file in the same folder, is flushed and fsynced, then renamed over the old file: a process
+killed at any moment, even during a save, leaves the previous checkpoint intact. Reading uses
+torch.load(weights_only=True), which refuses anything that would run code while unpickling.
+A run keeps two files: ckpt.pt, the latest state (weights, optimizer, sampler and random states,
+the loop's progress), and best.pt, the weights with the best val loss so far.
 """
 
 import dataclasses
