@@ -24,7 +24,7 @@ from configs import ConfigError
 from data.files import write_atomically
 from data.synthetic import PROBE_SEED, RepeatedRandom
 from data.tokenizer import TokenizerError, token_labels
-from harness.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, run_command, seed
+from harness.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, run_command, seed, typed_text
 from harness.experiments.head_ablation import measure, report, run_batches
 from harness.folders import writable_folder
 from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps
@@ -40,7 +40,9 @@ PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the 
 def main(argv: list[str]) -> Path:
     parser = OneLineParser(description="Heatmaps, an HTML page and per-head statistics of a model's attention.")
     add_model_source(parser)
-    parser.add_argument("--text", help="the text to look at (default: the one evaluations draw, if the vocabulary holds it)")
+    parser.add_argument(
+        "--text", type=typed_text, help="the text to look at (default: the one evaluations draw, if the vocabulary holds it)"
+    )
     parser.add_argument("--repeated", action="store_true", help="look at random tokens in which a segment recurs (the default if not)")
     parser.add_argument("--out", type=Path, help="folder for the pictures and the page (default: <run folder>/inspect)")
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")

@@ -27,14 +27,16 @@ from harness.cli import (
     probability,
     run_command,
     seed,
+    typed_text,
 )
+from harness.stopping import StopFlag
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(description="Generate text from a trained checkpoint or a pretrained GPT-2.")
     add_model_source(parser)
     prompt = parser.add_mutually_exclusive_group()
-    prompt.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    prompt.add_argument("--prompt", type=typed_text, default="\n", help="text to continue (default: a newline)")
     prompt.add_argument("--prompt-file", type=Path, metavar="PATH", help="continue the text of this UTF-8 file, exactly as it is")
     parser.add_argument("--num-samples", type=positive_int, default=1, help="samples drawn side by side (one streams as it is drawn)")
     parser.add_argument("--max-new-tokens", type=non_negative_int, default=500)
@@ -63,10 +65,16 @@ def main(argv: list[str]) -> list[str]:
     idx = torch.tensor([prompt_ids] * args.num_samples, dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "generator": generator}
-    tokens = model.stream(idx, args.max_new_tokens, **sampling)
+    with StopFlag() as stop:  # Ctrl-C, SIGTERM, SIGHUP or a closed pipe: stop before the next token
+        return print_samples(tokenizer, described, device, idx, stop.polled(model.stream(idx, args.max_new_tokens, **sampling)))
+
+
+def print_samples(tokenizer, described: str, device, idx: torch.Tensor, tokens) -> list[str]:
+    """Print the samples that `tokens` (each (B, 1)) continue idx (B, T0) with: one streams as it is drawn."""
+    prompt_ids = idx[0].tolist()
     first = list(islice(tokens, 1))  # drawn before anything is printed, so NaN logits fail as one line alone
     print(f"# {described} on {device}", flush=True)
-    if args.num_samples == 1:  # one sample streams: each token is printed as soon as it is drawn
+    if len(idx) == 1:  # one sample streams: each token is printed as soon as it is drawn
         pieces = []
         try:
             for piece in decode_stream(tokenizer, chain(prompt_ids, (int(t) for t in chain(first, tokens)))):

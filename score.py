@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, positive_int, run_command
 from harness.scoring import score_ids, surprises, text_ids
+from harness.stopping import StopFlag
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> dict:
             "predict, so each token is scored from the tokens before it alone (one pass per token: slower)",
             file=sys.stderr,
         )
-    score = score_ids(model, tokenizer, ids, stride)
+    with StopFlag() as stop:  # Ctrl-C stops at the next pass: exit code 130, nothing printed as if whole
+        score = score_ids(model, tokenizer, ids, stride, stop.poll)
     result = score.summary()
     if args.top:
         result["top"] = surprises(tokenizer, ids, score.losses, args.top)

@@ -1,9 +1,9 @@
 """Train the GPT: python train.py --config base [--no-mask] [--no-scale] [--section.field=VALUE ...]
 
 Everything of a run lives in runs/<run-name>/: TensorBoard events, metrics.jsonl, config.json,
-ckpt.pt (the latest state, for --resume) and best.pt (the best val loss so far). Ctrl-C or
-SIGTERM stops after the current step and saves a checkpoint. Under torchrun the same file trains
-with DistributedDataParallel.
+ckpt.pt (the latest state, for --resume) and best.pt (the best val loss so far). Ctrl-C, SIGTERM, SIGHUP
+or lost output stops at the next step or evaluation pass (an evaluation cut short is not logged) and saves
+a checkpoint; a second Ctrl-C aborts at once. Under torchrun the same file trains with DistributedDataParallel.
 
 `train(cfg)` is the outline of a run and `main(argv)` its command line; every step of it is a call into
 harness/training/ (device, starting weights, optimizer, one step, evaluation, run log, checkpoints), data/ or model/.
@@ -18,15 +18,17 @@ from tqdm import tqdm
 
 from configs import Config
 from harness.cli import OneLineParser, run_command
+from harness.stopping import StopFlag, Stopped
+from harness.training.budget import check_affordable
 from harness.training.checkpoints import Checkpointer, Progress, read_resumable, restore
-from harness.training.evaluation import evaluate, make_eval_set
+from harness.training.evaluation import evaluate, evaluation_notes, make_eval_set
 from harness.training.optim import describe, lr_at, make_optimizer, set_lr
 from harness.training.runlog import RunLogger, open_run_dir, phase_change
-from harness.training.runtime import StopFlag, load_data, mean_over_ranks, setup_runtime, wrap_for_training
+from harness.training.runtime import load_data, mean_over_ranks, setup_runtime, stop_asked, wrap_for_training
 from harness.training.starting_weights import initial_model
 from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_second, tokens_per_step
 from model.ablations import flags_label
-from model.measurements import qk_grad_norm
+from model.gradients import qk_grad_norm
 
 
 def train(cfg: Config) -> dict:
@@ -36,6 +38,7 @@ def train(cfg: Config) -> dict:
     torch.manual_seed(cfg.train.seed + runtime.rank)  # same init everywhere (DDP broadcasts rank 0's), own dropout
     checkpoint = read_resumable(cfg, corpus.source_sha256) if cfg.train.resume else None  # read once, checked before use
     cfg, model = initial_model(cfg, runtime, checkpoint)  # fresh, GPT-2's weights (--init-from), or the checkpoint's shapes
+    speed = check_affordable(cfg, runtime.device)  # this device's speed; a step too long to stop or too big to hold is refused here
     run_lock = open_run_dir(cfg, runtime)
 
     # The optimizer and the batch sampler, fresh or restored (with the model's weights).
@@ -53,69 +56,75 @@ def train(cfg: Config) -> dict:
 
     # What evaluations look at, where results go.
     eval_set = make_eval_set(corpus, corpus.tokenizer, cfg)
+    notes, eval_seconds = evaluation_notes(cfg, eval_set, speed, runtime.device)
+    runtime.say("\n".join(notes)) if notes else None
     logger = RunLogger(cfg.run_dir, progress.step if checkpoint else None) if runtime.is_main else None
     checkpointer = Checkpointer(cfg, corpus.tokenizer, corpus.source_sha256, runtime, progress.best_val)
     last = {"loss/val": progress.val_loss} if checkpoint else {}  # the latest evaluation's results
 
     started = time.perf_counter()  # training's wall clock: perf/elapsed_s counts evaluations too
 
-    def evaluate_and_save(step: int) -> None:
-        report = evaluate(model, eval_set, runtime, corpus.tokenizer, started)
+    def save(step: int, evaluated: bool) -> None:
+        progress.step, progress.evaluated = step, evaluated
+        with stop.writing():  # a second Ctrl-C waits for this file, then aborts
+            checkpointer.save(model, optimizer, train_gen, progress)
+            stop.saved = f"{cfg.run_dir / 'ckpt.pt'} holds step {step}"
+
+    def evaluate_and_save(step: int) -> None:  # a stop inside the evaluation raises Stopped: nothing of it is logged
+        report = evaluate(model, eval_set, runtime, corpus.tokenizer, started, poll, progress=eval_seconds > 10)
         if logger:
             logger.log_evaluation(step, report, flags_label(cfg.model), cfg.model.causal)
         last.update(report.metrics, sample=report.sample)
-        progress.step, progress.evaluated, progress.val_loss = step, True, last["loss/val"]
-        checkpointer.save(model, optimizer, train_gen, progress)
+        progress.val_loss = last["loss/val"]
+        save(step, evaluated=True)
 
     # The loop: every step sets the rate, draws a batch, steps; every so often it evaluates, logs and saves.
     window_start = time.perf_counter()  # the training-loss window: its sum and count live in progress, saved for --resume
-    first_step, stopped = progress.step, None
-    bar = tqdm(range(first_step, cfg.train.max_steps), desc=cfg.run_name, dynamic_ncols=True, disable=not runtime.is_main,
-               initial=first_step, total=cfg.train.max_steps)  # fmt: skip
-    with StopFlag() as stop:
-        for step in bar:
-            if step % cfg.train.eval_interval == 0 and not (progress.evaluated and progress.step == step):
-                evaluate_and_save(step)
-                window_start = time.perf_counter()  # evaluation time is not training throughput
-            if stop.asked(runtime):
-                stopped = step
-                break
-            lr = lr_at(step, cfg.train)
-            set_lr(optimizer, lr)
-            log_now = (step + 1) % cfg.train.log_interval == 0 or step + 1 == cfg.train.max_steps
-            loss, _, qk_norm = optimizer_step(
-                step_model, optimizer, draw_micro_batches(corpus.train, cfg, runtime, train_gen), runtime, cfg.train.grad_clip,
-                step, cfg.run_dir / "ckpt.pt", before_update=(lambda: qk_grad_norm(model)) if log_now else None,
-            )  # fmt: skip
-            progress.window_loss, progress.window_steps = progress.window_loss + loss.detach(), progress.window_steps + 1
-            if log_now:
-                mean_loss = mean_over_ranks(progress.window_loss / progress.window_steps, runtime).item()
-                tok_s = tokens_per_second(progress.window_steps * step_tokens, time.perf_counter() - window_start)
-                if logger:
-                    logger.log(step + 1, **{"loss/train_step": mean_loss, "lr": lr, "perf/tokens_per_s": tok_s, "grad/qk_norm": qk_norm})
-                    bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s / 1e3:.1f}k")
-                window_start, progress.window_loss, progress.window_steps = time.perf_counter(), 0.0, 0
-        bar.close()
-
-        # The end: a last evaluation (unless stopped early), a last checkpoint, a summary.
-        if stopped is None:
-            evaluate_and_save(cfg.train.max_steps)
-        else:
-            progress.step, progress.evaluated = stopped, progress.evaluated and progress.step == stopped
-            checkpointer.save(model, optimizer, train_gen, progress)
+    first_step, stopped, step = progress.step, None, progress.step
+    with StopFlag("stopping after this step and saving a checkpoint...") as stop:  # from here on, a signal saves a checkpoint
+        bar = tqdm(range(first_step, cfg.train.max_steps), desc=cfg.run_name, dynamic_ncols=True, disable=not runtime.is_main,
+                   initial=first_step, total=cfg.train.max_steps)  # fmt: skip
+        stop.saved = f"{cfg.run_dir / 'ckpt.pt'} holds step {progress.step}" if checkpoint else None
+        poll = stop.poll if runtime.world_size == 1 else None  # under torchrun all processes stop together, between steps
+        try:
+            for step in bar:
+                if stop_asked(stop, runtime):
+                    raise Stopped(stop.signum)
+                if step % cfg.train.eval_interval == 0 and not (progress.evaluated and progress.step == step):
+                    evaluate_and_save(step)
+                    window_start = time.perf_counter()  # evaluation time is not training throughput
+                lr = lr_at(step, cfg.train)
+                set_lr(optimizer, lr)
+                log_now = (step + 1) % cfg.train.log_interval == 0 or step + 1 == cfg.train.max_steps
+                loss, _, qk_norm = optimizer_step(
+                    step_model, optimizer, draw_micro_batches(corpus.train, cfg, runtime, train_gen), runtime, cfg.train.grad_clip,
+                    step, cfg.run_dir / "ckpt.pt", before_update=(lambda: qk_grad_norm(model)) if log_now else None,
+                )  # fmt: skip
+                progress.window_loss, progress.window_steps = progress.window_loss + loss.detach(), progress.window_steps + 1
+                if log_now:
+                    mean_loss = mean_over_ranks(progress.window_loss / progress.window_steps, runtime).item()
+                    tok_s = tokens_per_second(progress.window_steps * step_tokens, time.perf_counter() - window_start)
+                    if logger:
+                        logger.log(
+                            step + 1, **{"loss/train_step": mean_loss, "lr": lr, "perf/tokens_per_s": tok_s, "grad/qk_norm": qk_norm}
+                        )
+                        bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s / 1e3:.1f}k")
+                    window_start, progress.window_loss, progress.window_steps = time.perf_counter(), 0.0, 0
+            bar.close()
+            step = cfg.train.max_steps
+            evaluate_and_save(step)  # the end: a last evaluation and checkpoint
+        except Stopped:  # at a step's start, or inside an evaluation: save where the loop stands
+            bar.close()
+            stopped = step
+            save(step, evaluated=progress.evaluated and progress.step == step)
         if logger:
             logger.close()
     if run_lock:
         run_lock.release()
     elapsed = time.perf_counter() - started
     steps_done = (stopped if stopped is not None else cfg.train.max_steps) - first_step
-    summary = {
-        **last,
-        "wall_s": elapsed,
-        "tokens_per_s": steps_done * step_tokens / elapsed,
-        "stopped_at": stopped,
-        "signal": stop.signum,
-    }
+    summary = {**last, "wall_s": elapsed, "tokens_per_s": steps_done * step_tokens / elapsed}
+    summary |= {"stopped_at": stopped, "signal": stop.signum}
     if stopped is not None:
         runtime.say(f"stopped at step {stopped}; checkpoint saved to {cfg.run_dir / 'ckpt.pt'}. Resume with the same command plus --resume")
     elif runtime.is_main:  # the other processes hold only the losses

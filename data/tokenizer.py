@@ -81,9 +81,9 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         unknown = sorted(set(text) - self.stoi.keys())
         if unknown:
-            shown = "".join(unknown[:10])
+            shown = repr("".join(unknown[:10])) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
             raise TokenizerError(
-                f"{len(unknown)} character(s) not in the training vocabulary: {shown!r}; use only characters of the training text"
+                f"{len(unknown)} character(s) not in the training vocabulary: {shown}; use only characters of the training text"
             )
         return [self.stoi[c] for c in text]
 

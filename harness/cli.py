@@ -5,6 +5,8 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 """
 
 import argparse
+import errno
+import os
 import re
 import signal
 import sys
@@ -18,6 +20,7 @@ from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from harness.folders import OutputError
 from harness.gpt2 import load_pretrained
+from harness.stopping import LOST_OUTPUT, Aborted, Stopped, guarded_output
 from harness.training.checkpoints import CheckpointError, load_model
 from harness.training.runtime import setup_runtime, shut_down
 from harness.training.step import TrainingError
@@ -79,10 +82,22 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    value = non_negative_int(text)
-    if value == 0:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
+
+
+def typed_text(arg: str) -> str:
+    """Text typed on the command line (a prompt), as UTF-8 whatever the locale.
+
+    Under the C locale Python decodes the arguments as ASCII and keeps each other byte as a lone
+    surrogate ('café' arrives as 'caf\\udcc3\\udca9'); their bytes are UTF-8, so they are decoded as such.
+    """
+    return os.fsencode(arg).decode("utf-8", errors="replace")
 
 
 def number(text: str) -> float:
@@ -177,26 +192,48 @@ def run_command(
 ) -> int:
     """Run a script's command on argv and return its exit code; every expected failure becomes one line.
 
-    The command returns an int exit code, or anything else (its result, for tests) for success.
+    The command returns an int exit code, or anything else (its result, for tests) for success. A stop
+    (harness/stopping.py) exits with 128 + the signal's number: quietly when the output was lost (141).
     """
     try:
-        code = command(argv)
-    except USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except TrainingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:  # a signal during the corpus's preparation says what it stopped, and which signal it was
-        print(str(e) or interrupted, file=sys.stderr)
-        return 128 + getattr(e, "signum", signal.SIGINT)
-    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
-        if not is_out_of_memory(e):
-            raise
-        print(f"error: {out_of_memory_message(e)}", file=sys.stderr)
-        return 1
-    finally:
+        return one_line_failures(command, argv, interrupted)
+    except Aborted as e:  # a second signal: from the command, or from its very end, past the handlers below
         shut_down()
+        with guarded_output():
+            print(e, file=sys.stderr)
+        return 128 + e.signum
+
+
+def one_line_failures(command: Callable[[list[str]], object], argv: list[str], interrupted: str) -> int:
+    """run_command's body: the command under guarded output, each expected failure turned into a line and an exit code."""
+    with guarded_output():
+        try:
+            code = command(argv)
+        except USER_ERRORS as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except TrainingError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        except Stopped as e:
+            if e.signum != LOST_OUTPUT:
+                print(interrupted, file=sys.stderr)
+            return 128 + e.signum
+        except KeyboardInterrupt as e:  # a signal while the corpus is prepared says what it stopped, and which signal it was
+            print(str(e) or interrupted, file=sys.stderr)
+            return 128 + getattr(e, "signum", signal.SIGINT)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise
+            print(f"error: could not save {e.filename or 'a file'}: {e.strerror}; free some space or write elsewhere", file=sys.stderr)
+            return 1
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+            if not is_out_of_memory(e):
+                raise
+            print(f"error: {out_of_memory_message(e)}", file=sys.stderr)
+            return 1
+        finally:
+            shut_down()
     return code if isinstance(code, int) else 0
 
 

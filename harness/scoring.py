@@ -22,11 +22,14 @@ either way and the difference for a no-mask model is exactly what it read from t
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from configs import ConfigError, DataConfig
 from data.corpus import DataError, load_corpus
@@ -64,12 +67,14 @@ def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
 
 
 @torch.no_grad()
-def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool) -> torch.Tensor:
+def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool, between: Callable[[int], None] | None = None) -> torch.Tensor:
     """The loss in nats of every token after the first of ids (N,): losses (N - 1,), losses[i] for ids[i + 1].
 
     honest scores each target from its prefix in the window alone, one pass per target; otherwise one
-    pass per window scores all of its targets (teacher forcing, exact for a causal model).
+    pass per window scores all of its targets (teacher forcing, exact for a causal model). `between` is
+    called before each pass with the number of targets it scores (a progress bar, and a chance to stop).
     """
+    between = between or (lambda n: None)
     model.eval()
     device = model.lm_head.weight.device
     parts = []
@@ -83,8 +88,9 @@ def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool) -> to
         rows = torch.stack([ids[w.begin : w.end] for w in todo[start:stop]]).to(device)  # (B, L) with L = length
         x, y = rows[:, :-1], rows[:, first + 1 :]  # inputs (B, L - 1), the targets scored (B, P)
         if honest:
-            logits = prefix_logits(model, x, list(range(first, length - 1)))  # (B, P, V)
+            logits = prefix_logits(model, x, list(range(first, length - 1)), partial(between, len(x)))  # (B, P, V)
         else:
+            between(y.numel())
             logits = model.lm_head(model.hidden(x)[:, first:])  # (B, L - 1, C) -> (B, P, V)
         check_finite_logits(logits)
         parts.append(lm_loss(logits, y, reduction="none").flatten().cpu())  # windows in text order, targets in order
@@ -104,14 +110,24 @@ class Score:
         return {"tokens": self.tokens, "loss": self.loss, "perplexity": self.perplexity, "bits_per_byte": self.bits_per_byte}
 
 
-def score_ids(model: GPT, tokenizer: Tokenizer, ids: list[int], stride: int) -> Score:
-    """Score token ids with `windows` of the model's context; a model without the causal mask is scored honestly."""
+def score_ids(model: GPT, tokenizer: Tokenizer, ids: list[int], stride: int, poll: Callable[[], None] | None = None) -> Score:
+    """Score token ids with `windows` of the model's context; a model without the causal mask is scored honestly.
+
+    A bar on stderr (in a terminal) shows the tokens scored, their rate and the time left; `poll` is called
+    before every pass (harness/stopping.py: it raises to stop)."""
     block_size = model.cfg.block_size
     if not 1 <= stride <= block_size:
         raise ConfigError(f"--stride {stride} is longer than the model's context; give 1 to {block_size} tokens")
     if len(ids) < 2:
         raise DataError(f"the text is {len(ids)} token long; scoring needs at least 2 (each token is predicted from those before it)")
-    losses = token_losses(model, torch.tensor(ids, dtype=torch.long), stride, honest=not model.cfg.causal)
+    with tqdm(total=len(ids) - 1, desc="scoring", unit="tok", unit_scale=True, leave=False, disable=None) as bar:
+
+        def between(n: int) -> None:
+            if poll is not None:
+                poll()
+            bar.update(n)
+
+        losses = token_losses(model, torch.tensor(ids, dtype=torch.long), stride, not model.cfg.causal, between)
     loss = losses.double().mean().item()
     n_bytes = len(tokenizer.decode(ids[1:]).encode("utf-8"))
     perplexity = math.exp(loss) if loss < math.log(torch.finfo(torch.float64).max) else math.inf
@@ -146,6 +162,8 @@ def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[
             data_cfg = DataConfig(**checkpoint["config"]["data"])
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"the checkpoint's data config cannot be read ({e}); score a file with --file PATH") from None
+        if data_cfg.path and not Path(data_cfg.path).is_file():
+            raise DataError(f"the run's corpus {data_cfg.path} no longer exists; score its text with --file PATH")
     corpus = load_corpus(data_cfg)
     if checkpoint is not None and checkpoint.get("source_sha256") not in (None, corpus.source_sha256):
         raise DataError(f"{corpus.source} has changed since the run trained on it, so its val split is another text; use --file PATH")

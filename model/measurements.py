@@ -8,14 +8,14 @@ word order: the rise of that honest loss when the last few tokens before a targe
 
 The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
 saturation, mass on the future; then, per head, `head_statistics` and `head_roles`, and
-`attention_summary`, the numbers TensorBoard plots. `score_gradients` shows what a saturated
-softmax lets through to the scores, `qk_grad_norm` what reaches the query and key weights. The induction heads are measured
-in model/induction.py.
+`attention_summary`, the numbers TensorBoard plots. What a saturated softmax lets through to the
+scores and the query/key weights is model/gradients.py's; the induction heads are model/induction.py's.
 
 Every function here takes the model or its outputs and returns numbers: training, evaluation, the scripts
 and the notebook all call these, and none of them recomputes one."""
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -67,30 +67,48 @@ def honest_positions(T: int, n: int, generator: torch.Generator) -> list[int]:
 
 
 @torch.no_grad()
-def prefix_logits(model: GPT, x: torch.Tensor, positions: list[int]) -> torch.Tensor:
+def prefix_logits(model: GPT, x: torch.Tensor, positions: list[int], between: Callable[[], None] | None = None) -> torch.Tensor:
     """The logits (B, P, V) at each of `positions` t of x (B, T), from a pass over the prefix x[:, :t+1] alone:
-    what the model predicts there while it cannot see what follows, as in generation. One pass per position."""
-    return torch.stack([model.lm_head(model.hidden(x[:, : t + 1])[:, -1]) for t in positions], dim=1)  # P x (B, V) -> (B, P, V)
+    what the model predicts there while it cannot see what follows, as in generation. One pass per position;
+    `between` is called before each (the caller's progress and its chance to stop)."""
+    out = []
+    for t in positions:
+        if between is not None:
+            between()
+        out.append(model.lm_head(model.hidden(x[:, : t + 1])[:, -1]))  # (B, V)
+    return torch.stack(out, dim=1)  # P x (B, V) -> (B, P, V)
 
 
 @torch.no_grad()
-def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int]) -> tuple[float, float]:
+def honest_loss(
+    model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], between: Callable[[], None] | None = None
+) -> tuple[float, float]:
     """Mean loss at `positions`, (honest, teacher-forced), on inputs x and targets y (B, T).
 
     honest: for each position t, the model runs on the prefix x[:, :t+1] alone and its last
     logits are scored against y[:, t]. teacher-forced: one pass over the whole of x, scored at
-    the same positions. For a causal model the two agree; their gap measures future leakage.
+    the same positions. Their gap measures future leakage.
+
+    A causal model's position t sees x[:, :t+1] and nothing else in either pass, so its honest loss
+    is its teacher-forced one by construction: it is taken from the one pass, not from a pass per
+    prefix, which would cost a block's worth of passes for the same number (tests prove the two agree).
     """
-    forced = lm_loss(model.lm_head(model.hidden(x)[:, positions]), y[:, positions])  # logits (B, P, V)
-    honest = lm_loss(prefix_logits(model, x, positions), y[:, positions])
-    return honest.item(), forced.item()
+    forced = lm_loss(model.lm_head(model.hidden(x)[:, positions]), y[:, positions]).item()  # logits (B, P, V)
+    if model.cfg.causal:
+        return forced, forced
+    return lm_loss(prefix_logits(model, x, positions, between), y[:, positions]).item(), forced
 
 
 @torch.no_grad()
-def leak(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]]) -> dict[str, float]:
+def leak(
+    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]], between: Callable[[], None] | None = None
+) -> dict[str, float]:
     """The honest and the teacher-forced loss over (x, y, positions) batches, and their gap: what the model reads from the future.
-    loss/val_honest and loss/val_forced are means of honest_loss's pair; loss/leak_gap, about 0 for a causal model."""
-    pairs = [honest_loss(model, x, y, positions) for x, y, positions in batches]
+
+    loss/val_honest and loss/val_forced are means over the batches of honest_loss's pair;
+    loss/leak_gap is honest minus forced, exactly 0 for a causal model.
+    """
+    pairs = [honest_loss(model, x, y, positions, between) for x, y, positions in batches]
     honest = sum(h for h, _ in pairs) / len(pairs)
     forced = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
     return {"loss/val_honest": honest, "loss/val_forced": forced, "loss/leak_gap": honest - forced}
@@ -101,19 +119,26 @@ SHUFFLED_TOKENS = 8  # order use: how many tokens before each scored position ar
 
 @torch.no_grad()
 def order_use(
-    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]], k: int = SHUFFLED_TOKENS, seed: int = 0
+    model: GPT,
+    batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]],
+    k: int = SHUFFLED_TOKENS,
+    seed: int = 0,
+    between: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """How much the model reads word order: the rise of the honest loss when the k tokens just before each scored
     position t are shuffled (x[:, t-k:t], each row its own order; the token at t and the ones further back stay).
 
     Scored like honest_loss, each position on its prefix alone, so a model without the mask cannot cheat here.
     A model without positions and without the mask sees a bag of tokens and scores 0 (nats per token).
+    `between` is called before each shuffled pass.
     """
     gen = torch.Generator().manual_seed(seed)
     rises = []
     for x, y, positions in batches:
         logits = []
         for t in positions:
+            if between:
+                between()  # a stop asked for ends the measurement here
             lo = max(0, t - k)
             order = lo + torch.rand(x.shape[0], t - lo, generator=gen).argsort(dim=-1).to(x.device)  # (B, t - lo): a shuffle per row
             prefix = torch.cat([x[:, :lo], x.gather(1, order), x[:, t : t + 1]], dim=1)  # (B, t + 1)
@@ -198,46 +223,6 @@ def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
     score_std = [scores[scores.isfinite()].float().std().item() for scores, _ in probe]
     per_head = {f"heads/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads}  # a section of their own
     return {**means, "attn/score_std": sum(score_std) / len(score_std), **per_head}
-
-
-def qk_grad_norm(model: GPT) -> float:
-    """Norm of the gradients that reach the query and key projections of every layer (after a backward pass).
-
-    Two factors meet here: what the softmax lets through to the scores (score_gradients), and the
-    scale, which multiplies every score's sensitivity to q and k by D**-0.5 (1 without it).
-    """
-    squares = 0.0
-    for block in model.blocks:
-        grad = block.attn.qkv.weight.grad
-        if grad is not None:
-            squares += grad[block.attn.query_key].float().pow(2).sum().item()
-    return math.sqrt(squares)
-
-
-def score_gradients(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-    """One forward and backward pass on inputs x and targets y (B, T) through the readable path; what reaches the scores.
-
-    A row's softmax turns the gradient g on its weights w into w * (g - sum(w * g)) at its input (the scores
-    after the scale), which vanishes as w approaches one-hot, whatever g is. score_grad: the norm of that
-    gradient over every layer, head and row (rows that see one position left out); saturated_row_grad and
-    other_row_grad: its root-mean-square per row over the saturated rows (largest weight above 0.99, NaN if
-    none) and over the rest; qk_grad: qk_grad_norm after the same pass, on the query and key weights.
-    """
-    model.zero_grad(set_to_none=True)
-    h, weights = model.embed(x), []
-    for block in model.blocks:
-        h, w = block(h, return_weights=True)  # (B, T, C), (B, H, T, T)
-        weights.append(w)
-    loss = lm_loss(model.lm_head(model.ln_f(h)), y)
-    grads = torch.autograd.grad(loss, weights, retain_graph=True)  # dL/dw per layer, (B, H, T, T)
-    loss.backward()
-    keep = visible_counts(x.shape[1], x.shape[1], model.cfg.causal) > 1
-    rows = torch.cat(
-        [(w * (g - (w * g).sum(-1, keepdim=True))).pow(2).sum(-1)[..., keep].flatten() for w, g in zip(weights, grads, strict=True)]
-    )
-    saturated = torch.cat([(w.amax(-1) > 0.99)[..., keep].flatten() for w in weights])  # as saturated_fraction counts them
-    rms = {name: rows[chosen].mean().sqrt().item() for name, chosen in (("saturated_row_grad", saturated), ("other_row_grad", ~saturated))}
-    return {"score_grad": rows.sum().sqrt().item(), **rms, "qk_grad": qk_grad_norm(model), "loss": loss.item()}
 
 
 def bits_per_byte(loss: float, n_tokens: int, n_bytes: int) -> float:

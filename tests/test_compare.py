@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import compare
 import train
 from configs import ConfigError, load_config, parse_args
 from harness.experiments import comparison, stats
+from harness.experiments.comparison import Children
 from harness.experiments.stats import Difference
 from harness.pictures import curves
 from harness.training.runlog import read_metrics
@@ -201,7 +203,7 @@ def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(
 
     second = compare.main([*argv, *pick, "--resume"])
     out = capsys.readouterr().out
-    assert "=== tiny, seed 1337: tiny finished already ===" in out
+    assert "=== run 1 of 3: tiny, seed 1337: tiny finished already ===" in out
     assert f"resuming {folder / 'tiny-no-mask'} from step 2" in out
     assert (folder / "tiny" / "metrics.jsonl").read_bytes() == base_metrics  # untouched
     assert second["tiny"] == first["tiny"]  # wall time included: kept from compare.json
@@ -239,3 +241,30 @@ def test_a_signal_stops_the_comparison_after_the_childs_checkpoint(signum, to_gr
     assert "comparison stopped; continue it with the same command plus --resume" in err
     checkpoint = torch.load(metrics.parent / "ckpt.pt", weights_only=True)
     assert checkpoint["step"] == read_metrics(metrics.parent)[-1]["step"] > 0  # saved where the log stopped
+
+
+def test_sighup_is_passed_on_to_the_child_once(tmp_path):
+    """SIGHUP (the terminal closed) used to kill compare.py and orphan its train.py: now the child gets it, once."""
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = (
+        "import pathlib, signal, sys, time\n"
+        f"signal.signal(signal.SIGHUP, lambda s, f: (open({str(got)!r}, 'a').write('HUP '), sys.exit(129)))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(60)\n"
+    )
+
+    def hang_up_when_ready():
+        while not ready.exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGHUP)
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    try:
+        with Children() as children:
+            threading.Thread(target=hang_up_when_ready, daemon=True).start()
+            code = children.run([sys.executable, "-c", child])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert code == 129 and children.signum == signal.SIGHUP
+    assert got.read_text() == "HUP "  # passed on once, not also reaching it from the terminal

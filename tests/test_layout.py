@@ -149,7 +149,7 @@ def test_the_measurements_live_in_one_module_that_imports_only_the_model():
     defined = {
         node.name for node in ast.parse((REPO_ROOT / "model" / "measurements.py").read_text()).body if isinstance(node, ast.FunctionDef)
     }
-    assert {"honest_loss", "leak", "head_statistics", "attention_summary", "qk_grad_norm"} <= defined
+    assert {"honest_loss", "leak", "head_statistics", "attention_summary", "order_use"} <= defined
     for measurement in ("honest_loss", "leak", "head_statistics", "normalized_entropy", "future_mass"):
         assert where(lambda node, m=measurement: isinstance(node, ast.FunctionDef) and node.name == m) == {"model.measurements"}, (
             measurement

@@ -159,6 +159,20 @@ def test_ctrl_c_stops_a_streaming_sample_and_keeps_the_text(trained):
     assert rest.endswith("\n") and set(seen + rest) <= set(trained["text"])  # what came after, ended by a newline
 
 
+def test_a_closed_pipe_ends_sampling_quietly(trained):
+    """`sample.py | head -1`: once stdout is closed the sampling stops, with exit code 141 and nothing on stderr."""
+    command = [sys.executable, "-u", "sample.py", *sample_args(trained, "--prompt", "KING:", "--max-new-tokens", "1000000")]
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("# ")  # what `head -1` reads, before it closes the pipe
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 141 and err == "", f"exit code {proc.returncode}, stderr:\n{err}"
+
+
 def test_nan_weights_and_a_temperature_too_small_are_one_line_errors(trained, tmp_path, capsys):
     checkpoint = torch.load(trained["ckpt"], weights_only=True)
     checkpoint["model"]["blocks.0.mlp.fc.weight"][0, 0] = float("nan")

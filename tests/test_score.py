@@ -4,12 +4,16 @@ transformers' own sliding-window computation, the honest path of a no-mask model
 import dataclasses
 import json
 import math
+import signal
+import subprocess
+import sys
 
 import huggingface_hub
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import (
+    REPO_ROOT,
     assert_close,
     assert_one_line_error,
     error_of,
@@ -262,7 +266,7 @@ def test_bad_input_is_one_line(run, tmp_path, capsys):
         ([*ckpt, "--file", str(one)], ["the text is 1 token long; scoring needs at least 2"]),
         ([*ckpt, "--stride", "33"], ["--stride 33 is longer than the model's context; give 1 to 32 tokens"]),
         ([*ckpt, "--stride", "0"], ["argument --stride: must be at least 1, got 0"]),
-        ([*ckpt, "--stride", "-4"], ["argument --stride: must be 0 or more, got -4"]),
+        ([*ckpt, "--stride", "-4"], ["argument --stride: must be at least 1, got -4"]),
         ([*ckpt, "--top", "0"], ["argument --top: must be at least 1, got 0"]),
         (["--checkpoint", str(tmp_path / "none.pt")], ["no checkpoint at"]),
         (["--checkpoint", str(nan), "--device", "cpu"], ["the model's logits are not finite (NaN or inf)"]),
@@ -276,3 +280,21 @@ def test_bad_input_is_one_line(run, tmp_path, capsys):
 def test_script_is_one_line_on_a_user_error(run, tmp_path):
     proc = run_script("score.py", "--checkpoint", str(run["ckpt"]), "--device", "cpu", "--file", str(tmp_path / "nope.txt"))
     assert_one_line_error(proc, f"--file {tmp_path / 'nope.txt'} does not exist")
+
+
+def test_ctrl_c_stops_honest_scoring_with_exit_code_130(run, tmp_path):
+    """A model without the mask is scored a pass per token (minutes on a long text): Ctrl-C ends it at the next pass."""
+    checkpoint = torch.load(run["ckpt"], weights_only=True)
+    checkpoint["config"]["model"]["causal"] = False  # the same weights, read without the mask
+    torch.save(checkpoint, tmp_path / "no-mask.pt")
+    (tmp_path / "long.txt").write_text(run["text"] * 20, encoding="utf-8")
+    command = [sys.executable, "score.py", "--checkpoint", str(tmp_path / "no-mask.pt"), "--file", str(tmp_path / "long.txt")]
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline().startswith("note: this model was trained without the causal mask")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", f"exit code {proc.returncode}, stderr:\n{err}"
+    assert "Traceback" not in err and out == ""  # no score printed as if the text had been read whole

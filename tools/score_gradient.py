@@ -2,7 +2,7 @@
 python -m tools.score_gradient [--config char] [--seeds 3] [--batches 4] [--runs-dir runs] [--record]
 
 For each seed it builds the preset's model as train.py does at step 0 (torch.manual_seed(seed), then
-GPT), with the scale and without it, and measures model.measurements.score_gradients on the same
+GPT), with the scale and without it, and measures model.gradients.score_gradients on the same
 training batches: the gradient at the softmax's input (score_grad) and on the query and key weights
 (qk_grad). Where `python compare.py --seeds N` has left its runs in <runs-dir>/compare-<config>/, it
 measures their last checkpoints too, on fixed val batches. Each seed pairs the two variants (same
@@ -28,7 +28,7 @@ from harness.experiments.stats import t_975
 from harness.training.checkpoints import load_model
 from model import GPT
 from model.ablations import ABLATIONS
-from model.measurements import score_gradients
+from model.gradients import score_gradients
 from tools.figures import record
 
 QUANTITIES = ("score_grad", "qk_grad", "saturated_row_grad", "other_row_grad")

@@ -1,12 +1,11 @@
 """The experiment of compare.py: the preset as it is and with each ablation, at one or more seeds, each run a
-`python train.py ...` process, one at a time, with Ctrl-C and SIGTERM passed on and --resume continuing a stopped one."""
+`python train.py ...` process, one at a time, with Ctrl-C, SIGTERM and SIGHUP passed on and --resume continuing a stopped one."""
 
+import contextlib
 import dataclasses
 import json
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -16,10 +15,12 @@ from data.files import write_atomically
 from harness.experiments.stats import aggregate, differences, to_json
 from harness.folders import claim_run_folder
 from harness.pictures.curves import plot_runs
+from harness.stopping import LOST_OUTPUT, Aborted, StopFlag
 from harness.training.runlog import read_metrics
 from model.ablations import ABLATIONS, variants
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
+STOPPED_CODES = {128 + sig for sig in (*StopFlag.SIGNALS, LOST_OUTPUT)}  # train.py's exit codes after a stop (129, 130, 141, 143)
 SET_PER_RUN = {"train.runs_dir", "train.run_name", "train.seed", "train.resume", *(f"model.{a.switch}" for a in ABLATIONS)}
 
 
@@ -59,25 +60,27 @@ def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config) 
 
 
 class Children:
-    """Runs train.py processes one at a time, and passes Ctrl-C and SIGTERM on to the one running.
+    """Runs train.py processes one at a time, and passes every stop signal (Ctrl-C, SIGTERM, SIGHUP) on to the one running.
 
-    The child stops after its step and saves a checkpoint; this process waits for that, instead of
-    killing the child (as subprocess.run does on Ctrl-C) or leaving it running (as a plain SIGTERM
-    would). A Ctrl-C in a terminal reaches both processes; the child takes the second one calmly.
+    Each child runs in a process group of its own, so a terminal's Ctrl-C reaches it once, through this
+    process (harness/stopping.py's StopFlag, as in train.py): the child stops at its next safe point and
+    saves a checkpoint, and this process waits for that. A second Ctrl-C reaches the child too, which
+    aborts at once; so does this process, once the child has ended.
     """
 
     def __init__(self):
         self.child: subprocess.Popen | None = None
-        self.signum: int | None = None
-        self.previous = {}
+        self.flag = StopFlag(on_signal=self.pass_on)
+
+    @property
+    def signum(self) -> int | None:
+        return self.flag.signum if self.flag.signum != LOST_OUTPUT else None  # lost output: the child sees it in its own writes
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
-            self.previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.flag.__enter__()
         return self
 
-    def handle(self, signum, frame) -> None:
-        self.signum = signum
+    def pass_on(self, signum: int) -> None:
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signum)
 
@@ -85,16 +88,21 @@ class Children:
         """Start the command and wait for it to end; its exit code (not started if a stop was asked for already)."""
         if self.signum is not None:
             return 128 + self.signum
-        self.child = subprocess.Popen(command)
+        self.child = subprocess.Popen(command, process_group=0)
         if self.signum is not None:  # the signal came while the child was being started
             self.child.send_signal(self.signum)
-        code = self.child.wait()
+        try:
+            code = self.child.wait()
+        except Aborted:  # a second signal: the child got it too and aborts; wait for it, briefly
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.child.wait(timeout=5)
+            self.child.kill()
+            raise
         self.child = None
         return code
 
     def __exit__(self, *exc) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+        self.flag.__exit__(*exc)
 
 
 def train_run(train_args: list[str], children: Children, cfg: Config) -> dict:
@@ -174,19 +182,19 @@ def run_comparison(
     with Children() as children:
         for i in range(n_seeds):  # seed by seed: stopped early, the finished rounds are still complete pairs
             for variant, configs in plan.items():
-                run_cfg = configs[i]
+                run_cfg, number = configs[i], f"run {len(results) + 1} of {n_seeds * len(plan)}"  # the comparison's progress
                 done = finished_run(run_cfg, saved_runs) if cfg.train.resume else None
                 if done is not None:
-                    print(f"\n=== {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} finished already ===", flush=True)
+                    print(f"\n=== {number}: {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} finished already ===", flush=True)
                     results[run_cfg.run_name] = done
                     continue
                 started = cfg.train.resume and (run_cfg.run_dir / "ckpt.pt").is_file()
                 run_cfg = dataclasses.replace(run_cfg, train=dataclasses.replace(run_cfg.train, resume=started))
-                print(f"\n=== {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} ===", flush=True)
+                print(f"\n=== {number}: {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} ===", flush=True)
                 results[run_cfg.run_name] = train_run(train_argv(config_name, overrides, run_cfg), children, run_cfg)
                 write_json(runs_dir / "compare.json", {"seeds": seeds, "runs": results})
                 code = results[run_cfg.run_name]["exit_code"]
-                if children.signum is not None or code in (130, 143):  # stopped by Ctrl-C or SIGTERM, after saving a checkpoint
+                if children.signum is not None or code in STOPPED_CODES:  # stopped by a signal or lost output, after saving a checkpoint
                     print("comparison stopped; continue it with the same command plus --resume", file=sys.stderr)
                     return 128 + children.signum if children.signum else code
                 if code != 0:

@@ -157,7 +157,9 @@ def save_layer_heatmaps(
 ) -> None:
     """One picture per layer, folder/attn_L<layer>.png: the grid of its heads, from weights (1, H, T, T) per layer,
     titled "<title>: layer <layer> (<flags>)"."""
-    for layer, weights in enumerate(weights_per_layer):
+    from tqdm import tqdm  # a bar in a terminal only: GPT-2's twelve grids of twelve heads take a while to draw
+
+    for layer, weights in enumerate(tqdm(weights_per_layer, desc="drawing layers", leave=False, disable=None)):
         fig = heatmap_figure(weights[0], labels, f"{title}: layer {layer} ({flags})", causal=causal)
         fig.savefig(folder / f"attn_L{layer}.png", dpi=dpi)
 

@@ -3,10 +3,8 @@
 A checkpoint is a dict of tensors and plain Python data (numbers, strings, lists, dicts). Writing goes
 to a temporary file in the same folder, is flushed and fsynced, then renamed over the old file: a process
 killed at any moment, even during a save, leaves the previous checkpoint intact. Reading uses
-torch.load(weights_only=True), which refuses anything that would run code while unpickling.
-
-A run keeps two files: ckpt.pt, the latest state (weights, optimizer, sampler and random
-states, the loop's progress), and best.pt, the weights with the best val loss so far.
+torch.load(weights_only=True), which refuses anything that would run code while unpickling. A run keeps two files: ckpt.pt, the latest state (weights, optimizer, sampler and random states,
+the loop's progress), and best.pt, the weights with the best val loss so far.
 """
 
 import dataclasses
@@ -36,6 +34,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     for name, tensor in payload.get("model", {}).items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
+    earlier = "the previous checkpoint there is intact" if path.is_file() else "no checkpoint was saved"
     try:
         with atomic_file(path, one_writer=True) as f:  # the run folder's lock makes this process its only writer
             torch.save(payload, f)
@@ -44,7 +43,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         while cause is not None and not isinstance(cause, OSError):  # torch wraps the OSError of a failed write
             cause = cause.__cause__ or cause.__context__
         reason = cause.strerror if cause is not None and cause.strerror else f"the write failed ({type(e).__name__})"
-        raise CheckpointError(f"could not save {path}: {reason}; the previous checkpoint there is intact") from None
+        raise CheckpointError(f"could not save {path}: {reason}; {earlier}") from None
 
 
 def read_checkpoint(path: Path, map_location="cpu") -> dict:
@@ -184,7 +183,7 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
         raise CheckpointError(f"{path} was trained on another text; resume with the same --data-file, or start a new run")
     if not all(k in checkpoint for k in ("optimizer", "train_rng", "torch_rng")):
         raise CheckpointError(f"{path} holds weights only (no optimizer or sampler state), so it cannot be resumed")
-    if checkpoint["step"] >= cfg.train.max_steps:
+    if checkpoint["step"] >= cfg.train.max_steps and checkpoint.get("evaluated", True):  # stopped in its last evaluation: that is left
         raise CheckpointError(f"{path} already finished at step {checkpoint['step']}; raise --train.max_steps to train further")
     return checkpoint
 

@@ -5,13 +5,16 @@ every evaluation of every run sees the same batches, and the training batches ne
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from tqdm import tqdm
 
 from configs import Config
 from data.batches import draw_batch
 from data.tokenizer import Tokenizer, TokenizerError, token_labels
+from harness.training.budget import EVAL_WARNING_S, HONEST_BUDGET_STEPS, duration, forward_flops, prefix_flops, step_flops
 from harness.training.runtime import Runtime
 from model import GPT
 from model.induction import induction_summary
@@ -22,6 +25,8 @@ HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
 SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
 PROBE_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"  # the text whose attention is drawn
 HEATMAP_MAX_TOKENS = 32
+ROWS_WEIGHTS = 2**24  # an eval batch goes through the model in rows holding at most this many (T, T) weights a head, so a stop waits ~1 s
+STATS_WEIGHTS = 2**20  # attention statistics look at rows of the first val batch holding at most this many weights per head
 
 
 @dataclass
@@ -34,6 +39,10 @@ class EvalSet:
     heatmap_ids: list[int]  # the probe text drawn in the heatmaps
     heatmap_labels: list[str]
     prompt_ids: list[int]  # start of the logged samples
+
+    def prefix_passes(self, causal: bool) -> int:
+        """How many passes the honest loss runs: one per scored position, none for a causal model (it is read off the forced pass)."""
+        return 0 if causal else sum(len(positions) for _, _, positions in self.honest)
 
     @property
     def val_tokens(self) -> int:
@@ -56,7 +65,10 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     B, T = cfg.train.batch_size, cfg.model.block_size
     gen = torch.Generator().manual_seed(EVAL_SEED)
     batches = {split: [draw_batch(getattr(corpus, split), B, T, gen) for _ in range(cfg.train.eval_batches)] for split in ("train", "val")}
-    honest = [(x, y, honest_positions(T, HONEST_POSITIONS, gen)) for x, y in batches["val"][: cfg.train.honest_batches]]
+    positions = [honest_positions(T, HONEST_POSITIONS, gen) for _ in batches["val"][: cfg.train.honest_batches]]
+    if not cfg.model.causal:
+        positions = cap_prefix_work(positions, cfg)
+    honest = [(x, y, p) for (x, y), p in zip(batches["val"], positions, strict=False)]
     val_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for _, y in batches["val"] for row in y)
     try:
         heatmap_ids = tokenizer.encode(PROBE_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
@@ -67,9 +79,71 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids)
 
 
+def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
+    """The honest positions per batch, cut until their prefix passes cost at most HONEST_BUDGET_STEPS training steps.
+
+    Fewer batches first, then the positions of the one left drawn closer to the start (shorter prefixes).
+    The presets stay well inside the budget: at most about six steps' worth, with every position at a stratum's end.
+    """
+    budget, B = HONEST_BUDGET_STEPS * step_flops(cfg), cfg.train.batch_size
+
+    def cost(plan):
+        return sum(prefix_flops(cfg.model, B, p) for p in plan)
+
+    while len(positions) > 1 and cost(positions) > budget:
+        positions = positions[:-1]
+    span = cfg.model.block_size
+    while positions and span > 1 and cost(positions) > budget:
+        span //= 2
+        positions = [sorted({t * span // cfg.model.block_size for t in p}) for p in positions]
+    return positions
+
+
+def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
+    """Operations of one evaluation: the losses on every eval batch, the honest loss's prefix passes, the attention statistics."""
+    B, T = cfg.train.batch_size, cfg.model.block_size
+    prefixes = 0.0 if cfg.model.causal else sum(prefix_flops(cfg.model, B, p) for _, _, p in eval_set.honest)
+    rows, cols = stats_shape(B, T)
+    return 2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T) + prefixes + forward_flops(cfg.model, rows, cols)
+
+
+def evaluation_notes(cfg: Config, eval_set: EvalSet, speed: float, device: torch.device) -> tuple[list[str], float]:
+    """The lines said before training about what an evaluation costs, and its estimated seconds on this device
+    (speed: operations per second). A model without the mask gets its honest loss's budget; an evaluation
+    minutes away gets a warning with the flag that shortens it."""
+    seconds, notes = evaluation_flops(cfg, eval_set) / speed, []
+    if not cfg.model.causal:
+        prefixes = [p for _, _, p in eval_set.honest]
+        steps = sum(prefix_flops(cfg.model, cfg.train.batch_size, p) for p in prefixes) / step_flops(cfg)
+        notes.append(
+            f"honest loss without the mask: {sum(map(len, prefixes))} prefix passes in {len(prefixes)} batch(es), prefixes up to "
+            f"{max(t for p in prefixes for t in p) + 1} tokens: {steps:.1f} training steps of compute per evaluation (at most {HONEST_BUDGET_STEPS})"
+        )
+    if seconds > EVAL_WARNING_S:
+        notes.append(
+            f"note: each evaluation will take about {duration(seconds)} on this {device.type} ({2 * cfg.train.eval_batches} batches of "
+            f"{cfg.train.batch_size} x {cfg.model.block_size} tokens); --train.eval_batches=N (now {cfg.train.eval_batches}) or "
+            f"--train.honest_batches=N shortens it, and Ctrl-C stops it"
+        )
+    return notes, seconds
+
+
+def rows_per_pass(B: int, T: int) -> int:
+    """Rows of an eval batch that go through the model at once: all of them at the presets' sizes, fewer at a
+    long context, so that a pass is short and a stop, which waits for the pass under way, comes soon."""
+    return max(1, min(B, ROWS_WEIGHTS // (T * T)))
+
+
+def stats_shape(B: int, T: int) -> tuple[int, int]:
+    """(rows, tokens) of the first val batch that the attention statistics read: all of it, unless its (B, H, T, T)
+    weights would hold more than STATS_WEIGHTS a head (a long context); then the first tokens of the first rows."""
+    tokens = min(T, int(STATS_WEIGHTS**0.5))
+    return max(1, min(B, STATS_WEIGHTS // tokens**2)), tokens
+
+
 @torch.no_grad()
-def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
-    """Mean loss over a fixed list of (x, y) batches, in eval() mode (no dropout).
+def estimate_loss(model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None) -> float:
+    """Mean loss over a fixed list of (x, y) batches, in eval() mode (no dropout); `between` is called before each pass.
 
     Under torchrun each rank scores every world_size-th batch and the sums are added up.
     """
@@ -77,9 +151,14 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (sum of losses, count)
     for x, y in batches[runtime.rank :: runtime.world_size]:
-        with runtime.autocast():
-            _, loss = model(x.to(runtime.device), y.to(runtime.device))
-        total += torch.stack([loss.double(), torch.ones((), dtype=torch.float64, device=runtime.device)])
+        B, rows = x.shape[0], rows_per_pass(*x.shape)
+        for i in range(0, B, rows):
+            if between is not None:
+                between()
+            with runtime.autocast():
+                _, loss = model(x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device))
+            share = len(x[i : i + rows]) / B  # 1 for a batch in one piece
+            total += torch.stack([loss.double() * share, torch.tensor(share, dtype=torch.float64, device=runtime.device)])
     if runtime.world_size > 1:
         torch.distributed.all_reduce(total)
     model.train(was_training)
@@ -87,11 +166,14 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
 
 
 @torch.no_grad()
-def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: float) -> dict[str, float]:
+def measure_breakage(
+    model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: float, between: Callable[[], None] | None = None
+) -> dict[str, float]:
     """What shows a model break on the val text, beyond its loss: bits per byte, the honest and teacher-forced
     loss and their gap (model/measurements.py: leak), the order use (the honest loss's rise when the tokens
-    before each target are shuffled), and on the first val batch the attention statistics (attn/...) and the
-    induction heads (induction/..., and loss/repeated: the loss where the context gives the next token away).
+    before each target are shuffled), and on the first val batch the attention statistics (attn/...: its first
+    rows and tokens, at a long context: stats_shape) and the induction heads (model/induction.py: induction/...,
+    and loss/repeated, the loss where the context gives the next token away). `between` is called before each prefix pass.
 
     Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
     """
@@ -99,28 +181,53 @@ def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: 
     metrics = {"loss/val_bpc": bits_per_byte(val_loss, eval_set.val_tokens, eval_set.val_bytes)}
     was_training = model.training
     model.eval()
+    x, y = eval_set.batches["val"][0]
+    rows, tokens = stats_shape(*x.shape)
     with runtime.autocast():
         honest = [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]
-        metrics.update(leak(model, honest))
-        metrics.update(order_use(model, honest))
-        x, y = eval_set.batches["val"][0]
-        metrics.update(attention_summary(model, x.to(device)))
-        metrics.update(induction_summary(model, x.to(device), y.to(device)))
+        metrics.update(leak(model, honest, between))
+        metrics.update(order_use(model, honest, between=between))
+        metrics.update(attention_summary(model, x[:rows, :tokens].to(device)))
+        metrics.update(induction_summary(model, x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)))
     model.train(was_training)
     return metrics
 
 
 @torch.no_grad()
-def evaluate(model: GPT, eval_set: EvalSet, runtime: Runtime, tokenizer: Tokenizer, started: float) -> Evaluation:
+def evaluate(
+    model: GPT,
+    eval_set: EvalSet,
+    runtime: Runtime,
+    tokenizer: Tokenizer,
+    started: float,
+    poll: Callable[[], None] | None = None,
+    progress: bool = False,
+) -> Evaluation:
     """Losses on every process; then, on the main one, the honest loss, attention statistics, heatmaps and a sample.
 
     `started` is when training began: perf/elapsed_s, the time-to-loss curve, counts evaluations too.
+    `poll` is called before every batch and prefix pass: it raises to stop (harness/stopping.py), and
+    then nothing of this evaluation is returned. `progress` shows a bar of those passes (a long evaluation).
     """
     device = runtime.device
-    metrics = {f"loss/{split}": estimate_loss(model, batches, runtime) for split, batches in eval_set.batches.items()}
-    if not runtime.is_main:
-        return Evaluation(metrics)  # the other ranks only help with the losses
-    metrics.update(measure_breakage(model, eval_set, runtime, metrics["loss/val"]))
+    B, T = eval_set.batches["val"][0][0].shape
+    units = 2 * len(eval_set.batches["val"]) * -(-B // rows_per_pass(B, T)) + eval_set.prefix_passes(model.cfg.causal)
+    bar = tqdm(total=units, desc="evaluating", leave=False, dynamic_ncols=True, disable=not (progress and runtime.is_main))
+    begun = []
+
+    def between() -> None:
+        if poll is not None:
+            poll()
+        bar.update(1 if begun else 0)  # counts the passes finished
+        begun.append(True)
+
+    try:
+        metrics = {f"loss/{split}": estimate_loss(model, batches, runtime, between) for split, batches in eval_set.batches.items()}
+        if not runtime.is_main:
+            return Evaluation(metrics)  # the other ranks only help with the losses
+        metrics.update(measure_breakage(model, eval_set, runtime, metrics["loss/val"], between))
+    finally:
+        bar.close()
     was_training = model.training
     model.eval()
     with runtime.autocast():

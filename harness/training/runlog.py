@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from configs import Config
 from data.files import write_atomically
-from harness.folders import FolderLock, claim_run_folder
+from harness.folders import FolderLock, OutputError, claim_run_folder
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.evaluation import Evaluation
 from harness.training.runtime import Runtime
@@ -115,7 +115,10 @@ class RunLogger:
         purge = None if resume_step is None else resume_step + 1  # TensorBoard hides later events of the old run
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
         self.writer.add_custom_scalars(STORY_LAYOUT)
-        self.jsonl = open(path, "a", encoding="utf-8")
+        try:
+            self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held open for the run's life)
+        except OSError as e:  # a folder, or a file without write permission, in its place
+            raise OutputError(f"cannot append to {path}: {e.strerror}; move it out of the way, or choose another --run-name") from None
         self.heatmap_grids = []  # one HeatmapGrid per layer, laid out at the first evaluation
 
     def log(self, step: int, console: bool = False, **metrics: float) -> None:
@@ -160,7 +163,12 @@ def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
     if not runtime.is_main:
         return None
     lock, moved = claim_run_folder(cfg.run_dir, cfg.train.resume)
-    write_atomically(cfg.run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+    try:
+        write_atomically(cfg.run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+    except OSError as e:  # a full disk: the checkpoint there, if any, is intact
+        raise OutputError(
+            f"could not save {cfg.run_dir / 'config.json'}: {e.strerror}; free some space or choose another --runs-dir"
+        ) from None
     runtime.say(
         f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}" + (f" (previous run moved to {moved})" if moved else "")
     )

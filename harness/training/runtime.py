@@ -10,15 +10,14 @@ import dataclasses
 import os
 import platform
 import signal
-import threading
 from dataclasses import dataclass
 
 import torch
-from tqdm import tqdm
 
 from configs import Config, ConfigError, TrainConfig
 from data.corpus import Corpus, check_split_lengths, load_corpus
 from data.synthetic import SyntheticCorpus, load_synthetic
+from harness.stopping import StopFlag
 
 
 @dataclass(frozen=True)
@@ -191,42 +190,14 @@ def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, 
     return corpus, dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size))
 
 
+def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
+    """Whether any process was asked to stop: all of them then stop at the same step."""
+    return mean_over_ranks(torch.tensor(float(stop.signum or 0)), runtime).item() > 0
+
+
 def shut_down() -> None:
     """The process is ending: a late Ctrl-C must not print a traceback, and torchrun's group is left."""
     for sig in StopFlag.SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
-
-
-class StopFlag:
-    """Ctrl-C and SIGTERM set a flag instead of raising, so training stops between steps, never mid-update.
-
-    A second Ctrl-C while the checkpoint is saved changes nothing: the save goes on, and it is atomic anyway.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.signum: int | None = None
-        self.previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
-            self.previous = {sig: signal.signal(sig, self.handle) for sig in self.SIGNALS}
-        return self
-
-    def handle(self, signum, frame) -> None:
-        if self.signum is None:
-            tqdm.write(f"\n{signal.Signals(signum).name}: stopping after this step and saving a checkpoint...")
-        self.signum = signum
-
-    def asked(self, runtime: Runtime) -> bool:
-        """Whether any process was asked to stop: all of them then stop at the same step."""
-        return mean_over_ranks(torch.tensor(float(self.signum or 0)), runtime).item() > 0
-
-    def __exit__(self, *exc) -> None:
-        if self.signum is not None:
-            return  # a stop was asked for: the run is ending, so later signals stay harmless until exit
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)

@@ -1,0 +1,196 @@
+"""Stopping when asked: one flag that Ctrl-C, SIGTERM, SIGHUP and lost output set, and every long loop polls.
+
+The first signal only sets the flag. The loops check it at safe points (between training steps,
+evaluation batches, the honest loss's prefixes, scoring windows and sampled tokens) and raise
+`Stopped` there: training then saves a checkpoint, and an evaluation cut short is never logged.
+A second signal aborts at once: the handler itself raises `Aborted`, wherever the code is, and
+`harness.cli.run_command` prints one line saying what is on disk and exits with 128 + the signal's
+number. A checkpoint being written is finished first (`StopFlag.writing`); it is atomic anyway.
+
+SIGHUP (the terminal or the ssh session closed) stops like SIGTERM. So does output that can no
+longer be written (`| head`, a closed stderr, a full disk behind stdout): `guarded_output` turns
+the failed write into a SIGPIPE, which the flag records like any signal, and the process stops
+quietly with exit code 141 (128 + SIGPIPE), as Unix programs do on a closed pipe.
+"""
+
+import contextlib
+import io
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
+from tqdm import tqdm
+
+T = TypeVar("T")
+LOST_OUTPUT = signal.SIGPIPE  # what a write to a closed pipe raises: here, any output that is gone
+
+
+class Stopped(Exception):
+    """Raised at a safe point once a stop was asked for (a first signal, or lost output)."""
+
+    def __init__(self, signum: int | None):
+        super().__init__(f"stopped by {signal.Signals(signum).name if signum else 'another process of the job'}")
+        self.signum = signum  # None under torchrun for the processes that were not signalled themselves
+
+
+class Aborted(BaseException):
+    """A second signal: raised by the handler wherever the code is. A BaseException, so that no
+    `except Exception` on the way turns it into an error; atomic writes on the way remove their temporary file."""
+
+    def __init__(self, signum: int, saved: str | None):
+        name = signal.Signals(signum).name
+        super().__init__(f"{name} again: aborted at once; {saved or 'nothing was saved'}")
+        self.signum = signum
+
+
+class StopFlag:
+    """Signal handlers that record a stop (the first signal) or abort (the second), while the block runs.
+
+    announce: the line printed on the first signal after the signal's name ("SIGTERM: stopping after
+    this step..."), or None for quiet. on_signal: called with every signal received (compare.py passes
+    each on to its train.py). saved: what is on disk now, for the abort line; training keeps it current.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, announce: str | None = None, on_signal: Callable[[int], None] | None = None):
+        self.signum: int | None = None
+        self.announce, self.on_signal = announce, on_signal
+        self.saved: str | None = None
+        self.abort_after_write: int | None = None
+        self.in_write = False
+        self.previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
+            self.previous = {sig: signal.signal(sig, self.handle) for sig in (*self.SIGNALS, LOST_OUTPUT)}
+        return self
+
+    def handle(self, signum, frame) -> None:
+        if signum == LOST_OUTPUT:  # output is gone: stop, say nothing (there is nowhere to say it), never abort
+            self.signum = self.signum or signum
+            return
+        if self.on_signal is not None:
+            self.on_signal(signum)
+        if self.signum is None or self.signum == LOST_OUTPUT:
+            self.signum = signum
+            if self.announce:
+                tqdm.write(f"\n{signal.Signals(signum).name}: {self.announce}")
+        elif self.in_write:
+            self.abort_after_write = signum  # the checkpoint being written is finished first: a second or so
+        else:
+            raise Aborted(signum, self.saved)
+
+    def poll(self) -> None:
+        """A safe point: raise Stopped if a stop was asked for."""
+        if self.signum is not None:
+            raise Stopped(self.signum)
+
+    @contextlib.contextmanager
+    def writing(self):
+        """A block that a second signal does not cut short (a checkpoint save); the abort comes right after it."""
+        self.in_write = True
+        try:
+            yield
+        finally:
+            self.in_write = False
+        if self.abort_after_write is not None:
+            raise Aborted(self.abort_after_write, self.saved)
+
+    def polled(self, items: Iterable[T]) -> Iterator[T]:
+        """The items, with a safe point before each (a stream of sampled tokens)."""
+        for item in items:
+            self.poll()
+            yield item
+
+    def __exit__(self, *exc) -> None:
+        if self.signum is not None:
+            return  # a stop was asked for: the process is ending, and a later signal still aborts through this handler
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+class GuardedStream:
+    """A text stream whose failed writes (a closed pipe, a full disk) become a stop, and whose text never fails to encode.
+
+    The first failed write marks the stream lost and sends this process SIGPIPE: a StopFlag records it
+    and the loops stop at their next safe point; without one, a write to stdout raises Stopped at once
+    (there is nothing to save yet). Later writes go nowhere. Characters the stream's encoding lacks
+    (a Latin-1 terminal) are replaced, not fatal.
+    """
+
+    def __init__(self, stream, stops: bool = True):
+        self.stream = stream
+        self.stops = stops  # without a StopFlag: whether a failed write ends the command (stdout), or is dropped (stderr)
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                try:
+                    self.stream.write(text)
+                except UnicodeEncodeError:
+                    encoding = self.stream.encoding or "ascii"
+                    self.stream.write(text.encode(encoding, errors="replace").decode(encoding))
+            except (OSError, ValueError):  # EPIPE, ENOSPC, EIO, EBADF; ValueError: the file was closed
+                self.lose()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError):
+                self.lose()
+
+    def lose(self) -> None:
+        self.lost = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both of the first two
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())  # what is still buffered, and what C code writes, goes nowhere
+            os.close(devnull)
+        if callable(signal.getsignal(LOST_OUTPUT)):
+            signal.raise_signal(LOST_OUTPUT)  # a StopFlag is listening: the loops stop at their next safe point
+        elif self.stops:
+            raise Stopped(LOST_OUTPUT)  # nothing to save yet: the command ends here
+
+    def isatty(self) -> bool:
+        return not self.lost and self.stream.isatty()
+
+    def __getattr__(self, name):  # encoding, fileno, buffer...: the stream's own
+        return getattr(self.stream, name)
+
+
+def writable(stream) -> bool:
+    """Whether a standard stream can be written at all: Python leaves it None when its descriptor was closed,
+    and a launcher may have left a read-only file there (a shell script that execs python)."""
+    if stream is None:
+        return False
+    try:
+        os.write(stream.fileno(), b"")  # writes nothing, but fails on a descriptor not open for writing
+    except (AttributeError, io.UnsupportedOperation):  # a stream in memory (a test's capture): writable
+        return True
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def guarded_output():
+    """sys.stdout and sys.stderr as GuardedStreams for the block, the streams themselves again afterwards."""
+    for fd in (1, 2):  # a descriptor closed at start (2>&-) would be reused by the next file opened, a checkpoint say
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: this one
+    saved = sys.stdout, sys.stderr
+    # A stream closed before the start (2>&-) was the user's choice: its text is discarded, and the work goes on.
+    out, err = (s if writable(s) else open(os.devnull, "w") for s in saved)  # noqa: SIM115
+    sys.stdout, sys.stderr = GuardedStream(out), GuardedStream(err, stops=False)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

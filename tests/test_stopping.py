@@ -1,0 +1,219 @@
+"""harness/stopping.py and what it stops: train.py under signals and lost output, the budget of an evaluation,
+and the one-line answers to bad input around them.
+
+A subprocess waits for a line, never for a time: a busy machine only makes it slower.
+"""
+
+import dataclasses
+import errno
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import REPO_ROOT, assert_one_line_error, make_corpus_text, tiny_argv, write_corpus
+
+import harness.training.budget
+import train
+from configs import ConfigError, load_config
+from data.corpus import DataError, load_corpus
+from data.tokenizer import CharTokenizer, TokenizerError
+from harness.cli import positive_int, typed_text
+from harness.scoring import text_ids
+from harness.stopping import GuardedStream
+from harness.training.budget import check_affordable, forward_flops, prefix_flops, step_flops
+from harness.training.checkpoints import CheckpointError, save_checkpoint
+from harness.training.evaluation import cap_prefix_work, evaluation_flops, make_eval_set
+from harness.training.runlog import read_metrics
+from model.measurements import honest_positions
+
+LONG_EVAL = ("--model.block_size=1024", "--train.eval_batches=100", "--train.max_steps=5")  # an evaluation of a minute or so
+QUICK = ("--train.max_steps=100000", "--train.eval_interval=10", "--train.eval_batches=1", "--train.honest_batches=1")
+
+
+def test_sigterm_inside_an_evaluation_stops_within_seconds_and_saves(tmp_path):
+    """`python train.py`, sent SIGTERM inside its first evaluation, which would take a minute or more here.
+
+    The training bar appears once the stop flag is in place, right before the first evaluation: that is the cue.
+    (A second Ctrl-C is tests/test_resume.py's `signalled`.)"""
+    corpus = write_corpus(tmp_path / "text", text=make_corpus_text(min_chars=20_000))  # a val split longer than the context
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "train.py", *tiny_argv(tmp_path, corpus, *LONG_EVAL)]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=out, stderr=err, env=env)
+    try:
+        deadline = time.monotonic() + 240  # only against a hang
+        while "tiny:   0%" not in (tmp_path / "err").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "err").read_text()[-2000:]
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        proc.wait(timeout=120)
+        seconds = time.monotonic() - signalled
+    finally:
+        proc.kill()
+    err, out, run_dir = (tmp_path / "err").read_text(), (tmp_path / "out").read_text(), tmp_path / "runs" / "tiny"
+    assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
+    assert seconds < 30  # a pass of the evaluation takes a fraction of a second
+    checkpoint = torch.load(run_dir / "ckpt.pt", weights_only=True)
+    assert checkpoint["step"] == 0 and checkpoint["evaluated"] is False  # --resume evaluates step 0 again
+    assert not [m for m in read_metrics(run_dir) if "loss/val" in m]  # the evaluation cut short is not logged
+    assert f"stopped at step 0; checkpoint saved to {run_dir / 'ckpt.pt'}" in out
+
+
+def test_sighup_stops_like_sigterm_with_a_checkpoint(tmp_path, monkeypatch, capsys):
+    """The terminal or the ssh session closed (SIGHUP, here during step 13): the run used to die with nothing saved."""
+    real, calls = train.draw_micro_batches, [0]
+
+    def draw(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 13:
+            os.kill(os.getpid(), signal.SIGHUP)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train, "draw_micro_batches", draw)
+    try:
+        code = train.main(tiny_argv(tmp_path, write_corpus(tmp_path / "t"), *QUICK))
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    ckpt = tmp_path / "runs" / "tiny" / "ckpt.pt"
+    assert code == 129 and torch.load(ckpt, weights_only=True)["step"] == 13
+    assert f"stopped at step 13; checkpoint saved to {ckpt}" in capsys.readouterr().out
+
+
+class Pipe(io.StringIO):
+    """stdout as `| head -4` leaves it: four lines pass, then the reader is gone."""
+
+    def write(self, text: str) -> int:
+        if self.getvalue().count("\n") >= 4:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def test_lost_stdout_stops_quietly_and_saves(tmp_path, monkeypatch, capsys):
+    """`train.py | head -4`: a later line cannot be written; the run stops as under SIGTERM, with no traceback."""
+    pipe = Pipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    code = train.main(tiny_argv(tmp_path, write_corpus(tmp_path / "t"), *QUICK, "--train.max_steps=30"))
+    assert pipe.getvalue().splitlines()[-1].startswith("step     0 |")
+    assert code == 141 and capsys.readouterr().err.count("Error") == 0
+    checkpoint = torch.load(tmp_path / "runs" / "tiny" / "ckpt.pt", weights_only=True)
+    assert 10 <= checkpoint["step"] < 30  # stopped at the step after the lost line, with a checkpoint
+
+
+# The budget
+
+
+def config(*argv: str, vocab: int = 65):
+    """A preset's Config with its vocabulary size filled in, as the tokenizer fills it in a run."""
+    cfg = load_config(list(argv))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab))
+
+
+def test_a_huge_context_is_refused_in_one_line_with_its_cost(monkeypatch, tmp_path):
+    monkeypatch.setattr(harness.training.budget, "measured_speed", lambda device: 20e9)  # this 2-core CPU's order of magnitude
+    cfg = config("--config", "tiny", "--model.block_size=100000")
+    with pytest.raises(ConfigError, match=r"one training step at block_size 100000 would take about \d+ minutes on this cpu"):
+        check_affordable(cfg, torch.device("cpu"))
+    monkeypatch.setattr(harness.training.budget, "device_memory_bytes", lambda device: 2.0**30)
+    with pytest.raises(ConfigError, match=r"needs about \d+ GiB, and this cpu has 1 GiB"):
+        check_affordable(cfg, torch.device("cpu"))
+    assert check_affordable(config("--config", "tiny"), torch.device("cpu")) == 20e9
+
+
+@pytest.mark.parametrize("preset", ["tiny", "char", "base", "gpt2-finetune"])
+def test_the_presets_honest_loss_is_never_capped(preset):
+    """Even with every position at its stratum's end, a no-mask preset's prefix passes stay within the budget."""
+    gpt2 = ["--model.n_layer=12", "--model.n_head=12", "--model.n_embd=768"] if preset == "gpt2-finetune" else []
+    cfg = config("--config", preset, "--no-mask", *gpt2, vocab=65 if preset in ("tiny", "char") else 50257)
+    T = cfg.model.block_size
+    worst = [[round((i + 1) * T / 8) - 1 for i in range(8)] for _ in range(cfg.train.honest_batches)]
+    assert cap_prefix_work(worst, cfg) == worst
+
+
+def test_the_prefix_work_is_capped_for_many_honest_batches(tmp_path):
+    cfg = config("--config", "tiny", "--no-mask", "--train.eval_batches=40", "--train.honest_batches=40")
+    gen = torch.Generator().manual_seed(0)
+    plan = cap_prefix_work([honest_positions(32, 8, gen) for _ in range(40)], cfg)
+    assert 1 <= len(plan) < 40
+    assert sum(prefix_flops(cfg.model, 8, p) for p in plan) <= 8 * step_flops(cfg)
+
+
+def test_a_causal_model_runs_no_prefix_passes(tmp_path):
+    """The honest loss of a causal model is read off the forced pass; without the mask, 8 passes per honest batch."""
+    corpus = load_corpus(load_config(tiny_argv(tmp_path, write_corpus(tmp_path / "t"))).data)
+    for flags, passes in (([], 0), (["--no-mask"], 2 * 8)):  # tiny: 2 eval batches, so 2 honest batches of 8 positions
+        cfg = config(*tiny_argv(tmp_path, tmp_path / "t" / "corpus.txt"), *flags, vocab=corpus.tokenizer.vocab_size)
+        eval_set = make_eval_set(corpus, corpus.tokenizer, cfg)
+        assert eval_set.prefix_passes(cfg.model.causal) == passes
+        extra = sum(prefix_flops(cfg.model, 8, p) for _, _, p in eval_set.honest) if passes else 0.0
+        assert evaluation_flops(cfg, eval_set) == pytest.approx(
+            4 * forward_flops(cfg.model, 8, 32) + extra + forward_flops(cfg.model, 8, 32)
+        )
+
+
+# The bad-input sweep, each where it arises
+
+
+def test_d4_a_full_disk_at_start_up_is_one_line(tmp_path, monkeypatch, capsys):
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("harness.training.runlog.write_atomically", full)
+    code = train.main(tiny_argv(tmp_path, write_corpus(tmp_path / "t"), "--train.max_steps=1"))
+    proc = subprocess.CompletedProcess([], code, *capsys.readouterr())
+    assert_one_line_error(proc, "could not save", "config.json: No space left on device")
+
+
+def test_d5_text_the_terminal_cannot_encode_is_replaced():
+    raw = io.BytesIO()
+    stream = GuardedStream(io.TextIOWrapper(raw, encoding="latin-1"))
+    stream.write("ロミオ café\n")
+    stream.flush()
+    assert raw.getvalue() == "??? café\n".encode("latin-1")
+
+
+def test_d6_a_folder_where_metrics_jsonl_goes_is_one_line(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "t")
+    assert train.main(tiny_argv(tmp_path, corpus, "--train.max_steps=2", "--train.eval_interval=2")) == 0
+    metrics = tmp_path / "runs" / "tiny" / "metrics.jsonl"
+    metrics.unlink()
+    metrics.mkdir()
+    capsys.readouterr()
+    code = train.main(tiny_argv(tmp_path, corpus, "--train.max_steps=3", "--resume"))
+    assert_one_line_error(subprocess.CompletedProcess([], code, *capsys.readouterr()), f"cannot append to {metrics}")
+
+
+def test_d7_a_first_checkpoint_that_cannot_be_written_says_none_was_saved(tmp_path, monkeypatch):
+    def full(obj, f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(CheckpointError, match="No space left on device; no checkpoint was saved"):
+        save_checkpoint(tmp_path / "ckpt.pt", {"model": {}})
+    (tmp_path / "ckpt.pt").write_bytes(b"earlier")
+    with pytest.raises(CheckpointError, match="the previous checkpoint there is intact"):
+        save_checkpoint(tmp_path / "ckpt.pt", {"model": {}})
+
+
+def test_d8_a_run_whose_corpus_moved_names_score_pys_flag(tmp_path):
+    checkpoint = {"config": {"data": {"path": str(tmp_path / "gone.txt"), "tokenizer": "char"}}, "source_sha256": "0"}
+    with pytest.raises(DataError, match=r"the run's corpus .*gone.txt no longer exists; score its text with --file PATH"):
+        text_ids(CharTokenizer(list("ab")), None, checkpoint)
+
+
+def test_d9_unknown_characters_are_all_counted_and_c_locale_arguments_read_as_utf8():
+    with pytest.raises(TokenizerError, match=r"11 character\(s\) not in the training vocabulary: 'бвгдежзийк' and 1 more"):
+        CharTokenizer(list("ab")).encode("бвгдежзийкл")
+    assert typed_text("caf\udcc3\udca9") == "café"  # how Python hands over `café` under a non-coerced C locale
+    assert typed_text("ロミオ") == "ロミオ"
+
+
+@pytest.mark.parametrize("text", ["-3", "0"])
+def test_d10_one_range_message_for_every_number_out_of_range(text):
+    with pytest.raises(Exception, match=f"must be at least 1, got {text}"):
+        positive_int(text)
