@@ -75,7 +75,7 @@ def main(argv: list[str]) -> dict[str, dict]:
         print(f"{name + suffix} ({flags}): val {metrics['loss/val']:.3f} in {metrics['wall_s']:.1f}s", flush=True)
         weights = variant.attention_weights(torch.tensor([eval_set.heatmap_ids], device=runtime.device))
         folder = writable_folder(out / (name + suffix), "--out")
-        save_layer_heatmaps(weights, eval_set.heatmap_labels, folder, name + suffix, flags, dpi=90)
+        save_layer_heatmaps(weights, eval_set.heatmap_labels, folder, name + suffix, flags, dpi=90, causal=variant_cfg.causal)
 
     summary = {"model": info, "block_size": T, "val_tokens": eval_set.val_tokens, "results": results}
     write_atomically(out / "break.json", json.dumps(summary, indent=2).encode())

@@ -16,7 +16,8 @@ table show the seed-to-seed spread (mean ± standard deviation) and each differe
 Ctrl-C (or SIGTERM) stops the run in progress after its step, with a checkpoint, and ends the
 comparison; the same command plus --resume continues it: finished runs are kept, the stopped
 one resumes, the rest start. Without --resume an earlier comparison in the folder is moved aside
-whole (to compare-<config>.old-<time>), so TensorBoard never overlays two comparisons.
+whole (to compare-<config>.old-<time>), so `tensorboard --logdir runs/compare-<config>` never overlays
+two comparisons (`--logdir runs` reads the moved ones too: docs/tensorboard.md).
 
 The experiment itself lives in harness/experiments/comparison.py, its picture in harness/pictures/curves.py and its
 statistics in harness/experiments/stats.py.

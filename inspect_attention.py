@@ -4,7 +4,8 @@ Writes token-labelled heatmaps of the attention weights (one grid of heads per l
 picture per head when the model has few heads), one interactive HTML page of every head
 (attention.html: pick a head, hover a token), and prints a table of the heads ranked by entropy
 that names the previous-token heads, the next-token heads (the --no-mask cheat: they read the
-answer) and the first-token sinks. Works on any checkpoint, including the ablated runs, and on GPT-2.
+answer), the first-token sinks and the induction heads (--repeated shows them best: random tokens
+in which a segment recurs, docs/induction.md). Works on any checkpoint, including the ablated runs, and on GPT-2.
 
 --ablate next-token (or --ablate L0H1,L0H3, or L1 for a whole layer) tests the claim that the named
 heads carry the cheat of a model trained without the mask: it measures the leak gap on the run's own
@@ -21,6 +22,7 @@ import torch
 
 from configs import ConfigError
 from data.files import write_atomically
+from data.synthetic import PROBE_SEED, RepeatedRandom
 from data.tokenizer import TokenizerError, token_labels
 from harness.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, run_command, seed
 from harness.experiments.head_ablation import measure, report, run_batches
@@ -29,15 +31,17 @@ from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer
 from harness.training.evaluation import PROBE_TEXT
 from model.ablations import flags_label
 from model.heads import parse_heads
-from model.measurements import FIRST_TOKEN_THRESHOLD, NEXT_TOKEN_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles
+from model.measurements import NEXT_TOKEN_THRESHOLD, ROLES, head_roles
 
+REPEATED_TOKENS = 48  # length of the --repeated sequence (at most block_size)
 PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the per-layer grids and the HTML page
 
 
 def main(argv: list[str]) -> Path:
     parser = OneLineParser(description="Heatmaps, an HTML page and per-head statistics of a model's attention.")
     add_model_source(parser)
-    parser.add_argument("--text", default=PROBE_TEXT, help="the text to look at (default: the one evaluations draw)")
+    parser.add_argument("--text", help="the text to look at (default: the one evaluations draw, if the vocabulary holds it)")
+    parser.add_argument("--repeated", action="store_true", help="look at random tokens in which a segment recurs (the default if not)")
     parser.add_argument("--out", type=Path, help="folder for the pictures and the page (default: <run folder>/inspect)")
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
     parser.add_argument(
@@ -59,7 +63,15 @@ def main(argv: list[str]) -> Path:
         named = parse_heads(args.ablate, model.cfg.n_layer, model.cfg.n_head) if args.ablate not in (None, "next-token") else None
     except ValueError as e:
         raise ConfigError(f"--ablate: {e}") from None
-    ids = tokenizer.encode(args.text)
+    try:
+        ids = [] if args.repeated else tokenizer.encode(args.text if args.text is not None else PROBE_TEXT)
+    except TokenizerError:
+        if args.text is not None:
+            raise
+        ids = []  # a vocabulary without the probe text's characters (a synthetic source's): a repeated sequence instead
+    if args.repeated or (args.text is None and not ids):
+        n = min(model.cfg.block_size, REPEATED_TOKENS)
+        ids = RepeatedRandom(tokenizer.vocab_size, n // 4, n // 2).sequence(n, torch.Generator().manual_seed(PROBE_SEED)).tolist()
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")
     block_size = model.cfg.block_size
@@ -71,32 +83,31 @@ def main(argv: list[str]) -> Path:
     out = writable_folder(args.out or folder / "inspect", "--out")
     flags, name = flags_label(model.cfg), folder.name
     per_head = args.per_head or model.cfg.n_layer * model.cfg.n_head <= PER_HEAD_PICTURES_UP_TO
-    save_layer_heatmaps(weights, labels, out, name, flags, dpi=110)
+    save_layer_heatmaps(weights, labels, out, name, flags, dpi=110, causal=model.cfg.causal)
     for layer, w in enumerate(weights if per_head else []):
         for head in range(w.shape[1]):
-            fig = heatmap_figure(w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [f"L{layer}H{head}"])
+            fig = heatmap_figure(
+                w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [f"L{layer}H{head}"], model.cfg.causal
+            )
             fig.savefig(out / f"attn_L{layer}_H{head}.png", dpi=110)
     page = attention_page([w[0] for w in weights], labels, f"{name}: attention ({flags})", model.cfg.causal, out / "attention.html")
 
     print(f"{described} ({flags}), {len(ids)} tokens; heatmaps in {out}/, every head on one page: {page}")
     print(
         "heads by entropy, most focused first; t-1: mean weight on the previous token (rows t >= 1), "
-        "t+1: on the next one, the answer (rows t <= T-2; 0 under the mask), first: on position 0 (rows t >= 1)"
+        "t+1: on the next one, the answer (rows t <= T-2; 0 under the mask), first: on position 0 (rows t >= 1), "
+        "induction: on the token after the previous occurrence of the current one (rows whose token occurred before)"
     )
-    print("| layer | head | entropy | max weight | saturated | future mass | t-1 | t+1 | first | role |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    rows = head_roles(weights, model.cfg.causal)
+    print("| layer | head | entropy | max weight | saturated | future mass | t-1 | t+1 | first | induction | role |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    rows = head_roles(weights, model.cfg.causal, torch.tensor([ids]))
     for row in rows:
         print(
             f"| {row['layer']} | {row['head']} | {row['entropy']:.3f} | {row['max_weight']:.3f} | {row['saturated']:.2f} | "
-            f"{row['future_mass']:.3f} | {row['previous']:.3f} | {row['next']:.3f} | {row['first']:.3f} | {', '.join(row['roles'])} |"
+            f"{row['future_mass']:.3f} | {row['previous']:.3f} | {row['next']:.3f} | {row['first']:.3f} | {row['induction']:.3f} | "
+            f"{', '.join(row['roles'])} |"
         )
-    roles = (
-        ("previous-token", PREVIOUS_TOKEN_THRESHOLD),
-        ("next-token", NEXT_TOKEN_THRESHOLD),
-        ("first-token sink", FIRST_TOKEN_THRESHOLD),
-    )
-    for role, threshold in roles:
+    for role, _, threshold in ROLES:
         found = [f"L{row['layer']}H{row['head']}" for row in rows if role in row["roles"]]
         print(f"{role} heads (weight above {threshold}): {', '.join(found) or 'none'}")
     if args.ablate:

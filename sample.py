@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from data.corpus import read_text
+from data.sources import read_text
 from data.tokenizer import TokenizerError, decode_stream
 from harness.cli import (
     OneLineParser,

@@ -21,7 +21,7 @@ from harness.cli import OneLineParser, run_command
 from harness.training.checkpoints import Checkpointer, Progress, read_resumable, restore
 from harness.training.evaluation import evaluate, make_eval_set
 from harness.training.optim import describe, lr_at, make_optimizer, set_lr
-from harness.training.runlog import RunLogger, open_run_dir
+from harness.training.runlog import RunLogger, open_run_dir, phase_change
 from harness.training.runtime import StopFlag, load_data, mean_over_ranks, setup_runtime, wrap_for_training
 from harness.training.starting_weights import initial_model
 from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_second, tokens_per_step
@@ -47,8 +47,8 @@ def train(cfg: Config) -> dict:
     step_model = wrap_for_training(model, runtime)
     step_tokens = tokens_per_step(cfg, runtime)
     runtime.say(
-        f"model: {model.num_params() / 1e6:.2f}M parameters; corpus {corpus.source}: {len(corpus.train):,} train / "
-        f"{len(corpus.val):,} val tokens; {step_tokens:,} tokens per step; optimizer {describe(optimizer)}"
+        f"model: {model.num_params() / 1e6:.2f}M parameters; {corpus.describe()}; {step_tokens:,} tokens per step; "
+        f"optimizer {describe(optimizer)}"
     )
 
     # What evaluations look at, where results go.
@@ -62,7 +62,7 @@ def train(cfg: Config) -> dict:
     def evaluate_and_save(step: int) -> None:
         report = evaluate(model, eval_set, runtime, corpus.tokenizer, started)
         if logger:
-            logger.log_evaluation(step, report, flags_label(cfg.model))
+            logger.log_evaluation(step, report, flags_label(cfg.model), cfg.model.causal)
         last.update(report.metrics, sample=report.sample)
         progress.step, progress.evaluated, progress.val_loss = step, True, last["loss/val"]
         checkpointer.save(model, optimizer, train_gen, progress)
@@ -123,6 +123,7 @@ def train(cfg: Config) -> dict:
             f"done in {elapsed:.1f}s: train {last['loss/train']:.4f}, val {last['loss/val']:.4f}, honest {last['loss/val_honest']:.4f}; "
             f"checkpoints {cfg.run_dir / 'ckpt.pt'} (latest), {cfg.run_dir / 'best.pt'} (best val)\nsample at the last step:\n{last['sample']}"
         )
+        runtime.say(phase_change(cfg.run_dir))
     return summary
 
 

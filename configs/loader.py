@@ -162,7 +162,6 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         section, _, key = dotted.partition(".")
         values[section][key] = convert(dotted, value)
     try:
-        sections = {s: cls(**values[s]) for s, cls in SECTIONS.items()}
+        return Config(name=path.stem, **{s: cls(**values[s]) for s, cls in SECTIONS.items()})
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return Config(name=path.stem, **sections)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data.synthetic import SOURCES, SYMBOLS
 from data.tokenizer import TOKENIZERS
 from model.ablations import name_suffix
 from model.config import ModelConfig, check_choice, setting
@@ -23,12 +24,30 @@ MAX_RUN_NAME = 200  # characters
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = setting("", "a UTF-8 text file; empty means Tiny Shakespeare, downloaded once")
+    path: str = setting("", "a UTF-8 text file, a .jsonl or .parquet file of documents, or a folder of them; empty means Tiny Shakespeare")
     tokenizer: str = setting("gpt2", '"gpt2" (tiktoken BPE) or "char" (one id per character)')
     cache_dir: str = setting("", "where downloads and prepared .bin files go; empty means data/cache")
+    text_field: str = setting("text", "the JSONL field or parquet column that holds each document's text")
+    val_path: str = setting("", "a separate validation source (file or folder); empty means the last 10% of data.path")
+    workers: int = setting(0, "threads that encode while preparing the corpus; 0 means one per core")
+    source: str = setting(
+        "text", '"text": data.path, tokenized; "repeated-random": fresh random tokens in which a segment recurs (docs/induction.md)'
+    )
+    symbols: int = setting(256, "repeated-random: how many distinct tokens, drawn uniformly")
+    min_segment: int = setting(8, "repeated-random: the shortest segment that recurs, in tokens")
+    max_segment: int = setting(32, "repeated-random: the longest segment that recurs, in tokens (two copies fit in a block)")
 
     def __post_init__(self) -> None:
         check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
+        check_choice("data.source", self.source, SOURCES)
+        if not 2 <= self.symbols <= len(SYMBOLS):
+            raise ValueError(f"data.symbols must be between 2 and {len(SYMBOLS)}, got {self.symbols}")
+        if not 1 <= self.min_segment <= self.max_segment:
+            raise ValueError(f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), got {self.min_segment}")
+        if not self.text_field:
+            raise ValueError("data.text_field must name a field, got an empty value")
+        if self.workers < 0:
+            raise ValueError(f"data.workers must be 0 (one per core) or a positive number, got {self.workers}")
 
 
 @dataclass(frozen=True)
@@ -106,6 +125,13 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
+    def __post_init__(self) -> None:
+        if self.data.source != "text" and 2 * self.data.max_segment > self.model.block_size + 1:
+            raise ValueError(
+                f"data.max_segment ({self.data.max_segment}) must be at most (model.block_size + 1) // 2 "
+                f"({(self.model.block_size + 1) // 2}): a block holds the segment and its copy"
+            )
+
     @property
     def run_name(self) -> str:
         """`base`, `base-no-mask`, `base-no-scale`, ... unless train.run_name says otherwise."""
@@ -126,3 +152,20 @@ SECTION_MEANINGS = {
     "train": "the run: optimizer, schedule, evaluations, device, where results go",
 }
 KEYS = {f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # "train.lr" -> its field
+
+
+def config_differences(saved: dict, wanted: dict, ignore: tuple[str, ...] = (), prefix: str = "") -> list[str]:
+    """What differs between a recorded config and the wanted one, key by key: ["n_layer 2 vs 4", ...].
+
+    Both are plain dicts as `to_dict()` and checkpoints hold them; a key the record lacks shows as None.
+    Nested sections ({"model": {...}}) are compared key by key, named "model.n_layer".
+    """
+    found = []
+    for key, value in wanted.items():
+        if key in ignore:
+            continue
+        if isinstance(value, dict):
+            found += config_differences(saved.get(key) or {}, value, ignore, f"{prefix}{key}.")
+        elif saved.get(key) != value:
+            found.append(f"{prefix}{key} {saved.get(key)!r} vs {value!r}")
+    return found

@@ -1,4 +1,4 @@
-"""Random training windows drawn from a long array of token ids."""
+"""Training batches: random windows of a long array of token ids, or what a synthetic source draws."""
 
 import numpy as np
 import torch
@@ -15,3 +15,11 @@ def get_batch(ids: np.ndarray, batch_size: int, block_size: int, generator: torc
     offsets = starts[:, None] + torch.arange(block_size + 1)  # (B, 1) + (T + 1,) -> (B, T + 1)
     window = torch.from_numpy(ids[offsets.numpy()].astype(np.int64))  # (B, T + 1)
     return window[:, :-1], window[:, 1:]  # x (B, T), y (B, T)
+
+
+def draw_batch(split, batch_size: int, block_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, y (B, T) from a split: windows of its token ids (get_batch), or a synthetic source's own draw
+    (data/synthetic.py). Either way `generator` alone decides them, so a checkpoint of it resumes the stream."""
+    if isinstance(split, np.ndarray):
+        return get_batch(split, batch_size, block_size, generator)
+    return split.draw(batch_size, block_size, generator)

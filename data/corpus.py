@@ -1,8 +1,9 @@
-"""Find or download the text, split it into train and val, encode it once into .bin memmaps.
+"""Find or download the corpus, prepare it once into .bin memmaps, and read them back.
 
 The prepared token ids live in `<cache>/prepared/<name>-<tokenizer>-<hash>/` as train.bin and
-val.bin (raw unsigned integers) beside meta.json (tokenizer, vocabulary, dtype, source hash).
-They are reused while the source text and the tokenizer stay the same.
+val.bin (raw unsigned integers) beside meta.json (tokenizer, vocabulary, dtype, the sources, the
+document count). They are reused while the sources and the tokenizer stay the same. Reading the
+sources is data/sources.py; encoding them, in constant memory, is data/prepare.py.
 """
 
 import json
@@ -13,17 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from data.files import sha256_of, sha256_of_bytes, write_atomically
+from data.prepare import FORMAT_VERSION, TRAIN_FRACTION, prepare  # noqa: F401 (TRAIN_FRACTION: the split, known here as before)
+from data.sources import DataError, Source, find_source
 from data.tokenizer import TOKENIZERS, CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 
 TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 DEFAULT_CACHE_DIR = Path(__file__).resolve().parent / "cache"
-TRAIN_FRACTION = 0.9
-FORMAT_VERSION = 2  # 2 records each split's token count, so a cut-short .bin is noticed
-
-
-class DataError(Exception):
-    """A problem with the corpus that the user can fix; the message says how."""
+IDS_BLOCK = 1 << 22  # ids read at a time when checking a .bin
 
 
 @dataclass
@@ -31,8 +29,15 @@ class Corpus:
     train: np.ndarray  # token ids of the first 90% of the text (a read-only memmap)
     val: np.ndarray  # token ids of the last 10%
     tokenizer: Tokenizer
-    source: Path  # the text file the ids came from
-    source_sha256: str
+    source: Path  # the text file (or folder, or documents file) the ids came from
+    source_sha256: str  # the SHA-256 of that file, or a fingerprint of every source (see `corpus_key`)
+
+    def describe(self) -> str:
+        return f"corpus {self.source}: {len(self.train):,} train / {len(self.val):,} val tokens"
+
+    def probe_ids(self, n: int) -> list[int]:
+        """n tokens to look at when the probe text does not fit the tokenizer: the val split's first."""
+        return self.val[:n].tolist()
 
 
 def download_tiny_shakespeare(cache_dir: Path) -> Path:
@@ -56,55 +61,38 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
     return path
 
 
-def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The UTF-8 text of a file named with `flag`; a missing, binary, non-UTF-8 or empty file is a DataError saying so."""
-    if not path.exists():
-        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file")
-    if not path.is_file():
-        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"{flag} {path} is not UTF-8 text (bad byte at offset {e.start}); convert it to UTF-8 or pick a text file"
-        ) from None
-    except OSError as e:
-        raise DataError(f"cannot read {flag} {path}: {e.strerror}") from None
-    if "\0" in text:  # valid UTF-8, but no text holds NUL characters: an image, an archive, a tensor file
-        raise DataError(f"{flag} {path} is binary (it holds NUL bytes); give a UTF-8 text file")
-    if not text.strip():
-        raise DataError(f"{flag} {path} is empty (nothing but whitespace); give a file with some text")
-    return text
-
-
-def make_tokenizer(name: str, text: str) -> Tokenizer:
-    if name == "gpt2":
-        return GPT2Tokenizer()
-    if name == "char":
-        return CharTokenizer.from_text(text)
-    raise DataError(f"unknown tokenizer {name!r}; choose one of {', '.join(TOKENIZERS)}")
+def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
+    """What names a preparation: one text file's SHA-256, as always; otherwise a hash of the sources' descriptions
+    (a file's SHA-256, a folder's sizes and modification times), the val source's and the JSONL/parquet field."""
+    if val is None and source.is_one_text:
+        return source.description["sha256"]
+    described = {"sources": [source.description], "val": val and val.description, "text_field": text_field}
+    return sha256_of_bytes(json.dumps(described, sort_keys=True).encode())
 
 
 def load_corpus(data_cfg) -> Corpus:
     """Return the train and val token ids of data_cfg.path (Tiny Shakespeare when empty), preparing them once."""
     cache_dir = Path(data_cfg.cache_dir) if data_cfg.cache_dir else DEFAULT_CACHE_DIR
+    if data_cfg.tokenizer not in TOKENIZERS:
+        raise DataError(f"unknown tokenizer {data_cfg.tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
     try:
-        source = Path(data_cfg.path).expanduser() if data_cfg.path else download_tiny_shakespeare(cache_dir)
-        text = None if not data_cfg.path else read_text(source)  # read early so bad files fail fast
-        source_sha = sha256_of(source)
-        prepared = cache_dir / "prepared" / f"{source.stem}-{data_cfg.tokenizer}-{source_sha[:16]}"
-        prepared_splits = read_prepared(prepared, source_sha)
+        path = Path(data_cfg.path).expanduser() if data_cfg.path else download_tiny_shakespeare(cache_dir)
+        source = find_source(path, "--data-file")
+        val = find_source(Path(data_cfg.val_path).expanduser(), "--data.val_path") if data_cfg.val_path else None
+        key = corpus_key(source, val, data_cfg.text_field)
+        prepared = cache_dir / "prepared" / f"{path.stem}-{data_cfg.tokenizer}-{key[:16]}"
+        prepared_splits = read_prepared(prepared, key)
         if prepared_splits is None:  # never prepared, prepared from other text or by an older version, or damaged
-            prepare(text if text is not None else read_text(source), data_cfg.tokenizer, source_sha, prepared)
-            prepared_splits = read_prepared(prepared, source_sha)
+            prepare(source, data_cfg.tokenizer, key, prepared, data_cfg.text_field, data_cfg.workers, val)
+            prepared_splits = read_prepared(prepared, key)
         if prepared_splits is None:
             raise DataError(f"the prepared data in {prepared} cannot be read back after writing it; delete that folder and try again")
-        train, val, tokenizer = prepared_splits
+        train, val_ids, tokenizer = prepared_splits
     except TokenizerError as e:
         raise DataError(str(e)) from None
     except OSError as e:
         raise DataError(f"cannot write prepared data under {cache_dir}: {e.strerror}; set --data.cache_dir to a writable folder") from None
-    return Corpus(train, val, tokenizer, source, source_sha)
+    return Corpus(train, val_ids, tokenizer, path, key)
 
 
 def read_prepared(folder: Path, source_sha: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
@@ -123,10 +111,9 @@ def read_prepared(folder: Path, source_sha: str) -> tuple[np.ndarray, np.ndarray
             path, n_tokens = folder / f"{split}.bin", meta["tokens"][split]
             if path.stat().st_size != n_tokens * np.dtype(meta["dtype"]).itemsize:
                 return None
-            ids = read_ids(path, meta["dtype"])
-            if len(ids) and int(ids.max()) >= tokenizer.vocab_size:
+            if largest_id(path, meta["dtype"]) >= tokenizer.vocab_size:
                 return None
-            splits.append(ids)
+            splits.append(read_ids(path, meta["dtype"]))
     except TokenizerError:
         if meta["tokenizer"] == "gpt2":
             raise  # tiktoken's files are missing: preparing again would not help
@@ -143,26 +130,13 @@ def read_ids(path: Path, dtype: str) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-def prepare(text: str, tokenizer_name: str, source_sha: str, folder: Path) -> dict:
-    """Encode both splits and write them; meta.json is written last, so it marks a finished job.
-
-    Validation is the last 10% of the text, not a random sample: contiguous text would leak
-    across a random split (neighbouring lines share names, phrases and scenes).
-    """
-    tokenizer = make_tokenizer(tokenizer_name, text)
-    cut = int(len(text) * TRAIN_FRACTION)
-    dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
-    folder.mkdir(parents=True, exist_ok=True)
-    tokens = {}
-    for split, part in (("train", text[:cut]), ("val", text[cut:])):
-        ids = np.array(tokenizer.encode(part), dtype=dtype)
-        write_atomically(folder / f"{split}.bin", ids.tobytes())
-        tokens[split] = len(ids)
-    meta = {"format": FORMAT_VERSION, "source_sha256": source_sha, "dtype": dtype, "tokens": tokens, **tokenizer.state()}
-    meta["tokenizer"] = meta.pop("name")
-    meta["vocab_size"] = tokenizer.vocab_size
-    write_atomically(folder / "meta.json", json.dumps(meta).encode())
-    return meta
+def largest_id(path: Path, dtype: str) -> int:
+    """The largest id in a .bin (-1 when empty), read block by block: a memmap's max() would keep every page resident."""
+    largest = -1
+    with open(path, "rb") as f:
+        while len(block := np.fromfile(f, dtype=dtype, count=IDS_BLOCK)):
+            largest = max(largest, int(block.max()))
+    return largest
 
 
 def check_split_lengths(corpus: Corpus, block_size: int) -> None:

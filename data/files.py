@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,3 +48,20 @@ def write_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` all at once (see atomic_file)."""
     with atomic_file(path) as f:
         f.write(data)
+
+
+def replace_folder(tmp: Path, folder: Path) -> None:
+    """Make a folder written whole under a temporary name appear as `folder`, all at once.
+
+    Its files are flushed to disk first, so that a crash never leaves a folder that looks whole
+    with half its bytes; an older folder of that name (damaged, or from an older version) is removed.
+    """
+    for path in tmp.iterdir():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)

@@ -1,5 +1,8 @@
 """Tokenizers with one interface: encode(str) -> list[int], decode(list[int]) -> str, vocab_size.
 
+For preparing a corpus, each also has encode_array(str) -> np.ndarray (no Python list of ints on
+the way: what makes preparation fast) and end_of_text, the ids that go between two documents.
+
 gpt2 is OpenAI's byte-pair encoding through tiktoken (50257 tokens). char maps each distinct
 character of the corpus to an id; its vocabulary is saved with the prepared data and in
 every checkpoint, so sampling decodes with exactly the vocabulary the model was trained on.
@@ -7,6 +10,8 @@ every checkpoint, so sampling decodes with exactly the vocabulary the model was 
 
 from collections.abc import Iterable, Iterator
 from typing import Protocol
+
+import numpy as np
 
 TOKENIZERS = ("gpt2", "char")
 GPT2_VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding: 50,000 merges, 256 bytes and <|endoftext|>
@@ -21,6 +26,7 @@ class Tokenizer(Protocol):
     vocab_size: int
 
     def encode(self, text: str) -> list[int]: ...
+    def encode_array(self, text: str) -> np.ndarray: ...
     def decode(self, ids: list[int]) -> str: ...
     def state(self) -> dict: ...
 
@@ -39,9 +45,14 @@ class GPT2Tokenizer:
                 "connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder holding its files (a training run can also use --data.tokenizer=char)"
             ) from None
         self.vocab_size = self.enc.n_vocab
+        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>, 50256: GPT-2's own mark between documents
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)  # special tokens are plain text here
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """The ids of encode(text) as a uint32 array; tiktoken releases the GIL while it encodes, so threads encode in parallel."""
+        return self.enc.encode_to_numpy(text, disallowed_special=())  # nothing special: the same ids as encode_ordinary
 
     def decode(self, ids: list[int]) -> str:
         return self.enc.decode(ids)
@@ -52,6 +63,7 @@ class GPT2Tokenizer:
 
 class CharTokenizer:
     name = "char"
+    END_OF_TEXT = "\n\n"  # a blank line between documents: the char tokenizer has no special token
 
     def __init__(self, chars: list[str]):
         if not chars or len(set(chars)) != len(chars) or any(not isinstance(c, str) or len(c) != 1 for c in chars):
@@ -59,6 +71,8 @@ class CharTokenizer:
         self.chars = list(chars)
         self.vocab_size = len(chars)
         self.stoi = {c: i for i, c in enumerate(chars)}
+        self.lookup = np.full(max(map(ord, chars)) + 1, -1, dtype=np.int32)  # code point -> id, -1 outside the vocabulary
+        self.lookup[[ord(c) for c in chars]] = np.arange(len(chars))
 
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":
@@ -72,6 +86,18 @@ class CharTokenizer:
                 f"{len(unknown)} character(s) not in the training vocabulary: {shown!r}; use only characters of the training text"
             )
         return [self.stoi[c] for c in text]
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """encode(text) as an int32 array, looked up a whole array at a time."""
+        points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        ids = self.lookup[np.minimum(points, len(self.lookup) - 1)]
+        if (ids < 0).any() or (points >= len(self.lookup)).any():
+            self.encode(text)  # raises the error that names the unknown characters
+        return ids
+
+    @property
+    def end_of_text(self) -> list[int]:
+        return self.encode(self.END_OF_TEXT)
 
     def decode(self, ids: list[int]) -> str:
         return "".join(self.chars[i] for i in ids)

@@ -6,6 +6,7 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 
 import argparse
 import re
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -98,6 +99,13 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
 def probability(text: str) -> float:
     """A probability above 0, at most 1."""
     value = number(text)
@@ -179,9 +187,9 @@ def run_command(
     except TrainingError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(interrupted, file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # a signal during the corpus's preparation says what it stopped, and which signal it was
+        print(str(e) or interrupted, file=sys.stderr)
+        return 128 + getattr(e, "signum", signal.SIGINT)
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
         if not is_out_of_memory(e):
             raise

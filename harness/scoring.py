@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from configs import ConfigError, DataConfig
-from data.corpus import DataError, load_corpus, read_text
+from data.corpus import DataError, load_corpus
+from data.sources import read_text
 from data.tokenizer import GPT2Tokenizer, Tokenizer, TokenizerError
 from harness.training.checkpoints import CheckpointError
 from model import GPT

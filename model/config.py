@@ -39,6 +39,7 @@ class ModelConfig:
     qk_init_std: float = setting(0.02, "std of the query/key weights at init (0.02 is GPT-2's)")
     qkv_bias: bool = setting(False, "a bias on the fused query/key/value projection: GPT-2 has one, the lessons' Head has none")
     gelu: str = setting("exact", '"exact" (erf) GELU, or "tanh", the approximation GPT-2 was trained with')
+    mlp: bool = setting(True, "False leaves the MLP out of every block: an attention-only model, as the induction-head papers study")
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):

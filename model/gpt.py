@@ -32,22 +32,29 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block: tokens talk (attention), then each thinks alone (MLP)."""
+    """Pre-LayerNorm transformer block: tokens talk (attention), then each thinks alone (MLP).
+
+    With cfg.mlp False the block is attention alone (no ln2, no MLP): the attention-only models in
+    which induction heads were first found, where every computation is a path through heads.
+    """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.n_embd)
         self.attn = MultiHead(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.causal, cfg.scaled, cfg.attention, cfg.qkv_bias)
-        self.ln2 = nn.LayerNorm(cfg.n_embd)
-        self.mlp = MLP(cfg)
+        self.ln2 = nn.LayerNorm(cfg.n_embd) if cfg.mlp else None
+        self.mlp = MLP(cfg) if cfg.mlp else None
+
+    def think(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual stream after the MLP: x itself in an attention-only block."""
+        return x if self.mlp is None else x + self.mlp(self.ln2(x))  # residual connection around the MLP
 
     def forward(self, x: torch.Tensor, return_weights: bool = False, cache: KVCache | None = None):
         if return_weights:
             a, weights = self.attn(self.ln1(x), return_weights=True, cache=cache)
-            x = x + a
-            return x + self.mlp(self.ln2(x)), weights
+            return self.think(x + a), weights
         x = x + self.attn(self.ln1(x), cache=cache)  # residual connection around attention
-        return x + self.mlp(self.ln2(x))  # and around the MLP
+        return self.think(x)
 
 
 class GPT(nn.Module):
@@ -75,7 +82,7 @@ class GPT(nn.Module):
         for block in self.blocks:
             # GPT-2: each residual branch adds to the stream, so shrink its last layer by
             # 1/sqrt(2 * n_layer) to keep the stream's variance flat with depth.
-            for proj in (block.attn.proj, block.mlp.proj):
+            for proj in (block.attn.proj, *([block.mlp.proj] if block.mlp is not None else [])):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
             # Query and key rows get their own std (see docs/experiment.md: why the presets draw them at 1/sqrt(n_embd)).
             nn.init.normal_(block.attn.qkv.weight[block.attn.query_key], std=cfg.qk_init_std)

@@ -8,18 +8,19 @@ word order: the rise of that honest loss when the last few tokens before a targe
 
 The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
 saturation, mass on the future; then, per head, `head_statistics` and `head_roles`, and
-`attention_summary`, the numbers TensorBoard plots. `qk_grad_norm` shows what a saturated
-softmax lets through to the query and key weights.
+`attention_summary`, the numbers TensorBoard plots. `score_gradients` shows what a saturated
+softmax lets through to the scores, `qk_grad_norm` what reaches the query and key weights. The induction heads are measured
+in model/induction.py.
 
-Every function here takes the model or its outputs and returns numbers: training, evaluation,
-the scripts and the notebook all call these, and none of them recomputes one.
-"""
+Every function here takes the model or its outputs and returns numbers: training, evaluation, the scripts
+and the notebook all call these, and none of them recomputes one."""
 
 import math
 
 import torch
 
 from model.gpt import GPT, lm_loss
+from model.induction import INDUCTION_THRESHOLD, induction_score
 
 # Statistics of attention weights (..., T, S), as pure functions. Rows whose query may see only
 # one position (the first row of a causal matrix) carry no information and are left out.
@@ -27,16 +28,12 @@ from model.gpt import GPT, lm_loss
 
 def visible_counts(T: int, S: int, causal: bool, device=None) -> torch.Tensor:
     """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S."""
-    if causal:
-        return torch.arange(S - T + 1, S + 1, device=device)
-    return torch.full((T,), S, device=device)
+    return torch.arange(S - T + 1, S + 1, device=device) if causal else torch.full((T,), S, device=device)
 
 
 def normalized_entropy(weights: torch.Tensor, causal: bool) -> torch.Tensor:
     """Entropy of each row divided by the log of its visible count: 1 is uniform, 0 is one-hot.
-
-    Returns (..., T'), where T' counts the rows that may see at least two positions.
-    """
+    Returns (..., T'), where T' counts the rows that may see at least two positions."""
     T, S = weights.shape[-2:]
     visible = visible_counts(T, S, causal, weights.device)
     keep = visible > 1
@@ -92,10 +89,7 @@ def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[in
 @torch.no_grad()
 def leak(model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]]) -> dict[str, float]:
     """The honest and the teacher-forced loss over (x, y, positions) batches, and their gap: what the model reads from the future.
-
-    loss/val_honest and loss/val_forced are means over the batches of honest_loss's pair;
-    loss/leak_gap is honest minus forced, about 0 for a causal model.
-    """
+    loss/val_honest and loss/val_forced are means of honest_loss's pair; loss/leak_gap, about 0 for a causal model."""
     pairs = [honest_loss(model, x, y, positions) for x, y, positions in batches]
     honest = sum(h for h, _ in pairs) / len(pairs)
     forced = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
@@ -136,17 +130,9 @@ def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list
     for layer, weights in enumerate(weights_per_layer):
         for head in range(weights.shape[1]):
             w = weights[:, head].float()  # (B, T, T)
-            maxima = row_max(w, causal)
-            rows.append(
-                {
-                    "layer": layer,
-                    "head": head,
-                    "entropy": normalized_entropy(w, causal).mean().item(),
-                    "max_weight": maxima.mean().item(),
-                    "saturated": saturated_fraction(w, causal).item(),
-                    "future_mass": future_mass(w).item(),
-                }
-            )
+            entropy, maximum = normalized_entropy(w, causal).mean().item(), row_max(w, causal).mean().item()
+            stats = {"entropy": entropy, "max_weight": maximum, "saturated": saturated_fraction(w, causal).item()}
+            rows.append({"layer": layer, "head": head, **stats, "future_mass": future_mass(w).item()})
     return rows
 
 
@@ -157,85 +143,68 @@ NEXT_TOKEN_THRESHOLD = 0.5  # a next-token head puts more than half of each row'
 
 def previous_token_weight(weights: torch.Tensor) -> float:
     """Mean weight on the position just before the query, t-1, over rows t >= 1, from weights (B, T, T) of one head.
-
-    A head that copies its left neighbour (the first half of an induction circuit) scores near 1;
-    a uniform causal head scores the mean of 1/(t+1). Row 0 has no previous position and is left out.
-    """
+    A head that copies its left neighbour (half an induction circuit) scores near 1; a uniform causal one the mean of 1/(t+1)."""
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t-1] for t >= 1
 
 
 def next_token_weight(weights: torch.Tensor) -> float:
     """Mean weight on the position just after the query, t+1, over rows t <= T-2, from weights (B, T, T) of one head.
 
-    Under the causal mask it is exactly 0. Without the mask the token at t+1 is the target of
-    position t, so a head that looks there copies the answer: the --no-mask cheat. The last row
-    has no next position and is left out.
-    """
+    Under the causal mask it is exactly 0. Without the mask the token at t+1 is the target of position t,
+    so a head that looks there copies the answer: the --no-mask cheat."""
     return weights.diagonal(offset=1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t+1] for t <= T-2
 
 
 def first_token_weight(weights: torch.Tensor) -> float:
-    """Mean weight on position 0 over rows t >= 1, from weights (B, T, T) of one head.
-
-    Trained GPTs park the attention that has nowhere useful to go on the first token (an
-    "attention sink"): softmax must put its unit of weight somewhere. Row 0 can only see position 0
-    under the mask, so it is left out.
-    """
+    """Mean weight on position 0 over rows t >= 1 (row 0 sees only it), from weights (B, T, T) of one head. Trained GPTs
+    park the attention that has nowhere useful to go on the first token (an "attention sink"): softmax must put it somewhere."""
     return weights[..., 1:, 0].float().mean().item()
 
 
-def head_roles(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
-    """head_statistics plus, per head, the weight on t-1, on t+1 and on position 0 and the roles they pass
-    the thresholds for ("previous-token", "next-token", "first-token sink"); sorted by entropy, the most
-    focused head first."""
+ROLES = (  # role, the head_roles key it reads, the weight above which a head has it
+    ("previous-token", "previous", PREVIOUS_TOKEN_THRESHOLD),
+    ("next-token", "next", NEXT_TOKEN_THRESHOLD),
+    ("first-token sink", "first", FIRST_TOKEN_THRESHOLD),
+    ("induction", "induction", INDUCTION_THRESHOLD),
+)
+
+
+def head_roles(weights_per_layer: list[torch.Tensor], causal: bool, idx: torch.Tensor | None = None) -> list[dict]:
+    """head_statistics plus, per head, the weight on t-1, on t+1, on position 0 and (given the tokens idx (B, T)
+    the weights were computed on) the induction score, and the ROLES they pass; the most focused head first."""
     rows = head_statistics(weights_per_layer, causal)
     for row in rows:
         w = weights_per_layer[row["layer"]][:, row["head"]]  # (B, T, T)
         row["previous"], row["next"], row["first"] = previous_token_weight(w), next_token_weight(w), first_token_weight(w)
-        row["roles"] = [
-            role
-            for role, value, threshold in (
-                ("previous-token", row["previous"], PREVIOUS_TOKEN_THRESHOLD),
-                ("next-token", row["next"], NEXT_TOKEN_THRESHOLD),
-                ("first-token sink", row["first"], FIRST_TOKEN_THRESHOLD),
-            )
-            if value > threshold
-        ]
+        row["induction"] = induction_score(w, idx) if idx is not None else 0.0
+        row["roles"] = [role for role, key, threshold in ROLES if row[key] > threshold]
     return sorted(rows, key=lambda row: row["entropy"])
+
+
+SUMMARY_TAGS = (("entropy", "entropy"), ("max_weight", "max_weight"), ("saturated_frac", "saturated"), ("future_mass", "future_mass"))
 
 
 @torch.no_grad()
 def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
-    """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags.
-
-    attn/entropy: mean normalised row entropy (1 = uniform over what a query may see, 0 = one-hot);
-    attn/max_weight: mean row maximum; attn/saturated_frac: share of rows whose maximum exceeds 0.99;
-    attn/future_mass: mean weight on later positions (0 under the causal mask);
-    attn/score_std: std of the pre-softmax scores at visible positions, averaged over layers;
-    heads/entropy/L{layer}H{head}: the entropy of each head, in a TensorBoard section of its own.
-    Every head has as many rows, so the means over heads are the means over all rows.
-    """
+    """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags. attn/entropy: mean
+    normalised row entropy (1 = uniform over what a query may see, 0 = one-hot); attn/max_weight: mean row maximum;
+    attn/saturated_frac: share of rows whose maximum exceeds 0.99; attn/future_mass: mean weight on later positions
+    (0 under the causal mask); attn/score_std: std of the pre-softmax scores at visible positions, averaged over
+    layers; heads/entropy/L{layer}H{head}: each head's entropy, in a TensorBoard section of its own. Every head has
+    as many rows, so the means over heads are the means over all rows."""
     probe = model.attention_probe(idx)
     heads = head_statistics([weights for _, weights in probe], model.cfg.causal)
-
-    def mean(key: str) -> float:
-        return sum(row[key] for row in heads) / len(heads)
-
+    means = {f"attn/{tag}": sum(row[key] for row in heads) / len(heads) for tag, key in SUMMARY_TAGS}
     score_std = [scores[scores.isfinite()].float().std().item() for scores, _ in probe]
-    return {
-        "attn/entropy": mean("entropy"),
-        "attn/max_weight": mean("max_weight"),
-        "attn/saturated_frac": mean("saturated"),
-        "attn/future_mass": mean("future_mass"),
-        "attn/score_std": sum(score_std) / len(score_std),
-        **{f"heads/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads},  # a section of their own
-    }
+    per_head = {f"heads/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads}  # a section of their own
+    return {**means, "attn/score_std": sum(score_std) / len(score_std), **per_head}
 
 
 def qk_grad_norm(model: GPT) -> float:
-    """Norm of the gradients that reach the query and key projections of every layer.
+    """Norm of the gradients that reach the query and key projections of every layer (after a backward pass).
 
-    A saturated softmax has near-zero derivatives, so these gradients starve without the scale.
+    Two factors meet here: what the softmax lets through to the scores (score_gradients), and the
+    scale, which multiplies every score's sensitivity to q and k by D**-0.5 (1 without it).
     """
     squares = 0.0
     for block in model.blocks:
@@ -243,6 +212,32 @@ def qk_grad_norm(model: GPT) -> float:
         if grad is not None:
             squares += grad[block.attn.query_key].float().pow(2).sum().item()
     return math.sqrt(squares)
+
+
+def score_gradients(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """One forward and backward pass on inputs x and targets y (B, T) through the readable path; what reaches the scores.
+
+    A row's softmax turns the gradient g on its weights w into w * (g - sum(w * g)) at its input (the scores
+    after the scale), which vanishes as w approaches one-hot, whatever g is. score_grad: the norm of that
+    gradient over every layer, head and row (rows that see one position left out); saturated_row_grad and
+    other_row_grad: its root-mean-square per row over the saturated rows (largest weight above 0.99, NaN if
+    none) and over the rest; qk_grad: qk_grad_norm after the same pass, on the query and key weights.
+    """
+    model.zero_grad(set_to_none=True)
+    h, weights = model.embed(x), []
+    for block in model.blocks:
+        h, w = block(h, return_weights=True)  # (B, T, C), (B, H, T, T)
+        weights.append(w)
+    loss = lm_loss(model.lm_head(model.ln_f(h)), y)
+    grads = torch.autograd.grad(loss, weights, retain_graph=True)  # dL/dw per layer, (B, H, T, T)
+    loss.backward()
+    keep = visible_counts(x.shape[1], x.shape[1], model.cfg.causal) > 1
+    rows = torch.cat(
+        [(w * (g - (w * g).sum(-1, keepdim=True))).pow(2).sum(-1)[..., keep].flatten() for w, g in zip(weights, grads, strict=True)]
+    )
+    saturated = torch.cat([(w.amax(-1) > 0.99)[..., keep].flatten() for w in weights])  # as saturated_fraction counts them
+    rms = {name: rows[chosen].mean().sqrt().item() for name, chosen in (("saturated_row_grad", saturated), ("other_row_grad", ~saturated))}
+    return {"score_grad": rows.sum().sqrt().item(), **rms, "qk_grad": qk_grad_norm(model), "loss": loss.item()}
 
 
 def bits_per_byte(loss: float, n_tokens: int, n_bytes: int) -> float:

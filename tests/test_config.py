@@ -161,7 +161,7 @@ def test_unknown_section(tmp_path):
 def test_unknown_config_name_lists_presets():
     with pytest.raises(ConfigError, match="unknown config 'nope'") as e:
         load_config(["--config", "nope"])
-    assert "base, char, gpt2-finetune, tiny" in str(e.value)
+    assert "base, char, gpt2-finetune, induction, tiny" in str(e.value)
     with pytest.raises(ConfigError, match="did you mean tiny?"):
         load_config(["--config", "tinny"])
 
@@ -350,3 +350,12 @@ def test_a_changed_meaning_makes_the_docs_stale(monkeypatch):
     original = reference.meaning
     monkeypatch.setattr(reference, "meaning", lambda dotted: "a new meaning" if dotted == "train.lr" else original(dotted))
     assert "| `train.lr` | `0.001` | a new meaning |" in reference.rewrite(page) != page
+
+
+def test_differences_name_each_changed_key_once_nested_sections_dotted():
+    from configs.schema import config_differences
+
+    saved = {"model": {"n_layer": 2, "causal": True}, "train": {"lr": 1e-3}}
+    wanted = {"model": {"n_layer": 4, "causal": True, "positions": True}, "train": {"lr": 1e-3, "run_name": "x"}}
+    assert config_differences(saved, wanted, ignore=("run_name",)) == ["model.n_layer 2 vs 4", "model.positions None vs True"]
+    assert config_differences(saved["model"], saved["model"]) == []

@@ -299,10 +299,13 @@ def test_missing_file(tmp_path):
     assert str(missing) in str(e.value) and "--data-file" in str(e.value)
 
 
-def test_directory_is_not_a_data_file(tmp_path):
-    with pytest.raises(DataError, match="not a regular file") as e:
-        load_corpus(char_cfg(tmp_path, tmp_path))
-    assert str(tmp_path) in str(e.value)
+def test_folder_without_usable_files(tmp_path):
+    folder = tmp_path / "empty"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "notes.rst").write_text("not a .txt, .jsonl or .parquet file")
+    with pytest.raises(DataError, match="holds no .txt, .jsonl or .parquet file") as e:
+        load_corpus(char_cfg(tmp_path, folder))
+    assert str(folder) in str(e.value) and not (tmp_path / "cache" / "prepared").exists()
 
 
 @pytest.mark.parametrize("content", ["", "   \n\n\t "])
@@ -330,7 +333,7 @@ def test_non_utf8_file(tmp_path):
 
 
 def test_unknown_tokenizer(tmp_path, corpus_file):
-    cfg = SimpleNamespace(path=str(corpus_file), tokenizer="bpe", cache_dir=str(tmp_path / "cache"))  # bypass the config check
+    cfg = SimpleNamespace(**{**vars(char_cfg(tmp_path, corpus_file)), "tokenizer": "bpe"})  # bypass the config check
     with pytest.raises(DataError, match="unknown tokenizer 'bpe'; choose one of gpt2, char"):
         load_corpus(cfg)
 

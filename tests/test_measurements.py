@@ -12,10 +12,13 @@ from conftest import assert_close, tiny_argv
 import harness.pictures.heatmaps
 import harness.training.runtime
 import inspect_attention
+import model.attention as model_attention
 import train
 from configs import load_config
 from data.tokenizer import CharTokenizer
 from model import GPT, ModelConfig
+from model.gpt import lm_loss
+from model.induction import induction_score, induction_summary, previous_occurrence
 from model.measurements import (
     FIRST_TOKEN_THRESHOLD,
     NEXT_TOKEN_THRESHOLD,
@@ -35,6 +38,7 @@ from model.measurements import (
     qk_grad_norm,
     row_max,
     saturated_fraction,
+    score_gradients,
 )
 
 
@@ -252,18 +256,36 @@ def test_heatmap_labels_and_axis_names_show_in_full(n_heads):
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         picture = fig.bbox
+        panels = [ax for ax in fig.axes if ax.images]  # the heatmaps; the colour bar's axes hold none
+        assert len(panels) == n_heads and len(fig.axes) == n_heads + 1
         squares = [ax.get_window_extent(renderer) for ax in fig.axes]
-        texts = figure_texts(fig)
+        texts = figure_texts(fig)  # the colour bar's ticks and label too
         assert sum(t in fig.axes[0].get_yticklabels() for t in texts) == T
         for text in texts:
             box = text.get_window_extent(renderer)
             inside = picture.x0 <= box.x0 and box.x1 <= picture.x1 and picture.y0 <= box.y0 and box.y1 <= picture.y1
             assert inside, f"{text.get_text()!r} at {box.bounds} is cut by the picture {picture.bounds}"
             assert not any(box.overlaps(square) for square in squares), f"{text.get_text()!r} covers a heatmap"
-        first, last = fig.axes[0], fig.axes[-1]
+        first, last = panels[0], panels[-1]
         assert [t.get_text() for t in first.get_yticklabels()] == labels
         assert first.get_ylabel() == "queries (rows)" and last.get_xlabel() == "keys (columns): attended to"
-        assert {ax.get_xlabel() for ax in fig.axes[-min(n_heads, 4) :]} == {"keys (columns): attended to"}  # the lowest of each column
+        assert {ax.get_xlabel() for ax in panels[-min(n_heads, 4) :]} == {"keys (columns): attended to"}  # the lowest of each column
+
+
+@pytest.mark.parametrize(
+    "causal,cells,label",
+    [(True, [(t, t) for t in range(5)], "t, the diagonal"), (False, [(t, t + 1) for t in range(4)], "t+1, the answer")],
+)
+def test_heatmaps_outline_the_diagonal_or_the_answer_and_carry_a_colour_bar(causal, cells, label):
+    """Under the mask each panel outlines the diagonal; without it the cells (t, t+1), where a copying head looks."""
+    weights = torch.full((2, 5, 5), 0.2)
+    fig = harness.pictures.heatmaps.heatmap_figure(weights, list("abcde"), "outlines", causal=causal)
+    panels = [ax for ax in fig.axes if ax.images]
+    for ax in panels:
+        outlined = sorted((round(p.get_y() + 0.5), round(p.get_x() + 0.5)) for p in ax.patches)  # (row: query, column: key)
+        assert outlined == cells
+    (colorbar,) = [ax for ax in fig.axes if not ax.images]
+    assert colorbar.get_ylabel() == f"weight; red: {label}" and colorbar.get_ylim() == (0.0, 1.0)
 
 
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
@@ -409,3 +431,96 @@ def test_order_use_is_zero_for_a_bag_and_the_shuffled_loss_rise_otherwise():
     honest, _ = honest_loss(placed, x, y, [15])
     measured = order_use(placed, [(x, y, [15])], k=4)["loss/order_use"]
     assert measured == pytest.approx(honest_shuffled - honest, abs=1e-6) and abs(measured) > 1e-4
+
+
+# Induction heads, on "a b c d e f a b c d g": the second a b c d repeats the first, 6 positions later.
+REPEATED = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 6]])  # (B=1, T=11)
+
+
+def induction_pattern(idx: torch.Tensor) -> torch.Tensor:
+    """Each row whose token occurred before puts all its weight on the position after that occurrence; the rest on themselves."""
+    T = idx.shape[-1]
+    w = torch.eye(T)
+    for t, p in enumerate(previous_occurrence(idx)[0].tolist()):
+        if p >= 0:
+            w[t] = 0.0
+            w[t, p + 1] = 1.0
+    return w
+
+
+def test_previous_occurrence_by_hand():
+    assert previous_occurrence(REPEATED)[0].tolist() == [-1, -1, -1, -1, -1, -1, 0, 1, 2, 3, -1]
+    assert previous_occurrence(torch.tensor([[7, 7, 7]]))[0].tolist() == [-1, 0, 1]  # the latest earlier one
+
+
+def test_induction_score_is_one_on_the_induction_pattern_and_zero_on_a_previous_token_pattern():
+    T = REPEATED.shape[1]
+    assert induction_score(induction_pattern(REPEATED)[None], REPEATED) == 1.0
+    assert induction_score(previous_token_pattern(T)[None], REPEATED) == 0.0
+    uniform = uniform_causal(T)[None]  # rows 6..9 spread evenly over t + 1 positions, the target among them
+    assert induction_score(uniform, REPEATED) == pytest.approx(sum(1 / (t + 1) for t in range(6, 10)) / 4)
+    half = 0.5 * induction_pattern(REPEATED) + 0.5 * previous_token_pattern(T)
+    assert induction_score(half[None], REPEATED) == pytest.approx(0.5)
+    assert induction_score(uniform, torch.arange(T)[None]) == 0.0  # no token repeats: nothing to score
+
+
+def test_head_roles_names_the_induction_head_given_the_tokens():
+    T = REPEATED.shape[1]
+    layer = torch.stack([previous_token_pattern(T), induction_pattern(REPEATED)])[None]  # (B=1, H=2, T, T)
+    roles = {row["head"]: (row["roles"], row["induction"]) for row in head_roles([layer], causal=True, idx=REPEATED)}
+    assert roles[0] == (["previous-token"], 0.0) and roles[1] == (["induction"], 1.0)
+    assert all(row["induction"] == 0.0 for row in head_roles([layer], causal=True)), "no tokens given, no induction score"
+
+
+def test_induction_summary_scores_every_head_and_splits_the_loss_by_what_the_context_gives_away():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=11, vocab_size=8, mlp=False)).eval()
+    x, y = REPEATED[:, :-1], REPEATED[:, 1:]  # (1, 10): targets 1 2 3 4 5 0 1 2 3 6
+    summary = induction_summary(model, x, y)
+    weights = model.attention_weights(x)
+    for layer in range(2):
+        for head in range(2):
+            assert summary[f"induction/L{layer}H{head}"] == induction_score(weights[layer][:, head], x)
+    assert summary["induction/max"] == max(summary[f"induction/L{i // 2}H{i % 2}"] for i in range(4))
+    losses = lm_loss(model(x)[0], y, reduction="none")[0]  # (10,)
+    assert summary["loss/repeated"] == pytest.approx(losses[6:9].mean().item())  # a b c repeated, their next tokens b c d copyable
+    assert summary["loss/first"] == pytest.approx(losses[:6].mean().item())  # the first a..f (d at 9 repeats, but g follows it)
+    assert summary["icl/score"] == pytest.approx(summary["loss/repeated"] - summary["loss/first"])
+
+
+@pytest.mark.parametrize("causal,scaled", [(True, True), (False, True), (True, False)])
+def test_score_gradients_equal_autograd_at_the_softmax_input(causal, scaled, monkeypatch):
+    """score_grad is the norm of dL/d(scores after the scale) that autograd itself gives, when the scores are kept."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, causal=causal, scaled=scaled, qk_init_std=0.5))
+    x, y = torch.randint(0, 11, (3, 8)), torch.randint(0, 11, (3, 8))
+    got = score_gradients(model, x, y)
+
+    kept = []  # the scores of each layer, as attention() hands them to the softmax
+
+    def keeping(q, k, mask, scale):
+        scores = real(q, k, mask, scale)
+        scores.retain_grad()
+        kept.append(scores)
+        return scores
+
+    real = model_attention.attention_scores
+    monkeypatch.setattr(model_attention, "attention_scores", keeping)
+    model.zero_grad()
+    h = model.embed(x)
+    for block in model.blocks:
+        h, _ = block(h, return_weights=True)
+    lm_loss(model.lm_head(model.ln_f(h)), y).backward()
+    rows = torch.cat([s.grad.pow(2).sum(-1)[..., 1:].flatten() if causal else s.grad.pow(2).sum(-1).flatten() for s in kept])
+    assert got["score_grad"] == pytest.approx(rows.sum().sqrt().item(), rel=1e-5)
+    assert got["qk_grad"] == pytest.approx(qk_grad_norm(model), rel=1e-6)  # the same pass's gradient on the weights
+    assert got["loss"] == pytest.approx(lm_loss(model(x)[0], y).item(), rel=1e-6)
+
+
+def test_a_saturated_row_passes_back_almost_nothing():
+    """Unscaled scores with large queries and keys saturate rows; those rows' score gradient is far below the others'."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=1, n_embd=32, block_size=16, vocab_size=11, scaled=False, qk_init_std=0.6))
+    x, y = torch.randint(0, 11, (4, 16)), torch.randint(0, 11, (4, 16))
+    got = score_gradients(model, x, y)
+    assert got["saturated_row_grad"] < 0.1 * got["other_row_grad"], got

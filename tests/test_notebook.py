@@ -14,8 +14,8 @@ from conftest import REPO_ROOT
 from model import ModelConfig
 from model.ablations import flags_label, variants
 
-nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat and nbclient (pip install nbclient nbformat ipykernel)")
-nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbformat and nbclient (pip install nbclient nbformat ipykernel)")
+nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat and nbclient (pip install -r requirements-dev.txt)")
+nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbformat and nbclient (pip install -r requirements-dev.txt)")
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "attention.ipynb"
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import assert_close, gpt2_encoding_or_skip, import_or_skip
 
-transformers = import_or_skip("transformers", "transformers is a test dependency: pip install transformers")
+transformers = import_or_skip("transformers", "transformers is a test dependency: pip install -r requirements-dev.txt")
 import huggingface_hub  # noqa: E402  (installed with transformers)
 from safetensors.torch import save_file  # noqa: E402
 

@@ -24,7 +24,7 @@ from conftest import (
     write_corpus,
 )
 
-transformers = import_or_skip("transformers", "transformers is a test dependency: pip install transformers")
+transformers = import_or_skip("transformers", "transformers is a test dependency: pip install -r requirements-dev.txt")
 import huggingface_hub  # noqa: E402  (installed with transformers)
 
 import break_gpt2  # noqa: E402

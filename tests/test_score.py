@@ -204,7 +204,7 @@ def test_equal_to_transformers_sliding_window_perplexity(stride, tmp_path, capsy
     inputs and the token after the last (the labels are passed shifted already, as shift_labels), and the
     count is exact (the page subtracts one label per window for the shift, right only for the first window).
     """
-    transformers = import_or_skip("transformers", "transformers is a test dependency: pip install transformers")
+    transformers = import_or_skip("transformers", "transformers is a test dependency: pip install -r requirements-dev.txt")
     encoding = gpt2_encoding_or_skip()
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     folder = save_random_gpt2(tmp_path / "gpt2")

@@ -3,5 +3,6 @@
 comparison.py   the variants at each seed, one train.py process each, --resume
 stats.py        spreads and paired differences over seeds, and the tables of variants
 benchmark.py    what bench.py measures: the training step, sampling, each attention backend
+data_bench.py   what bench.py --data-mb measures: the corpus's preparation against tiktoken's batch encoding
 profiling.py    timers that wait for the device, peak memory on CPU and CUDA, the machine, a matmul peak
 """

@@ -10,7 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from configs import Config, ConfigError
+from configs import SECTIONS, Config, ConfigError
+from configs.schema import config_differences
 from data.files import write_atomically
 from harness.experiments.stats import aggregate, differences, to_json
 from harness.folders import claim_run_folder
@@ -127,13 +128,8 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
         recorded = json.loads((cfg.run_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         recorded = {}
-    wanted = cfg.to_dict()
-    differs = [
-        f"{section}.{key} {recorded.get(section, {}).get(key)!r} vs {value!r}"
-        for section in ("model", "data", "train")
-        for key, value in wanted[section].items()
-        if key not in ("vocab_size", "resume", "run_name") and recorded.get(section, {}).get(key) != value
-    ]
+    wanted = {section: cfg.to_dict()[section] for section in SECTIONS}
+    differs = config_differences(recorded, wanted, ignore=("vocab_size", "resume", "run_name"))
     if differs:
         raise ConfigError(
             f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "

@@ -15,6 +15,7 @@ import torch
 
 from configs import Config, DataConfig, TrainConfig
 from data.corpus import load_corpus
+from data.synthetic import load_synthetic
 from data.tokenizer import Tokenizer
 from harness.experiments.stats import spread
 from harness.training.checkpoints import CheckpointError
@@ -35,7 +36,8 @@ def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
         raise CheckpointError(
             f"the checkpoint's config does not say which text the run was evaluated on ({e}); --ablate needs it"
         ) from None
-    return make_eval_set(load_corpus(cfg.data), tokenizer, cfg).honest
+    corpus = load_corpus(cfg.data) if cfg.data.source == "text" else load_synthetic(cfg.data)  # the induction preset's source
+    return make_eval_set(corpus, tokenizer, cfg).honest
 
 
 def leak_gap(model: GPT, batches: Batches, heads: list[tuple[int, int]], means: list[torch.Tensor] | None) -> float:

@@ -13,9 +13,11 @@ import numpy as np
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 
 TITLE_HEIGHT = 0.3  # inches kept for the figure's title, even while it is empty
+COLORBAR_WIDTH = 0.12  # inches: the colour bar's strip, right of the panels
 
 
 def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, pad: float = 0.08) -> None:
@@ -61,9 +63,14 @@ class HeatmapGrid:
     once and afterwards paints just the heatmaps and the title over a saved copy of them ("blitting"):
     training renders one grid per layer at every evaluation. A matplotlib Figure that pyplot does
     not track, so it goes when it is dropped.
+
+    Each panel outlines one cell per row, so that a line one cell off the diagonal cannot be misread:
+    under the mask the diagonal (t: the last position a query may see), without it t+1 (the token
+    position t is asked to predict: a head that looks there copies the answer). A colour bar gives
+    the scale, 0 to 1.
     """
 
-    def __init__(self, n_heads: int, labels: list[str], head_names: list[str] | None = None, title: str = ""):
+    def __init__(self, n_heads: int, labels: list[str], head_names: list[str] | None = None, title: str = "", causal: bool = True):
         T = len(labels)
         cols = min(n_heads, 4)
         rows = (n_heads + cols - 1) // cols
@@ -73,9 +80,13 @@ class HeatmapGrid:
         for ax in axes.flat[n_heads:]:
             ax.remove()  # the empty places of the last row
         fontsize = max(4, min(8, 200 // max(T, 1)))
-        self.images = []
+        self.images, outlines = [], []
+        offset = 0 if causal else 1  # the outlined cells: (t, t) under the mask, (t, t+1) without it
         for h, ax in enumerate(axes.flat[:n_heads]):
             self.images.append(ax.imshow(np.zeros((T, T)), cmap="viridis", vmin=0.0, vmax=1.0))
+            for t in range(T - offset):  # cell (row t, column t + offset) spans [t + offset - 0.5, t + offset + 0.5] across
+                box = Rectangle((t + offset - 0.5, t - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=0.6)
+                outlines.append(ax.add_patch(box))
             ax.set_title(head_names[h] if head_names else f"head {h}", fontsize=9)
             ax.set_xticks(range(T), labels, rotation=90, fontsize=fontsize)
             if h % cols == 0:  # query labels on the first column only: tick labels are slow to draw
@@ -89,8 +100,27 @@ class HeatmapGrid:
         panel = 1.2 + 0.08 * T  # inches per heatmap: room for T cells, small enough to render fast
         fit_panels(self.fig, axes, panel, self.title)
         frames = [spine for ax in self.fig.axes for spine in ax.spines.values()]  # drawn over the heatmaps' edges
-        self.on_top = [*self.images, *frames, self.title]  # what pixels() repaints, in the order of a full draw
+        self.colorbar_axes = self.add_colorbar("weight; red: " + ("t, the diagonal" if causal else "t+1, the answer"))
+        self.on_top = [*self.images, *outlines, *frames, self.title]  # what pixels() repaints, in the order of a full draw
         self.background = None  # the rendered grid without self.on_top, after the first pixels()
+
+    def add_colorbar(self, label: str):
+        """A colour bar right of the panels, as tall as the first row, labelled `label`; the figure widens to hold it."""
+        renderer = self.canvas.get_renderer()
+        width, height = self.fig.get_size_inches()
+        top = self.fig.axes[0].get_position()  # the first row's height, in figure fractions
+        cax = self.fig.add_axes([0, top.y0, COLORBAR_WIDTH / width, top.height])
+        self.fig.colorbar(self.images[0], cax=cax).set_label(label, fontsize=8)
+        cax.tick_params(labelsize=7)
+        decorations = (cax.get_tightbbox(renderer).width - cax.get_window_extent(renderer).width) / self.fig.dpi
+        extra = 0.1 + COLORBAR_WIDTH + decorations + 0.08  # inches: a gap, the bar, its ticks and label, the margin
+        for ax in self.fig.axes:  # keep every panel's size and place in inches while the figure widens
+            box = ax.get_position()
+            ax.set_position([box.x0 * width / (width + extra), box.y0, box.width * width / (width + extra), box.height])
+        cax.set_position([(width + 0.1) / (width + extra), top.y0, COLORBAR_WIDTH / (width + extra), top.height])
+        self.title.set_x(0.5 * width / (width + extra))  # centred over the panels
+        self.fig.set_size_inches(width + extra, height)
+        return cax
 
     def draw(self, weights: torch.Tensor, title: str) -> Figure:
         """The figure, showing weights (H, T, T) under `title`."""
@@ -115,16 +145,21 @@ class HeatmapGrid:
         return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
 
 
-def heatmap_figure(weights: torch.Tensor, labels: list[str], title: str, head_names: list[str] | None = None) -> Figure:
-    """A one-off grid of heatmaps for weights (H, T, T)."""
-    return HeatmapGrid(weights.shape[0], labels, head_names, title).draw(weights, title)
+def heatmap_figure(
+    weights: torch.Tensor, labels: list[str], title: str, head_names: list[str] | None = None, causal: bool = True
+) -> Figure:
+    """A one-off grid of heatmaps for weights (H, T, T) of a model with (causal) or without the mask."""
+    return HeatmapGrid(weights.shape[0], labels, head_names, title, causal).draw(weights, title)
 
 
-def save_layer_heatmaps(weights_per_layer: list[torch.Tensor], labels: list[str], folder: Path, title: str, flags: str, dpi: int) -> None:
+def save_layer_heatmaps(
+    weights_per_layer: list[torch.Tensor], labels: list[str], folder: Path, title: str, flags: str, dpi: int, causal: bool = True
+) -> None:
     """One picture per layer, folder/attn_L<layer>.png: the grid of its heads, from weights (1, H, T, T) per layer,
     titled "<title>: layer <layer> (<flags>)"."""
     for layer, weights in enumerate(weights_per_layer):
-        heatmap_figure(weights[0], labels, f"{title}: layer {layer} ({flags})").savefig(folder / f"attn_L{layer}.png", dpi=dpi)
+        fig = heatmap_figure(weights[0], labels, f"{title}: layer {layer} ({flags})", causal=causal)
+        fig.savefig(folder / f"attn_L{layer}.png", dpi=dpi)
 
 
 def attention_page(weights_per_layer: list[torch.Tensor], tokens: list[str], title: str, causal: bool, path: Path) -> Path:

@@ -1,10 +1,9 @@
 """Checkpoint files: written atomically, read as data only, and the run state that --resume restores.
 
-A checkpoint is a dict of tensors and plain Python data (numbers, strings, lists, dicts).
-Writing goes to a temporary file in the same folder, is flushed and fsynced, then renamed over
-the old file: a process killed at any moment, even during a save, leaves the previous
-checkpoint intact. Reading uses torch.load(weights_only=True), which refuses anything that
-would run code while unpickling.
+A checkpoint is a dict of tensors and plain Python data (numbers, strings, lists, dicts). Writing goes
+to a temporary file in the same folder, is flushed and fsynced, then renamed over the old file: a process
+killed at any moment, even during a save, leaves the previous checkpoint intact. Reading uses
+torch.load(weights_only=True), which refuses anything that would run code while unpickling.
 
 A run keeps two files: ckpt.pt, the latest state (weights, optimizer, sampler and random
 states, the loop's progress), and best.pt, the weights with the best val loss so far.
@@ -20,6 +19,7 @@ from pathlib import Path
 import torch
 
 from configs import Config
+from configs.schema import config_differences
 from data.files import atomic_file
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
 from harness.folders import moved_aside
@@ -85,8 +85,7 @@ def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
 
 def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> None:
     """Refuse to resume a checkpoint of another model: every field but the attention backend must match."""
-    saved = dataclasses.asdict(model_config_of(checkpoint, path))
-    diff = [f"{k} {saved.get(k)!r} vs {v!r}" for k, v in dataclasses.asdict(wanted).items() if saved.get(k) != v and k != "attention"]
+    diff = config_differences(dataclasses.asdict(model_config_of(checkpoint, path)), dataclasses.asdict(wanted), ignore=("attention",))
     if diff:
         raise CheckpointError(
             f"{path} was trained with another model config ({'; '.join(diff)}); resume with the run's own flags, or start a new run"
@@ -112,12 +111,17 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tok
         raise CheckpointError(f"{path} is inconsistent: tokenizer has {tokenizer.vocab_size} tokens, model {model_cfg.vocab_size}")
     check_shapes(path, model_cfg, checkpoint["model"])
     model = GPT(model_cfg)
+    load_weights(model, checkpoint["model"], path)
+    return model.to(device).eval(), tokenizer, checkpoint
+
+
+def load_weights(model: GPT, state: dict, path: Path | str) -> None:
+    """Load a checkpoint's weights into a model of the right config, or a CheckpointError naming the first misfit."""
     try:
-        model.load_state_dict(checkpoint["model"])
+        model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as e:
         detail = str(e).strip().splitlines()[0]
         raise CheckpointError(f"{path}: its weights do not fit its model config ({detail[:200]})") from None
-    return model.to(device).eval(), tokenizer, checkpoint
 
 
 def check_shapes(path: Path, model_cfg: ModelConfig, state: dict) -> None:
@@ -187,7 +191,7 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
 
 def restore(checkpoint: dict, model: GPT, optimizer, train_gen: torch.Generator, runtime: Runtime) -> Progress:
     """Load a resumable checkpoint into the model, the optimizer and the batch sampler; return the loop's progress."""
-    model.load_state_dict(checkpoint["model"])
+    load_weights(model, checkpoint["model"], "the resumed checkpoint")
     optimizer.load_state_dict(checkpoint["optimizer"])
     train_gen.set_state(checkpoint["train_rng"])
     rng_states = checkpoint["torch_rng"]

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 import torch
 
 from configs import Config
-from data.batches import get_batch
+from data.batches import draw_batch
 from data.tokenizer import Tokenizer, TokenizerError, token_labels
 from harness.training.runtime import Runtime
 from model import GPT
+from model.induction import induction_summary
 from model.measurements import attention_summary, bits_per_byte, honest_positions, leak, order_use
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
@@ -54,15 +55,15 @@ class Evaluation:
 def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     B, T = cfg.train.batch_size, cfg.model.block_size
     gen = torch.Generator().manual_seed(EVAL_SEED)
-    batches = {split: [get_batch(getattr(corpus, split), B, T, gen) for _ in range(cfg.train.eval_batches)] for split in ("train", "val")}
+    batches = {split: [draw_batch(getattr(corpus, split), B, T, gen) for _ in range(cfg.train.eval_batches)] for split in ("train", "val")}
     honest = [(x, y, honest_positions(T, HONEST_POSITIONS, gen)) for x, y in batches["val"][: cfg.train.honest_batches]]
     val_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for _, y in batches["val"] for row in y)
     try:
         heatmap_ids = tokenizer.encode(PROBE_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
         prompt_ids = tokenizer.encode("\n")
-    except TokenizerError:  # a corpus without these characters: use its own text
-        heatmap_ids = corpus.val[: min(T, HEATMAP_MAX_TOKENS)].tolist()
-        prompt_ids = corpus.val[:1].tolist()
+    except TokenizerError:  # a corpus without these characters (or synthetic tokens): use its own
+        heatmap_ids = corpus.probe_ids(min(T, HEATMAP_MAX_TOKENS))
+        prompt_ids = heatmap_ids[:1]
     return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids)
 
 
@@ -89,7 +90,8 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime) -> float:
 def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: float) -> dict[str, float]:
     """What shows a model break on the val text, beyond its loss: bits per byte, the honest and teacher-forced
     loss and their gap (model/measurements.py: leak), the order use (the honest loss's rise when the tokens
-    before each target are shuffled), and the attention statistics (attn/...) on the first val batch.
+    before each target are shuffled), and on the first val batch the attention statistics (attn/...) and the
+    induction heads (induction/..., and loss/repeated: the loss where the context gives the next token away).
 
     Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
     """
@@ -101,7 +103,9 @@ def measure_breakage(model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: 
         honest = [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]
         metrics.update(leak(model, honest))
         metrics.update(order_use(model, honest))
-        metrics.update(attention_summary(model, eval_set.batches["val"][0][0].to(device)))
+        x, y = eval_set.batches["val"][0]
+        metrics.update(attention_summary(model, x.to(device)))
+        metrics.update(induction_summary(model, x.to(device), y.to(device)))
     model.train(was_training)
     return metrics
 

@@ -4,7 +4,7 @@ TensorBoard groups scalars by the part of the tag before the first "/" and lists
 alphabetically, so each run also writes a custom-scalars layout (the CUSTOM SCALARS tab) that
 puts the story on one screen: val against the honest loss, the leak gap, how much each run reads
 word order (the --no-pos run beside the others), then attention entropy and the share of saturated
-rows, every run of the folder overlaid.
+rows, every run of the folder overlaid; and below it the induction heads (docs/induction.md).
 """
 
 import json
@@ -20,6 +20,7 @@ from harness.folders import FolderLock, claim_run_folder
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.evaluation import Evaluation
 from harness.training.runtime import Runtime
+from model.induction import INDUCTION_THRESHOLD
 from model.measurements import SHUFFLED_TOKENS
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
@@ -41,7 +42,16 @@ STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does
             ("share of saturated rows (largest weight above 0.99)", ["^attn/saturated_frac$"]),
             ("attention mass on the future (0 under the mask)", ["^attn/future_mass$"]),
         )
-    }
+    },
+    f"induction heads (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})": {
+        f"{title} [read at Smoothing 0]": ["Multiline", tags]
+        for title, tags in (
+            ("largest induction score: attention from a repeated token to what followed its earlier occurrence", ["^induction/max$"]),
+            ("induction score of every head (layer L, head H)", ["^induction/L\\d+H\\d+$"]),
+            ("loss where the context gives the next token away (repeated) vs where it cannot (first)", ["^loss/repeated$", "^loss/first$"]),
+            ("in-context learning score: repeated - first (below 0 once the model reads its context)", ["^icl/score$"]),
+        )
+    },
 }  # fmt: skip
 MOSTLY_WHITESPACE = 0.5  # a sample more blank than this is shown with its whitespace made visible
 
@@ -58,6 +68,22 @@ def read_metrics(run_dir: Path) -> list[dict]:
     """Every line of a run's metrics.jsonl, as dicts (a line torn by a killed process is skipped)."""
     lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if parse_step(line) is not None]
+
+
+def phase_change(run_dir: Path) -> str:
+    """One line on the induction heads of a run, from its metrics.jsonl: the step at which the largest induction score
+    first reached INDUCTION_THRESHOLD (the phase change), and the loss on repeated positions before it and at the end."""
+    rows = [row for row in read_metrics(run_dir) if "induction/max" in row]
+    if not rows:
+        return "induction heads: no evaluation measured them"
+    at = next((i for i, row in enumerate(rows) if row["induction/max"] >= INDUCTION_THRESHOLD), None)
+    before, last = rows[max(at - 1, 0) if at is not None else 0], rows[-1]
+    when = f"crossed {INDUCTION_THRESHOLD} at step {rows[at]['step']}" if at is not None else f"never reached {INDUCTION_THRESHOLD}"
+    return (
+        f"induction heads: largest score {last['induction/max']:.3f} at step {last['step']} ({when}); loss on repeated positions "
+        f"{before['loss/repeated']:.3f} at step {before['step']}, {last['loss/repeated']:.3f} at step {last['step']} "
+        f"(first occurrences {last['loss/first']:.3f})"
+    )
 
 
 def sample_markdown(text: str, n_tokens: int) -> str:
@@ -101,20 +127,22 @@ class RunLogger:
             shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
             tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4g}" for name, value in shown))
 
-    def log_evaluation(self, step: int, evaluation: Evaluation, flags: str) -> None:
-        """An evaluation's heatmaps, sample and scalars (the scalars also on the console)."""
-        self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags)
+    def log_evaluation(self, step: int, evaluation: Evaluation, flags: str, causal: bool = True) -> None:
+        """An evaluation's heatmaps (of a model with the mask when causal), sample and scalars (the scalars also on the console)."""
+        self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags, causal)
         self.writer.add_text("samples", sample_markdown(evaluation.sample, evaluation.sample_tokens), step)
         self.log(step, console=True, **evaluation.metrics)
 
-    def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str) -> None:
+    def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str, causal: bool = True) -> None:
         """One heatmaps/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
 
         def title(layer: int, step: int) -> str:
             return f"layer {layer} at step {step} ({flags})"
 
         if not self.heatmap_grids:  # laid out once, wide enough for a title with a seven-digit step
-            self.heatmap_grids = [HeatmapGrid(w.shape[1], labels, title=title(layer, 10**6)) for layer, w in enumerate(weights_per_layer)]
+            self.heatmap_grids = [
+                HeatmapGrid(w.shape[1], labels, title=title(layer, 10**6), causal=causal) for layer, w in enumerate(weights_per_layer)
+            ]
         for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
             picture = grid.pixels(weights[0], title(layer, step))  # (height, width, 3)
             self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from configs import Config, ConfigError, TrainConfig
 from data.corpus import Corpus, check_split_lengths, load_corpus
+from data.synthetic import SyntheticCorpus, load_synthetic
 
 
 @dataclass(frozen=True)
@@ -173,16 +174,20 @@ def mean_over_ranks(value: torch.Tensor, runtime: Runtime) -> torch.Tensor:
     return value
 
 
-def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus, Config]:
-    """The corpus, and the config with model.vocab_size filled in from its tokenizer (the config that gets saved).
+def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, Config]:
+    """The corpus (or the synthetic source that data.source names), and the config with model.vocab_size filled
+    in from its tokenizer (the config that gets saved).
 
     Under torchrun the main process prepares the .bin files first; the others then read them.
     """
-    corpus = load_corpus(cfg.data) if runtime.is_main else None
-    if runtime.world_size > 1:
-        torch.distributed.barrier()
-    corpus = corpus or load_corpus(cfg.data)
-    check_split_lengths(corpus, cfg.model.block_size)
+    if cfg.data.source != "text":
+        corpus = load_synthetic(cfg.data)  # nothing to prepare: every batch is drawn afresh
+    else:
+        corpus = load_corpus(cfg.data) if runtime.is_main else None
+        if runtime.world_size > 1:
+            torch.distributed.barrier()
+        corpus = corpus or load_corpus(cfg.data)
+        check_split_lengths(corpus, cfg.model.block_size)
     return corpus, dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size))
 
 

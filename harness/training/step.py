@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from configs import Config
-from data.batches import get_batch
+from data.batches import draw_batch
 from harness.training.runtime import Runtime
 
 
@@ -16,15 +16,16 @@ class TrainingError(Exception):
     """Training cannot go on (a non-finite loss or gradient); the message names the step and the last checkpoint."""
 
 
-def draw_micro_batches(ids, cfg: Config, runtime: Runtime, generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def draw_micro_batches(split, cfg: Config, runtime: Runtime, generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """This rank's micro-batches for one optimizer step.
 
+    `split` is the train split's token ids or a synthetic source (data.batches.draw_batch).
     Every rank draws the whole global batch (batch_size x grad_accum_steps x world_size windows)
     from an identically seeded generator and keeps its own chunks, so a global step sees the same
     tokens whether it is split over 2 ranks x 1 micro-step or 1 rank x 2 micro-steps.
     """
     B, A = cfg.train.batch_size, cfg.train.grad_accum_steps
-    x, y = get_batch(ids, B * A * runtime.world_size, cfg.model.block_size, generator)  # (B*A*W, T)
+    x, y = draw_batch(split, B * A * runtime.world_size, cfg.model.block_size, generator)  # (B*A*W, T)
     first = runtime.rank * A
     return [(x[(first + m) * B : (first + m + 1) * B], y[(first + m) * B : (first + m + 1) * B]) for m in range(A)]
 

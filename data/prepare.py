@@ -1,0 +1,235 @@
+"""Encode a corpus of any size into train.bin and val.bin, in constant memory, at the tokenizer's speed.
+
+Two streaming passes over the sources. The first reads every file once: it checks the input (bad
+UTF-8, a broken JSON line: errors come before any work), counts documents and characters (where
+the split falls), and collects the characters of the char tokenizer's vocabulary. The second cuts
+the text into tasks at safe places (data/chunks.py), encodes them in a pool of threads (tiktoken
+releases the GIL while it encodes), and appends the ids to the .bin files as they come, in order.
+
+Everything is written into a temporary folder that is renamed into place when whole, meta.json
+last: a run stopped by an error, Ctrl-C or SIGTERM leaves nothing that the next run would use.
+"""
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from data.chunks import make_tasks
+from data.files import replace_folder, write_atomically
+from data.sources import CHUNK_CHARS, DataError, Source, read_source
+from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
+
+TRAIN_FRACTION = 0.9
+FORMAT_VERSION = 2  # 2 records each split's token count, so a cut-short .bin is noticed
+PROGRESS_DELAY_S = 1.0  # a preparation shorter than this shows no progress bar
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while preparing: the half-written folder is gone, and the process exits with 128 + signum."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(
+            f"{signal.Signals(signum).name} while preparing the data: stopped; nothing half-written was kept, the next run prepares it again"
+        )
+
+
+@dataclass
+class Scan:
+    """What the first pass counts in one source."""
+
+    documents: int = 0
+    chars: int = 0
+    charset: set = field(default_factory=set)
+    blank: bool = True  # nothing but whitespace so far
+
+
+def workers_to_use(workers: int) -> int:
+    """data.workers, where 0 means every core this process may run on."""
+    if workers:
+        return workers
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def progress(desc: str, total: int, unit: str) -> tqdm:
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=PROGRESS_DELAY_S, file=sys.stderr, dynamic_ncols=True)
+
+
+def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
+    """The first pass: every file read and checked; its documents and characters counted, and its characters collected."""
+    found = Scan()
+    with progress(f"reading {source.path.name}", sum(f.stat().st_size for f in source.files), "B") as bar:
+        for text, starts, nbytes in read_source(source, text_field):
+            found.documents += starts
+            found.chars += len(text)
+            found.blank = found.blank and text.isspace()
+            if count_chars:
+                if text.isascii():  # most text: count bytes with numpy instead of building a set
+                    found.charset.update(map(chr, np.flatnonzero(np.bincount(np.frombuffer(text.encode(), np.uint8)))))
+                else:
+                    found.charset.update(text)
+            bar.update(nbytes)
+    if not found.documents or found.blank:
+        raise DataError(f"{source.flag} {source.path} is empty (nothing but whitespace); give a file with some text")
+    return found
+
+
+def train_cut(source: Source, found: Scan, split: str | None) -> int:
+    """Where val begins: a character of one text, or a count of documents (see `prepare`); past the end for a train-only source."""
+    if split is not None:
+        return (found.chars if source.is_one_text else found.documents) + 1
+    if source.is_one_text:
+        return int(found.chars * TRAIN_FRACTION)  # in characters, exactly as the whole text always was cut
+    return min(int(found.documents * TRAIN_FRACTION), found.documents - 1)  # at least one document for val
+
+
+def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
+    """(split, text, starts, separated) for every piece of every source, in order. A source's split in the plan is
+    "train", "val", or None: cut it at the usual fraction."""
+    for source, found, split in plan:
+        cut, seen = train_cut(source, found, split), 0
+        for text, starts, _ in read_source(source, text_field):
+            if source.is_one_text:  # one document, no separator; its two halves are encoded apart, as two texts
+                if seen < cut <= seen + len(text):
+                    yield split or "train", text[: cut - seen], starts, False
+                    seen, text, starts = cut, text[cut - seen :], True
+                yield split or ("train" if seen < cut else "val"), text, starts, False
+                seen += len(text)
+            else:
+                seen += starts
+                yield split or ("train" if seen <= cut else "val"), text, starts, starts
+
+
+def encode_task(tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_text: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """One task's ids, in the .bin file's dtype (in the worker: the writer only writes)."""
+    parts = [end_of_text[:0]]
+    for text, separated in pieces:
+        if separated:
+            parts.append(end_of_text)
+        if text:
+            parts.append(tokenizer.encode_array(text))
+    return np.concatenate(parts).astype(dtype, copy=False)
+
+
+@contextmanager
+def stopped_by_signals():
+    """Ctrl-C and SIGTERM raise Interrupted (once: a second signal while cleaning up is ignored) in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = []
+
+    def handle(signum, frame):
+        if not raised:
+            raised.append(signum)
+            raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def prepare(
+    source: Source,
+    tokenizer_name: str,
+    key: str,
+    folder: Path,
+    text_field: str = "text",
+    workers: int = 0,
+    val_source: Source | None = None,
+    chunk_chars: int = CHUNK_CHARS,
+) -> dict:
+    """Encode the sources into folder/train.bin and val.bin, write meta.json last, and return it.
+
+    Validation is the end of the corpus, not a random sample: contiguous text would leak across a
+    random split (neighbouring lines share names, phrases and scenes). One text file: its last 10 %
+    of characters. Documents (a folder, JSONL, parquet): the last 10 % of documents, at least one, so
+    no document is cut in two; each document is preceded by the tokenizer's end-of-text. A separate
+    val_source is the whole val split.
+    """
+    started = time.perf_counter()
+    with stopped_by_signals():
+        plan = [(source, scan(source, text_field, tokenizer_name == "char"), None if val_source is None else "train")]
+        if val_source is not None:
+            plan.append((val_source, scan(val_source, text_field, tokenizer_name == "char"), "val"))
+        elif not source.is_one_text and plan[0][1].documents < 2:
+            raise DataError(
+                f"{source.flag} {source.path} holds 1 document; the split needs 2 (the last one for val), or set --data.val_path"
+            )
+        if tokenizer_name == "char":
+            separators = CharTokenizer.END_OF_TEXT if any(not s.is_one_text for s, _, _ in plan) else ""
+            tokenizer = CharTokenizer(sorted(set().union(*(found.charset for _, found, _ in plan), separators)))
+        else:
+            tokenizer = GPT2Tokenizer()
+        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+        try:
+            tmp.mkdir(parents=True, exist_ok=True)  # one left by a process of the same id, killed: overwritten
+            meta = encode_into(tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars)
+            meta.update(source_sha256=key, text_field=text_field, seconds=round(time.perf_counter() - started, 3))
+            meta["sources"] = [s.description for s, _, _ in plan]
+            meta["documents"] = sum(found.documents for _, found, _ in plan)
+            meta["val_documents"] = sum(
+                found.documents if split == "val" else max(0, found.documents - train_cut(s, found, split))
+                for s, found, split in plan
+                if not s.is_one_text
+            )
+            write_atomically(tmp / "meta.json", json.dumps(meta, indent=1).encode())
+            replace_folder(tmp, folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return meta
+
+
+def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str, workers: int, chunk_chars: int) -> dict:
+    """The second pass: tasks encoded by `workers` threads, their ids appended to <split>.bin in order."""
+    dtype = np.dtype("uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32")
+    end_of_text = np.array(tokenizer.end_of_text if any(not s.is_one_text for s, _, _ in plan) else [], dtype=np.uint32)
+    tokens, files = {"train": 0, "val": 0}, {}
+    in_flight: deque = deque()
+    started = time.perf_counter()
+
+    def write_oldest(bar: tqdm) -> None:
+        split, chars, future = in_flight.popleft()
+        ids = future.result()
+        files[split].write(ids.data)
+        tokens[split] += len(ids)
+        bar.update(chars)
+        bar.set_postfix_str(f"{sum(tokens.values()) / (time.perf_counter() - started) / 1e6:.2f}M tokens/s", refresh=False)
+
+    total_chars = sum(found.chars for _, found, _ in plan)
+    with progress(f"encoding {plan[0][0].path.name}", total_chars, "char") as bar, ThreadPoolExecutor(workers) as pool:
+        try:
+            for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars):
+                if split not in files:
+                    files[split] = open(folder / f"{split}.bin", "wb")
+                in_flight.append((split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)))
+                while len(in_flight) > 2 * workers:  # a few tasks ahead of the writer: memory stays flat
+                    write_oldest(bar)
+            while in_flight:
+                write_oldest(bar)
+        finally:  # after an error or a signal: the tasks not started are dropped, the running ones end soon
+            pool.shutdown(wait=False, cancel_futures=True)
+            for f in files.values():
+                f.close()
+    for split in ("train", "val"):
+        (folder / f"{split}.bin").touch()  # an empty split still has its (empty) file
+    meta = {"format": FORMAT_VERSION, "dtype": dtype.name, "tokens": tokens, **tokenizer.state()}
+    meta["tokenizer"] = meta.pop("name")
+    meta["vocab_size"] = tokenizer.vocab_size
+    return meta

@@ -1,0 +1,208 @@
+"""Where the text comes from: a text file, a .jsonl or .parquet file of documents, or a folder of them.
+
+Every reader streams: it yields the text in pieces of at most about `chunk_chars` characters, so a
+corpus of any size passes through a few megabytes of memory. A piece is `(text, starts, nbytes)`:
+`starts` is True on the first piece of a document, and nbytes is how far the reader moved in the
+file, for the progress bar. A text file is one document; a JSONL line or a parquet row is one.
+Bad input is a DataError that names the file and the line, row or byte offset.
+"""
+
+import codecs
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
+from pathlib import Path
+
+from data.files import sha256_of, sha256_of_bytes
+
+KINDS = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
+CHUNK_CHARS = 1 << 18  # characters a reader yields at a time: memory stays flat in the corpus size
+PARQUET_BATCH_ROWS = 1024
+
+
+class DataError(Exception):
+    """A problem with the corpus that the user can fix; the message says how."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """What --data-file (or --data.val_path) names: one file, or a folder and the usable files in it, in sorted order."""
+
+    path: Path
+    flag: str  # the flag that named it, for error messages
+    files: tuple[Path, ...]
+
+    @cached_property
+    def is_one_text(self) -> bool:
+        """One text file: one document, no separator, split by characters (as it always was)."""
+        return self.path.is_file() and kind_of(self.path) == "text"
+
+    def where(self, file: Path) -> str:
+        return f"{self.flag} {file}" if file == self.path else f"{file} (in {self.flag} {self.path})"
+
+    @cached_property
+    def description(self) -> dict:
+        """What meta.json records of the source: a file's size and SHA-256, or a folder's file count, total size and a
+        fingerprint of every file's path, size and modification time (hashing a whole folder would take as long as reading it)."""
+        if self.path.is_file():
+            return {"path": str(self.path), "size": self.path.stat().st_size, "sha256": sha256_of(self.path)}
+        stats = [(str(f.relative_to(self.path)), f.stat().st_size, f.stat().st_mtime_ns) for f in self.files]
+        fingerprint = sha256_of_bytes(json.dumps(stats).encode())
+        return {"path": str(self.path), "files": len(stats), "size": sum(s[1] for s in stats), "size_mtime_sha256": fingerprint}
+
+
+def kind_of(path: Path) -> str:
+    return KINDS.get(path.suffix.lower(), "text")  # a single file of any other name is read as text, as before
+
+
+def find_source(path: Path, flag: str) -> Source:
+    """The source a path names; a missing path, or a folder without a .txt, .jsonl or .parquet file, is a DataError."""
+    if path.is_dir():
+        files = sorted((f for f in path.rglob("*") if f.suffix.lower() in KINDS and not f.is_dir()), key=lambda f: f.as_posix())
+        if not files:
+            raise DataError(f"{flag} {path} holds no .txt, .jsonl or .parquet file (searched every subfolder); point it at your data")
+        source = Source(path, flag, tuple(files))
+        for file in files:
+            try:
+                file.stat()
+            except OSError as e:  # a broken link, a file deleted meanwhile
+                raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
+        return source
+    if not path.exists():
+        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file, a .jsonl or .parquet file, or a folder")
+    if not path.is_file():
+        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
+    return Source(path, flag, (path,))
+
+
+def read_source(source: Path | Source, text_field: str, chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[str, bool, int]]:
+    """Every document of every file of the source, in order, as (text, starts, nbytes) pieces (see the module's docstring)."""
+    for file in source.files:
+        kind = kind_of(file)
+        if kind == "text":
+            yield from read_text_file(file, source, chunk_chars)
+        elif kind == "jsonl":
+            yield from read_jsonl(file, source, text_field)
+        else:
+            yield from read_parquet(file, source, text_field)
+
+
+def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
+    try:
+        return open(file, mode, **kwargs)
+    except OSError as e:
+        raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
+
+
+def read_text_file(file: Path, source: Source, chunk_chars: int) -> Iterator[tuple[str, bool, int]]:
+    """A UTF-8 text file in pieces, newlines read as Python reads them (\\r\\n and \\r become \\n); an empty file yields nothing."""
+    with open_or_fail(file, source, "r", encoding="utf-8", newline=None) as f:
+        starts, position = True, 0
+        while True:
+            try:
+                text = f.read(chunk_chars)
+            except UnicodeDecodeError:
+                raise DataError(
+                    f"{source.where(file)} is not UTF-8 text (bad byte at offset {bad_utf8_offset(file)}); convert it to UTF-8 or pick a text file"
+                ) from None
+            except OSError as e:
+                raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
+            if not text:
+                return
+            if "\0" in text:  # valid UTF-8, but no text holds NUL characters: an image, an archive, a tensor file
+                raise DataError(
+                    f"{source.where(file)} is binary (it holds NUL bytes), the first at offset {nul_offset(file)}; give a UTF-8 text file"
+                )
+            now = f.buffer.tell()
+            yield text, starts, now - position
+            starts, position = False, now
+
+
+def bad_utf8_offset(file: Path) -> int:
+    """The offset of the first byte that is not UTF-8, found by decoding the file again, block by block."""
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    with open(file, "rb") as f:
+        for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):  # the empty block at the end: a character cut off by the end
+            held = len(decoder.getstate()[0])  # the bytes of a character cut by the last block
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as e:
+                return offset - held + e.start
+            offset += len(block)
+    return offset
+
+
+def nul_offset(file: Path) -> int:
+    offset = 0
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            if (i := block.find(b"\0")) >= 0:
+                return offset + i
+            offset += len(block)
+    return -1
+
+
+def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bool, int]]:
+    """One document per line: the string in `field` of the line's JSON object. Blank lines and empty texts are skipped."""
+    with open_or_fail(file, source) as f:
+        offset = 0
+        for number, line in enumerate(f, 1):
+            where = f"{source.where(file)} line {number}"
+            offset += len(line)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{where} is not UTF-8 (bad byte at offset {offset - len(line) + e.start}); convert the file to UTF-8"
+                ) from None
+            except ValueError as e:
+                raise DataError(f"{where} is not valid JSON ({e.args[0].split(':')[0]}); each line must be one JSON object") from None
+            if not isinstance(record, dict) or field not in record:
+                raise DataError(f"{where} has no field {field!r}; name the text's field with --data.text_field")
+            text = record[field]
+            if not isinstance(text, str):
+                raise DataError(f"{where}: field {field!r} holds {type(text).__name__}, not text")
+            if text:
+                yield text, True, len(line)
+
+
+def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, bool, int]]:
+    """One document per row: the string column `field`, read a batch of rows at a time from one row group at a time."""
+    try:
+        import pyarrow.parquet as pq  # imported here: only parquet sources need it
+    except ImportError:
+        raise DataError(f"reading {source.where(file)} needs pyarrow: pip install pyarrow") from None
+    try:
+        parquet = pq.ParquetFile(open_or_fail(file, source))
+    except Exception as e:  # pyarrow's ArrowInvalid and OSError for a file that is not parquet
+        raise DataError(f"{source.where(file)} is not a parquet file ({str(e).splitlines()[0][:120]})") from None
+    columns = parquet.schema_arrow.names
+    if field not in columns:
+        raise DataError(f"{source.where(file)} has no column {field!r} (it has {', '.join(columns[:8])}); name it with --data.text_field")
+    kind = str(parquet.schema_arrow.field(field).type)
+    if kind not in ("string", "large_string"):
+        raise DataError(f"{source.where(file)}: column {field!r} holds {kind}, not text")
+    size, rows, row = os.path.getsize(file), max(1, parquet.metadata.num_rows), 0
+    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
+        for text in batch.column(0).to_pylist():
+            row += 1
+            if text is None:
+                raise DataError(f"{source.where(file)} row {row} has no text (null in column {field!r})")
+            if text:
+                yield text, True, size // rows
+
+
+def read_text(path: Path, flag: str = "--data-file") -> str:
+    """The whole UTF-8 text of a small file named with `flag` (a prompt, a text to score); bad input is a DataError."""
+    if path.is_dir():
+        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
+    source = find_source(path, flag)
+    text = "".join(piece for piece, _, _ in read_text_file(path, source, CHUNK_CHARS))
+    if not text.strip():
+        raise DataError(f"{flag} {path} is empty (nothing but whitespace); give a file with some text")
+    return text

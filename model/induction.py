@@ -1,0 +1,47 @@
+"""Induction heads (Olsson et al. 2022), measured from the model alone: what attention learns beyond the breaks.
+
+Where a token appeared before, an induction head attends to the position just after that earlier occurrence
+and copies what came there: "A B ... A" -> "B". It takes two layers: a previous-token head writes into each
+position which token preceded it, and the induction head's query finds "preceded by me". `induction_score`
+scores one head's weights; `induction_summary` every head of a model, and how much its loss drops where the
+context gives the next token away (the in-context learning score). model/measurements.py's head_roles
+names a head "induction" above INDUCTION_THRESHOLD.
+"""
+
+import torch
+
+from model.gpt import GPT, lm_loss
+
+INDUCTION_THRESHOLD = 0.3  # an induction head puts more than 0.3 of each repeated row's weight on its target
+
+
+def previous_occurrence(idx: torch.Tensor) -> torch.Tensor:
+    """(B, T) the latest position p < t where idx[b, p] == idx[b, t], or -1 where token t is a first occurrence."""
+    positions = torch.arange(idx.shape[-1], device=idx.device)
+    same = (idx[..., :, None] == idx[..., None, :]) & (positions[None, :] < positions[:, None])  # (B, T, T): earlier, same token
+    return torch.where(same, positions, -1).amax(-1)  # (B, T, T) -> (B, T)
+
+
+def induction_score(weights: torch.Tensor, idx: torch.Tensor) -> float:
+    """Mean weight from each repeated position t to its induction target, the position just after the previous
+    occurrence of token t, from one head's weights (B, T, T) on idx (B, T); rows of first occurrences are left out.
+
+    1 for a head that attends only there, about 0 for a previous-token head; 0 when no token repeats.
+    """
+    target = previous_occurrence(idx) + 1  # (B, T); 0 where there is no earlier occurrence
+    on_target = weights.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T): w[b, t, target[b, t]]
+    return on_target[target > 0].mean().item() if (target > 0).any() else 0.0
+
+
+@torch.no_grad()
+def induction_summary(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """On x, y (B, T): induction/L{layer}H{head}, every head's induction score, and induction/max; loss/repeated at
+    positions whose token occurred before and whose target followed it there (copying is right), loss/first at first
+    occurrences (nan if none), and icl/score, repeated minus first: below 0 once the model reads its context."""
+    layers = model.attention_weights(x)  # n_layer x (B, H, T, T)
+    scores = {f"induction/L{layer}H{head}": induction_score(w[:, head], x) for layer, w in enumerate(layers) for head in range(w.shape[1])}
+    previous = previous_occurrence(x)  # (B, T)
+    after = x.gather(-1, previous + 1)  # (B, T): the token after the earlier occurrence (x[:, 0] where there is none)
+    losses = lm_loss(model(x)[0], y, reduction="none")  # (B, T)
+    repeated, first = losses[(previous >= 0) & (after == y)].mean().item(), losses[previous < 0].mean().item()
+    return {**scores, "induction/max": max(scores.values()), "loss/repeated": repeated, "loss/first": first, "icl/score": repeated - first}

@@ -1,0 +1,291 @@
+"""Tests for the corpus at scale: data/sources.py (files, JSONL, parquet, folders), data/chunks.py (safe cuts) and
+data/prepare.py (streaming, documents, the split, bad input, interruption, memory)."""
+
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO_ROOT, gpt2_encoding_or_skip, import_or_skip, make_corpus_text
+
+import data.prepare
+from configs import DataConfig
+from data.chunks import make_tasks
+from data.corpus import DataError, load_corpus
+from data.prepare import prepare
+from data.sources import find_source
+from harness.cli import run_command
+
+TEXT = make_corpus_text(min_chars=20_000) + "Caf\u00e9 \u4f60\u597d\u3002\n\u4e16\u754c   \n\n\n  <|endoftext|>\t\r\nend"
+
+
+def cfg(tmp_path: Path, path: Path, tokenizer: str = "char", **kwargs) -> DataConfig:
+    return DataConfig(path=str(path), tokenizer=tokenizer, cache_dir=str(tmp_path / "cache"), **kwargs)
+
+
+def nothing_prepared(tmp_path: Path) -> bool:
+    """No prepared folder, whole or half-written, is left in the cache."""
+    prepared = tmp_path / "cache" / "prepared"
+    return not prepared.exists() or not any(prepared.iterdir())
+
+
+def ids_of(folder: Path, split: str) -> list[int]:
+    meta = json.loads((folder / "meta.json").read_text())
+    return np.fromfile(folder / f"{split}.bin", dtype=meta["dtype"]).tolist()
+
+
+# 1. Safe cuts: ids equal to the whole text's
+
+
+def test_random_texts_cut_anywhere_safe_keep_gpt2_ids():
+    """Texts made of the characters that GPT-2's pre-tokenizer treats specially (runs of spaces and newlines, \\r, a
+    contraction, Unicode spaces, CJK, an emoji) cut into tasks of 1 to 9 characters: the pieces encode as the whole."""
+    enc = gpt2_encoding_or_skip()
+    rng = random.Random(0)
+    alphabet = [*"ab cd\n\n  \t\r'.,!9\u00e9\u4e2d", "'ll", " 's", "\u3000", "\xa0", "\x1c", "\u2028", "\U0001f600", "  \n", "\n "]
+    cuts = 0
+    for _ in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60)))
+        tasks = list(make_tasks([("train", text, True, False)], rng.randint(1, 9)))
+        pieces = [piece for _, task, _ in tasks for piece, _ in task]
+        assert "".join(pieces) == text
+        assert sum((enc.encode_ordinary(p) for p in pieces), []) == enc.encode_ordinary(text), pieces
+        cuts += len(pieces) - 1
+    assert cuts > 500  # the texts were cut often, not passed whole
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "char"])
+def test_file_cut_into_many_chunks_tokenizes_as_the_whole_text(tmp_path, tokenizer):
+    """One text file (CRLF line ends included), prepared 300 characters at a time: the same ids as encoding its first 90 %
+    and last 10 % whole, as the corpus always was, and the same as load_corpus's own preparation."""
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(TEXT.replace("\n", "\r\n", 50).encode())
+    text = path.read_text(encoding="utf-8")  # Python's newlines: \r\n read as \n
+    if tokenizer == "gpt2":
+        enc = gpt2_encoding_or_skip().encode_ordinary
+    else:
+        chars = sorted(set(text))
+        enc = lambda t: [chars.index(c) for c in t]  # noqa: E731
+    meta = prepare(find_source(path, "--data-file"), tokenizer, "key", tmp_path / "small", chunk_chars=300, workers=3)
+    cut = int(len(text) * 0.9)
+    assert ids_of(tmp_path / "small", "train") == enc(text[:cut])
+    assert ids_of(tmp_path / "small", "val") == enc(text[cut:])
+    assert meta["tokens"] == {"train": len(enc(text[:cut])), "val": len(enc(text[cut:]))}
+    assert meta["documents"] == 1 and meta["sources"][0]["size"] == path.stat().st_size
+    corpus = load_corpus(cfg(tmp_path, path, tokenizer))
+    assert corpus.train.tolist() == enc(text[:cut]) and corpus.val.tolist() == enc(text[cut:])
+
+
+# 2. Documents: a folder of .txt, .jsonl and .parquet, joined by the end-of-text
+
+
+def write_documents(folder: Path) -> list[str]:
+    """A folder of every kind of source; returns its documents in the order they are read (sorted paths: b/d.jsonl before
+    b/deep/c.txt, as "." sorts before "e")."""
+    pa, pq = import_or_skip("pyarrow", "parquet sources need it"), import_or_skip("pyarrow.parquet", "parquet sources need it")
+    (folder / "b" / "deep").mkdir(parents=True)
+    (folder / "a.txt").write_text("First file.\nTwo lines.")
+    (folder / "b" / "deep" / "c.txt").write_text("A story in a subfolder. " * 30)
+    (folder / "b" / "notes.rst").write_text("not a source: neither .txt, .jsonl nor .parquet")
+    lines = ['{"text": "Once upon a time"}', "", '{"text": "", "id": 2}', '{"text": "the end.\\n", "id": 3}']
+    (folder / "b" / "d.jsonl").write_text("\n".join(lines) + "\n")
+    pq.write_table(pa.table({"text": ["Row one.", "Row two, \u00e9t\u00e9."], "n": [1, 2]}), folder / "e.parquet", row_group_size=1)
+    return [
+        "First file.\nTwo lines.",
+        "Once upon a time",
+        "the end.\n",
+        "A story in a subfolder. " * 30,
+        "Row one.",
+        "Row two, \u00e9t\u00e9.",
+    ]
+
+
+def test_folder_documents_are_joined_by_gpt2_end_of_text(tmp_path):
+    enc = gpt2_encoding_or_skip()
+    docs = write_documents(tmp_path / "corpus")
+    corpus = load_corpus(cfg(tmp_path, tmp_path / "corpus", "gpt2"))
+    joined = [[50256, *enc.encode_ordinary(d)] for d in docs]  # each document after one <|endoftext|>
+    assert corpus.train.tolist() == sum(joined[:5], []) and corpus.val.tolist() == joined[5]  # the last 10 %: at least one document
+    assert len(corpus.train) + len(corpus.val) == sum(len(enc.encode_ordinary(d)) for d in docs) + len(docs)
+    meta = json.loads(next((tmp_path / "cache" / "prepared").glob("corpus-gpt2-*/meta.json")).read_text())
+    assert meta["documents"] == 6 and meta["val_documents"] == 1
+    assert meta["sources"][0]["files"] == 4 and len(meta["sources"][0]["size_mtime_sha256"]) == 64
+
+
+def test_documents_with_the_char_tokenizer_and_a_separate_val_file(tmp_path):
+    docs = write_documents(tmp_path / "corpus")
+    (tmp_path / "val.jsonl").write_text('{"text": "Valid."}\n{"text": "Two."}\n')
+    corpus = load_corpus(cfg(tmp_path, tmp_path / "corpus", val_path=str(tmp_path / "val.jsonl")))
+    tok = corpus.tokenizer
+    assert tok.decode(corpus.train.tolist()) == "".join("\n\n" + d for d in docs)  # a blank line before each document
+    assert tok.decode(corpus.val.tolist()) == "\n\nValid.\n\nTwo."
+    assert tok.chars == sorted(set("".join(docs) + "\n" + "Valid.Two."))
+    again = load_corpus(cfg(tmp_path, tmp_path / "corpus", val_path=str(tmp_path / "val.jsonl")))
+    assert np.array_equal(again.val, corpus.val) and len(list((tmp_path / "cache" / "prepared").iterdir())) == 1  # reused
+
+
+# 3. Bad input: one line naming the file and where, nothing left in the cache
+
+
+def bad(tmp_path: Path, name: str, content: bytes) -> Path:
+    folder = tmp_path / "corpus"
+    folder.mkdir(exist_ok=True)
+    (folder / "a.txt").write_text("A good document comes first.")
+    (folder / name).write_bytes(content)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "name, content, needles",
+    [
+        ("b.jsonl", b'{"text": "fine"}\n{"text": "broken\n', ["b.jsonl", "line 2 is not valid JSON"]),
+        ("b.jsonl", b'{"text": "fine"}\n\n{"content": "x"}\n', ["b.jsonl", "line 3 has no field 'text'", "--data.text_field"]),
+        ("b.jsonl", b'{"text": 7}\n', ["line 1: field 'text' holds int"]),
+        ("b.jsonl", b'{"text": "ok"}\n{"text": "caf\xe9"}\n', ["b.jsonl", "line 2 is not UTF-8", "offset 28"]),
+        ("b.txt", b"fine text\nthen caf\xe9", ["b.txt", "not UTF-8", "offset 18"]),
+        ("b.txt", "KING:".encode("utf-16-le"), ["b.txt", "is binary", "offset 1"]),
+        ("b.parquet", b"PAR1 not really", ["b.parquet", "is not a parquet file"]),
+    ],
+    ids=["broken-json", "missing-field", "not-a-string", "jsonl-not-utf8", "txt-not-utf8", "binary", "not-parquet"],
+)
+def test_bad_input_is_one_line_naming_the_file(tmp_path, name, content, needles):
+    folder = bad(tmp_path, name, content)
+    with pytest.raises(DataError) as e:
+        load_corpus(cfg(tmp_path, folder))
+    assert "\n" not in str(e.value) and f"(in --data-file {folder})" in str(e.value)
+    for needle in needles:
+        assert needle in str(e.value)
+    assert nothing_prepared(tmp_path)
+
+
+def test_parquet_without_the_column_and_without_pyarrow(tmp_path, monkeypatch):
+    pa, pq = import_or_skip("pyarrow", "parquet sources need it"), import_or_skip("pyarrow.parquet", "parquet sources need it")
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"content": ["a", "b"]}), path)
+    with pytest.raises(DataError, match=r"rows.parquet has no column 'text' \(it has content\); name it with --data.text_field"):
+        load_corpus(cfg(tmp_path, path))
+    with monkeypatch.context() as patched:
+        patched.setitem(sys.modules, "pyarrow.parquet", None)  # as if pyarrow were not installed
+        with pytest.raises(DataError, match="needs pyarrow: pip install pyarrow"):
+            load_corpus(cfg(tmp_path, path, text_field="content"))
+    assert nothing_prepared(tmp_path)
+    corpus = load_corpus(cfg(tmp_path, path, text_field="content"))  # the column named: one document each split
+    assert corpus.tokenizer.decode(corpus.train.tolist()) == "\n\na" and corpus.tokenizer.decode(corpus.val.tolist()) == "\n\nb"
+
+
+def test_unreadable_file_and_one_document(tmp_path):
+    folder = bad(tmp_path, "placeholder.txt", b"")
+    (folder / "gone.txt").symlink_to(tmp_path / "nowhere.txt")  # a file that cannot be opened
+    with pytest.raises(DataError, match=r"cannot read .*gone.txt \(in --data-file .*\): No such file"):
+        load_corpus(cfg(tmp_path, folder))
+    (folder / "gone.txt").unlink()
+    with pytest.raises(DataError, match="holds 1 document; the split needs 2"):  # the empty file is no document
+        load_corpus(cfg(tmp_path, folder))
+    assert nothing_prepared(tmp_path)
+
+
+# 4. Interruption and memory
+
+
+def slow_preparation(tmp_path: Path) -> str:
+    """A Python program that prepares a text 200 characters a task, each task held 20 ms: long enough to be stopped."""
+    path = tmp_path / "corpus.txt"
+    path.write_text(make_corpus_text(min_chars=200_000))
+    return f"""
+import sys, time
+import data.prepare
+from data.sources import find_source
+from data.tokenizer import CharTokenizer
+from harness.cli import run_command
+encode = CharTokenizer.encode_array
+CharTokenizer.encode_array = lambda self, text: time.sleep(0.02) or encode(self, text)
+data.prepare.PROGRESS_DELAY_S = 0
+folder = {str(tmp_path / "cache" / "prepared" / "corpus")!r}
+sys.exit(run_command(lambda argv: data.prepare.prepare(find_source(data.prepare.Path({str(path)!r}), "-"), "char", "k", data.prepare.Path(folder), chunk_chars=200, workers=1), []))
+"""
+
+
+def test_sigterm_while_preparing_stops_and_keeps_nothing(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", slow_preparation(tmp_path)], cwd=REPO_ROOT, stderr=subprocess.PIPE)
+    seen, deadline = b"", time.monotonic() + 60
+    while b"tokens/s" not in seen and time.monotonic() < deadline:  # the progress bar of the second pass, moving
+        if select.select([proc.stderr], [], [], 1)[0]:
+            seen += os.read(proc.stderr.fileno(), 4096)
+    assert b"encoding corpus.txt" in seen and b"tokens/s" in seen, seen.decode(errors="replace")
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 143, (proc.returncode, rest)
+    lines = (seen + rest).decode().replace("\r", "\n").strip().splitlines()
+    assert lines[-1].startswith("SIGTERM while preparing the data: stopped") and "Traceback" not in "".join(lines), lines
+    assert nothing_prepared(tmp_path)  # neither the folder nor its temporary twin
+
+
+@pytest.fixture
+def restore_signal_handlers():
+    """run_command ignores SIGINT and SIGTERM as its process ends; in pytest's process, later tests' subprocesses would
+    inherit that, so the handlers are put back."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("restore_signal_handlers")
+def test_ctrl_c_while_preparing_exits_130_and_keeps_nothing(tmp_path, capsys):
+    path = tmp_path / "corpus.txt"
+    path.write_text(make_corpus_text(min_chars=100_000))
+    folder = tmp_path / "cache" / "prepared" / "corpus"
+    encode, calls = data.prepare.encode_task, []
+
+    def encode_and_count(*args):
+        calls.append(1)
+        if len(calls) == 5:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the second pass
+        time.sleep(0.001)
+        return encode(*args)
+
+    data.prepare.encode_task = encode_and_count
+    try:
+        code = run_command(lambda argv: prepare(find_source(path, "-"), "char", "k", folder, chunk_chars=1000, workers=1), [])
+    finally:
+        data.prepare.encode_task = encode
+    assert code == 130 and "SIGINT while preparing the data: stopped" in capsys.readouterr().err
+    assert 5 <= len(calls) < 100 and nothing_prepared(tmp_path) and threading.current_thread() is threading.main_thread()
+    prepare(find_source(path, "-"), "char", "k", folder, chunk_chars=1000, workers=1)  # the next run prepares it whole
+    text = path.read_text()
+    chars = sorted(set(text))
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["corpus"]
+    assert ids_of(folder, "val") == [chars.index(c) for c in text[int(len(text) * 0.9) :]]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak memory from Linux's /proc")
+def test_memory_stays_flat_in_the_corpus_size(tmp_path):
+    """A 24 MB text prepared in a fresh process: its peak resident memory stays far below the 14x of the file that
+    reading it whole used to take (the ids alone, as a Python list, took 8 bytes a character)."""
+    path = tmp_path / "big.txt"
+    block = make_corpus_text(min_chars=1 << 20)
+    with open(path, "w") as f:
+        for i in range(24):
+            f.write(block.replace("the", f"the{i}"))  # some variety, so that no block is the last one repeated
+    size = path.stat().st_size
+    program = f"""
+from pathlib import Path
+from data.prepare import prepare
+from data.sources import find_source
+meta = prepare(find_source(Path({str(path)!r}), "-"), "char", "k", Path({str(tmp_path / "out")!r}), workers=2)
+status = Path("/proc/self/status").read_text()  # VmHWM: this process's peak, not the parent's (ru_maxrss survives exec)
+print(sum(meta["tokens"].values()), int(status.split("VmHWM:")[1].split()[0]) * 1024)
+"""
+    proc = subprocess.run([sys.executable, "-c", program], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    tokens, peak = map(int, proc.stdout.split())
+    assert tokens == len(path.read_text())
+    assert peak < 96 * 2**20 < 14 * size / 3, f"peak {peak / 2**20:.0f} MiB for a {size / 2**20:.0f} MiB text"

@@ -1,0 +1,248 @@
+"""Every measured figure in README.md and docs/ from one place, docs/figures.json:
+python -m tools.docs_figures [--record] [--runs-dir runs] [--check]
+
+--record first stores what runs under --runs-dir hold (compare.py's comparisons, compare-<config>/compare.json
+with each run's metrics.jsonl, and single runs' metrics.jsonl, by folder name) in docs/figures.json, with this
+machine and today's date. Then the docs are rewritten from that file: the tables (TABLES) and every quoted
+figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes). --check rewrites nothing
+and exits 1 naming each quote that differs, as tests/test_docs_figures.py does.
+"""
+
+import dataclasses
+import json
+import math
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from configs import load_config
+from harness.cli import OneLineParser, run_command
+from harness.experiments.stats import COLUMNS, Spread, format_table
+from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
+from model import GPT, ModelConfig
+from model.ablations import variants
+from tools.figures import FIGURES, read_figures, record
+from tools.quotes import COMPARISONS, QUOTES
+
+ROOT = FIGURES.parent.parent
+NUMBER = r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?"  # how a figure looks in a doc
+PLACEHOLDER = re.compile(r"\{([\w./-]+):([^{}\s]*)\}")  # {name:format}; format "pct.1f" is the value x 100 as .1f
+
+
+def flatten(value, name: str, out: dict[str, float]) -> None:
+    """Every number inside value, under its dotted path: {"a": {"b": 1.0}} under "x" gives out["x.a.b"] = 1.0."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            flatten(inner, f"{name}.{key}", out)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        out[name] = float(value)
+
+
+def code_values() -> dict[str, float]:
+    """The figures the code itself gives (code.*), computed in a second: the suite checks the docs' quotes of them."""
+    char, base = load_config(["--config", "char"]), load_config(["--config", "base"])
+    n_char = 65  # Tiny Shakespeare's characters, as the char tokenizer finds them (tests/test_data.py)
+    sizes = {
+        name: GPT(dataclasses.replace(cfg.model, vocab_size=v)).num_params()
+        for name, cfg, v in (("char", char, n_char), ("base", base, 50257))
+    }
+    return {
+        "code.char_params_m": sizes["char"] / 1e6,
+        "code.base_params_m": sizes["base"] / 1e6,
+        "code.base_embedding_m": 50257 * base.model.n_embd / 1e6,
+        "code.char_vocab": n_char,
+        "code.ln_char_vocab": math.log(n_char),
+        "code.char_sqrt_head_size": math.sqrt(char.model.n_embd // char.model.n_head),
+        "code.honest_positions": HONEST_POSITIONS,
+        "code.char_batch": char.train.batch_size,
+        "code.char_honest_batches": char.train.honest_batches,
+        "code.char_honest_predictions": char.train.honest_batches * char.train.batch_size * HONEST_POSITIONS,
+        "code.char_val_predictions": char.train.eval_batches * char.train.batch_size * char.model.block_size,
+        "code.sample_tokens": SAMPLE_TOKENS,
+        "code.sample_tokens_shown": SAMPLE_TOKENS + 1,  # after the one-token prompt, a newline
+    }
+
+
+def named_values(figures: dict) -> dict[str, float]:
+    """Every figure by its dotted name, plus what the docs derive from them: a difference's interval ends
+    (.low, .high), a comparison's score_spread (the unscaled variant's score std over base's), the score-gradient ratios."""
+    out = code_values()
+    for key, entry in figures.items():
+        flatten(entry["value"], key, out)
+    for name in [n for n in out if n.endswith(".half_width")]:  # an entry copied from a printed table holds its ends as printed
+        stem = name.removesuffix(".half_width")
+        out.setdefault(f"{stem}.low", out[f"{stem}.mean"] - out[name])
+        out.setdefault(f"{stem}.high", out[f"{stem}.mean"] + out[name])
+    unscaled = next(suffix for suffix, model_cfg in variants(ModelConfig()).items() if not model_cfg.scaled)  # model/ablations.py
+    for key in COMPARISONS:
+        base = key.split("-")[0]
+        spread = out[f"{key}.aggregate.{base}{unscaled}.attn/score_std.mean"] / out[f"{key}.aggregate.{base}.attn/score_std.mean"]
+        out[f"{key}.score_spread"] = spread
+    for key, entry in figures.items():
+        if key.startswith("score-gradient-"):
+            for when, lines in entry["value"].items():
+                for line, short in zip(lines, ("score", "qk", "saturated"), strict=True):
+                    out.update({f"{key}.{when}.{short}.{end}": line[end] for end in ("mean", "low", "high")})
+    return out
+
+
+def figure(name: str, fmt: str, values: dict[str, float]) -> str:
+    """One figure as the docs print it; format "pct.1f" is the value x 100 as .1f."""
+    if name not in values:
+        raise KeyError(f"docs/figures.json holds no figure {name}")
+    return format(values[name] * 100, fmt[3:]) if fmt.startswith("pct") else format(values[name], fmt)
+
+
+def fill(sentence: str, figures: list[str]) -> str:
+    """The sentence with its placeholders replaced by figures, in order."""
+    parts = PLACEHOLDER.split(sentence)
+    return "".join(part if i % 3 == 0 else (figures[i // 3] if i % 3 == 1 else "") for i, part in enumerate(parts))
+
+
+def pattern(sentence: str) -> re.Pattern:
+    """The sentence with a group wherever a figure stands (a number, or the placeholder itself, not yet filled in);
+    any run of whitespace matches any other, so a sentence may wrap anywhere in a doc."""
+    regex = ""
+    for i, part in enumerate(PLACEHOLDER.split(sentence)):  # literal, name, format, literal, ...
+        if i % 3 == 0:
+            regex += "".join(r"\s+" if piece.isspace() else re.escape(piece) for piece in re.split(r"(\s+)", part) if piece)
+        elif i % 3 == 1:
+            regex += rf"({NUMBER}|\{{[\w./-]+:[^{{}}\s]*\}})"
+    return re.compile(regex)
+
+
+def readme_table(figures: dict) -> str:
+    """README's table: every variant of the comparisons, mean ± sd over seeds (wall time left out: it is the machine's)."""
+    rows = {}
+    for key in COMPARISONS:
+        for variant, stats in figures[key]["value"]["aggregate"].items():
+            rows[variant] = {tag: None if s is None else Spread(s["mean"], s["std"], s["n"]) for tag, s in stats.items()}
+    measured = [c for c in COLUMNS if c[1] != "wall_s" and all(c[1] in stats for stats in rows.values())]  # order use came later
+    return format_table(rows, measured)
+
+
+def differences_table(figures: dict) -> str:
+    """docs/experiment.md's table: each ablation minus base, paired by seed, mean [95% interval]."""
+    tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
+    lines = ["| ablation | val | val honest | entropy | saturated |", "|---|---:|---:|---:|---:|"]
+    for key in COMPARISONS:
+        for variant, by_tag in figures[key]["value"]["differences"].items():
+            ends = [(d.get("low", d["mean"] - d["half_width"]), d.get("high", d["mean"] + d["half_width"])) for d in map(by_tag.get, tags)]
+            cells = [f"{by_tag[tag]['mean']:+.3f} [{low:+.3f}, {high:+.3f}]" for tag, (low, high) in zip(tags, ends, strict=True)]
+            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+TABLES: list[tuple[str, Callable[[dict], str]]] = [("README.md", readme_table), ("docs/experiment.md", differences_table)]
+
+
+def replace_table(text: str, table: str) -> str:
+    """text with the Markdown table whose header row is table's replaced by table."""
+    header = table.split("\n", 1)[0]
+    start = text.index(header)
+    end = text.find("\n\n", start)
+    return text[:start] + table + text[end if end >= 0 else len(text) :]
+
+
+def sync(figures: dict, write: bool) -> list[str]:
+    """Bring each doc in line with figures (write) or list what differs (not write); returns the differences."""
+    values, problems, texts = named_values(figures), [], {}
+    for doc, make in TABLES:
+        text = texts.setdefault(doc, (ROOT / doc).read_text(encoding="utf-8"))
+        table = make(figures)
+        if table not in text:
+            problems.append(f"{doc}: its table starting {table.split(chr(10))[0]!r} differs from docs/figures.json's")
+            texts[doc] = replace_table(text, table)
+    for doc, sentence in QUOTES:
+        text = texts.setdefault(doc, (ROOT / doc).read_text(encoding="utf-8"))
+        wanted = [figure(name, fmt, values) for name, fmt in PLACEHOLDER.findall(sentence)]
+        matches = list(pattern(sentence).finditer(text))  # a sentence may stand several times (a sample's header line)
+        if not matches:
+            problems.append(f"{doc} no longer says {fill(sentence, wanted)!r}")
+            continue
+        pieces, last = [], 0
+        for match in matches:
+            if list(match.groups()) != wanted:
+                problems.append(f"{doc}: says {match.group(0)!r} where docs/figures.json gives {', '.join(wanted)}")
+            for k, value in enumerate(wanted, start=1):  # each figure spliced in, the doc's own line breaks kept
+                pieces += [text[last : match.start(k)], value]
+                last = match.end(k)
+        texts[doc] = "".join(pieces) + text[last:]
+    if write:
+        for doc, text in texts.items():
+            if text != (ROOT / doc).read_text(encoding="utf-8"):
+                (ROOT / doc).write_text(text, encoding="utf-8")
+    return problems
+
+
+def evaluations(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [row for row in rows if "loss/val" in row]
+
+
+def comparison_figures(folder: Path) -> dict:
+    """compare.json's means, sds and differences, and from each run's log its first evaluation's spread over seeds."""
+    saved = json.loads((folder / "compare.json").read_text(encoding="utf-8"))
+    runs = {name: evaluations(folder / name)[0] for name in saved["runs"]}
+    step0 = {}
+    for variant in saved["aggregate"]:
+        mine = [row for name, row in runs.items() if name == variant or re.fullmatch(rf"{re.escape(variant)}-s\d+", name)]
+        step0[variant] = {}
+        for tag in ("attn/entropy", "attn/saturated_frac", "attn/score_std"):
+            values = [row[tag] for row in mine]
+            mean = sum(values) / len(values)
+            std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else None
+            step0[variant][tag] = {"mean": mean, "std": std, "n": len(values)}
+    collapse = {}  # per variant, the first logged step whose training loss is below 0.5, over the seeds: when a cheat takes hold
+    for variant in saved["aggregate"]:
+        steps = [first_step_below(folder / name, 0.5) for name in saved["runs"] if name == variant or name.startswith(f"{variant}-s")]
+        if steps and None not in steps:
+            collapse[variant] = {"min": min(steps), "max": max(steps)}
+    return {"seeds": saved["seeds"], "aggregate": saved["aggregate"], "differences": saved["differences"], "step0": step0,
+            "collapse": collapse}  # fmt: skip
+
+
+def first_step_below(run_dir: Path, loss: float) -> int | None:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return next((row["step"] for row in rows if row.get("loss/train_step", loss) < loss), None)
+
+
+def quoted_runs() -> set[str]:
+    """The single runs whose figures the docs quote (the first part of a quoted name)."""
+    return {name.split(".")[0] for _, sentence in QUOTES for name, _ in PLACEHOLDER.findall(sentence)} - set(COMPARISONS)
+
+
+def record_runs(runs_dir: Path) -> list[str]:
+    """Store in docs/figures.json what runs_dir holds; returns the keys recorded."""
+    recorded = []
+    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and ".old-" not in p.name):
+        if (folder / "compare.json").is_file() and "aggregate" in json.loads((folder / "compare.json").read_text(encoding="utf-8")):
+            value = comparison_figures(folder)
+            key = f"{folder.name.removeprefix('compare-')}-{len(value['seeds'])}seeds"
+            record(key, f"python compare.py --config {folder.name.removeprefix('compare-')} --seeds {len(value['seeds'])}", value)
+        elif folder.name in quoted_runs() and (folder / "metrics.jsonl").is_file() and (rows := evaluations(folder)):
+            key = folder.name
+            last = {tag: rows[-1][tag] for tag in ("step", "loss/train", "loss/val", "loss/val_honest") if tag in rows[-1]}
+            record(key, f"python train.py (run {folder.name}; its config.json says how)", {"last": last})
+        else:
+            continue
+        recorded.append(key)
+    return recorded
+
+
+def main(argv: list[str]) -> int:
+    parser = OneLineParser(__doc__)
+    parser.add_argument("--record", action="store_true", help="first store what the runs under --runs-dir hold")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where --record looks (default: runs)")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc differs from docs/figures.json")
+    args = parser.parse_args(argv)
+    if args.record:
+        print(f"recorded {', '.join(record_runs(args.runs_dir)) or 'nothing'} in {FIGURES}")
+    problems = sync(read_figures(), write=not args.check)
+    print("\n".join(problems) or "the docs agree with docs/figures.json")
+    return 1 if problems and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_command(main, sys.argv[1:]))

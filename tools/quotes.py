@@ -1,0 +1,103 @@
+"""The sentences of README.md and docs/ that quote a measured figure, each figure written as {name:format}.
+
+A name is a dotted path into docs/figures.json (key, then the keys inside its value), or one of the
+figures tools/docs_figures.py derives (a comparison's score_spread, an interval's low and high, the
+score-gradient ratios). Whitespace in a sentence matches any whitespace in the doc, so a sentence may
+wrap anywhere there. A doc may also hold a sentence with its placeholders still in it:
+python -m tools.docs_figures fills them in.
+"""
+
+COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
+
+QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a placeholder
+    ("README.md", "first: the environment is then {install.venv_cpu_gb:.1f} GB with no CUDA package."),
+    ("README.md", "leave that line out: PyPI's PyTorch brings CUDA ({install.venv_cuda_gb:.1f} GB)."),
+    ("README.md", "python train.py --config char             # {timings.train_char_s:.0f} s: trains"),
+    ("README.md", "python train.py --config char --no-mask   # {timings.train_char_s:.0f} s: the same run"),
+    ("README.md", "python train.py --config base      # {timings.train_base_s:.0f} s: Tiny Shakespeare"),
+    ("README.md", "python train.py --no-mask          # {timings.train_base_s:.0f} s: the same run"),
+    ("README.md", "python train.py --no-scale         # {timings.train_base_s:.0f} s: without"),
+    ("README.md", "python -m pytest                   # the tests: {timings.suite_s:.0f} s, no network"),
+    ("README.md", "same seed (2-core CPU: {timings.compare_char_s:.0f} s)"),
+    ("README.md", "with GPT-2 tokens (2-core CPU: {timings.compare_base_s:.0f} s)"),
+    ("docs/experiment.md", "same seed (2-core CPU: {timings.compare_char_s:.0f} s)"),
+    ("docs/tests.md", "(the CUDA-only test) in {timings.suite_s:.0f} s"),
+    ("docs/experiment.md", "with GPT-2 tokens (2-core CPU: {timings.compare_base_s:.0f} s)"),
+    ("README.md", "(char: {char-3seeds.aggregate.char-no-mask.loss/val_honest.mean:.2f} nats against "
+     "{char-3seeds.aggregate.char.loss/val_honest.mean:.2f},"),
+    ("README.md", "scores spread {char-3seeds.score_spread:.0f}x (char) and {base-3seeds.score_spread:.1f}x (base) more"),
+    ("README.md", "run of `python train.py --config char` (val loss {char.last.loss/val:.3f} at its last step)"),
+    ("README.md", "run of `python train.py --config base` (val loss {base.last.loss/val:.3f} at its last step)"),
+    ("docs/command-line.md", "the default demo: val {base.last.loss/val:.3f}, {timings.train_base_s:.0f} s on a quiet 2-core CPU"),
+    ("docs/command-line.md", "val loss {char.last.loss/val:.3f} after {char.last.step:.0f} steps, {timings.train_char_s:.0f} s on a quiet"),
+    ("docs/sampling.md", "(`python train.py --config char`, val loss {char.last.loss/val:.3f} at its last step)"),
+    ("docs/sampling.md", "# runs/char/ckpt.pt (step {char.last.step:.0f}, val loss {char.last.loss/val:.4f}) on cpu"),
+    ("docs/sampling.md", "# runs/char-no-mask/ckpt.pt (step {char-no-mask-325.last.step:.0f}, val loss {char-no-mask-325.last.loss/val:.4f}) on cpu"),
+    ("docs/experiment.md", "By step {char-3seeds.collapse.char-no-mask.max:.0f} (all three seeds) the `char-no-mask` training loss has collapsed below 0.5"),
+    ("docs/experiment.md", "its training loss below 0.5 by step {base-3seeds.collapse.base-no-mask.min:.0f} to {base-3seeds.collapse.base-no-mask.max:.0f})"),
+    ("docs/experiment.md", "it ends at {char-3seeds.aggregate.char-no-mask.loss/train.mean:.3f} ± "
+     "{char-3seeds.aggregate.char-no-mask.loss/train.std:.3f}; so does the teacher-forced val loss "
+     "({char-3seeds.aggregate.char-no-mask.loss/val.mean:.3f} ± {char-3seeds.aggregate.char-no-mask.loss/val.std:.3f})"),
+    ("docs/experiment.md", "(`attn/future_mass` {char-3seeds.aggregate.char-no-mask.attn/future_mass.mean:.3f} ± "
+     "{char-3seeds.aggregate.char-no-mask.attn/future_mass.std:.3f}:"),
+    ("docs/experiment.md", "the same model scores {char-3seeds.aggregate.char-no-mask.loss/val_honest.mean:.2f} ± "
+     "{char-3seeds.aggregate.char-no-mask.loss/val_honest.std:.2f} nats per character"),
+    ("docs/experiment.md", "(val {base-3seeds.aggregate.base-no-mask.loss/val.mean:.3f} ± {base-3seeds.aggregate.base-no-mask.loss/val.std:.3f} "
+     "against an honest\n{base-3seeds.aggregate.base-no-mask.loss/val_honest.mean:.2f} ± {base-3seeds.aggregate.base-no-mask.loss/val_honest.std:.2f},"),
+    ("docs/experiment.md", "(measured:\n{char-3seeds.step0.char-no-scale.attn/score_std.mean:.2f} ± {char-3seeds.step0.char-no-scale.attn/score_std.std:.2f} "
+     "in char and {base-3seeds.step0.base-no-scale.attn/score_std.mean:.2f} ± {base-3seeds.step0.base-no-scale.attn/score_std.std:.2f} in base"),
+    ("docs/experiment.md", "the mean normalised entropy starts at\n{char-3seeds.step0.char-no-scale.attn/entropy.mean:.3f} ± "
+     "{char-3seeds.step0.char-no-scale.attn/entropy.std:.3f} (char) and {base-3seeds.step0.base-no-scale.attn/entropy.mean:.3f} ± "
+     "{base-3seeds.step0.base-no-scale.attn/entropy.std:.3f} (base) instead of {char-3seeds.step0.char.attn/entropy.mean:.3f} and "
+     "{base-3seeds.step0.base.attn/entropy.mean:.3f}"),
+    ("docs/experiment.md", "and {char-3seeds.step0.char-no-scale.attn/saturated_frac.mean:pct.1f} ± "
+     "{char-3seeds.step0.char-no-scale.attn/saturated_frac.std:pct.1f}% (char) and\n"
+     "{base-3seeds.step0.base-no-scale.attn/saturated_frac.mean:pct.1f} ± {base-3seeds.step0.base-no-scale.attn/saturated_frac.std:pct.1f}% (base)"),
+    ("docs/experiment.md", "At the end {char-3seeds.aggregate.char-no-scale.attn/saturated_frac.mean:pct.1f} ± "
+     "{char-3seeds.aggregate.char-no-scale.attn/saturated_frac.std:pct.1f}% (char) and "
+     "{base-3seeds.aggregate.base-no-scale.attn/saturated_frac.mean:pct.1f} ± {base-3seeds.aggregate.base-no-scale.attn/saturated_frac.std:pct.1f}% "
+     "(base) of rows are saturated, against {char-3seeds.aggregate.char.attn/saturated_frac.mean:pct.1f}% and "
+     "{base-3seeds.aggregate.base.attn/saturated_frac.mean:pct.1f}%"),
+    ("docs/experiment.md", "scores are {char-3seeds.score_spread:.0f}x (char: {char-3seeds.aggregate.char-no-scale.attn/score_std.mean:.1f} ± "
+     "{char-3seeds.aggregate.char-no-scale.attn/score_std.std:.1f} against {char-3seeds.aggregate.char.attn/score_std.mean:.2f} ± "
+     "{char-3seeds.aggregate.char.attn/score_std.std:.2f}) and {base-3seeds.score_spread:.1f}x (base: "
+     "{base-3seeds.aggregate.base-no-scale.attn/score_std.mean:.2f} ± {base-3seeds.aggregate.base-no-scale.attn/score_std.std:.2f} against "
+     "{base-3seeds.aggregate.base.attn/score_std.mean:.2f} ± {base-3seeds.aggregate.base.attn/score_std.std:.2f})"),
+    ("docs/experiment.md", "char val {char-3seeds.differences.char-no-scale.loss/val.mean:+.3f} nats "
+     "[{char-3seeds.differences.char-no-scale.loss/val.low:.3f},\n{char-3seeds.differences.char-no-scale.loss/val.high:.3f}], "
+     "base {base-3seeds.differences.base-no-scale.loss/val.mean:+.3f} [{base-3seeds.differences.base-no-scale.loss/val.low:.3f}, "
+     "{base-3seeds.differences.base-no-scale.loss/val.high:.3f}]"),
+    ("docs/experiment.md", "(over three seeds the causal char run shows honest {char-3seeds.aggregate.char.loss/val_honest.mean:.3f} ± "
+     "{char-3seeds.aggregate.char.loss/val_honest.std:.3f} against val {char-3seeds.aggregate.char.loss/val.mean:.3f} ± "
+     "{char-3seeds.aggregate.char.loss/val.std:.3f})"),
+    ("docs/experiment.md", "a saturated row passes back\n{score-gradient-char.init.saturated.mean:.3f} "
+     "[{score-gradient-char.init.saturated.low:.3f}, {score-gradient-char.init.saturated.high:.3f}] of an unsaturated row's gradient (root mean square"),
+    ("docs/experiment.md", "the scores receive {score-gradient-char.init.score.mean:.2f}x "
+     "[{score-gradient-char.init.score.low:.2f}, {score-gradient-char.init.score.high:.2f}] the gradient"),
+    ("docs/experiment.md", "the query and key weights\n{score-gradient-char.init.qk.mean:.1f}x "
+     "[{score-gradient-char.init.qk.low:.1f}, {score-gradient-char.init.qk.high:.1f}] (each unscaled score moves"),
+    ("docs/experiment.md", "a saturated row passes back {score-gradient-char.end.saturated.mean:.3f} [{score-gradient-char.end.saturated.low:.3f}, "
+     "{score-gradient-char.end.saturated.high:.3f}] of an unsaturated row's gradient, while the scores receive {score-gradient-char.end.score.mean:.2f}x "
+     "[{score-gradient-char.end.score.low:.2f}, {score-gradient-char.end.score.high:.2f}] and the query and key weights "
+     "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] the scaled model's"),
+    ("docs/experiment.md", "That rerun gives the table's signs with other values ({char-3seeds-xeon.aggregate.char.loss/val.mean:.3f} ± "
+     "{char-3seeds-xeon.aggregate.char.loss/val.std:.3f} for the causal val, no-scale {char-3seeds-xeon.differences.char-no-scale.loss/val.mean:+.3f} "
+     "[{char-3seeds-xeon.differences.char-no-scale.loss/val.low:+.3f}, {char-3seeds-xeon.differences.char-no-scale.loss/val.high:+.3f}])"),
+    ("docs/experiment.md", "the no-mask entropy difference, {char-3seeds-xeon.differences.char-no-mask.attn/entropy.mean:+.3f} "
+     "[{char-3seeds-xeon.differences.char-no-mask.attn/entropy.low:+.3f}, {char-3seeds-xeon.differences.char-no-mask.attn/entropy.high:+.3f}], just excludes 0"),
+    ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
+     "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
+    ("docs/sampling.md", "Its logged val loss, {char-no-mask-325.last.loss/val:.4f}, is what it scores"),
+    # figures of the code itself (code.*), computed when checked
+    ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
+     "{code.base_embedding_m:.1f} of them"),
+    ("docs/experiment.md", "worse than a uniform guess over {code.char_vocab:.0f} characters ({code.ln_char_vocab:.2f})"),
+    ("docs/experiment.md", "sqrt(head_size) = {code.char_sqrt_head_size:.2f} times larger"),
+    ("docs/experiment.md", "The honest loss scores {code.char_honest_predictions:.0f} predictions per evaluation in `char` "
+     "({code.char_honest_batches:.0f} val batches x {code.char_batch:.0f} sequences x {code.honest_positions:.0f} positions), "
+     "`loss/val` scores {code.char_val_predictions:,.0f}"),
+    ("docs/sampling.md", "a uniform guess over {code.char_vocab:.0f} characters (ln {code.char_vocab:.0f} = {code.ln_char_vocab:.2f} nats)"),
+    ("docs/tensorboard.md", "a one-token prompt (a newline) and {code.sample_tokens:.0f} generated tokens"),
+    ("docs/tensorboard.md", 'for example "{code.sample_tokens_shown:.0f} tokens, all whitespace"'),
+    ("docs/experiment.md", 'says "{code.sample_tokens_shown:.0f} tokens, all whitespace": a one-token prompt and {code.sample_tokens:.0f} generated'),
+]  # fmt: skip
