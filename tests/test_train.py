@@ -501,3 +501,18 @@ def test_run_command_turns_each_expected_failure_into_one_line(capsys, error, co
     assert harness.cli.run_command(command, ["thing"]) == code
     out, err = capsys.readouterr()
     assert out == "" and err == "error: bad thing\n"
+
+
+def test_an_evaluation_puts_the_model_back_in_its_mode_even_when_stopped():
+    """eval_mode (harness/training/evaluation.py): dropout off inside, the caller's mode restored after, a stop included."""
+    from harness.training.evaluation import eval_mode
+    from model import GPT, ModelConfig
+
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, dropout=0.1)).train()
+    with pytest.raises(KeyboardInterrupt), eval_mode(model):
+        assert not model.training
+        raise KeyboardInterrupt
+    assert model.training
+    with eval_mode(model.eval()):
+        pass
+    assert not model.training

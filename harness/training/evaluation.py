@@ -4,6 +4,7 @@ The data an evaluation looks at is drawn once per run from its own generator (EV
 every evaluation of every run sees the same batches, and the training batches never shift.
 """
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,27 +142,37 @@ def stats_shape(B: int, T: int) -> tuple[int, int]:
     return max(1, min(B, STATS_WEIGHTS // tokens**2)), tokens
 
 
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module):
+    """The model in eval() mode (no dropout) within the block, then back in the mode it was in, even when the block
+    raises (a stop inside an evaluation): one place for what every evaluation pass needs."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def estimate_loss(model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None) -> float:
     """Mean loss over a fixed list of (x, y) batches, in eval() mode (no dropout); `between` is called before each pass.
 
     Under torchrun each rank scores every world_size-th batch and the sums are added up.
     """
-    was_training = model.training
-    model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (sum of losses, count)
-    for x, y in batches[runtime.rank :: runtime.world_size]:
-        B, rows = x.shape[0], rows_per_pass(*x.shape)
-        for i in range(0, B, rows):
-            if between is not None:
-                between()
-            with runtime.autocast():
-                _, loss = model(x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device))
-            share = len(x[i : i + rows]) / B  # 1 for a batch in one piece
-            total += torch.stack([loss.double() * share, torch.tensor(share, dtype=torch.float64, device=runtime.device)])
+    with eval_mode(model):
+        for x, y in batches[runtime.rank :: runtime.world_size]:
+            B, rows = x.shape[0], rows_per_pass(*x.shape)
+            for i in range(0, B, rows):
+                if between is not None:
+                    between()
+                with runtime.autocast():
+                    _, loss = model(x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device))
+                share = len(x[i : i + rows]) / B  # 1 for a batch in one piece
+                total += torch.stack([loss.double() * share, torch.tensor(share, dtype=torch.float64, device=runtime.device)])
     if runtime.world_size > 1:
         torch.distributed.all_reduce(total)
-    model.train(was_training)
     return (total[0] / total[1]).item()
 
 
@@ -179,17 +190,14 @@ def measure_breakage(
     """
     device = runtime.device
     metrics = {"loss/val_bpc": bits_per_byte(val_loss, eval_set.val_tokens, eval_set.val_bytes)}
-    was_training = model.training
-    model.eval()
     x, y = eval_set.batches["val"][0]
     rows, tokens = stats_shape(*x.shape)
-    with runtime.autocast():
+    with eval_mode(model), runtime.autocast():
         honest = [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]
         metrics.update(leak(model, honest, between))
         metrics.update(order_use(model, honest, between=between))
         metrics.update(attention_summary(model, x[:rows, :tokens].to(device)))
         metrics.update(induction_summary(model, x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)))
-    model.train(was_training)
     return metrics
 
 
@@ -211,7 +219,8 @@ def evaluate(
     """
     device = runtime.device
     B, T = eval_set.batches["val"][0][0].shape
-    units = 2 * len(eval_set.batches["val"]) * -(-B // rows_per_pass(B, T)) + eval_set.prefix_passes(model.cfg.causal)
+    shuffled = sum(len(positions) for _, _, positions in eval_set.honest)  # order use: one pass per scored position
+    units = 2 * len(eval_set.batches["val"]) * -(-B // rows_per_pass(B, T)) + eval_set.prefix_passes(model.cfg.causal) + shuffled
     bar = tqdm(total=units, desc="evaluating", leave=False, dynamic_ncols=True, disable=not (progress and runtime.is_main))
     begun = []
 
@@ -228,13 +237,11 @@ def evaluate(
         metrics.update(measure_breakage(model, eval_set, runtime, metrics["loss/val"], between))
     finally:
         bar.close()
-    was_training = model.training
-    model.eval()
-    with runtime.autocast():
-        heatmaps = model.attention_weights(torch.tensor([eval_set.heatmap_ids], device=device))
-    generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
-    prompt = torch.tensor([eval_set.prompt_ids], device=device)
-    sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())
-    model.train(was_training)
+    with eval_mode(model):
+        with runtime.autocast():
+            heatmaps = model.attention_weights(torch.tensor([eval_set.heatmap_ids], device=device))
+        generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
+        prompt = torch.tensor([eval_set.prompt_ids], device=device)
+        sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())
     metrics["perf/elapsed_s"] = time.perf_counter() - started  # wall time of this process so far, evaluations included
     return Evaluation(metrics, heatmaps, eval_set.heatmap_labels, sample, sample_tokens=len(eval_set.prompt_ids) + SAMPLE_TOKENS)
