@@ -21,7 +21,8 @@ in harness/experiments/profiling.py.
 import json
 import sys
 
-from harness.cli import OneLineParser, positive_float, run_command
+from harness.arguments import positive_float
+from harness.cli import OneLineParser, run_command
 from harness.experiments.benchmark import format_tables, measure_all
 from harness.experiments.data_bench import bench_data, format_data_table
 from harness.training.runtime import setup_runtime

@@ -24,7 +24,8 @@ from configs import ConfigError
 from data.files import write_atomically
 from data.synthetic import PROBE_SEED, RepeatedRandom
 from data.tokenizer import TokenizerError, token_labels
-from harness.cli import OneLineParser, add_model_source, load_model_source, non_negative_int, run_command, seed, typed_text
+from harness.arguments import non_negative_int, seed, typed_text
+from harness.cli import OneLineParser, add_model_source, load_model_source, run_command
 from harness.experiments.head_ablation import measure, report, run_batches
 from harness.folders import writable_folder
 from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps

@@ -16,19 +16,8 @@ import torch
 
 from data.sources import read_text
 from data.tokenizer import TokenizerError, decode_stream
-from harness.cli import (
-    OneLineParser,
-    add_model_source,
-    device_of,
-    load_model_source,
-    non_negative_float,
-    non_negative_int,
-    positive_int,
-    probability,
-    run_command,
-    seed,
-    typed_text,
-)
+from harness.arguments import non_negative_float, non_negative_int, positive_int, probability, seed, typed_text
+from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
 from harness.stopping import StopFlag
 
 

@@ -11,7 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, positive_int, run_command
+from harness.arguments import positive_int
+from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
 from harness.scoring import score_ids, surprises, text_ids
 from harness.stopping import StopFlag
 

@@ -123,8 +123,7 @@ def train(cfg: Config) -> dict:
         run_lock.release()
     elapsed = time.perf_counter() - started
     steps_done = (stopped if stopped is not None else cfg.train.max_steps) - first_step
-    summary = {**last, "wall_s": elapsed, "tokens_per_s": steps_done * step_tokens / elapsed}
-    summary |= {"stopped_at": stopped, "signal": stop.signum}
+    summary = {**last, "wall_s": elapsed, "tokens_per_s": steps_done * step_tokens / elapsed, "stopped_at": stopped, "signal": stop.signum}
     if stopped is not None:
         runtime.say(f"stopped at step {stopped}; checkpoint saved to {cfg.run_dir / 'ckpt.pt'}. Resume with the same command plus --resume")
     elif runtime.is_main:  # the other processes hold only the losses

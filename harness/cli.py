@@ -6,7 +6,6 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 
 import argparse
 import errno
-import os
 import re
 import signal
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from configs import MAX_SEED, Config, ConfigError, TrainConfig, load_config, parse_args, usage
+from configs import Config, ConfigError, TrainConfig, load_config, parse_args, usage
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from harness.folders import OutputError
@@ -71,64 +70,6 @@ class OneLineParser(argparse.ArgumentParser):
         return args, load_config(rest, default=self.config)
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def typed_text(arg: str) -> str:
-    """Text typed on the command line (a prompt), as UTF-8 whatever the locale.
-
-    Under the C locale Python decodes the arguments as ASCII and keeps each other byte as a lone
-    surrogate ('café' arrives as 'caf\\udcc3\\udca9'); their bytes are UTF-8, so they are decoded as such.
-    """
-    return os.fsencode(arg).decode("utf-8", errors="replace")
-
-
-def number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-
-
-def non_negative_float(text: str) -> float:
-    value = number(text)
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or a positive number, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    """A probability above 0, at most 1."""
-    value = number(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
-    return value
-
-
 def add_checkpoint_source(parser: argparse.ArgumentParser):
     """The flags that name a checkpoint of ours: --run (with --runs-dir and --best) or --checkpoint; returns their group."""
     where = parser.add_mutually_exclusive_group()
@@ -175,14 +116,6 @@ def device_of(name: str) -> torch.device:
         return setup_runtime(TrainConfig(device=name)).device
     except ValueError as e:
         raise ConfigError(str(e).replace("train.device", "--device")) from None
-
-
-def seed(text: str) -> int:
-    """A random seed: a whole number that torch's generators take (0 to 2**63 - 1)."""
-    value = non_negative_int(text)
-    if value > MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED} (2**63 - 1), got {text}")
-    return value
 
 
 def run_command(

@@ -22,7 +22,7 @@ import train
 from configs import ConfigError, load_config
 from data.corpus import DataError, load_corpus
 from data.tokenizer import CharTokenizer, TokenizerError
-from harness.cli import positive_int, typed_text
+from harness.arguments import positive_int, typed_text
 from harness.scoring import text_ids
 from harness.stopping import GuardedStream
 from harness.training.budget import check_affordable, forward_flops, prefix_flops, step_flops

@@ -27,7 +27,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{char-3seeds.aggregate.char.loss/val_honest.mean:.2f},"),
     ("README.md", "scores spread {char-3seeds.score_spread:.0f}x (char) and {base-3seeds.score_spread:.1f}x (base) more"),
     ("README.md", "run of `python train.py --config char` (val loss {char.last.loss/val:.3f} at its last step)"),
-    ("README.md", "run of `python train.py --config base` (val loss {base.last.loss/val:.3f} at its last step)"),
+    ("docs/sampling.md", "run of `python train.py --config base` (val loss {base.last.loss/val:.3f} at its last step)"),
     ("docs/command-line.md", "the default demo: val {base.last.loss/val:.3f}, {timings.train_base_s:.0f} s on a quiet 2-core CPU"),
     ("docs/command-line.md", "val loss {char.last.loss/val:.3f} after {char.last.step:.0f} steps, {timings.train_char_s:.0f} s on a quiet"),
     ("docs/sampling.md", "(`python train.py --config char`, val loss {char.last.loss/val:.3f} at its last step)"),

@@ -22,7 +22,8 @@ import torch
 from configs import Config
 from data.batches import get_batch
 from data.corpus import load_corpus
-from harness.cli import OneLineParser, positive_int, run_command
+from harness.arguments import positive_int
+from harness.cli import OneLineParser, run_command
 from harness.experiments.comparison import plan_runs
 from harness.experiments.stats import t_975
 from harness.training.checkpoints import load_model
