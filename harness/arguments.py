@@ -10,24 +10,23 @@ import os
 from configs import MAX_SEED
 
 
-def non_negative_int(text: str) -> int:
+def whole_number(text: str, least: int) -> int:
+    """A whole number of at least `least`."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {'0 or more' if least == 0 else f'at least {least}'}, got {text}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    return whole_number(text, 0)
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
+    return whole_number(text, 1)
 
 
 def typed_text(arg: str) -> str:
