@@ -17,7 +17,6 @@ import dataclasses
 import torch
 
 from configs import Config, ConfigError
-from harness.gpt2 import build, load_pretrained
 from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
 
@@ -36,6 +35,8 @@ def initial_model(cfg: Config, runtime: Runtime) -> tuple[Config, GPT]:
         saved = resumed_model_config(cfg)
         model_cfg = cfg.model if saved is None else chosen_fields(cfg.model, saved)  # None: read_resumable says what is wrong
         return dataclasses.replace(cfg, model=model_cfg, train=pinned), GPT(model_cfg).to(runtime.device)
+    from harness.gpt2 import build, load_pretrained  # imported on use: the hub's client is slow to import, and a fresh run needs none
+
     pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
     model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
     state = pretrained.state_dict()
