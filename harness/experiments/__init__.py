@@ -4,4 +4,5 @@ comparison.py   the variants at each seed, one train.py process each, --resume
 stats.py        spreads and paired differences over seeds, and the tables of variants
 benchmark.py    what bench.py measures: the training step, sampling, each attention backend
 profiling.py    timers that wait for the device, peak memory on CPU and CUDA, the machine, a matmul peak
+whole_run.py    bench.py --whole-run: one whole train.py run, its wall and CPU time split phase by phase
 """
