@@ -13,23 +13,45 @@ With --data-mb MB it measures the corpus's preparation instead: a generated text
 no number follows) made into .bin files with data.tokenizer and data.workers: MB/s, tokens/s, peak memory, and
 the ratio to tiktoken's own encode_ordinary_batch on the same text, one thread per core, the two run in turns.
 
+
+With --whole-run it profiles one whole `python train.py` run of the preset instead (the same flags, real
+data, evaluations and all; its output goes to stderr, its run folder to a temporary one unless --runs-dir
+says): the wall and CPU seconds of its start-up (interpreter, imports, device, model, optimizer, TensorBoard's
+writer), data, steps (forward, backward, the optimizer's update), evaluations, logging and checkpoints.
+
 It prints markdown tables; with --json, one JSON object on stdout instead (the tables go to stderr).
-The measurements live in harness/experiments/benchmark.py and data_bench.py, the timers and the CPU memory tracker
-in harness/experiments/profiling.py.
+The measurements live in harness/experiments/benchmark.py and data_bench.py, the timers and the CPU memory tracker in
+harness/experiments/profiling.py, the whole-run profile in harness/experiments/whole_run.py.
 """
 
 import json
 import sys
+import tempfile
+from pathlib import Path
+
+import torch
 
 from harness.arguments import positive_float
 from harness.cli import OneLineParser, run_command
 from harness.experiments.benchmark import format_tables, measure_all
 from harness.experiments.data_bench import bench_data, format_data_table
+from harness.experiments.profiling import load_average, machine_name
+from harness.experiments.whole_run import format_whole_run, profile_whole_run
+from harness.training.runlog import read_metrics
 from harness.training.runtime import setup_runtime
 
 
-def main(argv: list[str]) -> dict:
-    parser = OneLineParser("Benchmark training, sampling and attention for a preset.", config="base")
+def whole_run(argv: list[str], cfg, runs_dir_given: bool) -> dict:
+    """One `python train.py argv...` under the phase clock, with the machine and the run's final val."""
+    with tempfile.TemporaryDirectory(prefix="whole-run-") as scratch:
+        runs_dir = Path(cfg.train.runs_dir if runs_dir_given else scratch)
+        result = profile_whole_run([*argv, "--runs-dir", str(runs_dir)])
+        vals = [row["loss/val"] for row in read_metrics(runs_dir / cfg.run_name) if "loss/val" in row] if result["code"] == 0 else []
+    return {"val": round(vals[-1], 4) if vals else None, "command": " ".join(["python train.py", *argv]), **result}
+
+
+def main(argv: list[str]) -> dict | int:
+    parser = OneLineParser("Benchmark training, sampling and attention for a preset, or profile one whole run.", config="base")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (tables go to stderr)")
     parser.add_argument(
         "--data-mb",
@@ -39,13 +61,23 @@ def main(argv: list[str]) -> dict:
         metavar="MB",
         help="measure preparing a generated MB-megabyte text instead",
     )
+    parser.add_argument("--whole-run", action="store_true", help="profile one whole train.py run of the preset, phase by phase")
     args, cfg = parser.parse_with_config(argv)
     log = lambda text: print(text, file=sys.stderr)  # noqa: E731
+    runtime = setup_runtime(cfg.train)
     if args.data_mb:
         result = bench_data(args.data_mb, cfg.data.tokenizer, cfg.data.workers, log=log)
         tables = format_data_table(result)
+    elif args.whole_run:
+        train_argv = [a for a in argv if a not in ("--json", "--whole-run")]
+        result = whole_run(train_argv, cfg, any(key == "train.runs_dir" for key, _ in args.overrides))
+        if result["code"] != 0:
+            return result["code"]  # train.py said why, on stderr
+        result |= {"machine": machine_name(runtime.device), "device": str(runtime.device), "torch_version": torch.__version__}
+        result |= {"load_avg_1min": load_average(), "torch_threads": torch.get_num_threads()}  # the child's threads too: OMP_NUM_THREADS
+        tables = format_whole_run(result)
     else:
-        result = measure_all(cfg, setup_runtime(cfg.train), log=log)
+        result = measure_all(cfg, runtime, log=log)
         tables = format_tables(result)
     if args.json:
         print(tables, file=sys.stderr)

@@ -18,7 +18,6 @@ from configs import Config, ConfigError, TrainConfig, load_config, parse_args, u
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from harness.folders import OutputError
-from harness.gpt2 import load_pretrained
 from harness.stopping import LOST_OUTPUT, Aborted, Stopped, guarded_output
 from harness.training.checkpoints import CheckpointError, load_model
 from harness.training.runtime import setup_runtime, shut_down
@@ -100,6 +99,8 @@ def load_model_source(args: argparse.Namespace, device) -> tuple[GPT, Tokenizer,
     model's files may sit in the hub's cache, which is no place for pictures, so its outputs go to
     <runs-dir>/pretrained-<name>/."""
     if args.pretrained:
+        from harness.gpt2 import load_pretrained  # imported on use: the hub's client is slow to import, and training needs none
+
         model, tokenizer, info = load_pretrained(args.pretrained, device)
         folder = Path(args.runs_dir) / f"pretrained-{Path(info['name']).name}"
         return model, tokenizer, f"{info['name']} (pretrained GPT-2, from {info['source']})", folder, None

@@ -88,3 +88,29 @@ def _table_fillers(cfg) -> dict:
     fillers.update({"sample_tokens_match": True, "tiled_readable_mem_ratio_64": 0.1})
     fillers.update({f"{name}_{what}_64": 1.0 for name in ("readable", "sdpa", "tiled") for what in ("ms", "peak_mem")})
     return fillers
+
+
+def test_whole_run_profiles_a_real_train_py_run_phase_by_phase(tmp_path):
+    """bench.py --whole-run on tiny: every call of the run lands in its phase, and the phases add up to the run."""
+    from conftest import run_script, tiny_argv, write_corpus
+
+    corpus = write_corpus(tmp_path / "text")
+    argv = tiny_argv(tmp_path, corpus, "--train.max_steps=4", "--train.eval_interval=2", "--train.log_interval=2")
+    proc = run_script("bench.py", "--whole-run", "--json", *argv)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    calls = {name: phase["calls"] for name, phase in result["phases"].items()}
+    # 4 steps, each one forward (the evaluations' forward passes are theirs, not the steps'), backward and update.
+    assert calls["steps: forward"] == calls["steps: backward and clip"] == calls["steps: the optimizer's update"] == 4
+    assert calls["data: the training batches"] == 4
+    # Evaluations at steps 0, 2 and 4: each scores train and val, and saves a checkpoint.
+    assert calls["evaluations: heatmap weights, a sample"] == 3 and calls["evaluations: losses"] == 6
+    assert calls["checkpoints: ckpt.pt and best.pt written"] == 3 and calls["start-up: TensorBoard's writer"] == 1
+    assert {name.partition(":")[0] for name in calls} == {"start-up", "data", "steps", "evaluations", "logging", "checkpoints", "the rest"}
+    phases_s = sum(phase["wall_s"] for phase in result["phases"].values())
+    assert phases_s == pytest.approx(result["wall_s"], abs=0.05), "the phases and the interpreter's start and exit make up the run"
+    assert all(phase["wall_s"] >= 0 for phase in result["phases"].values())
+    assert result["cpu_s"] is None or result["cpu_s"] > result["phases"]["start-up: imports"]["cpu_s"] > 0
+    metrics = [json.loads(line) for line in (tmp_path / "runs" / "tiny" / "metrics.jsonl").read_text().splitlines()]
+    assert result["val"] == round([row["loss/val"] for row in metrics if "loss/val" in row][-1], 4)
+    assert "| **steps** |" in proc.stderr and "| &nbsp; forward | 4 |" in proc.stderr

@@ -58,7 +58,7 @@ def test_base_is_the_default_and_char_uses_characters():
     assert base == load_config(["--config", "base"])
     assert (base.data.tokenizer, base.model.block_size, base.train.max_steps) == ("gpt2", 64, 300)
     char = load_config(["--config", "char"])
-    assert (char.data.tokenizer, char.model.block_size, char.train.max_steps) == ("char", 128, 390)
+    assert (char.data.tokenizer, char.model.block_size, char.train.max_steps) == ("char", 128, 410)
 
 
 def test_config_from_a_toml_path(tmp_path):

@@ -66,3 +66,23 @@ def test_resuming_a_run_without_its_metrics_starts_a_new_file(tmp_path):
     logger.log(50, **{"loss/train_step": 2.5})
     logger.close()
     assert read_metrics(tmp_path) == [{"step": 50, "loss/train_step": 2.5}]
+
+
+def test_every_layer_shares_one_heatmap_grid_and_each_picture_is_its_own(tmp_path):
+    """One grid is laid out once and repainted per layer: each layer's picture must equal that layer's own grid's."""
+    import torch
+
+    from harness.pictures.heatmaps import HeatmapGrid
+
+    labels = ["T", "o", " ", "b", "e"]
+    g = torch.Generator().manual_seed(0)
+    weights = [torch.randn(1, 2, 5, 5, generator=g).softmax(-1) for _ in range(2)]  # two layers, (1, H, T, T) each
+    logger = RunLogger(tmp_path)
+    pictures = {}
+    logger.writer.add_image = lambda tag, picture, step, dataformats: pictures.__setitem__(tag, picture)
+    logger.log_heatmaps(300, weights, labels, "causal")
+    logger.close()
+    for layer, w in enumerate(weights):
+        own = HeatmapGrid(2, labels, title=f"layer {layer} at step 1000000 (causal)").pixels(w[0], f"layer {layer} at step 300 (causal)")
+        assert (pictures[f"heatmaps/L{layer}"] == own).all(), f"layer {layer}'s picture differs from its own grid's"
+    assert len(pictures) == 2 and logger.heatmap_grid is not None

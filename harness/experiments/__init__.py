@@ -5,4 +5,5 @@ stats.py        spreads and paired differences over seeds, and the tables of var
 benchmark.py    what bench.py measures: the training step, sampling, each attention backend
 data_bench.py   what bench.py --data-mb measures: the corpus's preparation against tiktoken's batch encoding
 profiling.py    timers that wait for the device, peak memory on CPU and CUDA, the machine, a matmul peak
+whole_run.py    bench.py --whole-run: one whole train.py run, its wall and CPU time split phase by phase
 """

@@ -2,7 +2,6 @@
 step train.py runs, sampling with and without the KV cache, and each attention backend's time and memory."""
 
 import dataclasses
-import os
 import statistics
 import time
 from functools import partial
@@ -13,7 +12,16 @@ import torch.nn.functional as F
 
 from configs import Config
 from data.tokenizer import GPT2_VOCAB_SIZE
-from harness.experiments.profiling import best_ms, load_average, machine_name, matmul_peak_flops, peak_memory_bytes, sync, timed
+from harness.experiments.profiling import (
+    best_ms,
+    load_average,
+    machine_line,
+    machine_name,
+    matmul_peak_flops,
+    peak_memory_bytes,
+    sync,
+    timed,
+)
 from harness.training.optim import describe, make_optimizer
 from harness.training.runtime import Runtime, wrap_for_training
 from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_step
@@ -170,8 +178,7 @@ def measure_all(cfg: Config, runtime: Runtime, log=print) -> dict:
 def format_tables(r: dict) -> str:
     """The results as a machine line and two markdown tables."""
     lines = [
-        f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, torch {r['torch_version']}"
-        + (f", load average {r['load_avg_1min']:.1f} on {os.cpu_count()} cores" if r.get("load_avg_1min") is not None else ""),
+        machine_line(r),
         "",
         f"| config {r['config']}: {r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide, attention {r['attention']} | value |",
         "|---|---:|",

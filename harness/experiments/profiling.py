@@ -99,6 +99,14 @@ def machine_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
+def machine_line(r: dict) -> str:
+    """The line above a table of timings: the machine, the device, torch's threads and version, and the load on the machine."""
+    load = r.get("load_avg_1min")
+    return f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, torch {r['torch_version']}" + (
+        f", load average {load:.1f} on {os.cpu_count()} cores" if load is not None else ""
+    )
+
+
 def load_average() -> float | None:
     """The 1-minute load average where the OS reports one: compare it with the number of cores."""
     try:

@@ -119,7 +119,7 @@ class RunLogger:
             self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held open for the run's life)
         except OSError as e:  # a folder, or a file without write permission, in its place
             raise OutputError(f"cannot append to {path}: {e.strerror}; move it out of the way, or choose another --run-name") from None
-        self.heatmap_grids = []  # one HeatmapGrid per layer, laid out at the first evaluation
+        self.heatmap_grid = None  # one HeatmapGrid for every layer (same heads, same labels), laid out at the first evaluation
 
     def log(self, step: int, console: bool = False, **metrics: float) -> None:
         for tag, value in metrics.items():
@@ -137,17 +137,20 @@ class RunLogger:
         self.log(step, console=True, **evaluation.metrics)
 
     def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str, causal: bool = True) -> None:
-        """One heatmaps/L{layer} image per layer from weights (1, H, T, T); every evaluation refills the same grids."""
+        """One heatmaps/L{layer} image per layer from weights (1, H, T, T).
+
+        Every layer and every evaluation refills one grid: laying out its labels is most of a picture's cost,
+        and the layers differ only in their weights and their title, which pixels() repaints.
+        """
 
         def title(layer: int, step: int) -> str:
             return f"layer {layer} at step {step} ({flags})"
 
-        if not self.heatmap_grids:  # laid out once, wide enough for a title with a seven-digit step
-            self.heatmap_grids = [
-                HeatmapGrid(w.shape[1], labels, title=title(layer, 10**6), causal=causal) for layer, w in enumerate(weights_per_layer)
-            ]
-        for layer, (weights, grid) in enumerate(zip(weights_per_layer, self.heatmap_grids, strict=True)):
-            picture = grid.pixels(weights[0], title(layer, step))  # (height, width, 3)
+        if self.heatmap_grid is None:  # laid out once, wide enough for the last layer's title with a seven-digit step
+            last = title(len(weights_per_layer) - 1, 10**6)
+            self.heatmap_grid = HeatmapGrid(weights_per_layer[0].shape[1], labels, title=last, causal=causal)
+        for layer, weights in enumerate(weights_per_layer):
+            picture = self.heatmap_grid.pixels(weights[0], title(layer, step))  # (height, width, 3)
             self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")
 
     def close(self) -> None:

@@ -15,7 +15,6 @@ the folder it started from, since restore() overwrites every weight.
 import dataclasses
 
 from configs import Config, ConfigError
-from harness.gpt2 import build, load_pretrained
 from harness.training.checkpoints import check_model_config, model_config_of
 from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
@@ -36,6 +35,8 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None)
         model_cfg = chosen_fields(cfg.model, model_config_of(checkpoint, path))
         check_model_config(checkpoint, path, model_cfg)
         return dataclasses.replace(cfg, model=model_cfg, train=pinned), GPT(model_cfg).to(runtime.device)
+    from harness.gpt2 import build, load_pretrained  # imported on use: the hub's client is slow to import, and a fresh run needs none
+
     pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
     model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
     state = pretrained.state_dict()
