@@ -80,11 +80,6 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{score-gradient-char.end.saturated.high:.3f}] of an unsaturated row's gradient, while the scores receive {score-gradient-char.end.score.mean:.2f}x "
      "[{score-gradient-char.end.score.low:.2f}, {score-gradient-char.end.score.high:.2f}] and the query and key weights "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] the scaled model's"),
-    ("docs/experiment.md", "That rerun gives the table's signs with other values ({char-3seeds-xeon.aggregate.char.loss/val.mean:.3f} ± "
-     "{char-3seeds-xeon.aggregate.char.loss/val.std:.3f} for the causal val, no-scale {char-3seeds-xeon.differences.char-no-scale.loss/val.mean:+.3f} "
-     "[{char-3seeds-xeon.differences.char-no-scale.loss/val.low:+.3f}, {char-3seeds-xeon.differences.char-no-scale.loss/val.high:+.3f}])"),
-    ("docs/experiment.md", "the no-mask entropy difference, {char-3seeds-xeon.differences.char-no-mask.attn/entropy.mean:+.3f} "
-     "[{char-3seeds-xeon.differences.char-no-mask.attn/entropy.low:+.3f}, {char-3seeds-xeon.differences.char-no-mask.attn/entropy.high:+.3f}], just excludes 0"),
     ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
     ("docs/sampling.md", "Its logged val loss, {char-no-mask-325.last.loss/val:.4f}, is what it scores"),
