@@ -1,12 +1,10 @@
-"""Train the GPT: python train.py --config base [--no-mask] [--no-scale] [--section.field=VALUE ...]
+"""Train the GPT: python train.py --config base [--no-mask] [--no-scale] [--no-pos] [--section.field=VALUE ...]
 
 Everything of a run lives in runs/<run-name>/: TensorBoard events, metrics.jsonl, config.json,
 ckpt.pt (the latest state, for --resume) and best.pt (the best val loss so far). Ctrl-C, SIGTERM, SIGHUP
 or lost output stops at the next step or evaluation pass (an evaluation cut short is not logged) and saves
 a checkpoint; a second Ctrl-C aborts at once. Under torchrun the same file trains with DistributedDataParallel.
-
-`train(cfg)` is the outline of a run and `main(argv)` its command line; every step of it is a call into
-harness/training/ (device, starting weights, optimizer, one step, evaluation, run log, checkpoints), data/ or model/.
+`train(cfg)` is the outline of a run, `main(argv)` its command line; each step of it calls into harness/training/.
 """
 
 import argparse
@@ -62,7 +60,6 @@ def train(cfg: Config) -> dict:
     logger = RunLogger(cfg.run_dir, progress.step if checkpoint else None) if runtime.is_main else None
     checkpointer = Checkpointer(cfg, corpus.tokenizer, corpus.source_sha256, runtime, progress.best_val)
     last = {"loss/val": progress.val_loss} if checkpoint else {}  # the latest evaluation's results
-
     started = time.perf_counter()  # training's wall clock: perf/elapsed_s counts evaluations too
 
     def save(step: int, evaluated: bool) -> None:

@@ -41,7 +41,7 @@ PHASES = [
     ("harness.training.evaluation", "estimate_loss", "evaluations: losses", None),
     ("harness.training.evaluation", "measure_breakage", "evaluations: honest loss, attention statistics", None),
     ("harness.training.evaluation", "evaluate", "evaluations: heatmap weights, a sample", None),
-    ("model.measurements", "qk_grad_norm", "logging: scalars, TensorBoard, metrics.jsonl", None),
+    ("model.gradients", "qk_grad_norm", "logging: scalars, TensorBoard, metrics.jsonl", None),
     ("harness.training.runlog", "RunLogger.log", "logging: scalars, TensorBoard, metrics.jsonl", None),
     ("harness.training.runlog", "RunLogger.close", "logging: scalars, TensorBoard, metrics.jsonl", None),
     ("harness.training.runlog", "RunLogger.log_evaluation", "logging: heatmap pictures, the sample", None),
