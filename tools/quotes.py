@@ -18,6 +18,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("README.md", "python train.py --no-mask          # {timings.train_base_s:.0f} s: the same run"),
     ("README.md", "python train.py --no-scale         # {timings.train_base_s:.0f} s: without"),
     ("README.md", "python -m pytest                   # the tests: {timings.suite_s:.0f} s, no network"),
+    ("README.md", "python score.py                    # {timings.score_s:.0f} s: its loss"),
     ("README.md", "same seed (2-core CPU: {timings.compare_char_s:.0f} s)"),
     ("README.md", "with GPT-2 tokens (2-core CPU: {timings.compare_base_s:.0f} s)"),
     ("docs/experiment.md", "same seed (2-core CPU: {timings.compare_char_s:.0f} s)"),
