@@ -112,9 +112,10 @@ def load_model_source(args: argparse.Namespace, device) -> tuple[GPT, Tokenizer,
 
 
 def device_of(name: str) -> torch.device:
-    """The device that --device names (auto: CUDA, then MPS, then CPU), set up as training sets it up."""
+    """The device that --device names (auto: CUDA, then MPS, then CPU), set up as training sets it up, except that freed
+    memory goes back to the system: scoring and sampling allocate a new size per prefix (setup_runtime's reuse_memory)."""
     try:
-        return setup_runtime(TrainConfig(device=name)).device
+        return setup_runtime(TrainConfig(device=name), reuse_memory=False).device
     except ValueError as e:
         raise ConfigError(str(e).replace("train.device", "--device")) from None
 

@@ -3,6 +3,7 @@
 import subprocess
 
 import pytest
+import torch
 from conftest import assert_one_line_error
 
 import bench
@@ -11,7 +12,7 @@ import export_gpt2
 import inspect_attention
 import sample
 import train
-from configs import load_config
+from configs import TrainConfig, load_config
 from harness.cli import run_command
 
 
@@ -112,3 +113,17 @@ def test_running_out_of_memory_is_one_line(capsys):
 
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # anything else is a bug: its traceback stays
         run_command(a_bug, [])
+
+
+def test_scripts_that_score_or_sample_give_freed_memory_back(monkeypatch):
+    """device_of (score.py, sample.py) skips keep_freed_memory: kept blocks fragment when every prefix length allocates
+    its own sizes (an honest score of a no-mask model grew to several GB with it); training keeps it."""
+    import harness.training.runtime as runtime
+
+    calls = []
+    monkeypatch.setattr(runtime, "keep_freed_memory", lambda *a: calls.append(a))
+    from harness.cli import device_of
+
+    assert device_of("cpu") == torch.device("cpu") and calls == []
+    runtime.setup_runtime(TrainConfig(device="cpu"))
+    assert len(calls) == 1

@@ -73,8 +73,13 @@ def resolve_device(wanted: str) -> tuple[str, str]:
     return wanted, "from train.device"
 
 
-def setup_runtime(train_cfg: TrainConfig) -> Runtime:
-    """Resolve the device, join torchrun's process group if launched by it, and set the backend switches."""
+def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
+    """Resolve the device, join torchrun's process group if launched by it, and set the backend switches.
+
+    reuse_memory: keep freed memory for the next step (keep_freed_memory), which pays when every step allocates
+    the same sizes, as training does. Scoring and sampling allocate a new size per prefix length, and there the
+    kept blocks fragment: an honest score of a no-mask model grew to several GB with it, so they pass False.
+    """
     wanted, why = resolve_device(train_cfg.device)
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world_size > 1:  # launched by torchrun: one process per device
@@ -87,7 +92,8 @@ def setup_runtime(train_cfg: TrainConfig) -> Runtime:
         why += f"; rank {rank} of {world_size} ({torch.distributed.get_backend()})"
     device = torch.device(wanted)
     if device.type == "cpu":
-        keep_freed_memory()
+        if reuse_memory:
+            keep_freed_memory()
         # Round float32 values below 1.2e-38 (denormals) to zero: a saturated softmax, as in
         # --no-scale, fills attention's backward with them, and CPUs compute them far slower. Threads inherit the setting when created, so it is set before torch's thread
         # pool starts, with the first parallel op; later, it would reach this thread only.
