@@ -108,7 +108,11 @@ def leak(
     loss/val_honest and loss/val_forced are means over the batches of honest_loss's pair;
     loss/leak_gap is honest minus forced, exactly 0 for a causal model.
     """
-    pairs = [honest_loss(model, x, y, positions, between) for x, y, positions in batches]
+    return leak_of([honest_loss(model, x, y, positions, between) for x, y, positions in batches])
+
+
+def leak_of(pairs: list[tuple[float, float]]) -> dict[str, float]:
+    """leak's figures from honest_loss's (honest, teacher-forced) pair of each batch."""
     honest = sum(h for h, _ in pairs) / len(pairs)
     forced = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
     return {"loss/val_honest": honest, "loss/val_forced": forced, "loss/leak_gap": honest - forced}
@@ -124,17 +128,19 @@ def order_use(
     k: int = SHUFFLED_TOKENS,
     seed: int = 0,
     between: Callable[[], None] | None = None,
+    unshuffled: list[float] | None = None,
 ) -> dict[str, float]:
     """How much the model reads word order: the rise of the honest loss when the k tokens just before each scored
     position t are shuffled (x[:, t-k:t], each row its own order; the token at t and the ones further back stay).
 
     Scored like honest_loss, each position on its prefix alone, so a model without the mask cannot cheat here.
     A model without positions and without the mask sees a bag of tokens and scores 0 (nats per token).
-    `between` is called before each shuffled pass.
+    `between` is called before each shuffled pass. `unshuffled` is each batch's honest loss if the caller has it
+    already (from leak's passes), which spares a model without the mask its prefix passes a second time.
     """
     gen = torch.Generator().manual_seed(seed)
     rises = []
-    for x, y, positions in batches:
+    for i, (x, y, positions) in enumerate(batches):
         logits = []
         for t in positions:
             if between:
@@ -144,7 +150,8 @@ def order_use(
             prefix = torch.cat([x[:, :lo], x.gather(1, order), x[:, t : t + 1]], dim=1)  # (B, t + 1)
             logits.append(model.lm_head(model.hidden(prefix)[:, -1]))  # (B, V)
         shuffled = lm_loss(torch.stack(logits, dim=1), y[:, positions])  # (B, P, V)
-        rises.append(shuffled.item() - honest_loss(model, x, y, positions, between)[0])  # a causal model's in one pass
+        honest = unshuffled[i] if unshuffled is not None else honest_loss(model, x, y, positions, between)[0]
+        rises.append(shuffled.item() - honest)
     return {"loss/order_use": sum(rises) / len(rises)}
 
 

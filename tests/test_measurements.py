@@ -433,6 +433,8 @@ def test_order_use_is_zero_for_a_bag_and_the_shuffled_loss_rise_otherwise():
     honest, _ = honest_loss(placed, x, y, [15])
     measured = order_use(placed, [(x, y, [15])], k=4)["loss/order_use"]
     assert measured == pytest.approx(honest_shuffled - honest, abs=1e-6) and abs(measured) > 1e-4
+    # given the honest loss that leak's passes computed (as evaluation does), the same figure, bit for bit
+    assert order_use(placed, [(x, y, [15])], k=4, unshuffled=[honest])["loss/order_use"] == measured
 
 
 # Induction heads, on "a b c d e f a b c d g": the second a b c d repeats the first, 6 positions later.

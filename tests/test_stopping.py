@@ -144,15 +144,16 @@ def test_the_prefix_work_is_capped_for_many_honest_batches(tmp_path):
 
 
 def test_a_causal_model_runs_no_prefix_passes(tmp_path):
-    """The honest loss of a causal model is read off the forced pass; without the mask, 8 passes per honest batch."""
+    """The honest loss of a causal model is read off the forced pass; without the mask, 8 passes per honest batch.
+    The order use passes over the same prefixes, shuffled, in both, and the cost estimate counts those passes too."""
     corpus = load_corpus(load_config(tiny_argv(tmp_path, write_corpus(tmp_path / "t"))).data)
     for flags, passes in (([], 0), (["--no-mask"], 2 * 8)):  # tiny: 2 eval batches, so 2 honest batches of 8 positions
         cfg = config(*tiny_argv(tmp_path, tmp_path / "t" / "corpus.txt"), *flags, vocab=corpus.tokenizer.vocab_size)
         eval_set = make_eval_set(corpus, corpus.tokenizer, cfg)
         assert eval_set.prefix_passes(cfg.model.causal) == passes
-        extra = sum(prefix_flops(cfg.model, 8, p) for _, _, p in eval_set.honest) if passes else 0.0
+        one_set = sum(prefix_flops(cfg.model, 8, p) for _, _, p in eval_set.honest)  # a pass per scored position
         assert evaluation_flops(cfg, eval_set) == pytest.approx(
-            4 * forward_flops(cfg.model, 8, 32) + extra + forward_flops(cfg.model, 8, 32)
+            4 * forward_flops(cfg.model, 8, 32) + (2 if passes else 1) * one_set + forward_flops(cfg.model, 8, 32)
         )
 
 

@@ -19,7 +19,7 @@ from harness.training.budget import EVAL_WARNING_S, HONEST_BUDGET_STEPS, duratio
 from harness.training.runtime import Runtime
 from model import GPT
 from model.induction import induction_summary
-from model.measurements import attention_summary, bits_per_byte, honest_positions, leak, order_use
+from model.measurements import attention_summary, bits_per_byte, honest_loss, honest_positions, leak_of, order_use
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
@@ -101,9 +101,10 @@ def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
 
 
 def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
-    """Operations of one evaluation: the losses on every eval batch, the honest loss's prefix passes, the attention statistics."""
+    """Operations of one evaluation: the losses on every eval batch, the prefix passes (the order use's shuffled ones, and
+    without the mask the honest loss's), the attention statistics."""
     B, T = cfg.train.batch_size, cfg.model.block_size
-    prefixes = 0.0 if cfg.model.causal else sum(prefix_flops(cfg.model, B, p) for _, _, p in eval_set.honest)
+    prefixes = (1 if cfg.model.causal else 2) * sum(prefix_flops(cfg.model, B, p) for _, _, p in eval_set.honest)
     rows, cols = stats_shape(B, T)
     return 2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T) + prefixes + forward_flops(cfg.model, rows, cols)
 
@@ -118,7 +119,8 @@ def evaluation_notes(cfg: Config, eval_set: EvalSet, speed: float, device: torch
         steps = sum(prefix_flops(cfg.model, cfg.train.batch_size, p) for p in prefixes) / step_flops(cfg)
         notes.append(
             f"honest loss without the mask: {sum(map(len, prefixes))} prefix passes in {len(prefixes)} batch(es), prefixes up to "
-            f"{max(t for p in prefixes for t in p) + 1} tokens: {steps:.1f} training steps of compute per evaluation (at most {HONEST_BUDGET_STEPS})"
+            f"{max(t for p in prefixes for t in p) + 1} tokens: {steps:.1f} training steps of compute per evaluation (at most {HONEST_BUDGET_STEPS}), "
+            "and as much again for the order use's shuffled prefixes"
         )
     if seconds > EVAL_WARNING_S:
         notes.append(
@@ -194,8 +196,9 @@ def measure_breakage(
     rows, tokens = stats_shape(*x.shape)
     with eval_mode(model), runtime.autocast():
         honest = [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]
-        metrics.update(leak(model, honest, between))
-        metrics.update(order_use(model, honest, between=between))
+        pairs = [honest_loss(model, x, y, positions, between) for x, y, positions in honest]  # (honest, forced) per batch
+        metrics.update(leak_of(pairs))
+        metrics.update(order_use(model, honest, between=between, unshuffled=[h for h, _ in pairs]))
         metrics.update(attention_summary(model, x[:rows, :tokens].to(device)))
         metrics.update(induction_summary(model, x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)))
     return metrics
