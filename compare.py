@@ -4,7 +4,9 @@ Trains the preset as it is and with each ablation of model/ablations.py (--no-ma
 --no-pos) into one folder, runs/compare-<config>/, so that `tensorboard --logdir runs/compare-<config>`
 overlays them. Then prints a comparison table and the differences from base, and draws the runs'
 own logged curves into compare.png. --variants no-mask,no-pos trains only those ablations (and the
-preset as it is, which every difference is measured from).
+preset as it is, which every difference is measured from). A variant may remove several things at
+once, joined by +: --variants no-mask,no-mask+no-pos also trains char-no-mask-no-pos, and measures
+it from char-no-mask too (what the positions add to a model that sees the future).
 
 --seeds N (default 1) trains every variant N times, with train.seed = the preset's seed + 0..N-1:
 each seed changes the initialisation and the batch order, while the evaluation batches stay the
@@ -30,7 +32,7 @@ from configs import MAX_SEED, ConfigError
 from harness.cli import OneLineParser, run_command
 from harness.experiments.comparison import run_comparison
 from harness.experiments.stats import format_differences, format_table
-from model.ablations import ABLATIONS, applied, by_name
+from model.ablations import ABLATIONS, JOIN, applied, variant_ablations, variant_order
 
 MAX_SEEDS = 100  # a training run per variant each: more would run for weeks
 ALL = ",".join(a.name for a in ABLATIONS)
@@ -43,14 +45,16 @@ def seed_count(text: str) -> int:
 
 
 def ablation_names(text: str) -> list[str]:
-    """--variants no-mask,no-pos -> ["no-mask", "no-pos"], in model/ablations.py's order."""
+    """--variants no-pos,no-mask+no-pos,no-mask -> ["no-mask", "no-pos", "no-mask+no-pos"]: single ablations first,
+    each in model/ablations.py's order (a variant with several written in that order too), none twice."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
-        raise argparse.ArgumentTypeError(f"takes ablation names, comma-separated, from {ALL}; got {text!r}")
+        raise argparse.ArgumentTypeError(f"takes ablation names, comma-separated, from {ALL} (or several joined by +); got {text!r}")
     try:
-        return [a.name for a in by_name(names)]
+        spelled = {JOIN.join(a.name for a in variant_ablations(name)) for name in names}
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    return sorted(spelled, key=variant_order)
 
 
 def main(argv: list[str]) -> dict[str, dict] | int:
@@ -58,7 +62,10 @@ def main(argv: list[str]) -> dict[str, dict] | int:
     parser = OneLineParser(__doc__, config="char", usage=argparse.SUPPRESS)
     parser.add_argument("--seeds", type=seed_count, default=1, help="runs per variant, at seeds train.seed + 0..N-1 (default 1)")
     parser.add_argument(
-        "--variants", type=ablation_names, metavar="NAMES", help=f"the ablations to train, comma-separated (default: all of {ALL})"
+        "--variants",
+        type=ablation_names,
+        metavar="NAMES",
+        help=f"the ablations to train, comma-separated, several at once joined by + (default: all of {ALL}, each alone)",
     )
     args, cfg = parser.parse_with_config(argv)
     if applied(cfg.model):

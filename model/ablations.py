@@ -59,11 +59,33 @@ def by_name(names: Iterable[str]) -> list[Ablation]:
     return [a for a in ABLATIONS if a.name in names]
 
 
+JOIN = "+"  # a variant with several ablations at once: "no-mask+no-pos"
+
+
+def variant_ablations(name: str) -> list[Ablation]:
+    """The ablations one variant name spells: "no-pos" -> [no-pos], "no-mask+no-pos" -> [no-mask, no-pos]."""
+    parts = [part.strip() for part in name.split(JOIN)]
+    if "" in parts or len(set(parts)) != len(parts):
+        raise ValueError(f"a variant is an ablation or several joined by {JOIN} (no-mask{JOIN}no-pos), each once; got {name!r}")
+    return by_name(parts)
+
+
+def variant_order(name: str) -> tuple[int, ...]:
+    """Where a variant name sorts: single ablations first, in table order, then pairs, and so on."""
+    picked = variant_ablations(name)
+    return (len(picked), *(ABLATIONS.index(a) for a in picked))
+
+
 def variants(model_cfg: ModelConfig, names: Iterable[str] | None = None) -> dict[str, ModelConfig]:
     """The model as it is (every switch on) and with each ablation alone, keyed by the name suffix: "", "-no-mask", ...
 
-    names picks the ablations ("no-mask", "no-pos", ...); None takes every one in the table.
+    names picks the variants: an ablation ("no-mask", "no-pos", ...) or several joined by + ("no-mask+no-pos",
+    keyed "-no-mask-no-pos"); None takes every ablation in the table, each alone.
     """
     intact = replace(model_cfg, **{a.switch: True for a in ABLATIONS})
-    chosen = ABLATIONS if names is None else by_name(names)
-    return {"": intact, **{f"-{a.name}": replace(intact, **{a.switch: False}) for a in chosen}}
+    chosen = [[a] for a in ABLATIONS] if names is None else [variant_ablations(name) for name in names]
+    out = {"": intact}
+    for picked in chosen:
+        one = replace(intact, **{a.switch: False for a in picked})
+        out[name_suffix(one)] = one
+    return out

@@ -2,6 +2,7 @@
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import runpy
@@ -25,6 +26,7 @@ from harness.experiments.comparison import Children
 from harness.experiments.stats import Difference
 from harness.pictures import curves
 from harness.training.runlog import read_metrics
+from model.ablations import ABLATIONS, variants
 
 
 def summary(**values: float) -> dict:
@@ -63,7 +65,60 @@ def test_difference_lines_with_and_without_intervals():
     assert "val +0.533 [+0.390, +0.677] 5.3 sd" in line
     assert "entropy +0.000 [+0.000, +0.000] 0.0 sd" in line
     single = stats.format_differences({"char-no-mask": {"loss/val": Difference(-1.8, None, None, 1)}}, "char", 1)
-    assert single.splitlines() == ["difference from char (one seed: intervals need --seeds >= 2)", "  char-no-mask: val -1.800"]
+    assert single.splitlines() == [
+        "difference from char (one seed: intervals need --seeds >= 2)",
+        "  char-no-mask: val -1.800",
+    ]
+
+
+def test_a_variant_removing_two_things_is_measured_from_base_and_from_each_variant_removing_one():
+    cfg = load_config(["--config", "tiny"])
+    plan = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 3, ["no-mask", "no-mask+no-pos"])
+    assert list(plan) == ["tiny", "tiny-no-mask", "tiny-no-mask-no-pos"]
+    both = plan["tiny-no-mask-no-pos"][2].model
+    assert (both.causal, both.scaled, both.positions) == (False, True, False)
+    assert plan["tiny-no-mask-no-pos"][2].run_name == "tiny-no-mask-no-pos-s1339"
+    assert comparison.measured_from(plan) == {"tiny-no-mask-no-pos": ["tiny-no-mask"]}  # tiny-no-pos is not trained here
+    every = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 1, ["no-mask", "no-pos", "no-mask+no-pos"])
+    assert comparison.measured_from(every) == {"tiny-no-mask-no-pos": ["tiny-no-mask", "tiny-no-pos"]}
+    by_variant = {
+        "tiny": [summary(loss__val=2.0), summary(loss__val=2.2), summary(loss__val=2.1)],
+        "tiny-no-mask": [summary(loss__val=0.1), summary(loss__val=0.2), summary(loss__val=0.1)],
+        "tiny-no-mask-no-pos": [summary(loss__val=2.4), summary(loss__val=2.6), summary(loss__val=2.4)],
+    }
+    diffs = stats.differences(by_variant, {"tiny-no-mask-no-pos": ["tiny-no-mask"]})
+    assert list(diffs) == ["tiny-no-mask", "tiny-no-mask-no-pos", "tiny-no-mask-no-pos − tiny-no-mask"]
+    assert diffs["tiny-no-mask-no-pos"]["loss/val"].mean == pytest.approx(0.3667, abs=1e-4)  # from base: 0.4, 0.4, 0.3
+    assert diffs["tiny-no-mask-no-pos − tiny-no-mask"]["loss/val"].mean == pytest.approx(2.3333, abs=1e-4)  # 2.3, 2.4, 2.3
+    lines = stats.format_differences(diffs, "tiny", 3).splitlines()
+    assert lines[0].startswith("difference from tiny (or from the run after the −), paired by seed over 3 seeds")
+    assert lines[-1].startswith("  tiny-no-mask-no-pos − tiny-no-mask: val +2.333 [")
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("no-pos,no-mask", ["no-mask", "no-pos"]),
+        ("no-pos+no-mask, no-pos,no-mask", ["no-mask", "no-pos", "no-mask+no-pos"]),  # spelled in table order, pairs last
+        ("no-mask+no-pos,no-pos+no-mask", ["no-mask+no-pos"]),  # the same variant once
+    ],
+)
+def test_variants_are_read_in_table_order(text, names):
+    assert compare.ablation_names(text) == names
+
+
+def test_the_picture_draws_every_variant_compare_can_train(tmp_path):
+    """Base and every set of ablations (each alone, each pair, all three): a colour each, and the file drawn."""
+    every = ["+".join(a.name for a in picked) for n in (1, 2, 3) for picked in itertools.combinations(ABLATIONS, n)]
+    names = ["tiny" + suffix for suffix in variants(load_config(["--config", "tiny"]).model, every)]
+    assert len(names) == 2 ** len(ABLATIONS) == len(curves.COLORS)
+    row = {"loss/val": 1.0, "loss/val_honest": 1.1, "loss/train_step": 1.0, "attn/entropy": 0.5, "attn/saturated_frac": 0.0}
+    row |= {"attn/future_mass": 0.0, "grad/qk_norm": 0.1}
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **row}) + "\n" for s in (0, 10)))
+    curves.plot_runs({name: [tmp_path / name] for name in names}, tmp_path / "compare.png", "every variant")
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
 
 
 def test_mean_band_uses_the_steps_every_run_logged():
@@ -94,6 +149,9 @@ def test_seeds_name_the_runs_only_when_there_are_several():
     [
         (["--variants", "no-masks"], "unknown ablation 'no-masks'"),
         (["--variants", ","], "takes ablation names"),
+        (["--variants", "no-mask+no-mask"], "each once"),
+        (["--variants", "no-mask+"], "joined by +"),
+        (["--variants", "no-mask+no-poss"], "unknown ablation 'no-poss'"),
         (["--no-pos"], "--variants"),
     ],
 )

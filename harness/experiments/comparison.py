@@ -17,7 +17,7 @@ from harness.folders import claim_run_folder
 from harness.pictures.curves import plot_runs
 from harness.stopping import LOST_OUTPUT, Aborted, StopFlag
 from harness.training.runlog import read_metrics
-from model.ablations import ABLATIONS, variants
+from model.ablations import ABLATIONS, applied, name_suffix, variants
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
 STOPPED_CODES = {128 + sig for sig in (*StopFlag.SIGNALS, LOST_OUTPUT)}  # train.py's exit codes after a stop (129, 130, 141, 143)
@@ -26,8 +26,8 @@ SET_PER_RUN = {"train.runs_dir", "train.run_name", "train.seed", "train.resume",
 
 def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None = None) -> dict[str, list[Config]]:
     """The runs, keyed by variant name (char, char-no-mask, ...): the preset as given and with the mask, the
-    scale or the positions removed (model/ablations.py; `names` picks some, None takes all), each at seeds
-    cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares initialisation and batches with base's
+    scale or the positions removed (model/ablations.py; `names` picks some, "no-mask+no-pos" removes both, None takes
+    each alone), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares initialisation and batches with base's
     seed-s run, which is what pairs them."""
     out = {}
     for model_cfg in variants(cfg.model, names).values():
@@ -37,6 +37,18 @@ def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None
             one if n_seeds == 1 else dataclasses.replace(one, train=dataclasses.replace(one.train, seed=s, run_name=f"{one.run_name}-s{s}"))
             for s in seeds
         ]
+    return out
+
+
+def measured_from(plan: dict[str, list[Config]]) -> dict[str, list[str]]:
+    """For each variant that removes several things, the variants in the plan that remove one fewer: what it is measured
+    from besides base (char-no-mask-no-pos from char-no-mask and char-no-pos, when they are trained)."""
+    out = {}
+    for name, configs in plan.items():
+        removed = applied(configs[0].model)
+        if len(removed) > 1:
+            fewer = {name_suffix(dataclasses.replace(configs[0].model, **{a.switch: True})) for a in removed}
+            out[name] = [other for other, theirs in plan.items() if name_suffix(theirs[0].model) in fewer]  # in the plan's order
     return out
 
 
@@ -207,7 +219,7 @@ def run_comparison(
         "seeds": seeds,
         "runs": results,
         "aggregate": {variant: aggregate(runs) for variant, runs in by_variant.items()},
-        "differences": differences(by_variant),
+        "differences": differences(by_variant, measured_from(plan)),
     }
     write_json(runs_dir / "compare.json", {**comparison, **{key: to_json(comparison[key]) for key in ("aggregate", "differences")}})
     lock.release()

@@ -119,20 +119,25 @@ def format_table(rows: dict[str, dict[str, Spread | None]], columns: list[tuple[
     return "\n".join(lines)
 
 
-DIFFERENCE_COLUMNS = ["val", "val honest", "order use", "entropy", "saturated"]  # the quantities the ablations are about
+MINUS = "−"  # in a difference's label: "char-no-mask-no-pos − char-no-mask"
+DIFFERENCE_COLUMNS = ["val", "val honest", "leak gap", "order use", "entropy", "saturated"]  # what the ablations are about
 
 
-def differences(by_variant: dict[str, list[dict]]) -> dict[str, dict[str, Difference | None]]:
-    """Each ablation against base (the first variant), paired by seed, for the difference columns."""
-    (_, base), *ablations = by_variant.items()
+def differences(by_variant: dict[str, list[dict]], also: dict[str, list[str]] | None = None) -> dict[str, dict[str, Difference | None]]:
+    """Each ablation against base (the first variant), paired by seed, for the difference columns, keyed by its name;
+    then each pair that `also` asks for (a variant against the variants it was measured from too: {"x-no-mask-no-pos":
+    ["x-no-mask"]}), keyed "x-no-mask-no-pos − x-no-mask"."""
+    (base_name, _), *ablations = by_variant.items()
+    pairs = [(name, name, base_name) for name, _ in ablations]
+    pairs += [(f"{name} {MINUS} {reference}", name, reference) for name, references in (also or {}).items() for reference in references]
     out: dict[str, dict[str, Difference | None]] = {}
-    for name, runs in ablations:
-        out[name] = {}
+    for label, name, reference in pairs:
+        out[label] = {}
         for header, tag, _ in COLUMNS:
             if header in DIFFERENCE_COLUMNS:
-                ablation_values, base_values = column(runs, tag), column(base, tag)
+                ablation_values, base_values = column(by_variant[name], tag), column(by_variant[reference], tag)
                 missing = ablation_values is None or base_values is None
-                out[name][tag] = None if missing else paired_difference(ablation_values, base_values)
+                out[label][tag] = None if missing else paired_difference(ablation_values, base_values)
     return out
 
 
@@ -141,11 +146,16 @@ def format_sigmas(sigmas: float) -> str:
 
 
 def format_differences(diffs: dict[str, dict[str, Difference | None]], base_name: str, n_seeds: int) -> str:
-    """A line per ablation: mean difference from base, and with several seeds the 95% interval and the size in base's seed sds."""
+    """A line per ablation: mean difference from base (or from the run its label names after the −), and with several
+    seeds the 95% interval and the size in the seed sds of the run it is measured from."""
+    source = f"{base_name} (or from the run after the {MINUS})" if any(MINUS in label for label in diffs) else base_name
     if n_seeds == 1:
-        head = f"difference from {base_name} (one seed: intervals need --seeds >= 2)"
+        head = f"difference from {source} (one seed: intervals need --seeds >= 2)"
     else:
-        head = f"difference from {base_name}, paired by seed over {n_seeds} seeds: mean [95% interval], |mean| in seed standard deviations of {base_name}"
+        head = (
+            f"difference from {source}, paired by seed over {n_seeds} seeds: mean [95% interval], "
+            f"|mean| in seed standard deviations of {'the run it is measured from' if source != base_name else base_name}"
+        )
     headers = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
     width = max(map(len, diffs), default=0)
     lines = [head]

@@ -16,6 +16,11 @@ PANELS = [  # (title, [(tag, line style)])
 ]
 
 
+COLORS = [  # one per variant: base and the three ablations alone first, then the variants that remove several at once
+    "tab:blue", "tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+]  # fmt: skip
+
+
 def curve(rows: list[dict], tag: str) -> tuple[list[int], list[float]]:
     points = [(r["step"], r[tag]) for r in rows if tag in r]
     return [s for s, _ in points], [v for _, v in points]
@@ -37,7 +42,7 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt  # imported here: only a finished comparison draws
 
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
-    colors = dict(zip(run_dirs, ["tab:blue", "tab:red", "tab:orange", "tab:green"], strict=False))
+    colors = dict(zip(run_dirs, COLORS, strict=False))
     metrics = {name: [read_metrics(d) for d in dirs] for name, dirs in run_dirs.items()}  # each file read once
     for ax, (panel, tags) in zip(axes.flat, PANELS, strict=True):
         for name, runs in metrics.items():
