@@ -114,7 +114,7 @@ def main(argv: list[str]) -> Path:
         found = [f"L{row['layer']}H{row['head']}" for row in rows if role in row["roles"]]
         print(f"{role} heads (weight above {threshold}): {', '.join(found) or 'none'}")
     if args.ablate:
-        ablate(model, tokenizer, checkpoint, named or next_token_heads(rows), args, out)
+        ablate(model, tokenizer, checkpoint, named or next_token_heads(rows), args, out, rows)
     return out
 
 
@@ -125,13 +125,17 @@ def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
     return heads
 
 
-def ablate(model, tokenizer, checkpoint: dict, heads: list[tuple[int, int]], args, out: Path) -> None:
-    """--ablate: the heads named (or found), switched off, against as many random others; printed and written to ablation.json."""
+def ablate(model, tokenizer, checkpoint: dict, heads: list[tuple[int, int]], args, out: Path, rows: list[dict]) -> None:
+    """--ablate: the heads named (or found), switched off, against as many random others; printed and written to ablation.json,
+    with each head's weight on t+1 in the text shown (what named the next-token heads)."""
     batches = run_batches(model, checkpoint, tokenizer)
     try:
         result = measure(model, batches, heads, args.draws, args.seed, args.mean_ablation)
     except ValueError as e:
         raise ConfigError(f"--ablate: {e}") from None
+    result["next_token_weight"] = {
+        f"L{row['layer']}H{row['head']}": row["next"] for row in sorted(rows, key=lambda r: (r["layer"], r["head"]))
+    }
     write_atomically(out / "ablation.json", json.dumps(result, indent=2).encode())
     print(f"\n{report(result)}\nablation.json: {out / 'ablation.json'}")
 

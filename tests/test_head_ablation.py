@@ -49,6 +49,8 @@ def test_inspect_attention_ablates_heads_of_a_run_and_refuses_bad_heads(tmp_path
     logged = [row for row in read_metrics(tmp_path / "runs" / "tiny-no-mask") if "loss/leak_gap" in row][-1]["loss/leak_gap"]
     assert result["leak_gap_before"] == pytest.approx(logged, abs=1e-6)  # the run's own val batches, as its evaluation scored them
     assert result["heads"] == ["L0H1"] and len(result["random_draws"]) == 2
+    assert list(result["next_token_weight"]) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # the role table's t+1 column, per head
+    assert all(0 <= w <= 1 for w in result["next_token_weight"].values())
     assert f"{result['closed_fraction']:.1%} of it closed" in printed and "as many random other heads, 2 draws" in printed
 
     chars = CharTokenizer.from_text("the king")
