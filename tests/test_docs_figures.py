@@ -7,11 +7,12 @@ import json
 import re
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, tiny_argv
 
 from tools.docs_figures import code_values, fill, pattern, sync
 from tools.figures import read_figures
 from tools.quotes import QUOTES
+from tools.tables import in_table_order
 
 
 def test_every_quoted_figure_agrees_with_docs_figures_json_and_the_code():
@@ -76,9 +77,55 @@ def test_the_test_extras_live_in_requirements_dev_which_ci_and_the_tests_page_us
 
 
 @pytest.mark.parametrize("key", ["char-3seeds", "base-3seeds"])
-def test_the_comparisons_hold_every_column_of_readmes_table(key):
-    aggregate = read_figures()[key]["value"]["aggregate"]
-    assert len(aggregate) == 3 and all(stats["loss/val"]["n"] == 3 for stats in aggregate.values()), json.dumps(aggregate)[:200]
+def test_the_comparisons_hold_every_variant_the_docs_show(key):
+    config, figures = key.split("-")[0], read_figures()
+    aggregate = figures[key]["value"]["aggregate"]
+    variants = [config, *(f"{config}-{name}" for name in ("no-mask", "no-scale", "no-pos", "no-mask-no-pos"))]
+    assert in_table_order(aggregate, config) == variants  # the file keeps its keys sorted; the tables put them back in order
+    assert all(stats["loss/val"]["n"] == 3 and "loss/order_use" in stats for stats in aggregate.values()), json.dumps(aggregate)[:200]
+    assert "--variants no-mask,no-scale,no-pos,no-mask+no-pos" in figures[key]["command"]
+    assert len(figures[f"{config}-ablation"]["value"]["runs"]) == 3
+
+
+def test_a_comparison_and_its_head_ablations_become_the_docs_tables(tmp_path, corpus_file, one_cpu_thread, monkeypatch):
+    """The path the docs' order and ablation tables take: compare.py with a variant removing two things, then
+    inspect_attention.py --ablate on each no-mask run, read back by tools/figures.py and rendered by tools/tables.py."""
+    import compare
+    import inspect_attention
+    import train
+    from harness.experiments.comparison import Children
+    from tools import tables
+    from tools.figures import ablation_figures, comparison_command, comparison_figures
+
+    monkeypatch.setattr(Children, "run", lambda self, command: train.main(command[2:]))  # each run in this process
+    argv = tiny_argv(tmp_path, corpus_file, "--seeds=2", "--variants=no-pos,no-mask+no-pos,no-mask", "--train.max_steps=2")
+    compare.main([*argv, "--train.eval_interval=2", "--train.warmup_steps=1"])
+    folder = tmp_path / "runs" / "compare-tiny"
+    for run in ("tiny-no-mask-s1337", "tiny-no-mask-s1338"):
+        inspect_attention.main(["--runs-dir", str(folder), "--run", run, "--ablate", "L0H0", "--draws", "2", "--text", "the king"])
+    value = comparison_figures(folder)
+    assert comparison_command("tiny", value) == "python compare.py --config tiny --seeds 2 --variants no-mask,no-pos,no-mask+no-pos"
+    ablations = ablation_figures(folder)
+    assert list(ablations["runs"]) == ["tiny-no-mask-s1337", "tiny-no-mask-s1338"]
+    closed = [r["closed_fraction"] for r in ablations["runs"].values()]
+    assert ablations["summary"]["closed"]["mean"] == pytest.approx(sum(closed) / 2)
+    assert ablations["summary"]["closed"]["low"] < ablations["summary"]["closed"]["mean"] < ablations["summary"]["closed"]["high"]
+    assert ablations["summary"]["L0"]["min"] <= ablations["summary"]["L0"]["max"]
+
+    monkeypatch.setattr(tables, "COMPARISONS", ("tiny-2seeds",))
+    figures = {"tiny-2seeds": {"value": value}, "tiny-ablation": {"value": ablations}}
+    order = tables.order_table(figures).splitlines()
+    assert [row.split(" | ")[0] for row in order[2:]] == ["| tiny", "| tiny-no-pos", "| tiny-no-mask", "| tiny-no-mask-no-pos"]
+    both = value["aggregate"]["tiny-no-mask-no-pos"]["loss/order_use"]
+    assert f"| {both['mean']:.3f} ± {both['std']:.3f} |" in order[5]
+    differences = tables.order_differences_table(figures).splitlines()
+    assert differences[2].startswith("| tiny-no-pos − tiny | ") and differences[3].startswith("| tiny-no-mask-no-pos − tiny-no-mask | ")
+    val = value["differences"]["tiny-no-mask-no-pos − tiny-no-mask"]["loss/val"]
+    assert f"| {val['mean']:+.3f} [{val['mean'] - val['half_width']:+.3f}, {val['mean'] + val['half_width']:+.3f}] |" in differences[3]
+    rows = tables.ablation_table(figures).splitlines()[2:]
+    assert [row.split(" | ")[:2] for row in rows] == [["| tiny-no-mask-s1337", "L0H0"], ["| tiny-no-mask-s1338", "L0H0"]]
+    readme = tables.readme_table(figures)
+    assert "| tiny-no-pos |" in readme and "tiny-no-mask-no-pos" not in readme and "order use" in readme.splitlines()[0]
 
 
 def test_score_gradient_pairs_each_seed_with_and_without_the_scale(tmp_path, corpus_file):

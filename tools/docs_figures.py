@@ -13,17 +13,16 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from configs import load_config
 from harness.cli import OneLineParser, run_command
-from harness.experiments.stats import COLUMNS, Spread, format_table
 from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
 from model import GPT, ModelConfig
 from model.ablations import variants
-from tools.figures import FIGURES, read_figures, record
+from tools.figures import FIGURES, ablation_figures, comparison_command, comparison_figures, evaluations, read_figures, record
 from tools.quotes import COMPARISONS, QUOTES
+from tools.tables import TABLES
 
 ROOT = FIGURES.parent.parent
 NUMBER = r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?"  # how a figure looks in a doc
@@ -112,35 +111,10 @@ def pattern(sentence: str) -> re.Pattern:
     return re.compile(regex)
 
 
-def readme_table(figures: dict) -> str:
-    """README's table: every variant of the comparisons, mean ± sd over seeds (wall time left out: it is the machine's)."""
-    rows = {}
-    for key in COMPARISONS:
-        for variant, stats in figures[key]["value"]["aggregate"].items():
-            rows[variant] = {tag: None if s is None else Spread(s["mean"], s["std"], s["n"]) for tag, s in stats.items()}
-    recorded = [c for c in COLUMNS if c[1] != "wall_s" and any(row.get(c[1]) for row in rows.values())]  # columns the runs measured
-    return format_table(rows, recorded)
-
-
-def differences_table(figures: dict) -> str:
-    """docs/experiment.md's table: each ablation minus base, paired by seed, mean [95% interval]."""
-    tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
-    lines = ["| ablation | val | val honest | entropy | saturated |", "|---|---:|---:|---:|---:|"]
-    for key in COMPARISONS:
-        for variant, by_tag in figures[key]["value"]["differences"].items():
-            ends = [(d.get("low", d["mean"] - d["half_width"]), d.get("high", d["mean"] + d["half_width"])) for d in map(by_tag.get, tags)]
-            cells = [f"{by_tag[tag]['mean']:+.3f} [{low:+.3f}, {high:+.3f}]" for tag, (low, high) in zip(tags, ends, strict=True)]
-            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-TABLES: list[tuple[str, Callable[[dict], str]]] = [("README.md", readme_table), ("docs/experiment.md", differences_table)]
-
-
 def replace_table(text: str, table: str) -> str:
-    """text with the Markdown table whose header row is table's replaced by table."""
-    header = table.split("\n", 1)[0]
-    start = text.index(header)
+    """text with the Markdown table whose header row begins as table's does (its first two cells: the columns after
+    them may have changed, as when the runs measure a new quantity) replaced by table."""
+    start = text.index("|".join(table.split("\n", 1)[0].split("|")[:3]) + "|")
     end = text.find("\n\n", start)
     return text[:start] + table + text[end if end >= 0 else len(text) :]
 
@@ -176,38 +150,6 @@ def sync(figures: dict, write: bool) -> list[str]:
     return problems
 
 
-def evaluations(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [row for row in rows if "loss/val" in row]
-
-
-def comparison_figures(folder: Path) -> dict:
-    """compare.json's means, sds and differences, and from each run's log its first evaluation's spread over seeds."""
-    saved = json.loads((folder / "compare.json").read_text(encoding="utf-8"))
-    runs = {name: evaluations(folder / name)[0] for name in saved["runs"]}
-    step0 = {}
-    for variant in saved["aggregate"]:
-        mine = [row for name, row in runs.items() if name == variant or re.fullmatch(rf"{re.escape(variant)}-s\d+", name)]
-        step0[variant] = {}
-        for tag in ("attn/entropy", "attn/saturated_frac", "attn/score_std"):
-            values = [row[tag] for row in mine]
-            mean = sum(values) / len(values)
-            std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else None
-            step0[variant][tag] = {"mean": mean, "std": std, "n": len(values)}
-    collapse = {}  # per variant, the first logged step whose training loss is below 0.5, over the seeds: when a cheat takes hold
-    for variant in saved["aggregate"]:
-        steps = [first_step_below(folder / name, 0.5) for name in saved["runs"] if name == variant or name.startswith(f"{variant}-s")]
-        if steps and None not in steps:
-            collapse[variant] = {"min": min(steps), "max": max(steps)}
-    return {"seeds": saved["seeds"], "aggregate": saved["aggregate"], "differences": saved["differences"], "step0": step0,
-            "collapse": collapse}  # fmt: skip
-
-
-def first_step_below(run_dir: Path, loss: float) -> int | None:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    return next((row["step"] for row in rows if row.get("loss/train_step", loss) < loss), None)
-
-
 def quoted_runs() -> set[str]:
     """The single runs whose figures the docs quote (the first part of a quoted name)."""
     return {name.split(".")[0] for _, sentence in QUOTES for name, _ in PLACEHOLDER.findall(sentence)} - set(COMPARISONS)
@@ -218,9 +160,13 @@ def record_runs(runs_dir: Path) -> list[str]:
     recorded = []
     for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and ".old-" not in p.name):
         if (folder / "compare.json").is_file() and "aggregate" in json.loads((folder / "compare.json").read_text(encoding="utf-8")):
-            value = comparison_figures(folder)
-            key = f"{folder.name.removeprefix('compare-')}-{len(value['seeds'])}seeds"
-            record(key, f"python compare.py --config {folder.name.removeprefix('compare-')} --seeds {len(value['seeds'])}", value)
+            value, config = comparison_figures(folder), folder.name.removeprefix("compare-")
+            key, command = f"{config}-{len(value['seeds'])}seeds", comparison_command(config, value)
+            record(key, command, value)
+            if ablations := ablation_figures(folder):
+                recorded.append(f"{config}-ablation")
+                record(recorded[-1], f"python inspect_attention.py --runs-dir {folder} --run RUN --ablate next-token, "
+                       f"for each --no-mask RUN of {command}", ablations)  # fmt: skip
         elif folder.name in quoted_runs() and (folder / "metrics.jsonl").is_file() and (rows := evaluations(folder)):
             key = folder.name
             last = {tag: rows[-1][tag] for tag in ("step", "loss/train", "loss/val", "loss/val_honest") if tag in rows[-1]}

@@ -35,7 +35,8 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/sampling.md", "# runs/char/ckpt.pt (step {char.last.step:.0f}, val loss {char.last.loss/val:.4f}) on cpu"),
     ("docs/sampling.md", "# runs/char-no-mask/ckpt.pt (step {char-no-mask-325.last.step:.0f}, val loss {char-no-mask-325.last.loss/val:.4f}) on cpu"),
     ("docs/experiment.md", "By step {char-3seeds.collapse.char-no-mask.max:.0f} (all three seeds) the `char-no-mask` training loss has collapsed below 0.5"),
-    ("docs/experiment.md", "its training loss below 0.5 by step {base-3seeds.collapse.base-no-mask.min:.0f} to {base-3seeds.collapse.base-no-mask.max:.0f})"),
+    ("docs/experiment.md", "its training loss {base-3seeds.aggregate.base-no-mask.loss/train.mean:.3f} ± {base-3seeds.aggregate.base-no-mask.loss/train.std:.3f} "
+     "at the end against the causal run's {base-3seeds.aggregate.base.loss/train.mean:.3f} ± {base-3seeds.aggregate.base.loss/train.std:.3f})"),
     ("docs/experiment.md", "it ends at {char-3seeds.aggregate.char-no-mask.loss/train.mean:.3f} ± "
      "{char-3seeds.aggregate.char-no-mask.loss/train.std:.3f}; so does the teacher-forced val loss "
      "({char-3seeds.aggregate.char-no-mask.loss/val.mean:.3f} ± {char-3seeds.aggregate.char-no-mask.loss/val.std:.3f})"),
@@ -84,6 +85,55 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
     ("docs/sampling.md", "Its logged val loss, {char-no-mask-325.last.loss/val:.4f}, is what it scores"),
+    # order: the positions removed, with and without the mask (docs/experiment.md#order-...)
+    ("docs/experiment.md", "in char its val loss is {char-3seeds.aggregate.char-no-pos.loss/val.mean:.3f} ± "
+     "{char-3seeds.aggregate.char-no-pos.loss/val.std:.3f} against {char-3seeds.aggregate.char.loss/val.mean:.3f} ± "
+     "{char-3seeds.aggregate.char.loss/val.std:.3f}, worse by {char-3seeds.differences.char-no-pos.loss/val.mean:.3f} nats "
+     "[{char-3seeds.differences.char-no-pos.loss/val.low:.3f}, {char-3seeds.differences.char-no-pos.loss/val.high:.3f}]"),
+    ("docs/experiment.md", "in base, {base-3seeds.aggregate.base-no-pos.loss/val.mean:.3f} ± {base-3seeds.aggregate.base-no-pos.loss/val.std:.3f} "
+     "against {base-3seeds.aggregate.base.loss/val.mean:.3f} ± {base-3seeds.aggregate.base.loss/val.std:.3f} "
+     "({base-3seeds.differences.base-no-pos.loss/val.mean:+.3f} [{base-3seeds.differences.base-no-pos.loss/val.low:.3f}, "
+     "{base-3seeds.differences.base-no-pos.loss/val.high:.3f}])"),
+    ("docs/experiment.md", "shuffling the 8 characters before a target costs it {char-3seeds.aggregate.char-no-pos.loss/order_use.mean:.3f} ± "
+     "{char-3seeds.aggregate.char-no-pos.loss/order_use.std:.3f} nats, against {char-3seeds.aggregate.char.loss/order_use.mean:.3f} ± "
+     "{char-3seeds.aggregate.char.loss/order_use.std:.3f} with positions; the 8 GPT-2 tokens before a target, "
+     "{base-3seeds.aggregate.base-no-pos.loss/order_use.mean:.3f} ± {base-3seeds.aggregate.base-no-pos.loss/order_use.std:.3f} against "
+     "{base-3seeds.aggregate.base.loss/order_use.mean:.3f} ± {base-3seeds.aggregate.base.loss/order_use.std:.3f}"),
+    ("docs/experiment.md", "(char val {char-3seeds.aggregate.char-no-mask-no-pos.loss/val.mean:.3f} ± "
+     "{char-3seeds.aggregate.char-no-mask-no-pos.loss/val.std:.3f} against {char-3seeds.aggregate.char-no-mask.loss/val.mean:.3f} ± "
+     "{char-3seeds.aggregate.char-no-mask.loss/val.std:.3f}): it knows"),
+    ("docs/experiment.md", "its leak gap is {char-3seeds.aggregate.char-no-mask-no-pos.loss/leak_gap.mean:.3f} ± "
+     "{char-3seeds.aggregate.char-no-mask-no-pos.loss/leak_gap.std:.3f} nats in char and "
+     "{base-3seeds.aggregate.base-no-mask-no-pos.loss/leak_gap.mean:.3f} ± {base-3seeds.aggregate.base-no-mask-no-pos.loss/leak_gap.std:.3f} "
+     "in base, against {char-3seeds.aggregate.char-no-mask.loss/leak_gap.mean:.3f} ± {char-3seeds.aggregate.char-no-mask.loss/leak_gap.std:.3f} "
+     "and {base-3seeds.aggregate.base-no-mask.loss/leak_gap.mean:.3f} ± {base-3seeds.aggregate.base-no-mask.loss/leak_gap.std:.3f} with positions"),
+    ("README.md", "char val {char-3seeds.aggregate.char-no-pos.loss/val.mean:.3f} ± {char-3seeds.aggregate.char-no-pos.loss/val.std:.3f} against "
+     "{char-3seeds.aggregate.char.loss/val.mean:.3f} ± {char-3seeds.aggregate.char.loss/val.std:.3f}, and shuffling the 8 characters before a "
+     "target costs it {char-3seeds.aggregate.char-no-pos.loss/order_use.mean:.2f} nats against {char-3seeds.aggregate.char.loss/order_use.mean:.2f};"),
+    ("docs/experiment.md", "so removing them costs {base-3seeds.differences.base-no-pos.loss/val.mean:.3f} nats of val loss, and the honest loss moves by "
+     "{base-3seeds.differences.base-no-pos.loss/val_honest.mean:+.3f} [{base-3seeds.differences.base-no-pos.loss/val_honest.low:.3f}, "
+     "{base-3seeds.differences.base-no-pos.loss/val_honest.high:.3f}], within the seed noise"),
+    ("docs/experiment.md", "teacher-forced, the model without mask and positions scores {base-3seeds.aggregate.base-no-mask-no-pos.loss/val.mean:.3f} ± "
+     "{base-3seeds.aggregate.base-no-mask-no-pos.loss/val.std:.3f}, below the causal model's {base-3seeds.aggregate.base.loss/val.mean:.3f} ± "
+     "{base-3seeds.aggregate.base.loss/val.std:.3f} (knowing"),
+    ("docs/experiment.md", "while honestly it scores {base-3seeds.aggregate.base-no-mask-no-pos.loss/val_honest.mean:.3f} ± "
+     "{base-3seeds.aggregate.base-no-mask-no-pos.loss/val_honest.std:.3f}, worse"),
+    ("docs/experiment.md", "(the whole layer, `--ablate L0`, closes {char-ablation.runs.char-no-mask-s1338.each_layer.L0:pct.1f}%), though alone"),
+    # which heads carry the no-mask cheat (docs/experiment.md#which-heads-cheat-switching-them-off)
+    ("docs/experiment.md", "the named heads close {char-ablation.summary.closed.mean:pct.1f}% ± {char-ablation.summary.closed.std:pct.1f}% of the gap in char (95% interval "
+     "[{char-ablation.summary.closed.low:pct.1f}%, {char-ablation.summary.closed.high:pct.1f}%]) and {base-ablation.summary.closed.mean:pct.1f}% ± {base-ablation.summary.closed.std:pct.1f}% in base "
+     "([{base-ablation.summary.closed.low:pct.1f}%, {base-ablation.summary.closed.high:pct.1f}%]); as many random other heads close {char-ablation.summary.random.mean:pct.1f}% ± "
+     "{char-ablation.summary.random.std:pct.1f}% and {base-ablation.summary.random.mean:pct.1f}% ± {base-ablation.summary.random.std:pct.1f}%: nothing"),
+    ("docs/experiment.md", "Switching layer 0 off whole closes {char-ablation.summary.L0.min:pct.1f}% to {char-ablation.summary.L0.max:pct.1f}% of the gap in char and "
+     "{base-ablation.summary.L0.min:pct.1f}% to {base-ablation.summary.L0.max:pct.1f}% in base, in every seed; switching any later layer off whole closes between "
+     "{char-ablation.summary.later_layers.min:pct.1f}% and {char-ablation.summary.later_layers.max:pct.1f}% (char) and between {base-ablation.summary.later_layers.min:pct.1f}% and "
+     "{base-ablation.summary.later_layers.max:pct.1f}% (base)"),
+    ("docs/experiment.md", "one head alone closes between {char-ablation.summary.each_head.min:pct.0f}% and {char-ablation.summary.each_head.max:pct.0f}% in char "
+     "(between {base-ablation.summary.each_head.min:pct.0f}% and {base-ablation.summary.each_head.max:pct.0f}% in base)"),
+    ("docs/experiment.md", "switching them off closed {char-ablation.runs.char-no-mask-s1338.closed_fraction:pct.1f}%: the fourth, L0H2, put "
+     "{char-ablation.runs.char-no-mask-s1338.next_token_weight.L0H2:.3f} of its weight on"),
+    ("README.md", "closes the whole no-mask leak gap (char {char-ablation.summary.L0.min:pct.1f}% to {char-ablation.summary.L0.max:pct.1f}%, "
+     "base {base-ablation.summary.L0.min:pct.1f}% to {base-ablation.summary.L0.max:pct.1f}%, every seed)"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),

@@ -1,0 +1,123 @@
+"""The Markdown tables of README.md and docs/experiment.md, each rendered from docs/figures.json alone.
+
+tools/docs_figures.py writes them into the docs (a table is found by its header row) and the suite
+fails when a doc's table differs from what this file renders. A variant is named by its run
+name: the comparison's config, then the ablations it applies ("char-no-mask-no-pos").
+"""
+
+from collections.abc import Callable
+
+from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table
+from model.ablations import ABLATIONS
+from tools.quotes import COMPARISONS
+
+ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")  # what positions change
+HEADERS = {tag: header for header, tag, _ in COLUMNS}
+REMOVES = {a.switch: a.name for a in ABLATIONS}  # the ablation that turns each switch off: REMOVES["causal"] is no-mask
+
+
+def removed(variant: str, config: str) -> tuple[str, ...]:
+    """The ablations a variant's name applies, in table order: ("no-mask", "no-pos") for "char-no-mask-no-pos"."""
+    suffix = variant.removeprefix(config)
+    found = tuple(a.name for a in ABLATIONS if f"-{a.name}" in suffix)
+    if "".join(f"-{name}" for name in found) != suffix:
+        raise ValueError(f"{variant!r} is not {config!r} with ablations of model/ablations.py")
+    return found
+
+
+def in_table_order(names, config: str) -> list[str]:
+    """Variant names (or differences' labels) as compare.py orders them: the preset, each ablation alone in the table's
+    order, then those removing several; a difference measured from another variant (a label with −) after its variant.
+    docs/figures.json keeps its keys sorted, which would put char-no-mask-no-pos before char-no-pos."""
+
+    def key(label: str) -> tuple:
+        variant, _, reference = label.partition(f" {MINUS} ")
+        picked = removed(variant, config)
+        return (len(picked), [a.name for a in ABLATIONS].index(picked[0]) if picked else -1, picked, reference)
+
+    return sorted(names, key=key)
+
+
+def comparisons(figures: dict) -> list[tuple[str, dict]]:
+    """README's comparisons, in its order, as (config, the entry's value)."""
+    return [(key.rsplit("-", 1)[0], figures[key]["value"]) for key in COMPARISONS]
+
+
+def cell(difference: dict) -> str:
+    low = difference.get("low", difference["mean"] - (difference.get("half_width") or 0.0))
+    high = difference.get("high", difference["mean"] + (difference.get("half_width") or 0.0))
+    return f"{difference['mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def readme_table(figures: dict) -> str:
+    """README's table: the preset and each ablation alone, mean ± sd over seeds (wall time left out: it is the machine's)."""
+    rows = {}
+    for config, value in comparisons(figures):
+        for variant in in_table_order(value["aggregate"], config):
+            stats = value["aggregate"][variant]
+            if len(removed(variant, config)) <= 1:
+                rows[variant] = {tag: None if s is None else Spread(s["mean"], s["std"], s["n"]) for tag, s in stats.items()}
+    recorded = [c for c in COLUMNS if c[1] != "wall_s" and any(row.get(c[1]) for row in rows.values())]  # columns the runs measured
+    return format_table(rows, recorded)
+
+
+def differences_table(figures: dict) -> str:
+    """docs/experiment.md's first table: no mask and no scale, each minus base, paired by seed, mean [95% interval]."""
+    tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
+    lines = ["| ablation | val | val honest | entropy | saturated |", "|---|---:|---:|---:|---:|"]
+    for config, value in comparisons(figures):
+        for label in in_table_order(value["differences"], config):
+            if MINUS not in label and removed(label, config) in ((REMOVES["causal"],), (REMOVES["scaled"],)):
+                lines.append(f"| {label} | " + " | ".join(cell(value["differences"][label][tag]) for tag in tags) + " |")
+    return "\n".join(lines)
+
+
+def order_variants(config: str) -> list[str]:
+    """The preset, without positions, without the mask, without both: the rows the order tables compare."""
+    mask, pos = REMOVES["causal"], REMOVES["positions"]
+    return [config, f"{config}-{pos}", f"{config}-{mask}", f"{config}-{mask}-{pos}"]
+
+
+def order_table(figures: dict) -> str:
+    """docs/experiment.md's order table: with and without positions, with and without the mask, mean ± sd over seeds."""
+    lines = ["| run | " + " | ".join(HEADERS[tag] for tag in ORDER_COLUMNS) + " |", "|---|" + "---:|" * len(ORDER_COLUMNS)]
+    for config, value in comparisons(figures):
+        for variant in order_variants(config):
+            stats = value["aggregate"][variant]
+            lines.append(f"| {variant} | " + " | ".join(f"{stats[t]['mean']:.3f} ± {stats[t]['std']:.3f}" for t in ORDER_COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def order_differences_table(figures: dict) -> str:
+    """What the positions change, paired by seed: with the mask (no-pos − base) and without it (no-mask-no-pos − no-mask)."""
+    lines = ["| difference | " + " | ".join(HEADERS[tag] for tag in ORDER_COLUMNS) + " |", "|---|" + "---:|" * len(ORDER_COLUMNS)]
+    for config, value in comparisons(figures):
+        base, no_pos, no_mask, neither = order_variants(config)
+        for label, shown in ((no_pos, f"{no_pos} {MINUS} {base}"), (f"{neither} {MINUS} {no_mask}", f"{neither} {MINUS} {no_mask}")):
+            lines.append(f"| {shown} | " + " | ".join(cell(value["differences"][label][tag]) for tag in ORDER_COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def ablation_table(figures: dict) -> str:
+    """docs/experiment.md's head-ablation table: per no-mask run, the heads named, the gap before and after, random heads, layer 0."""
+    lines = [
+        "| run | heads named (t+1 above 0.5 on the probe text) | leak gap before | after | closed | "
+        "as many random heads: closed, mean ± sd of the draws | layer 0 whole |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for config, _ in comparisons(figures):
+        for run, r in figures[f"{config}-ablation"]["value"]["runs"].items():
+            lines.append(
+                f"| {run} | {', '.join(r['heads'])} | {r['leak_gap_before']:.3f} | {r['leak_gap_after']:.3f} | {r['closed_fraction']:.1%} | "
+                f"{r['random_closed_fraction']:.1%} ± {r['random_closed_fraction_sd']:.1%} | {r['each_layer']['L0']:.1%} |"
+            )
+    return "\n".join(lines)
+
+
+TABLES: list[tuple[str, Callable[[dict], str]]] = [
+    ("README.md", readme_table),
+    ("docs/experiment.md", differences_table),
+    ("docs/experiment.md", order_table),
+    ("docs/experiment.md", order_differences_table),
+    ("docs/experiment.md", ablation_table),
+]
