@@ -80,10 +80,11 @@ def variants(model_cfg: ModelConfig, names: Iterable[str] | None = None) -> dict
     """The model as it is (every switch on) and with each ablation alone, keyed by the name suffix: "", "-no-mask", ...
 
     names picks the variants: an ablation ("no-mask", "no-pos", ...) or several joined by + ("no-mask+no-pos",
-    keyed "-no-mask-no-pos"); None takes every ablation in the table, each alone.
+    keyed "-no-mask-no-pos"); None takes every ablation in the table, each alone. Keys follow the table's order, single
+    ablations first, whatever the order of names.
     """
     intact = replace(model_cfg, **{a.switch: True for a in ABLATIONS})
-    chosen = [[a] for a in ABLATIONS] if names is None else [variant_ablations(name) for name in names]
+    chosen = [[a] for a in ABLATIONS] if names is None else [variant_ablations(name) for name in sorted(names, key=variant_order)]
     out = {"": intact}
     for picked in chosen:
         one = replace(intact, **{a.switch: False for a in picked})
