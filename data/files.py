@@ -1,5 +1,6 @@
 """Files written whole or not at all, and their fingerprints: the two file utilities every package uses."""
 
+import glob
 import hashlib
 import os
 import shutil
@@ -65,3 +66,29 @@ def replace_folder(tmp: Path, folder: Path) -> None:
     if folder.exists():
         shutil.rmtree(folder)
     os.replace(tmp, folder)
+
+
+def running(pid: int) -> bool:
+    """Whether a process with this id exists (on Windows, where signal 0 would end it, always taken as yes)."""
+    if os.name == "nt":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def remove_abandoned(path: Path) -> None:
+    """Delete the <path>.tmp<pid> twins (files or folders) of processes that no longer run: a writer killed outright
+    (SIGKILL, a power cut) could not clean up, and a half-written corpus may take gigabytes. A live writer's twin stays."""
+    for twin in path.parent.glob(f"{glob.escape(path.name)}.tmp*"):
+        pid = twin.name.rsplit(".tmp", 1)[1]
+        if not pid.isdigit() or int(pid) == os.getpid() or running(int(pid)):
+            continue
+        if twin.is_dir():
+            shutil.rmtree(twin, ignore_errors=True)
+        else:
+            twin.unlink(missing_ok=True)

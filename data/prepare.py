@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data.chunks import make_tasks
-from data.files import replace_folder, write_atomically
+from data.files import remove_abandoned, replace_folder, write_atomically
 from data.sources import CHUNK_CHARS, DataError, Source, read_source
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
 
@@ -36,8 +36,12 @@ FORMAT_VERSION = 2  # 2 records each split's token count, so a cut-short .bin is
 PROGRESS_DELAY_S = 1.0  # a preparation shorter than this shows no progress bar
 
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))  # no SIGHUP on Windows
+
+
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM while preparing: the half-written folder is gone, and the process exits with 128 + signum."""
+    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal) while preparing: the half-written folder is gone, and the process
+    exits with 128 + signum."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -125,7 +129,7 @@ def encode_task(tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_tex
 
 @contextmanager
 def stopped_by_signals():
-    """Ctrl-C and SIGTERM raise Interrupted (once: a second signal while cleaning up is ignored) in the main thread."""
+    """Ctrl-C, SIGTERM and SIGHUP raise Interrupted (once: a second signal while cleaning up is ignored) in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -136,7 +140,7 @@ def stopped_by_signals():
             raised.append(signum)
             raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -177,6 +181,7 @@ def prepare(
         else:
             tokenizer = GPT2Tokenizer()
         tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+        remove_abandoned(folder)
         try:
             tmp.mkdir(parents=True, exist_ok=True)  # one left by a process of the same id, killed: overwritten
             meta = encode_into(tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars)

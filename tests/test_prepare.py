@@ -213,19 +213,37 @@ sys.exit(run_command(lambda argv: data.prepare.prepare(find_source(data.prepare.
 """
 
 
-def test_sigterm_while_preparing_stops_and_keeps_nothing(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup: the terminal closed"])
+def test_a_stop_signal_while_preparing_stops_and_keeps_nothing(tmp_path, sig):
+    """SIGHUP used to end the process at once, by its default action, and its half-written folder stayed for good."""
     proc = subprocess.Popen([sys.executable, "-c", slow_preparation(tmp_path)], cwd=REPO_ROOT, stderr=subprocess.PIPE)
     seen, deadline = b"", time.monotonic() + 60
     while b"tokens/s" not in seen and time.monotonic() < deadline:  # the progress bar of the second pass, moving
         if select.select([proc.stderr], [], [], 1)[0]:
             seen += os.read(proc.stderr.fileno(), 4096)
     assert b"encoding corpus.txt" in seen and b"tokens/s" in seen, seen.decode(errors="replace")
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     rest = proc.communicate(timeout=30)[1]
-    assert proc.returncode == 143, (proc.returncode, rest)
+    assert proc.returncode == 128 + sig, (proc.returncode, rest)
     lines = (seen + rest).decode().replace("\r", "\n").strip().splitlines()
-    assert lines[-1].startswith("SIGTERM while preparing the data: stopped") and "Traceback" not in "".join(lines), lines
+    assert lines[-1].startswith(f"{sig.name} while preparing the data: stopped") and "Traceback" not in "".join(lines), lines
     assert nothing_prepared(tmp_path)  # neither the folder nor its temporary twin
+
+
+def test_what_a_killed_preparation_left_is_removed_by_the_next(tmp_path):
+    """A preparation killed outright (SIGKILL) cannot clean up: its <folder>.tmp<pid> stays. The next one removes the
+    twins of processes that no longer run, and leaves a live writer's alone."""
+    path = tmp_path / "corpus.txt"
+    path.write_text(make_corpus_text(min_chars=20_000))
+    folder = tmp_path / "cache" / "prepared" / "corpus"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead, alive = folder.with_name(f"corpus.tmp{gone.stdout.strip()}"), folder.with_name(f"corpus.tmp{os.getppid()}")
+    for twin in (dead, alive):
+        twin.mkdir(parents=True)
+        (twin / "train.bin").write_bytes(b"\0" * 1000)  # half-written tokens
+    (folder.parent / f"corpus-other.tmp{gone.stdout.strip()}").mkdir()  # another corpus's twin: not this folder's to judge
+    prepare(find_source(path, "-"), "char", "k", folder, workers=1)
+    assert sorted(p.name for p in folder.parent.iterdir()) == sorted(["corpus", alive.name, f"corpus-other.tmp{gone.stdout.strip()}"])
 
 
 @pytest.fixture
