@@ -113,7 +113,7 @@ def test_the_picture_draws_every_variant_compare_can_train(tmp_path):
     names = ["tiny" + suffix for suffix in variants(load_config(["--config", "tiny"]).model, every)]
     assert len(names) == 2 ** len(ABLATIONS) == len(curves.COLORS)
     row = {"loss/val": 1.0, "loss/val_honest": 1.1, "loss/train_step": 1.0, "attn/entropy": 0.5, "attn/saturated_frac": 0.0}
-    row |= {"attn/future_mass": 0.0, "grad/qk_norm": 0.1}
+    row |= {"attn/future_mass": 0.0, "grad/qk_norm": 0.1, "loss/leak_gap": 0.1, "loss/order_use": 0.5}
     for name in names:
         (tmp_path / name).mkdir()
         (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **row}) + "\n" for s in (0, 10)))

@@ -13,6 +13,8 @@ PANELS = [  # (title, [(tag, line style)])
     ("share of saturated rows (max > 0.99)", [("attn/saturated_frac", "-")]),
     ("attention mass on the future", [("attn/future_mass", "-")]),
     ("grad norm reaching query and key", [("grad/qk_norm", "-")]),
+    ("leak gap: val honest - val forced (0 under the mask)", [("loss/leak_gap", "-")]),
+    ("order use: the honest loss's rise, recent tokens shuffled", [("loss/order_use", "-")]),
 ]
 
 
@@ -41,7 +43,7 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt  # imported here: only a finished comparison draws
 
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
     colors = dict(zip(run_dirs, COLORS, strict=False))
     metrics = {name: [read_metrics(d) for d in dirs] for name, dirs in run_dirs.items()}  # each file read once
     for ax, (panel, tags) in zip(axes.flat, PANELS, strict=True):
