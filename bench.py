@@ -37,7 +37,7 @@ from harness.experiments.benchmark import format_tables, measure_all
 from harness.experiments.data_bench import bench_data, format_data_table
 from harness.experiments.profiling import load_average, machine_name
 from harness.experiments.whole_run import format_whole_run, profile_whole_run
-from harness.training.runlog import read_metrics
+from harness.training.runlog import evaluations
 from harness.training.runtime import setup_runtime
 
 
@@ -46,7 +46,7 @@ def whole_run(argv: list[str], cfg, runs_dir_given: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="whole-run-") as scratch:
         runs_dir = Path(cfg.train.runs_dir if runs_dir_given else scratch)
         result = profile_whole_run([*argv, "--runs-dir", str(runs_dir)])
-        vals = [row["loss/val"] for row in read_metrics(runs_dir / cfg.run_name) if "loss/val" in row] if result["code"] == 0 else []
+        vals = [row["loss/val"] for row in evaluations(runs_dir / cfg.run_name)] if result["code"] == 0 else []
     return {"val": round(vals[-1], 4) if vals else None, "command": " ".join(["python train.py", *argv]), **result}
 
 

@@ -31,7 +31,7 @@ from harness.folders import writable_folder
 from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer_heatmaps
 from harness.training.evaluation import PROBE_TEXT
 from model.ablations import flags_label
-from model.heads import parse_heads
+from model.heads import head_name, parse_heads
 from model.measurements import NEXT_TOKEN_THRESHOLD, ROLES, head_roles
 
 REPEATED_TOKENS = 48  # length of the --repeated sequence (at most block_size)
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> Path:
     for layer, w in enumerate(weights if per_head else []):
         for head in range(w.shape[1]):
             fig = heatmap_figure(
-                w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [f"L{layer}H{head}"], model.cfg.causal
+                w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [head_name(layer, head)], model.cfg.causal
             )
             fig.savefig(out / f"attn_L{layer}_H{head}.png", dpi=110)
     page = attention_page([w[0] for w in weights], labels, f"{name}: attention ({flags})", model.cfg.causal, out / "attention.html")
@@ -111,15 +111,17 @@ def main(argv: list[str]) -> Path:
             f"{', '.join(row['roles'])} |"
         )
     for role, _, threshold in ROLES:
-        found = [f"L{row['layer']}H{row['head']}" for row in rows if role in row["roles"]]
+        found = [head_name(row["layer"], row["head"]) for row in rows if role in row["roles"]]
         print(f"{role} heads (weight above {threshold}): {', '.join(found) or 'none'}")
     if args.ablate:
-        ablate(model, tokenizer, checkpoint, named or next_token_heads(rows), args, out, rows)
+        by_place = sorted(rows, key=lambda r: (r["layer"], r["head"]))
+        ablate(model, tokenizer, checkpoint, named or next_token_heads(by_place), args, out, by_place)
     return out
 
 
 def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
-    heads = [(row["layer"], row["head"]) for row in sorted(rows, key=lambda r: (r["layer"], r["head"])) if "next-token" in row["roles"]]
+    """The next-token heads of the role table's rows (given in layer, head order)."""
+    heads = [(row["layer"], row["head"]) for row in rows if "next-token" in row["roles"]]
     if not heads:
         raise ConfigError(f"--ablate: no next-token head (none puts more than {NEXT_TOKEN_THRESHOLD} on t+1 here); name heads: L0H1,L1H3")
     return heads
@@ -127,15 +129,13 @@ def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
 
 def ablate(model, tokenizer, checkpoint: dict, heads: list[tuple[int, int]], args, out: Path, rows: list[dict]) -> None:
     """--ablate: the heads named (or found), switched off, against as many random others; printed and written to ablation.json,
-    with each head's weight on t+1 in the text shown (what named the next-token heads)."""
+    with each head's weight on t+1 in the text shown (what named the next-token heads; rows in layer, head order)."""
     batches = run_batches(model, checkpoint, tokenizer)
     try:
         result = measure(model, batches, heads, args.draws, args.seed, args.mean_ablation)
     except ValueError as e:
         raise ConfigError(f"--ablate: {e}") from None
-    result["next_token_weight"] = {
-        f"L{row['layer']}H{row['head']}": row["next"] for row in sorted(rows, key=lambda r: (r["layer"], r["head"]))
-    }
+    result["next_token_weight"] = {head_name(row["layer"], row["head"]): row["next"] for row in rows}
     write_atomically(out / "ablation.json", json.dumps(result, indent=2).encode())
     print(f"\n{report(result)}\nablation.json: {out / 'ablation.json'}")
 

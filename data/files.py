@@ -23,6 +23,11 @@ def sha256_of_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def temporary_twin(path: Path) -> Path:
+    """Where this process writes `path` before renaming it into place: <name>.tmp<pid> (remove_abandoned reads the pid)."""
+    return path.with_name(f"{path.name}.tmp{os.getpid()}")
+
+
 @contextmanager
 def atomic_file(path: Path, one_writer: bool = False) -> Iterator[BinaryIO]:
     """An open binary file whose contents replace `path` when the block ends, all at once: readers never see half a file.
@@ -33,7 +38,7 @@ def atomic_file(path: Path, one_writer: bool = False) -> Iterator[BinaryIO]:
     (a run holding its folder's lock) passes one_writer=True for a fixed <name>.tmp, which a
     process killed mid-write leaves behind once and the next save overwrites.
     """
-    tmp = path.with_name(f"{path.name}.tmp" if one_writer else f"{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f"{path.name}.tmp") if one_writer else temporary_twin(path)
     try:
         with open(tmp, "wb") as f:
             yield f

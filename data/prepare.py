@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data.chunks import make_tasks
-from data.files import remove_abandoned, replace_folder, write_atomically
+from data.files import remove_abandoned, replace_folder, temporary_twin, write_atomically
 from data.sources import CHUNK_CHARS, DataError, Source, read_source
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
 
@@ -180,7 +180,7 @@ def prepare(
             tokenizer = CharTokenizer(sorted(set().union(*(found.charset for _, found, _ in plan), separators)))
         else:
             tokenizer = GPT2Tokenizer()
-        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+        tmp = temporary_twin(folder)
         remove_abandoned(folder)
         try:
             tmp.mkdir(parents=True, exist_ok=True)  # one left by a process of the same id, killed: overwritten

@@ -10,7 +10,7 @@ import math
 import torch
 
 from model.gpt import GPT, lm_loss
-from model.measurements import visible_counts
+from model.measurements import SATURATED, row_max, visible_counts
 
 
 def qk_grad_norm(model: GPT) -> float:
@@ -48,6 +48,6 @@ def score_gradients(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, f
     rows = torch.cat(
         [(w * (g - (w * g).sum(-1, keepdim=True))).pow(2).sum(-1)[..., keep].flatten() for w, g in zip(weights, grads, strict=True)]
     )
-    saturated = torch.cat([(w.amax(-1) > 0.99)[..., keep].flatten() for w in weights])  # as saturated_fraction counts them
+    saturated = torch.cat([(row_max(w, model.cfg.causal) > SATURATED).flatten() for w in weights])  # as saturated_fraction counts them
     rms = {name: rows[chosen].mean().sqrt().item() for name, chosen in (("saturated_row_grad", saturated), ("other_row_grad", ~saturated))}
     return {"score_grad": rows.sum().sqrt().item(), **rms, "qk_grad": qk_grad_norm(model), "loss": loss.item()}

@@ -11,6 +11,7 @@ names a head "induction" above INDUCTION_THRESHOLD.
 import torch
 
 from model.gpt import GPT, lm_loss
+from model.heads import head_name
 
 INDUCTION_THRESHOLD = 0.3  # an induction head puts more than 0.3 of each repeated row's weight on its target
 
@@ -28,19 +29,28 @@ def induction_score(weights: torch.Tensor, idx: torch.Tensor) -> float:
 
     1 for a head that attends only there, about 0 for a previous-token head; 0 when no token repeats.
     """
-    target = previous_occurrence(idx) + 1  # (B, T); 0 where there is no earlier occurrence
+    return score_at(weights, previous_occurrence(idx) + 1)
+
+
+def score_at(weights: torch.Tensor, target: torch.Tensor) -> float:
+    """induction_score given the targets (B, T), previous_occurrence + 1 (0 where there is none): computed once for all heads."""
     on_target = weights.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T): w[b, t, target[b, t]]
     return on_target[target > 0].mean().item() if (target > 0).any() else 0.0
 
 
 @torch.no_grad()
-def induction_summary(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+def induction_summary(model: GPT, x: torch.Tensor, y: torch.Tensor, layers: list[torch.Tensor] | None = None) -> dict[str, float]:
     """On x, y (B, T): induction/L{layer}H{head}, every head's induction score, and induction/max; loss/repeated at
     positions whose token occurred before and whose target followed it there (copying is right), loss/first at first
-    occurrences (nan if none), and icl/score, repeated minus first: below 0 once the model reads its context."""
-    layers = model.attention_weights(x)  # n_layer x (B, H, T, T)
-    scores = {f"induction/L{layer}H{head}": induction_score(w[:, head], x) for layer, w in enumerate(layers) for head in range(w.shape[1])}
+    occurrences (nan if none), and icl/score, repeated minus first: below 0 once the model reads its context.
+    `layers`: the model's attention weights on x, if the caller has them already (n_layer x (B, H, T, T))."""
+    layers = model.attention_weights(x) if layers is None else layers
     previous = previous_occurrence(x)  # (B, T)
+    scores = {
+        f"induction/{head_name(layer, head)}": score_at(w[:, head], previous + 1)
+        for layer, w in enumerate(layers)
+        for head in range(w.shape[1])
+    }
     after = x.gather(-1, previous + 1)  # (B, T): the token after the earlier occurrence (x[:, 0] where there is none)
     losses = lm_loss(model(x)[0], y, reduction="none")  # (B, T)
     repeated, first = losses[(previous >= 0) & (after == y)].mean().item(), losses[previous < 0].mean().item()

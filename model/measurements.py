@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from model.gpt import GPT, lm_loss
+from model.heads import head_name
 from model.induction import INDUCTION_THRESHOLD, induction_score
 
 # Statistics of attention weights (..., T, S), as pure functions. Rows whose query may see only
@@ -48,7 +49,10 @@ def row_max(weights: torch.Tensor, causal: bool) -> torch.Tensor:
     return weights.amax(-1)[..., keep]
 
 
-def saturated_fraction(weights: torch.Tensor, causal: bool, threshold: float = 0.99) -> torch.Tensor:
+SATURATED = 0.99  # a row whose largest weight exceeds this is saturated
+
+
+def saturated_fraction(weights: torch.Tensor, causal: bool, threshold: float = SATURATED) -> torch.Tensor:
     """Share of rows (with at least two visible positions) whose largest weight exceeds `threshold`."""
     return (row_max(weights, causal) > threshold).float().mean()
 
@@ -217,18 +221,19 @@ SUMMARY_TAGS = (("entropy", "entropy"), ("max_weight", "max_weight"), ("saturate
 
 
 @torch.no_grad()
-def attention_summary(model: GPT, idx: torch.Tensor) -> dict[str, float]:
+def attention_summary(model: GPT, idx: torch.Tensor, probe: list | None = None) -> dict[str, float]:
     """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags. attn/entropy: mean
     normalised row entropy (1 = uniform over what a query may see, 0 = one-hot); attn/max_weight: mean row maximum;
     attn/saturated_frac: share of rows whose maximum exceeds 0.99; attn/future_mass: mean weight on later positions
     (0 under the causal mask); attn/score_std: std of the pre-softmax scores at visible positions, averaged over
     layers; heads/entropy/L{layer}H{head}: each head's entropy, in a TensorBoard section of its own. Every head has
-    as many rows, so the means over heads are the means over all rows."""
-    probe = model.attention_probe(idx)
+    as many rows, so the means over heads are the means over all rows. `probe`: model.attention_probe(idx), if the
+    caller has it already."""
+    probe = model.attention_probe(idx) if probe is None else probe
     heads = head_statistics([weights for _, weights in probe], model.cfg.causal)
     means = {f"attn/{tag}": sum(row[key] for row in heads) / len(heads) for tag, key in SUMMARY_TAGS}
     score_std = [scores[scores.isfinite()].float().std().item() for scores, _ in probe]
-    per_head = {f"heads/entropy/L{row['layer']}H{row['head']}": row["entropy"] for row in heads}  # a section of their own
+    per_head = {f"heads/entropy/{head_name(row['layer'], row['head'])}": row["entropy"] for row in heads}  # a section of their own
     return {**means, "attn/score_std": sum(score_std) / len(score_std), **per_head}
 
 

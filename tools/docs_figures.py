@@ -18,9 +18,10 @@ from pathlib import Path
 from configs import load_config
 from harness.cli import OneLineParser, run_command
 from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
+from harness.training.runlog import evaluations
 from model import GPT, ModelConfig
 from model.ablations import variants
-from tools.figures import FIGURES, ablation_figures, comparison_command, comparison_figures, evaluations, read_figures, record
+from tools.figures import FIGURES, ablation_figures, comparison_command, comparison_figures, read_figures, record
 from tools.quotes import COMPARISONS, QUOTES
 from tools.tables import TABLES
 

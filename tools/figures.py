@@ -8,7 +8,6 @@ comparison's compare.json and its runs' metrics.jsonl, inspect_attention.py's ab
 """
 
 import json
-import math
 import os
 import platform
 import re
@@ -18,8 +17,9 @@ from pathlib import Path
 import torch
 
 from data.files import write_atomically
-from harness.experiments.stats import spread, t_975
-from model.ablations import ABLATIONS
+from harness.experiments.stats import half_width, spread, to_json
+from harness.training.runlog import read_metrics
+from model.ablations import ABLATIONS, JOIN
 from tools.tables import in_table_order, removed
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures.json"
@@ -51,27 +51,19 @@ def record(key: str, command: str, value, path: Path = FIGURES) -> Path:
     return path
 
 
-def evaluations(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [row for row in rows if "loss/val" in row]
-
-
 def comparison_figures(folder: Path) -> dict:
-    """compare.json's means, sds and differences, and from each run's log its first evaluation's spread over seeds."""
+    """compare.json's means, sds and differences, and from each run's log (read once) its first evaluation's spread over
+    seeds and, per variant, the first logged step whose training loss is below 0.5 over the seeds: when a cheat takes hold."""
     saved = json.loads((folder / "compare.json").read_text(encoding="utf-8"))
-    runs = {name: evaluations(folder / name)[0] for name in saved["runs"]}
-    step0 = {}
+    logs = {name: read_metrics(folder / name) for name in saved["runs"]}
+    step0, collapse = {}, {}
     for variant in saved["aggregate"]:
-        mine = [row for name, row in runs.items() if name == variant or re.fullmatch(rf"{re.escape(variant)}-s\d+", name)]
-        step0[variant] = {}
-        for tag in ("attn/entropy", "attn/saturated_frac", "attn/score_std"):
-            values = [row[tag] for row in mine]
-            mean = sum(values) / len(values)
-            std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else None
-            step0[variant][tag] = {"mean": mean, "std": std, "n": len(values)}
-    collapse = {}  # per variant, the first logged step whose training loss is below 0.5, over the seeds: when a cheat takes hold
-    for variant in saved["aggregate"]:
-        steps = [first_step_below(folder / name, 0.5) for name in saved["runs"] if name == variant or name.startswith(f"{variant}-s")]
+        mine = [rows for name, rows in logs.items() if name == variant or re.fullmatch(rf"{re.escape(variant)}-s\d+", name)]
+        first = [next(row for row in rows if "loss/val" in row) for rows in mine]
+        step0[variant] = {
+            tag: to_json(spread([row[tag] for row in first])) for tag in ("attn/entropy", "attn/saturated_frac", "attn/score_std")
+        }
+        steps = [next((row["step"] for row in rows if row.get("loss/train_step", 0.5) < 0.5), None) for rows in mine]
         if steps and None not in steps:
             collapse[variant] = {"min": min(steps), "max": max(steps)}
     return {"seeds": saved["seeds"], "aggregate": saved["aggregate"], "differences": saved["differences"], "step0": step0,
@@ -80,7 +72,7 @@ def comparison_figures(folder: Path) -> dict:
 
 def comparison_command(config: str, value: dict) -> str:
     """The compare.py command that trained these variants: --variants only when they are not the default, each ablation alone."""
-    picked = ["+".join(removed(variant, config)) for variant in in_table_order(value["aggregate"], config)][1:]
+    picked = [JOIN.join(removed(variant, config)) for variant in in_table_order(value["aggregate"], config)][1:]
     every = [a.name for a in ABLATIONS]
     return f"python compare.py --config {config} --seeds {len(value['seeds'])}" + (
         f" --variants {','.join(picked)}" if picked != every else ""
@@ -101,7 +93,7 @@ def ablation_figures(folder: Path) -> dict | None:
     summary = {}
     for name, key in (("closed", "closed_fraction"), ("random", "random_closed_fraction")):
         s = spread([r[key] for r in runs.values()])
-        half = t_975(s.n - 1) * s.std / math.sqrt(s.n) if s.std is not None else 0.0
+        half = half_width(s) or 0.0
         summary[name] = {"mean": s.mean, "std": s.std, "n": s.n, "low": s.mean - half, "high": s.mean + half}
     heads = [f for r in runs.values() for f in r["each_head"].values()]
     summary["each_head"] = {"min": min(heads), "max": max(heads)}
@@ -111,8 +103,3 @@ def ablation_figures(folder: Path) -> dict | None:
     later = [f for r in runs.values() for layer, f in r["each_layer"].items() if layer != "L0"]  # every layer after the first
     summary["later_layers"] = {"min": min(later), "max": max(later)} if later else None
     return {"runs": runs, "summary": summary}
-
-
-def first_step_below(run_dir: Path, loss: float) -> int | None:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    return next((row["step"] for row in rows if row.get("loss/train_step", loss) < loss), None)

@@ -25,7 +25,7 @@ from data.corpus import load_corpus
 from harness.arguments import positive_int
 from harness.cli import OneLineParser, run_command
 from harness.experiments.comparison import plan_runs
-from harness.experiments.stats import t_975
+from harness.experiments.stats import half_width, spread
 from harness.training.checkpoints import load_model
 from model import GPT
 from model.ablations import ABLATIONS
@@ -50,7 +50,7 @@ def ratio_line(name: str, numerators: list[float], denominators: list[float]) ->
     when a seed has no value: a model without saturated rows)."""
     ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]  # NaN where a model had no saturated row
     mean = statistics.fmean(ratios) if not any(map(math.isnan, ratios)) else math.nan
-    half = t_975(len(ratios) - 1) * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 and mean == mean else None
+    half = half_width(spread(ratios)) if mean == mean else None
     return {"ratio": name, "per_seed": ratios, "mean": mean, "low": None if half is None else mean - half,
             "high": None if half is None else mean + half}  # fmt: skip
 

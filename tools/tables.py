@@ -8,7 +8,7 @@ name: the comparison's config, then the ablations it applies ("char-no-mask-no-p
 from collections.abc import Callable
 
 from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table
-from model.ablations import ABLATIONS
+from model.ablations import ABLATIONS, JOIN, variant_order
 from tools.quotes import COMPARISONS
 
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")  # what positions change
@@ -33,7 +33,7 @@ def in_table_order(names, config: str) -> list[str]:
     def key(label: str) -> tuple:
         variant, _, reference = label.partition(f" {MINUS} ")
         picked = removed(variant, config)
-        return (len(picked), [a.name for a in ABLATIONS].index(picked[0]) if picked else -1, picked, reference)
+        return (variant_order(JOIN.join(picked)) if picked else (), reference)  # the preset itself sorts first
 
     return sorted(names, key=key)
 

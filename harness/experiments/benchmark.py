@@ -19,9 +19,8 @@ from harness.experiments.profiling import (
     machine_name,
     matmul_peak_flops,
     peak_memory_bytes,
-    sync,
-    timed,
 )
+from harness.training.budget import sync, timed
 from harness.training.optim import describe, make_optimizer
 from harness.training.runtime import Runtime, wrap_for_training
 from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_step

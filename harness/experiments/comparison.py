@@ -16,7 +16,7 @@ from harness.experiments.stats import aggregate, differences, to_json
 from harness.folders import claim_run_folder
 from harness.pictures.curves import plot_runs
 from harness.stopping import LOST_OUTPUT, Aborted, StopFlag
-from harness.training.runlog import read_metrics
+from harness.training.runlog import evaluations
 from model.ablations import ABLATIONS, applied, name_suffix, variants
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
@@ -126,11 +126,6 @@ def train_run(train_args: list[str], children: Children, cfg: Config) -> dict:
     if code != 0:
         return {"exit_code": code}
     return {**evaluations(cfg.run_dir)[-1], "wall_s": time.perf_counter() - started, "exit_code": 0}
-
-
-def evaluations(run_dir: Path) -> list[dict]:
-    """The run's logged evaluations (the metrics.jsonl rows with a val loss), in order."""
-    return [row for row in read_metrics(run_dir) if "loss/val" in row]
 
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:

@@ -11,6 +11,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from harness.training.budget import sync, timed
+
 
 class PeakMemory(TorchDispatchMode):
     """Peak bytes of tensor storage allocated while the mode is active, on top of what already existed.
@@ -50,13 +52,6 @@ class PeakMemory(TorchDispatchMode):
         self.live -= nbytes
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 def peak_memory_bytes(fn, device: torch.device) -> int:
     """Peak bytes that fn() allocates above what was live before it ran (CUDA: the allocator's own count)."""
     if device.type == "cuda":
@@ -69,15 +64,6 @@ def peak_memory_bytes(fn, device: torch.device) -> int:
     with PeakMemory() as tracker:
         fn()
     return tracker.peak
-
-
-def timed(fn, device: torch.device) -> tuple[float, object]:
-    """Run fn() once; return (seconds, its result), waiting for the device at both ends."""
-    sync(device)
-    start = time.perf_counter()
-    out = fn()
-    sync(device)
-    return time.perf_counter() - start, out
 
 
 def best_ms(fn, device: torch.device, repeats: int) -> float:

@@ -77,6 +77,11 @@ def t_975(df: int) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
+def half_width(s: Spread) -> float | None:
+    """The 95% interval of a mean over seeds is s.mean ± this (Student's t, n - 1 degrees of freedom); None for one value."""
+    return None if s.std is None else t_975(s.n - 1) * s.std / math.sqrt(s.n)
+
+
 def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Difference:
     """Ablation minus base, paired by seed: d_i = ablation_i - base_i, then mean ± t * sd(d) / sqrt(n).
 
@@ -92,7 +97,7 @@ def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Diffe
         return Difference(d.mean, None, None, 1)
     base_std = statistics.stdev(base)
     sigmas = abs(d.mean) / base_std if base_std > 0 else (math.inf if d.mean != 0 else 0.0)
-    return Difference(d.mean, t_975(d.n - 1) * d.std / math.sqrt(d.n), sigmas, d.n)
+    return Difference(d.mean, half_width(d), sigmas, d.n)
 
 
 def column(runs: list[dict], tag: str) -> list[float] | None:

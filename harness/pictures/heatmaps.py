@@ -16,6 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 
+from model.heads import head_name
+
 TITLE_HEIGHT = 0.3  # inches kept for the figure's title, even while it is empty
 COLORBAR_WIDTH = 0.12  # inches: the colour bar's strip, right of the panels
 
@@ -176,7 +178,7 @@ def attention_page(weights_per_layer: list[torch.Tensor], tokens: list[str], tit
     import circuitsvis.attention  # imported here, by the scripts that write pages: training runs never need it
 
     heads = torch.cat([w.float().cpu() for w in weights_per_layer])  # n_layer x (H, T, T) -> (n_layer * H, T, T)
-    names = [f"L{layer}H{head}" for layer, w in enumerate(weights_per_layer) for head in range(w.shape[0])]
+    names = [head_name(layer, head) for layer, w in enumerate(weights_per_layer) for head in range(w.shape[0])]
     widget = circuitsvis.attention.attention_heads(attention=heads, tokens=tokens, attention_head_names=names, mask_upper_tri=causal)
     page = (
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>\n"

@@ -40,6 +40,28 @@ def prefix_flops(cfg: ModelConfig, B: int, positions: list[int]) -> float:
     return sum(forward_flops(cfg, B, t + 1) for t in positions)
 
 
+def honest_flops(cfg: Config, positions: list[list[int]]) -> float:
+    """Operations of one pass over each scored position's prefix, batch by batch: the honest loss's without the mask,
+    the order use's shuffled ones in every run."""
+    return sum(prefix_flops(cfg.model, cfg.train.batch_size, p) for p in positions)
+
+
+def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
+    """The honest positions per batch, cut until their prefix passes cost at most HONEST_BUDGET_STEPS training steps.
+
+    Fewer batches first, then the positions of the one left drawn closer to the start (shorter prefixes).
+    The presets stay well inside the budget: at most about six steps' worth, with every position at a stratum's end.
+    """
+    budget = HONEST_BUDGET_STEPS * step_flops(cfg)
+    while len(positions) > 1 and honest_flops(cfg, positions) > budget:
+        positions = positions[:-1]
+    span = cfg.model.block_size
+    while positions and span > 1 and honest_flops(cfg, positions) > budget:
+        span //= 2
+        positions = [sorted({t * span // cfg.model.block_size for t in p}) for p in positions]
+    return positions
+
+
 def step_memory_bytes(cfg: Config) -> float:
     """Memory one training step holds at its peak, roughly: weights with their gradients and optimizer moments,
     the activations kept for the backward pass (about 20 numbers per token, layer and channel) and the logits
@@ -61,21 +83,29 @@ def device_memory_bytes(device: torch.device) -> float | None:
         return None
 
 
+def sync(device: torch.device) -> None:
+    """Wait until the device has run what was queued on it (a CPU runs it at once)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def timed(fn, device: torch.device) -> tuple[float, object]:
+    """Run fn() once; return (seconds, its result), waiting for the device at both ends."""
+    sync(device)
+    start = time.perf_counter()
+    out = fn()
+    sync(device)
+    return time.perf_counter() - start, out
+
+
 def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> float:
     """Operations per second of an (n, n) @ (n, n) float32 product on the device, timed after one warm-up."""
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     a @ b
-    sync()
-    started = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    sync()
-    return repeats * 2.0 * n**3 / max(time.perf_counter() - started, 1e-9)
+    seconds, _ = timed(lambda: [a @ b for _ in range(repeats)], device)
+    return repeats * 2.0 * n**3 / max(seconds, 1e-9)
 
 
 def duration(seconds: float) -> str:

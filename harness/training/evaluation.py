@@ -15,7 +15,7 @@ from tqdm import tqdm
 from configs import Config
 from data.batches import draw_batch
 from data.tokenizer import Tokenizer, TokenizerError, token_labels
-from harness.training.budget import EVAL_WARNING_S, HONEST_BUDGET_STEPS, duration, forward_flops, prefix_flops, step_flops
+from harness.training.budget import EVAL_WARNING_S, HONEST_BUDGET_STEPS, cap_prefix_work, duration, forward_flops, honest_flops, step_flops
 from harness.training.runtime import Runtime
 from model import GPT
 from model.induction import induction_summary
@@ -41,9 +41,14 @@ class EvalSet:
     heatmap_labels: list[str]
     prompt_ids: list[int]  # start of the logged samples
 
+    @property
+    def scored_positions(self) -> int:
+        """How many positions the honest loss and the order use score: a prefix pass each for the order use's shuffles."""
+        return sum(len(positions) for _, _, positions in self.honest)
+
     def prefix_passes(self, causal: bool) -> int:
         """How many passes the honest loss runs: one per scored position, none for a causal model (it is read off the forced pass)."""
-        return 0 if causal else sum(len(positions) for _, _, positions in self.honest)
+        return 0 if causal else self.scored_positions
 
     @property
     def val_tokens(self) -> int:
@@ -80,31 +85,11 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids)
 
 
-def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
-    """The honest positions per batch, cut until their prefix passes cost at most HONEST_BUDGET_STEPS training steps.
-
-    Fewer batches first, then the positions of the one left drawn closer to the start (shorter prefixes).
-    The presets stay well inside the budget: at most about six steps' worth, with every position at a stratum's end.
-    """
-    budget, B = HONEST_BUDGET_STEPS * step_flops(cfg), cfg.train.batch_size
-
-    def cost(plan):
-        return sum(prefix_flops(cfg.model, B, p) for p in plan)
-
-    while len(positions) > 1 and cost(positions) > budget:
-        positions = positions[:-1]
-    span = cfg.model.block_size
-    while positions and span > 1 and cost(positions) > budget:
-        span //= 2
-        positions = [sorted({t * span // cfg.model.block_size for t in p}) for p in positions]
-    return positions
-
-
 def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
     """Operations of one evaluation: the losses on every eval batch, the prefix passes (the order use's shuffled ones, and
     without the mask the honest loss's), the attention statistics."""
     B, T = cfg.train.batch_size, cfg.model.block_size
-    prefixes = (1 if cfg.model.causal else 2) * sum(prefix_flops(cfg.model, B, p) for _, _, p in eval_set.honest)
+    prefixes = (1 if cfg.model.causal else 2) * honest_flops(cfg, [p for _, _, p in eval_set.honest])
     rows, cols = stats_shape(B, T)
     return 2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T) + prefixes + forward_flops(cfg.model, rows, cols)
 
@@ -116,9 +101,9 @@ def evaluation_notes(cfg: Config, eval_set: EvalSet, speed: float, device: torch
     seconds, notes = evaluation_flops(cfg, eval_set) / speed, []
     if not cfg.model.causal:
         prefixes = [p for _, _, p in eval_set.honest]
-        steps = sum(prefix_flops(cfg.model, cfg.train.batch_size, p) for p in prefixes) / step_flops(cfg)
+        steps = honest_flops(cfg, prefixes) / step_flops(cfg)
         notes.append(
-            f"honest loss without the mask: {sum(map(len, prefixes))} prefix passes in {len(prefixes)} batch(es), prefixes up to "
+            f"honest loss without the mask: {eval_set.scored_positions} prefix passes in {len(prefixes)} batch(es), prefixes up to "
             f"{max(t for p in prefixes for t in p) + 1} tokens: {steps:.1f} training steps of compute per evaluation (at most {HONEST_BUDGET_STEPS}), "
             "and as much again for the order use's shuffled prefixes"
         )
@@ -199,8 +184,10 @@ def measure_breakage(
         pairs = [honest_loss(model, x, y, positions, between) for x, y, positions in honest]  # (honest, forced) per batch
         metrics.update(leak_of(pairs))
         metrics.update(order_use(model, honest, between=between, unshuffled=[h for h, _ in pairs]))
-        metrics.update(attention_summary(model, x[:rows, :tokens].to(device)))
-        metrics.update(induction_summary(model, x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)))
+        xs, ys = x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)
+        probe = model.attention_probe(xs)  # one pass of the readable path serves both summaries
+        metrics.update(attention_summary(model, xs, probe))
+        metrics.update(induction_summary(model, xs, ys, [weights for _, weights in probe]))
     return metrics
 
 
@@ -222,16 +209,17 @@ def evaluate(
     """
     device = runtime.device
     B, T = eval_set.batches["val"][0][0].shape
-    shuffled = sum(len(positions) for _, _, positions in eval_set.honest)  # order use: one pass per scored position
+    shuffled = eval_set.scored_positions  # order use: one pass per scored position
     units = 2 * len(eval_set.batches["val"]) * -(-B // rows_per_pass(B, T)) + eval_set.prefix_passes(model.cfg.causal) + shuffled
     bar = tqdm(total=units, desc="evaluating", leave=False, dynamic_ncols=True, disable=not (progress and runtime.is_main))
-    begun = []
+    begun = False
 
     def between() -> None:
+        nonlocal begun
         if poll is not None:
             poll()
         bar.update(1 if begun else 0)  # counts the passes finished
-        begun.append(True)
+        begun = True
 
     try:
         metrics = {f"loss/{split}": estimate_loss(model, batches, runtime, between) for split, batches in eval_set.batches.items()}

@@ -70,6 +70,11 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in lines if parse_step(line) is not None]
 
 
+def evaluations(run_dir: Path) -> list[dict]:
+    """The run's logged evaluations (the metrics.jsonl rows with a val loss), in order."""
+    return [row for row in read_metrics(run_dir) if "loss/val" in row]
+
+
 def phase_change(run_dir: Path) -> str:
     """One line on the induction heads of a run, from its metrics.jsonl: the step at which the largest induction score
     first reached INDUCTION_THRESHOLD (the phase change), and the loss on repeated positions before it and at the end."""
