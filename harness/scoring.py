@@ -77,7 +77,8 @@ def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool, betwe
     between = between or (lambda n: None)
     model.eval()
     device = model.lm_head.weight.device
-    parts = []
+    out = torch.empty(len(ids) - 1)  # filled window by window: no small tensor per window outlives its logits
+    done = 0
     todo, start = windows(len(ids), model.cfg.block_size, stride), 0
     while start < len(todo):  # windows of one shape (length and first target) go through the model together
         length, first = todo[start].end - todo[start].begin, todo[start].first
@@ -93,9 +94,10 @@ def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool, betwe
             between(y.numel())
             logits = model.lm_head(model.hidden(x)[:, first:])  # (B, L - 1, C) -> (B, P, V)
         check_finite_logits(logits)
-        parts.append(lm_loss(logits, y, reduction="none").flatten().cpu())  # windows in text order, targets in order
-        start = stop
-    return torch.cat(parts)
+        losses = lm_loss(logits, y, reduction="none").flatten()  # windows in text order, targets in order
+        out[done : done + len(losses)] = losses
+        done, start = done + len(losses), stop
+    return out
 
 
 @dataclass
