@@ -18,7 +18,7 @@ from tqdm import tqdm
 from configs import Config
 from harness.cli import OneLineParser, run_command
 from harness.stopping import StopFlag, Stopped
-from harness.training.budget import check_affordable
+from harness.training.budget import measured_speed
 from harness.training.checkpoints import Checkpointer, Progress, read_resumable, restore
 from harness.training.evaluation import evaluate, evaluation_notes, make_eval_set
 from harness.training.optim import describe, lr_at, make_optimizer, set_lr
@@ -36,8 +36,8 @@ def train(cfg: Config) -> dict:
     corpus, cfg = load_data(cfg, runtime)
     torch.manual_seed(cfg.train.seed + runtime.rank)  # same init everywhere (DDP broadcasts rank 0's), own dropout
     checkpoint = read_resumable(cfg, corpus.source_sha256) if cfg.train.resume else None  # read once, checked before use
-    cfg, model = initial_model(cfg, runtime, checkpoint)  # fresh, GPT-2's weights (--init-from), or the checkpoint's shapes
-    speed = check_affordable(cfg, runtime.device)  # this device's speed; a step too long to stop or too big to hold is refused here
+    speed = measured_speed(runtime.device)  # operations per second here: the cost of a step and of an evaluation is estimated from it
+    cfg, model = initial_model(cfg, runtime, checkpoint, speed)  # fresh, GPT-2's or the checkpoint's; refused first if too big or slow
     run_lock = open_run_dir(cfg, runtime)
 
     # The optimizer and the batch sampler, fresh or restored (with the model's weights).

@@ -8,6 +8,7 @@ import dataclasses
 import errno
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,9 +16,10 @@ import time
 
 import pytest
 import torch
-from conftest import REPO_ROOT, assert_one_line_error, make_corpus_text, tiny_argv, write_corpus
+from conftest import REPO_ROOT, assert_one_line_error, error_of, make_corpus_text, tiny_argv, write_corpus
 
 import harness.training.budget
+import harness.training.starting_weights
 import train
 from configs import ConfigError, load_config
 from data.corpus import DataError, load_corpus
@@ -123,6 +125,29 @@ def test_a_huge_context_is_refused_in_one_line_with_its_cost(monkeypatch, tmp_pa
     with pytest.raises(ConfigError, match=r"needs about \d+ GiB, and this cpu has 1 GiB"):
         check_affordable(cfg, torch.device("cpu"))
     assert check_affordable(config("--config", "tiny"), torch.device("cpu")) == 20e9
+
+
+@pytest.mark.parametrize(
+    ("sizes", "memory", "message"),
+    [
+        (["--model.n_layer=1" + "0" * 30], None, r"training a model of about 1\.2e\+34 parameters needs about 1\.8e\+26 GiB"),
+        (["--model.n_layer=48", "--model.n_embd=1024"], 2.0**32, "training a model of about 604M parameters needs about 9 GiB"),
+    ],
+)  # 12 L C^2 = 12 x 48 x 1024^2 = 604.0M (the embeddings add 0.1M); 16 bytes each (weights, gradients, two moments) = 9.0 GiB
+def test_a_model_too_big_is_refused_before_any_weight_is_made(tmp_path, monkeypatch, capsys, sizes, memory, message):
+    """--model.n_layer=10**30 used to build layer after layer for ever (the check came after the model was built); now the
+    estimate from the config alone refuses it in one line, and no GPT is ever constructed."""
+
+    def built(model_cfg):
+        raise AssertionError(f"a GPT with {model_cfg.n_layer} layers was built before the budget check")
+
+    monkeypatch.setattr(harness.training.starting_weights, "GPT", built)
+    if memory is not None:
+        monkeypatch.setattr(harness.training.budget, "device_memory_bytes", lambda device: memory)
+    proc = error_of(train.main, tiny_argv(tmp_path, write_corpus(tmp_path / "t"), *sizes), capsys)
+    line = assert_one_line_error(proc, "lower --model.n_layer or --model.n_embd")
+    assert re.search(message, line), line
+    assert not (tmp_path / "runs" / "tiny").exists()  # refused before the run folder is claimed
 
 
 @pytest.mark.parametrize("preset", ["tiny", "char", "base", "gpt2-finetune"])

@@ -10,21 +10,27 @@ config.json and every checkpoint store, and sample.py rebuilds the model from it
 
 A resumed --init-from run takes that config from its own ckpt.pt: it needs neither the hub nor
 the folder it started from, since restore() overwrites every weight.
+
+Whichever the path, the model's config is checked (budget.py's check_affordable) before its weights are made:
+a model or a step too big to hold, or too slow to stop, is refused from the config alone.
 """
 
 import dataclasses
 
 from configs import Config, ConfigError
+from harness.training.budget import check_affordable
 from harness.training.checkpoints import check_model_config, model_config_of
 from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
 
 
-def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None) -> tuple[Config, GPT]:
+def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None) -> tuple[Config, GPT]:
     """(the run's config, its model on runtime.device): GPT(cfg.model) with fresh weights, or GPT-2's weights when
     cfg.train.init_from names one. A resumed run passes its checkpoint (read once by read_resumable); an --init-from
-    run's model config comes from it and is checked before the model is built. restore() then overwrites the weights."""
+    run's model config comes from it and is checked before the model is built. restore() then overwrites the weights.
+    Each path's config goes through check_affordable first (speed: the device's, if measured already)."""
     if not cfg.train.init_from:  # read_resumable checked a checkpoint's model config against cfg.model
+        check_affordable(cfg, runtime.device, speed)
         return cfg, GPT(cfg.model).to(runtime.device)
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override")
@@ -34,11 +40,13 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None)
         path = cfg.run_dir / "ckpt.pt"
         model_cfg = chosen_fields(cfg.model, model_config_of(checkpoint, path))
         check_model_config(checkpoint, path, model_cfg)
-        return dataclasses.replace(cfg, model=model_cfg, train=pinned), GPT(model_cfg).to(runtime.device)
+        check_affordable(run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed)
+        return run_cfg, GPT(model_cfg).to(runtime.device)
     from harness.gpt2 import build, load_pretrained  # imported on use: the hub's client is slow to import, and a fresh run needs none
 
     pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
     model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
+    check_affordable(run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed)  # GPT-2's sizes
     state = pretrained.state_dict()
     state["pos_emb.weight"] = state["pos_emb.weight"][: model_cfg.block_size]  # (block_size, C): the first positions only
     model = build(model_cfg, state, info["source"])
@@ -48,7 +56,7 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None)
         f"{model_cfg.n_embd} wide, context {model_cfg.block_size} of its {pretrained.cfg.block_size}; the preset's sizes do not apply"
         + (f"; kept its {', '.join(kept)}" if kept else "")
     )
-    return dataclasses.replace(cfg, model=model_cfg, train=pinned), model.train().to(runtime.device)
+    return run_cfg, model.train().to(runtime.device)
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
