@@ -13,7 +13,7 @@ from configs import SECTIONS, Config, ConfigError
 from configs.schema import config_differences
 from data.files import write_atomically
 from harness.experiments.stats import aggregate, differences, to_json
-from harness.folders import claim_run_folder
+from harness.folders import claim_run_folder, read_json
 from harness.pictures.curves import plot_runs
 from harness.stopping import LOST_OUTPUT, Aborted, StopFlag
 from harness.training.runlog import evaluations
@@ -139,10 +139,8 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
     last = (evaluations(cfg.run_dir) or [{}])[-1]
     if last.get("step") != cfg.train.max_steps:
         return None
-    try:
-        recorded = json.loads((cfg.run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        recorded = {}
+    recorded = read_json(cfg.run_dir / "config.json")
+    recorded = recorded if isinstance(recorded, dict) else {}
     wanted = {section: cfg.to_dict()[section] for section in SECTIONS}
     differs = config_differences(recorded, wanted, ignore=("vocab_size", "resume", "run_name"))
     if differs:
@@ -160,10 +158,8 @@ def write_json(path: Path, value: dict) -> None:
 
 def read_saved_runs(runs_dir: Path) -> dict:
     """The runs an earlier comparison recorded in compare.json (it is rewritten after each run), by run name."""
-    try:
-        runs = json.loads((runs_dir / "compare.json").read_text(encoding="utf-8")).get("runs", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
+    saved = read_json(runs_dir / "compare.json")
+    runs = saved.get("runs") if isinstance(saved, dict) else None
     return runs if isinstance(runs, dict) else {}
 
 
