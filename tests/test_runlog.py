@@ -55,6 +55,7 @@ def test_read_metrics_skips_a_line_torn_by_a_kill(tmp_path):
         b"\xff\xfe\x00garbage",  # not UTF-8: UnicodeDecodeError from read_text
         b'{"step": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # RecursionError from json.loads
     ],
+    ids=["step 1e999", "step x", "a list", "not UTF-8", "nested 100,000 deep"],
 )
 def test_any_damaged_line_is_skipped_alike(tmp_path, damaged):
     (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 0, "loss/val": 4.2}\n' + damaged + b'\n{"step": 5, "loss/val": 3.9}\n')
