@@ -144,6 +144,7 @@ def one_line_failures(command: Callable[[list[str]], object], argv: list[str], i
     with guarded_output():
         try:
             code = command(argv)
+            sys.stdout.flush()  # what is still buffered, written now: if it cannot be (a full disk), that is lost output too
         except USER_ERRORS as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

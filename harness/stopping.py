@@ -14,6 +14,7 @@ quietly with exit code 141 (128 + SIGPIPE), as Unix programs do on a closed pipe
 """
 
 import contextlib
+import errno
 import io
 import os
 import signal
@@ -166,15 +167,16 @@ class GuardedStream:
 
 def writable(stream) -> bool:
     """Whether a standard stream can be written at all: Python leaves it None when its descriptor was closed,
-    and a launcher may have left a read-only file there (a shell script that execs python)."""
+    and a launcher may have left a read-only file there (a shell script that execs python). A descriptor open for
+    writing whose writes fail (> /dev/full: ENOSPC even for nothing) is writable: its output is lost, which stops."""
     if stream is None:
         return False
     try:
         os.write(stream.fileno(), b"")  # writes nothing, but fails on a descriptor not open for writing
     except (AttributeError, io.UnsupportedOperation):  # a stream in memory (a test's capture): writable
         return True
-    except OSError:
-        return False
+    except OSError as e:
+        return e.errno not in (errno.EBADF, errno.EINVAL)  # closed or read-only, or no file to write to
     return True
 
 

@@ -4,6 +4,7 @@ transformers' own sliding-window computation, the honest path of a no-mask model
 import dataclasses
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -340,6 +341,18 @@ def test_bad_input_is_one_line(run, tmp_path, capsys):
 def test_script_is_one_line_on_a_user_error(run, tmp_path):
     proc = run_script("score.py", "--checkpoint", str(run["ckpt"]), "--device", "cpu", "--file", str(tmp_path / "nope.txt"))
     assert_one_line_error(proc, f"--file {tmp_path / 'nope.txt'} does not exist")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device every write to fails with ENOSPC")
+def test_a_result_that_cannot_be_written_is_exit_code_141(run):
+    """`python score.py --json > /dev/full` exited 0 with its result silently dropped: the check of the stream took the
+    failing write for a descriptor the user closed. A full disk behind stdout is lost output: exit code 141, as from | head."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "score.py", "--checkpoint", str(run["ckpt"]), "--device", "cpu", "--json"],
+            cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 141 and proc.stderr == "", f"exit code {proc.returncode}, stderr:\n{proc.stderr}"
 
 
 def test_ctrl_c_stops_honest_scoring_with_exit_code_130(run, tmp_path):
