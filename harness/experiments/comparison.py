@@ -163,6 +163,14 @@ def read_saved_runs(runs_dir: Path) -> dict:
     return runs if isinstance(runs, dict) else {}
 
 
+def kept(results: dict, runs_dir: Path) -> str:
+    """What a second Ctrl-C leaves of the comparison, for its abort line: the runs that finished (the one under way
+    says for itself what it kept)."""
+    finished = [name for name, result in results.items() if result.get("exit_code") == 0]
+    done = f"finished and kept in {runs_dir}: {', '.join(finished)}" if finished else "no run had finished"
+    return f"{done}; continue with the same command plus --resume"
+
+
 def run_comparison(
     cfg: Config, config_name: str, overrides: list[tuple[str, str]], n_seeds: int, names: list[str] | None = None
 ) -> dict | int:
@@ -183,6 +191,7 @@ def run_comparison(
     saved_runs = read_saved_runs(runs_dir) if cfg.train.resume else {}
     results = {}
     with Children() as children:
+        children.flag.saved = kept(results, runs_dir)
         for i in range(n_seeds):  # seed by seed: stopped early, the finished rounds are still complete pairs
             for variant, configs in plan.items():
                 run_cfg, number = configs[i], f"run {len(results) + 1} of {n_seeds * len(plan)}"  # the comparison's progress
@@ -190,11 +199,13 @@ def run_comparison(
                 if done is not None:
                     print(f"\n=== {number}: {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} finished already ===", flush=True)
                     results[run_cfg.run_name] = done
+                    children.flag.saved = kept(results, runs_dir)
                     continue
                 started = cfg.train.resume and (run_cfg.run_dir / "ckpt.pt").is_file()
                 run_cfg = dataclasses.replace(run_cfg, train=dataclasses.replace(run_cfg.train, resume=started))
                 print(f"\n=== {number}: {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} ===", flush=True)
                 results[run_cfg.run_name] = train_run(train_argv(config_name, overrides, run_cfg), children, run_cfg)
+                children.flag.saved = kept(results, runs_dir)
                 write_json(runs_dir / "compare.json", {"seeds": seeds, "runs": results})
                 code = results[run_cfg.run_name]["exit_code"]
                 if children.signum is not None or code in STOPPED_CODES:  # stopped by a signal or lost output, after saving a checkpoint
