@@ -32,6 +32,7 @@ from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer
 from harness.training.evaluation import PROBE_TEXT
 from model.ablations import flags_label
 from model.heads import head_name, parse_heads
+from model.induction import SHORTEST_CONTEXT
 from model.measurements import NEXT_TOKEN_THRESHOLD, ROLES, head_roles
 
 REPEATED_TOKENS = 48  # length of the --repeated sequence (at most block_size)
@@ -74,6 +75,9 @@ def main(argv: list[str]) -> Path:
         ids = []  # a vocabulary without the probe text's characters (a synthetic source's): a repeated sequence instead
     if args.repeated or (args.text is None and not ids):
         n = min(model.cfg.block_size, REPEATED_TOKENS)
+        if n < SHORTEST_CONTEXT:  # in 2 tokens every head read as induction, previous-token and first-token sink at once
+            raise ConfigError(f"this model's context ({n} tokens) is too short to tell heads' roles from chance in a repeated sequence; "
+                              f"that takes {SHORTEST_CONTEXT} or more; look at a text of its own with --text")  # fmt: skip
         ids = RepeatedRandom(tokenizer.vocab_size, n // 4, n // 2).sequence(n, torch.Generator().manual_seed(PROBE_SEED)).tolist()
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")
