@@ -150,6 +150,15 @@ def test_a_model_too_big_is_refused_before_any_weight_is_made(tmp_path, monkeypa
     assert not (tmp_path / "runs" / "tiny").exists()  # refused before the run folder is claimed
 
 
+@pytest.mark.parametrize("std", ["1e308", "1e19"])  # weights of inf; finite weights whose attention scores overflow
+def test_an_init_that_overflows_is_blamed_on_the_setting_not_on_a_checkpoint(tmp_path, capsys, std):
+    """A fresh run at --model.qk_init_std=1e308 failed at its first evaluation with "a diverged or damaged checkpoint; use
+    another checkpoint, such as the run's best.pt": there is no checkpoint, only a setting that overflows float32."""
+    proc = error_of(train.main, tiny_argv(tmp_path, write_corpus(tmp_path / "t"), f"--model.qk_init_std={std}"), capsys)
+    line = assert_one_line_error(proc, "a fresh model with these settings computes logits that are not finite", "lower model.qk_init_std")
+    assert "checkpoint" not in line and f"({float(std):g} here, GPT-2's is 0.02)" in line
+
+
 @pytest.mark.parametrize("preset", ["tiny", "char", "base", "gpt2-finetune"])
 def test_the_presets_honest_loss_is_never_capped(preset):
     """Even with every position at its stratum's end, a no-mask preset's prefix passes stay within the budget."""

@@ -17,6 +17,8 @@ a model or a step too big to hold, or too slow to stop, is refused from the conf
 
 import dataclasses
 
+import torch
+
 from configs import Config, ConfigError
 from harness.training.budget import check_affordable
 from harness.training.checkpoints import check_model_config, model_config_of
@@ -31,7 +33,10 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None,
     Each path's config goes through check_affordable first (speed: the device's, if measured already)."""
     if not cfg.train.init_from:  # read_resumable checked a checkpoint's model config against cfg.model
         check_affordable(cfg, runtime.device, speed)
-        return cfg, GPT(cfg.model).to(runtime.device)
+        model = GPT(cfg.model).to(runtime.device)
+        if checkpoint is None:  # fresh weights: restore() does not overwrite them
+            check_finite_start(model)
+        return cfg, model
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override")
     # The run's folder is named from the user's flags, not from switches kept from the weights: the resumed run finds it again.
@@ -57,6 +62,23 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None,
         + (f"; kept its {', '.join(kept)}" if kept else "")
     )
     return run_cfg, model.train().to(runtime.device)
+
+
+@torch.no_grad()
+def check_finite_start(model: GPT) -> None:
+    """Refuse fresh weights whose logits are not finite before any training: an init that overflows float32 (a huge
+    model.qk_init_std) would otherwise fail at the first evaluation, blamed on a damaged checkpoint. The weights, then a
+    pass over a block of tokens drawn from a generator of its own, in eval mode (no dropout): the run's random stream is
+    unchanged."""
+    T, device = min(model.cfg.block_size, 64), model.lm_head.weight.device
+    idx = torch.randint(model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0)).to(device)  # (1, T)
+    finite = all(torch.isfinite(p).all() for p in model.parameters()) and torch.isfinite(model.eval()(idx)[0]).all()
+    model.train()
+    if not finite:
+        raise ConfigError(
+            f"a fresh model with these settings computes logits that are not finite (NaN or inf) before any training: float32 "
+            f"overflows at initialisation; lower model.qk_init_std ({model.cfg.qk_init_std:g} here, GPT-2's is 0.02)"
+        )
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
