@@ -24,6 +24,11 @@ The measurements live in harness/experiments/benchmark.py and data_bench.py, the
 harness/experiments/profiling.py, the whole-run profile in harness/experiments/whole_run.py.
 """
 
+from harness.stopping import exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
+
 import argparse
 import json
 import sys

@@ -1,18 +1,21 @@
 """Look inside a model: python inspect_attention.py [--run NAME | --checkpoint PATH | --pretrained gpt2] --text "ROMEO: But soft"
 
-Writes token-labelled heatmaps of the attention weights (one grid of heads per layer, and one
-picture per head when the model has few heads), one interactive HTML page of every head
-(attention.html: pick a head, hover a token), and prints a table of the heads ranked by entropy
-that names the previous-token heads, the next-token heads (the --no-mask cheat: they read the
-answer), the first-token sinks and the induction heads (--repeated shows them best: random tokens
-in which a segment recurs, docs/induction.md). Works on any checkpoint, including the ablated runs, and on GPT-2.
+Writes token-labelled heatmaps of the attention weights (one grid of heads per layer, and one picture per head when the model has few
+heads), one interactive HTML page of every head (attention.html: pick a head, hover a token), and prints a table of the heads ranked by
+entropy that names the previous-token heads, the next-token heads (the --no-mask cheat: they read the answer), the first-token sinks and
+the induction heads (--repeated shows them best: random tokens in which a segment recurs, docs/induction.md). Works on any checkpoint,
+including the ablated runs, and on GPT-2.
 
---ablate next-token (or --ablate L0H1,L0H3, or L1 for a whole layer) tests the claim that the named
-heads carry the cheat of a model trained without the mask: it measures the leak gap on the run's own
-val batches before and after switching those heads off, and after switching as many randomly drawn
-other heads off (--draws times), prints the closed fractions, and writes them to ablation.json
+--ablate next-token (or --ablate L0H1,L0H3, or L1 for a whole layer) tests the claim that the named heads carry the cheat of a model
+trained without the mask: it measures the leak gap on the run's own val batches before and after switching those heads off, and after
+switching as many randomly drawn other heads off (--draws times), prints the closed fractions, and writes them to ablation.json
 (harness/experiments/head_ablation.py says what it holds).
 """
+
+from harness.stopping import exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
 
 import json
 import sys
@@ -76,8 +79,7 @@ def main(argv: list[str]) -> Path:
     if args.repeated or (args.text is None and not ids):
         n = min(model.cfg.block_size, REPEATED_TOKENS)
         if n < SHORTEST_CONTEXT:  # in 2 tokens every head read as induction, previous-token and first-token sink at once
-            raise ConfigError(f"this model's context ({n} tokens) is too short to tell heads' roles from chance in a repeated sequence; "
-                              f"that takes {SHORTEST_CONTEXT} or more; look at a text of its own with --text")  # fmt: skip
+            raise ConfigError(f"a context of {n} tokens is too short to tell heads' roles from chance (it takes {SHORTEST_CONTEXT}); try --text")  # fmt: skip
         ids = RepeatedRandom(tokenizer.vocab_size, n // 4, n // 2).sequence(n, torch.Generator().manual_seed(PROBE_SEED)).tolist()
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")

@@ -7,6 +7,11 @@ Checkpoints are read with torch.load(weights_only=True): plain tensors and data,
 One sample prints token by token as it is generated; Ctrl-C stops it, keeping what was printed.
 """
 
+from harness.stopping import StopFlag, exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
+
 import argparse
 import sys
 from itertools import chain, islice
@@ -18,7 +23,6 @@ from data.sources import read_text
 from data.tokenizer import TokenizerError, decode_stream
 from harness.arguments import non_negative_float, non_negative_int, positive_int, probability, seed, typed_text
 from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
-from harness.stopping import StopFlag
 from harness.training.budget import check_sampling
 
 

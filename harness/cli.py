@@ -18,7 +18,7 @@ from configs import Config, ConfigError, TrainConfig, load_config, parse_args, u
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from harness.folders import OutputError
-from harness.stopping import LOST_OUTPUT, Aborted, Stopped, guarded_output
+from harness.stopping import LOST_OUTPUT, NOTHING_SAVED, Aborted, Stopped, guarded_output, interrupt_on_signal
 from harness.training.checkpoints import CheckpointError, load_model
 from harness.training.runtime import setup_runtime, shut_down
 from harness.training.step import TrainingError
@@ -123,13 +123,15 @@ def device_of(name: str) -> torch.device:
 def run_command(
     command: Callable[[list[str]], object],
     argv: list[str],
-    interrupted: str = "interrupted; nothing was saved",
+    interrupted: str = NOTHING_SAVED,
 ) -> int:
     """Run a script's command on argv and return its exit code; every expected failure becomes one line.
 
     The command returns an int exit code, or anything else (its result, for tests) for success. A stop
-    (harness/stopping.py) exits with 128 + the signal's number: quietly when the output was lost (141).
+    (harness/stopping.py) exits with 128 + the signal's number: quietly when the output was lost (141). So does a
+    signal before the command's own handlers are in place: `interrupted` is its line.
     """
+    interrupt_on_signal()
     try:
         return one_line_failures(command, argv, interrupted)
     except Aborted as e:  # a second signal: from the command, or from its very end, past the handlers below

@@ -328,6 +328,30 @@ def test_a_second_ctrl_c_says_which_finished_runs_are_kept(tmp_path, corpus_file
     )
 
 
+def test_ctrl_c_passed_on_while_train_py_starts_waits_for_its_one_line(tmp_path, corpus_file, monkeypatch, capfd):
+    """compare.py passed a Ctrl-C on to a train.py whose interpreter was still starting: it stopped with "Fatal Python
+    error: init_import_site" and a traceback (or a KeyboardInterrupt in its imports). Here the Ctrl-C comes the moment
+    the child exists, as it would from a terminal while the process is being started."""
+    real = comparison.subprocess.Popen
+
+    def popen(*args, **kwargs):
+        child = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return child
+
+    monkeypatch.setattr(comparison.subprocess, "Popen", popen)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    try:
+        with Children() as children:
+            code = children.run([sys.executable, str(comparison.TRAIN_PY), *tiny_argv(tmp_path, corpus_file)])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    err = capfd.readouterr().err
+    assert code == 130 and children.signum == signal.SIGINT, err
+    assert err.strip().splitlines() == ["interrupted before training started; nothing was saved"]
+
+
 def test_sighup_is_passed_on_to_the_child_once(tmp_path):
     """SIGHUP (the terminal closed) used to kill compare.py and orphan its train.py: now the child gets it, once."""
     ready, got = tmp_path / "ready", tmp_path / "got"

@@ -4,6 +4,7 @@ and the one-line answers to bad input around them.
 A subprocess waits for a line, never for a time: a busy machine only makes it slower.
 """
 
+import ast
 import dataclasses
 import errno
 import io
@@ -65,6 +66,40 @@ def test_sigterm_inside_an_evaluation_stops_within_seconds_and_saves(tmp_path):
     assert checkpoint["step"] == 0 and checkpoint["evaluated"] is False  # --resume evaluates step 0 again
     assert not [m for m in read_metrics(run_dir) if "loss/val" in m]  # the evaluation cut short is not logged
     assert f"stopped at step 0; checkpoint saved to {run_dir / 'ckpt.pt'}" in out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "sighup"])
+def test_a_signal_during_the_imports_is_one_line(tmp_path, signum):
+    """A Ctrl-C while `import torch` ran (the first second or so, before run_command) printed a KeyboardInterrupt traceback,
+    and SIGTERM or SIGHUP ended the process without a word. Python's own import log (-X importtime) says when torch's
+    import is under way: its first submodule done, the module itself not yet."""
+    corpus = write_corpus(tmp_path / "text")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-X", "importtime", "train.py", *tiny_argv(tmp_path, corpus)]
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stderr:  # a line per module imported, as each import ends
+            if re.search(r"\| +torch\.", line):
+                proc.send_signal(signum)
+                break
+        err, out = proc.stderr.read(), proc.stdout.read()
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert said == ["interrupted before training started; nothing was saved"]
+    assert out == "" and not (tmp_path / "runs").exists()
+
+
+def test_every_script_answers_a_signal_during_its_imports():
+    """Each script's first act, before any import that takes time, is exit_on_signal: read from its source, never imported."""
+    for path in sorted(REPO_ROOT.glob("*.py")):
+        body = ast.parse(path.read_text(encoding="utf-8")).body[1:]  # after the docstring
+        first, guard = body[0], body[1]
+        assert isinstance(first, ast.ImportFrom) and first.module == "harness.stopping", f"{path.name}: {ast.unparse(first)}"
+        assert ast.unparse(guard.test) == "__name__ == '__main__'", f"{path.name}: {ast.unparse(guard)}"
+        assert ast.unparse(guard.body[0]).startswith("exit_on_signal("), f"{path.name}: {ast.unparse(guard)}"
 
 
 def test_sighup_stops_like_sigterm_with_a_checkpoint(tmp_path, monkeypatch, capsys):

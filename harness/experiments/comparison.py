@@ -4,6 +4,7 @@
 import contextlib
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -71,6 +72,16 @@ def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config) 
     ]
 
 
+@contextlib.contextmanager
+def blocked(signum: int):
+    """The signal held pending (not lost) in this thread for the block, and in the processes it starts meanwhile."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 class Children:
     """Runs train.py processes one at a time, and passes every stop signal (Ctrl-C, SIGTERM, SIGHUP) on to the one running.
 
@@ -82,6 +93,7 @@ class Children:
 
     def __init__(self):
         self.child: subprocess.Popen | None = None
+        self.told = False  # whether the running child was passed a signal
         self.flag = StopFlag(on_signal=self.pass_on)
 
     @property
@@ -95,20 +107,30 @@ class Children:
     def pass_on(self, signum: int) -> None:
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signum)
+            self.told = True
 
     def run(self, command: list[str]) -> int:
-        """Start the command and wait for it to end; its exit code (not started if a stop was asked for already)."""
-        if self.signum is not None:
-            return 128 + self.signum
-        self.child = subprocess.Popen(command, process_group=0)
-        if self.signum is not None:  # the signal came while the child was being started
-            self.child.send_signal(self.signum)
+        """Start the command and wait for it to end; its exit code (not started if a stop was asked for already).
+
+        The child starts with SIGINT blocked (it inherits this process's mask): a Ctrl-C passed on while its interpreter
+        starts then waits until train.py can answer it in one line (harness/stopping.py's exit_on_signal unblocks it),
+        where Python would stop with "Fatal Python error: init_import_site". Only SIGINT: the one Python turns into an
+        exception while it starts; SIGTERM and SIGHUP end a starting child quietly, and a child of another kind keeps them.
+        """
+        self.told = False
         try:
+            with blocked(signal.SIGINT):  # here too: a Ctrl-C meanwhile is handled once the child exists, and passed on
+                if self.signum is not None:
+                    return 128 + self.signum
+                self.child = subprocess.Popen(command, process_group=0)
+            if self.signum is not None and not self.told:  # SIGTERM or SIGHUP while the child was being started
+                self.child.send_signal(self.signum)
             code = self.child.wait()
         except Aborted:  # a second signal: the child got it too and aborts; wait for it, briefly
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.child.wait(timeout=5)
-            self.child.kill()
+            if self.child is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.child.wait(timeout=5)
+                self.child.kill()
             raise
         self.child = None
         return code
