@@ -56,7 +56,7 @@ def main(argv: list[str]) -> list[str]:
     prompt_ids = tokenizer.encode(prompt)
     if not prompt_ids:
         raise TokenizerError("the prompt is empty; give at least one character with --prompt")
-    check_sampling(model.cfg, args.num_samples, len(prompt_ids) + args.max_new_tokens, device)  # too many to hold: one line, now
+    check_sampling(model.cfg, args.num_samples, len(prompt_ids), args.max_new_tokens, device)  # too many to hold: one line, now
     idx = torch.tensor([prompt_ids], dtype=torch.long, device=device).repeat(args.num_samples, 1)  # (B, T0)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "generator": generator}

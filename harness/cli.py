@@ -176,8 +176,9 @@ def one_line_failures(command: Callable[[list[str]], object], argv: list[str], i
 
 
 def is_out_of_memory(e: BaseException) -> bool:
-    """torch reports a failed CPU allocation as a RuntimeError, and a failed GPU one as OutOfMemoryError."""
-    return isinstance(e, torch.OutOfMemoryError | MemoryError) or "can't allocate memory" in str(e)
+    """torch reports a failed CPU allocation as a RuntimeError ("can't allocate memory", or C++'s "std::bad_alloc" from
+    its own bookkeeping), and a failed GPU one as OutOfMemoryError."""
+    return isinstance(e, torch.OutOfMemoryError | MemoryError) or any(s in str(e) for s in ("can't allocate memory", "std::bad_alloc"))
 
 
 def out_of_memory_message(e: BaseException) -> str:

@@ -90,18 +90,20 @@ def step_memory_bytes(cfg: Config) -> float:
 
 
 TOKEN_BOOKKEEPING_BYTES = 512  # Python's share of each sampled step: a (B, 1) tensor, or a decoded piece, kept until the end
+SAMPLE_BOOKKEEPING_BYTES = 768  # Python's share of each sample printed: a tensor view of its row, its decoded text's header
 
 
-def sampling_memory_bytes(m: ModelConfig, n_samples: int, n_tokens: int) -> float:
-    """Memory that sampling n_samples rows of n_tokens tokens each (prompt and new ones) holds at its peak, roughly:
-    the weights; the tokens (int64, as drawn and joined) with Python's bookkeeping per step; and over the window the
-    model sees (at most block_size), the keys and values cached per layer (twice while a step appends to them), one
-    layer's activations (about 8 numbers per token and channel), the readable path's (B, H, T, T) attention weights,
-    and the logits with the sampler's copies of them."""
-    B, N = size(n_samples), size(n_tokens)
-    L, C, V, H, T = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head), min(size(n_tokens), size(m.block_size))
-    window = 4 * L * B * T * C + 8 * B * T * C + (B * H * T * T if m.attention == "manual" else 0) + 4 * B * V
-    return 4.0 * (weight_count(m) + window) + 16 * B * N + TOKEN_BOOKKEEPING_BYTES * N
+def sampling_memory_bytes(m: ModelConfig, n_samples: int, n_prompt: int, n_new: int) -> float:
+    """Memory that sampling n_samples rows holds at its peak, roughly, each row n_prompt tokens followed by n_new drawn ones:
+    the weights; the tokens (int64, as drawn and joined), with Python's bookkeeping per step and per sample, and the decoded
+    texts (up to 4 bytes a token); and while tokens are drawn, over the window the model sees (at most block_size), the keys and values
+    cached per layer (twice while a step appends to them), one layer's activations (about 8 numbers per token and
+    channel), the readable path's (B, H, T, T) attention weights, and the logits with the sampler's copies of them."""
+    B, N = size(n_samples), size(n_prompt) + size(n_new)
+    L, C, V, H, T = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head), min(N, size(m.block_size))
+    window = 4 * L * B * T * C + 8 * B * T * C + (B * H * T * T if m.attention == "manual" else 0) + 4 * B * V if n_new else 0
+    texts = B * (SAMPLE_BOOKKEEPING_BYTES + 4 * N)
+    return 4.0 * (weight_count(m) + window) + 16 * B * N + TOKEN_BOOKKEEPING_BYTES * size(n_new) + texts
 
 
 def device_memory_bytes(device: torch.device) -> float | None:
@@ -162,10 +164,10 @@ def check_memory(need: float, device: torch.device, what: str, advice: str) -> N
         raise ConfigError(f"{what} needs about {gib(need)}, and this {device.type} has {gib(have)}; {advice}")
 
 
-def check_sampling(m: ModelConfig, n_samples: int, n_tokens: int, device: torch.device) -> None:
-    """Refuse in one line samples that this device cannot hold: n_samples rows of n_tokens tokens (prompt and new ones)."""
-    what = f"sampling {n_samples:,} sample{'s' if n_samples > 1 else ''} of {n_tokens:,} tokens"
-    check_memory(sampling_memory_bytes(m, n_samples, n_tokens), device, what, "lower --num-samples or --max-new-tokens")
+def check_sampling(m: ModelConfig, n_samples: int, n_prompt: int, n_new: int, device: torch.device) -> None:
+    """Refuse in one line samples that this device cannot hold: n_samples rows of n_prompt tokens and n_new drawn ones."""
+    what = f"sampling {n_samples:,} sample{'s' * (n_samples > 1)} of {n_prompt + n_new:,} token{'s' * (n_prompt + n_new > 1)}"
+    check_memory(sampling_memory_bytes(m, n_samples, n_prompt, n_new), device, what, "lower --num-samples or --max-new-tokens")
 
 
 def check_affordable(cfg: Config, device: torch.device, speed: float | None = None) -> float:
