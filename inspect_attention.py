@@ -79,7 +79,7 @@ def main(argv: list[str]) -> Path:
     if args.repeated or (args.text is None and not ids):
         n = min(model.cfg.block_size, REPEATED_TOKENS)
         if n < SHORTEST_CONTEXT:  # in 2 tokens every head read as induction, previous-token and first-token sink at once
-            raise ConfigError(f"a context of {n} tokens is too short to tell heads' roles from chance (it takes {SHORTEST_CONTEXT}); try --text")  # fmt: skip
+            raise ConfigError(f"a context of {n} token{'s' * (n > 1)} is too short to tell heads' roles from chance (it takes {SHORTEST_CONTEXT}); try --text")  # fmt: skip
         ids = RepeatedRandom(tokenizer.vocab_size, n // 4, n // 2).sequence(n, torch.Generator().manual_seed(PROBE_SEED)).tolist()
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")
