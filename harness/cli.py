@@ -131,7 +131,6 @@ def run_command(
     (harness/stopping.py) exits with 128 + the signal's number: quietly when the output was lost (141). So does a
     signal before the command's own handlers are in place: `interrupted` is its line.
     """
-    interrupt_on_signal()
     try:
         return one_line_failures(command, argv, interrupted)
     except Aborted as e:  # a second signal: from the command, or from its very end, past the handlers below
@@ -145,6 +144,7 @@ def one_line_failures(command: Callable[[list[str]], object], argv: list[str], i
     """run_command's body: the command under guarded output, each expected failure turned into a line and an exit code."""
     with guarded_output():
         try:
+            interrupt_on_signal()  # inside the try: from here a signal raises KeyboardInterrupt, answered below
             code = command(argv)
             sys.stdout.flush()  # what is still buffered, written now: if it cannot be (a full disk), that is lost output too
         except USER_ERRORS as e:

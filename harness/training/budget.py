@@ -101,7 +101,8 @@ def sampling_memory_bytes(m: ModelConfig, n_samples: int, n_prompt: int, n_new: 
     channel), the readable path's (B, H, T, T) attention weights, and the logits with the sampler's copies of them."""
     B, N = size(n_samples), size(n_prompt) + size(n_new)
     L, C, V, H, T = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head), min(N, size(m.block_size))
-    window = 4 * L * B * T * C + 8 * B * T * C + (B * H * T * T if m.attention == "manual" else 0) + 4 * B * V if n_new else 0
+    attention = B * H * T * T if m.attention == "manual" else 0
+    window = (4 * L * B * T * C + 8 * B * T * C + attention + 4 * B * V) if n_new else 0  # no token drawn, no pass
     texts = B * (SAMPLE_BOOKKEEPING_BYTES + 4 * N)
     return 4.0 * (weight_count(m) + window) + 16 * B * N + TOKEN_BOOKKEEPING_BYTES * size(n_new) + texts
 
