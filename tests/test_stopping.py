@@ -68,6 +68,13 @@ def test_sigterm_inside_an_evaluation_stops_within_seconds_and_saves(tmp_path):
     assert f"stopped at step 0; checkpoint saved to {run_dir / 'ckpt.pt'}" in out
 
 
+def signals_as_a_terminal_gives_them() -> None:
+    """In the child, before it runs Python: the stop signals at their defaults. A command run by this suite earlier leaves
+    them ignored here (run_command's end), and an ignored signal stays ignored across exec, as nohup relies on."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "sighup"])
 def test_a_signal_during_the_imports_is_one_line(tmp_path, signum):
     """A Ctrl-C while `import torch` ran (the first second or so, before run_command) printed a KeyboardInterrupt traceback,
@@ -76,7 +83,8 @@ def test_a_signal_during_the_imports_is_one_line(tmp_path, signum):
     corpus = write_corpus(tmp_path / "text")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-X", "importtime", "train.py", *tiny_argv(tmp_path, corpus)]
-    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=signals_as_a_terminal_gives_them)  # fmt: skip
     try:
         for line in proc.stderr:  # a line per module imported, as each import ends
             if re.search(r"\| +torch\.", line):
