@@ -24,6 +24,12 @@ The measurements live in harness/experiments/benchmark.py and data_bench.py, the
 harness/experiments/profiling.py, the whole-run profile in harness/experiments/whole_run.py.
 """
 
+from harness.stopping import exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
+
+import argparse
 import json
 import sys
 import tempfile
@@ -34,11 +40,19 @@ import torch
 from harness.arguments import positive_float
 from harness.cli import OneLineParser, run_command
 from harness.experiments.benchmark import format_tables, measure_all
-from harness.experiments.data_bench import bench_data, format_data_table
+from harness.experiments.data_bench import MIN_MB, bench_data, format_data_table
 from harness.experiments.profiling import load_average, machine_name
 from harness.experiments.whole_run import format_whole_run, profile_whole_run
 from harness.training.runlog import evaluations
 from harness.training.runtime import setup_runtime
+
+
+def megabytes(text: str) -> float:
+    """--data-mb's size: a text smaller than MIN_MB would be empty once cut to whole bytes, or measure only the start-up."""
+    value = positive_float(text)
+    if value < MIN_MB:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_MB:g} (a kilobyte of text), got {text}")
+    return value
 
 
 def whole_run(argv: list[str], cfg, runs_dir_given: bool) -> dict:
@@ -53,15 +67,16 @@ def whole_run(argv: list[str], cfg, runs_dir_given: bool) -> dict:
 def main(argv: list[str]) -> dict | int:
     parser = OneLineParser("Benchmark training, sampling and attention for a preset, or profile one whole run.", config="base")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (tables go to stderr)")
-    parser.add_argument(
+    instead = parser.add_mutually_exclusive_group()  # each measures something else: given both, one would be ignored
+    instead.add_argument(
         "--data-mb",
-        type=positive_float,
+        type=megabytes,
         nargs="?",
         const=200.0,
         metavar="MB",
-        help="measure preparing a generated MB-megabyte text instead",
+        help=f"measure preparing a generated MB-megabyte text instead (at least {MIN_MB:g})",
     )
-    parser.add_argument("--whole-run", action="store_true", help="profile one whole train.py run of the preset, phase by phase")
+    instead.add_argument("--whole-run", action="store_true", help="profile one whole train.py run of the preset, phase by phase")
     args, cfg = parser.parse_with_config(argv)
     log = lambda text: print(text, file=sys.stderr)  # noqa: E731
     runtime = setup_runtime(cfg.train)

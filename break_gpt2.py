@@ -12,6 +12,11 @@ The val text, the context and the eval batches come from the preset (default gpt
 layer for each variant go to <out>/<variant>/, the numbers to <out>/break.json.
 """
 
+from harness.stopping import exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
+
 import dataclasses
 import json
 import sys

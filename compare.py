@@ -25,6 +25,11 @@ The experiment itself lives in harness/experiments/comparison.py, its picture in
 statistics in harness/experiments/stats.py.
 """
 
+from harness.stopping import exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
+
 import argparse
 import sys
 

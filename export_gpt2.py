@@ -6,6 +6,11 @@ transformers' GPT2LMHeadModel.from_pretrained(FOLDER) loads it, and so do this p
 Only a run on the gpt2 tokenizer with the causal mask can be one: GPT-2 has no switch to unmask.
 """
 
+from harness.stopping import exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
+
 import argparse
 import sys
 from pathlib import Path

@@ -1,18 +1,21 @@
 """Look inside a model: python inspect_attention.py [--run NAME | --checkpoint PATH | --pretrained gpt2] --text "ROMEO: But soft"
 
-Writes token-labelled heatmaps of the attention weights (one grid of heads per layer, and one
-picture per head when the model has few heads), one interactive HTML page of every head
-(attention.html: pick a head, hover a token), and prints a table of the heads ranked by entropy
-that names the previous-token heads, the next-token heads (the --no-mask cheat: they read the
-answer), the first-token sinks and the induction heads (--repeated shows them best: random tokens
-in which a segment recurs, docs/induction.md). Works on any checkpoint, including the ablated runs, and on GPT-2.
+Writes token-labelled heatmaps of the attention weights (one grid of heads per layer, and one picture per head when the model has few
+heads), one interactive HTML page of every head (attention.html: pick a head, hover a token), and prints a table of the heads ranked by
+entropy that names the previous-token heads, the next-token heads (the --no-mask cheat: they read the answer), the first-token sinks and
+the induction heads (--repeated shows them best: random tokens in which a segment recurs, docs/induction.md). Works on any checkpoint,
+including the ablated runs, and on GPT-2.
 
---ablate next-token (or --ablate L0H1,L0H3, or L1 for a whole layer) tests the claim that the named
-heads carry the cheat of a model trained without the mask: it measures the leak gap on the run's own
-val batches before and after switching those heads off, and after switching as many randomly drawn
-other heads off (--draws times), prints the closed fractions, and writes them to ablation.json
+--ablate next-token (or --ablate L0H1,L0H3, or L1 for a whole layer) tests the claim that the named heads carry the cheat of a model
+trained without the mask: it measures the leak gap on the run's own val batches before and after switching those heads off, and after
+switching as many randomly drawn other heads off (--draws times), prints the closed fractions, and writes them to ablation.json
 (harness/experiments/head_ablation.py says what it holds).
 """
+
+from harness.stopping import exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
 
 import json
 import sys
@@ -32,6 +35,7 @@ from harness.pictures.heatmaps import attention_page, heatmap_figure, save_layer
 from harness.training.evaluation import PROBE_TEXT
 from model.ablations import flags_label
 from model.heads import head_name, parse_heads
+from model.induction import SHORTEST_CONTEXT
 from model.measurements import NEXT_TOKEN_THRESHOLD, ROLES, head_roles
 
 REPEATED_TOKENS = 48  # length of the --repeated sequence (at most block_size)
@@ -74,6 +78,8 @@ def main(argv: list[str]) -> Path:
         ids = []  # a vocabulary without the probe text's characters (a synthetic source's): a repeated sequence instead
     if args.repeated or (args.text is None and not ids):
         n = min(model.cfg.block_size, REPEATED_TOKENS)
+        if n < SHORTEST_CONTEXT:  # in 2 tokens every head read as induction, previous-token and first-token sink at once
+            raise ConfigError(f"a context of {n} token{'s' * (n > 1)} is too short to tell heads' roles from chance (it takes {SHORTEST_CONTEXT}); try --text")  # fmt: skip
         ids = RepeatedRandom(tokenizer.vocab_size, n // 4, n // 2).sequence(n, torch.Generator().manual_seed(PROBE_SEED)).tolist()
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")

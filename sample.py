@@ -7,6 +7,11 @@ Checkpoints are read with torch.load(weights_only=True): plain tensors and data,
 One sample prints token by token as it is generated; Ctrl-C stops it, keeping what was printed.
 """
 
+from harness.stopping import StopFlag, exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
+
 import argparse
 import sys
 from itertools import chain, islice
@@ -18,7 +23,7 @@ from data.sources import read_text
 from data.tokenizer import TokenizerError, decode_stream
 from harness.arguments import non_negative_float, non_negative_int, positive_int, probability, seed, typed_text
 from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
-from harness.stopping import StopFlag
+from harness.training.budget import check_sampling
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -51,7 +56,8 @@ def main(argv: list[str]) -> list[str]:
     prompt_ids = tokenizer.encode(prompt)
     if not prompt_ids:
         raise TokenizerError("the prompt is empty; give at least one character with --prompt")
-    idx = torch.tensor([prompt_ids] * args.num_samples, dtype=torch.long, device=device)
+    check_sampling(model.cfg, args.num_samples, len(prompt_ids), args.max_new_tokens, device)  # too many to hold: one line, now
+    idx = torch.tensor([prompt_ids], dtype=torch.long, device=device).repeat(args.num_samples, 1)  # (B, T0)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "generator": generator}
     with StopFlag() as stop:  # Ctrl-C, SIGTERM, SIGHUP or a closed pipe: stop before the next token

@@ -6,6 +6,11 @@ the perplexity and the bits per byte. Without --file it scores the val split of 
 sliding windows with a stride; harness/scoring.py says how, and why each token is scored once.
 """
 
+from harness.stopping import StopFlag, exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal()
+
 import argparse
 import json
 import sys
@@ -14,7 +19,6 @@ from pathlib import Path
 from harness.arguments import positive_int
 from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
 from harness.scoring import score_ids, surprises, text_ids
-from harness.stopping import StopFlag
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

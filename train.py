@@ -1,11 +1,15 @@
 """Train the GPT: python train.py --config base [--no-mask] [--no-scale] [--no-pos] [--section.field=VALUE ...]
 
-Everything of a run lives in runs/<run-name>/: TensorBoard events, metrics.jsonl, config.json,
-ckpt.pt (the latest state, for --resume) and best.pt (the best val loss so far). Ctrl-C, SIGTERM, SIGHUP
-or lost output stops at the next step or evaluation pass (an evaluation cut short is not logged) and saves
-a checkpoint; a second Ctrl-C aborts at once. Under torchrun the same file trains with DistributedDataParallel.
-`train(cfg)` is the outline of a run, `main(argv)` its command line; each step of it calls into harness/training/.
+Everything of a run lives in runs/<run-name>/: TensorBoard events, metrics.jsonl, config.json, ckpt.pt (the latest state, for
+--resume) and best.pt (the best val loss so far). Ctrl-C, SIGTERM, SIGHUP or lost output stops at the next step or evaluation pass
+(an evaluation cut short is not logged) and saves a checkpoint; a second Ctrl-C aborts at once. Under torchrun the same file trains
+with DistributedDataParallel. `train(cfg)` is the outline of a run, `main(argv)` its command line; each step calls into harness/training/.
 """
+
+from harness.stopping import BEFORE_TRAINING, StopFlag, Stopped, exit_on_signal
+
+if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+    exit_on_signal(BEFORE_TRAINING)
 
 import argparse
 import gc
@@ -17,8 +21,7 @@ from tqdm import tqdm
 
 from configs import Config
 from harness.cli import OneLineParser, run_command
-from harness.stopping import StopFlag, Stopped
-from harness.training.budget import check_affordable
+from harness.training.budget import measured_speed
 from harness.training.checkpoints import Checkpointer, Progress, read_resumable, restore
 from harness.training.evaluation import evaluate, evaluation_notes, make_eval_set
 from harness.training.optim import describe, lr_at, make_optimizer, set_lr
@@ -36,22 +39,19 @@ def train(cfg: Config) -> dict:
     corpus, cfg = load_data(cfg, runtime)
     torch.manual_seed(cfg.train.seed + runtime.rank)  # same init everywhere (DDP broadcasts rank 0's), own dropout
     checkpoint = read_resumable(cfg, corpus.source_sha256) if cfg.train.resume else None  # read once, checked before use
-    cfg, model = initial_model(cfg, runtime, checkpoint)  # fresh, GPT-2's weights (--init-from), or the checkpoint's shapes
-    speed = check_affordable(cfg, runtime.device)  # this device's speed; a step too long to stop or too big to hold is refused here
+    speed = measured_speed(runtime.device)  # operations per second here: the cost of a step and of an evaluation is estimated from it
+    cfg, model = initial_model(cfg, runtime, checkpoint, speed)  # fresh, GPT-2's or the checkpoint's; refused first if too big or slow
     run_lock = open_run_dir(cfg, runtime)
 
     # The optimizer and the batch sampler, fresh or restored (with the model's weights).
     optimizer = make_optimizer(model, cfg.train, runtime.device)
     train_gen = torch.Generator().manual_seed(cfg.train.seed)
     progress = restore(checkpoint, model, optimizer, train_gen, runtime) if checkpoint else Progress()
-    if checkpoint:
-        runtime.say(f"resuming {cfg.run_dir} from step {progress.step}")
+    runtime.say(f"resuming {cfg.run_dir} from step {progress.step}") if checkpoint else None
     step_model = wrap_for_training(model, runtime)
     step_tokens = tokens_per_step(cfg, runtime)
-    runtime.say(
-        f"model: {model.num_params() / 1e6:.2f}M parameters; {corpus.describe()}; {step_tokens:,} tokens per step; "
-        f"optimizer {describe(optimizer)}"
-    )
+    runtime.say(f"model: {model.num_params() / 1e6:.2f}M parameters; {corpus.describe()}; {step_tokens:,} tokens per step; "
+                f"optimizer {describe(optimizer)}")  # fmt: skip
 
     # What evaluations look at, where results go.
     eval_set = make_eval_set(corpus, corpus.tokenizer, cfg)
@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
         signum = train(parser.parse_with_config(argv)[1])["signal"]
         return 128 + signum if signum else 0
 
-    return run_command(command, argv, interrupted="interrupted before training started; nothing was saved")
+    return run_command(command, argv, interrupted=BEFORE_TRAINING)
 
 
 if __name__ == "__main__":

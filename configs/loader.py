@@ -14,6 +14,7 @@ Parsing is data only: stdlib tomllib, and values converted to the annotated fiel
 """
 
 import difflib
+import struct
 import tomllib
 from pathlib import Path
 
@@ -84,8 +85,25 @@ def check_key(dotted: str) -> None:
         raise ConfigError(f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead")
 
 
+def is_denormal(x: float) -> bool:
+    """Whether x is below the smallest normal double (2.2e-308) but not 0: read from its bits, since a CPU that flushes
+    denormals (as training sets it to) reads such a number as 0 in any comparison."""
+    bits = struct.unpack("<Q", struct.pack("<d", x))[0]
+    return (bits >> 52) & 0x7FF == 0 and bits & (2**52 - 1) != 0
+
+
 def convert(dotted: str, value):
     """Turn a TOML value or a command-line string into the type of field `dotted`, or explain why not."""
+    number = converted(dotted, value)
+    if isinstance(number, float) and is_denormal(number):  # 1e-320 passes a check for > 0, then training's CPU reads it as 0
+        raise ConfigError(
+            f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in training; give a larger value"
+        )
+    return number
+
+
+def converted(dotted: str, value):
+    """convert's body: the value in the field's type."""
     kind = KEYS[dotted].type
     if isinstance(value, str) and kind is not str:
         text = value.strip().lower()

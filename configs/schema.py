@@ -14,6 +14,7 @@ from data.synthetic import SOURCES, SYMBOLS
 from data.tokenizer import TOKENIZERS
 from model.ablations import name_suffix
 from model.config import ModelConfig, check_choice, setting
+from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("adamw", "muon")
@@ -118,6 +119,21 @@ class TrainConfig:
         return min(self.warmup_steps, self.max_steps)
 
 
+def check_measurable(block_size: int, min_segment: int) -> None:
+    """What the induction measurements need of a synthetic source, or a ValueError saying why it would measure nothing."""
+    if block_size < SHORTEST_CONTEXT:
+        raise ValueError(
+            f"model.block_size must be at least {SHORTEST_CONTEXT} to measure induction heads, got {block_size}: attention spread evenly "
+            f"over {block_size} position{'s' * (block_size > 1)} puts {1 / block_size:.2f} on every target, more than half the "
+            f"{INDUCTION_THRESHOLD} that names an induction head, so chance could pass for one"
+        )
+    if min_segment < 2:
+        raise ValueError(
+            f"data.min_segment must be at least 2 for the induction measurements, got {min_segment}: after the copy of a one-token segment "
+            "comes a fresh random token, so a batch may hold no position the context gives away (loss/repeated would be NaN)"
+        )
+
+
 @dataclass(frozen=True)
 class Config:
     name: str = "base"  # the preset it came from
@@ -126,6 +142,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
+        if self.data.source != "text":
+            check_measurable(self.model.block_size, self.data.min_segment)
         if self.data.source != "text" and 2 * self.data.max_segment > self.model.block_size + 1:
             raise ValueError(
                 f"data.max_segment ({self.data.max_segment}) must be at most (model.block_size + 1) // 2 "

@@ -18,7 +18,7 @@ from configs import Config, ConfigError, TrainConfig, load_config, parse_args, u
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from harness.folders import OutputError
-from harness.stopping import LOST_OUTPUT, Aborted, Stopped, guarded_output
+from harness.stopping import LOST_OUTPUT, NOTHING_SAVED, Aborted, Stopped, guarded_output, interrupt_on_signal
 from harness.training.checkpoints import CheckpointError, load_model
 from harness.training.runtime import setup_runtime, shut_down
 from harness.training.step import TrainingError
@@ -123,12 +123,13 @@ def device_of(name: str) -> torch.device:
 def run_command(
     command: Callable[[list[str]], object],
     argv: list[str],
-    interrupted: str = "interrupted; nothing was saved",
+    interrupted: str = NOTHING_SAVED,
 ) -> int:
     """Run a script's command on argv and return its exit code; every expected failure becomes one line.
 
     The command returns an int exit code, or anything else (its result, for tests) for success. A stop
-    (harness/stopping.py) exits with 128 + the signal's number: quietly when the output was lost (141).
+    (harness/stopping.py) exits with 128 + the signal's number: quietly when the output was lost (141). So does a
+    signal before the command's own handlers are in place: `interrupted` is its line.
     """
     try:
         return one_line_failures(command, argv, interrupted)
@@ -143,7 +144,9 @@ def one_line_failures(command: Callable[[list[str]], object], argv: list[str], i
     """run_command's body: the command under guarded output, each expected failure turned into a line and an exit code."""
     with guarded_output():
         try:
+            interrupt_on_signal()  # inside the try: from here a signal raises KeyboardInterrupt, answered below
             code = command(argv)
+            sys.stdout.flush()  # what is still buffered, written now: if it cannot be (a full disk), that is lost output too
         except USER_ERRORS as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -173,8 +176,9 @@ def one_line_failures(command: Callable[[list[str]], object], argv: list[str], i
 
 
 def is_out_of_memory(e: BaseException) -> bool:
-    """torch reports a failed CPU allocation as a RuntimeError, and a failed GPU one as OutOfMemoryError."""
-    return isinstance(e, torch.OutOfMemoryError | MemoryError) or "can't allocate memory" in str(e)
+    """torch reports a failed CPU allocation as a RuntimeError ("can't allocate memory", or C++'s "std::bad_alloc" from
+    its own bookkeeping), and a failed GPU one as OutOfMemoryError."""
+    return isinstance(e, torch.OutOfMemoryError | MemoryError) or any(s in str(e) for s in ("can't allocate memory", "std::bad_alloc"))
 
 
 def out_of_memory_message(e: BaseException) -> str:

@@ -93,16 +93,31 @@ class FolderLock:
             self.file = None
 
 
+def parse_json(text: bytes | str):
+    """One JSON document of a run (a file's text, a metrics.jsonl line) as Python data, or None when it is damaged in any
+    way: torn by a killed process, bytes that are not UTF-8 (what a crash can leave at a file's end), nested too deep to
+    read. Every reader of a run's files goes through here, so each treats any damage alike."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError; RecursionError: [[[[... past the interpreter's limit
+        return None
+
+
+def read_json(path: Path):
+    """A run's JSON file (config.json, compare.json) as Python data, or None when it is missing, unreadable or damaged."""
+    try:
+        return parse_json(Path(path).read_bytes())
+    except OSError:
+        return None
+
+
 def is_run_folder(folder: Path) -> bool:
     """Whether `folder` holds a run of ours (metrics, checkpoints, TensorBoard events, its config.json) or a comparison of runs."""
     if any((folder / name).exists() for name in RUN_FILES) or any(folder.glob("events.out.tfevents.*")):
         return True
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        if isinstance(config, dict) and {"model", "data", "train"} <= config.keys():
-            return True
-    except (OSError, ValueError):
-        pass
+    config = read_json(folder / "config.json")
+    if isinstance(config, dict) and {"model", "data", "train"} <= config.keys():
+        return True
     return any(child.is_dir() and any((child / name).exists() for name in RUN_FILES) for child in folder.iterdir())
 
 

@@ -43,6 +43,10 @@ from model.sampling import check_finite_logits
 
 LOGITS_PER_BATCH = 2**22  # windows go through the model together until their logits would exceed this many floats
 CONTEXT_CHARS = 40  # characters of context shown before each surprising token
+# Tokens decoded for that context: a character takes at most 4 UTF-8 bytes and a token at least 1, and a window that
+# starts inside a character decodes at most 3 bytes differently, so 4 x 40 + 4 tokens end in the same 40 characters
+# as the whole text before the token.
+CONTEXT_TOKENS = 4 * CONTEXT_CHARS + 4
 
 
 @dataclass(frozen=True)
@@ -137,13 +141,19 @@ def score_ids(model: GPT, tokenizer: Tokenizer, ids: list[int], stride: int, pol
 
 
 def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int) -> list[dict]:
-    """The n tokens with the highest loss, worst first: each with its loss, text, line number and the text before it."""
+    """The n tokens with the highest loss, worst first: each with its loss, text, line number and the text before it.
+
+    Linear in the text, whatever n: line numbers come from one running count of each token's newlines (a newline is a
+    byte of its own in UTF-8, so a token's count is the same decoded alone or in its text), and the text before a
+    token from a window of CONTEXT_TOKENS tokens, never from the whole prefix."""
     top = losses.topk(min(n, len(losses)))
+    newlines = {token: tokenizer.decode([token]).count("\n") for token in set(ids)}
+    lines_before = np.cumsum([0, *(newlines[token] for token in ids)])  # (N + 1,): newlines in ids[:p] at p
     rows = []
     for loss, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
         p = i + 1  # losses[i] is the loss of token ids[i + 1]
-        before = tokenizer.decode(ids[:p])
-        rows.append({"loss": loss, "token": tokenizer.decode([ids[p]]), "line": before.count("\n") + 1, "context": before[-CONTEXT_CHARS:]})
+        before = tokenizer.decode(ids[max(0, p - CONTEXT_TOKENS) : p])[-CONTEXT_CHARS:]
+        rows.append({"loss": loss, "token": tokenizer.decode([ids[p]]), "line": int(lines_before[p]) + 1, "context": before})
     return rows
 
 

@@ -7,6 +7,9 @@ A second signal aborts at once: the handler itself raises `Aborted`, wherever th
 `harness.cli.run_command` prints one line saying what is on disk and exits with 128 + the signal's
 number. A checkpoint being written is finished first (`StopFlag.writing`); it is atomic anyway.
 
+Before that, while a script starts, a signal is one line too: `exit_on_signal` (its first act, before the imports)
+exits at once, then `interrupt_on_signal` (run_command's first) raises KeyboardInterrupt, which run_command reports.
+
 SIGHUP (the terminal or the ssh session closed) stops like SIGTERM. So does output that can no
 longer be written (`| head`, a closed stderr, a full disk behind stdout): `guarded_output` turns
 the failed write into a SIGPIPE, which the flag records like any signal, and the process stops
@@ -14,6 +17,7 @@ quietly with exit code 141 (128 + SIGPIPE), as Unix programs do on a closed pipe
 """
 
 import contextlib
+import errno
 import io
 import os
 import signal
@@ -26,6 +30,8 @@ from tqdm import tqdm
 
 T = TypeVar("T")
 LOST_OUTPUT = signal.SIGPIPE  # what a write to a closed pipe raises: here, any output that is gone
+NOTHING_SAVED = "interrupted; nothing was saved"  # a stop before any work
+BEFORE_TRAINING = "interrupted before training started; nothing was saved"  # train.py's
 
 
 class Stopped(Exception):
@@ -113,6 +119,44 @@ class StopFlag:
             signal.signal(sig, handler)
 
 
+def exit_on_signal(message: str = NOTHING_SAVED) -> None:
+    """A script's first act, before its imports (torch's take a second or more): until run_command takes over, Ctrl-C,
+    SIGTERM or SIGHUP ends the process at once with `message` on stderr and exit code 128 + the signal's number, where
+    Python would print a KeyboardInterrupt traceback (SIGINT) or end without a word (SIGTERM, SIGHUP). Nothing has begun,
+    so nothing needs cleaning up. A signal that the launcher ignores (nohup) stays ignored. The signals are unblocked
+    last: compare.py starts train.py with SIGINT blocked, so that a Ctrl-C passed on while it starts waits for this."""
+
+    def handle(signum, frame):
+        with contextlib.suppress(OSError):  # stderr closed: the exit code still says it
+            os.write(2, f"{message}\n".encode())
+        os._exit(128 + signum)
+
+    for sig in StopFlag.SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, handle)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, StopFlag.SIGNALS)
+
+
+def interrupt_on_signal() -> None:
+    """From run_command's start until a StopFlag takes over: Ctrl-C, SIGTERM or SIGHUP raises KeyboardInterrupt, carrying
+    the signal's number, which run_command turns into its one line and exit code; the code on the way out cleans up (a
+    half-written file is removed). Only the first signal raises: another would cut that clean-up short."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
+        return
+    raised = []
+
+    def handle(signum, frame):
+        if not raised:
+            raised.append(signum)
+            interrupt = KeyboardInterrupt()
+            interrupt.signum = signum
+            raise interrupt
+
+    for sig in StopFlag.SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, handle)
+
+
 class GuardedStream:
     """A text stream whose failed writes (a closed pipe, a full disk) become a stop, and whose text never fails to encode.
 
@@ -166,15 +210,16 @@ class GuardedStream:
 
 def writable(stream) -> bool:
     """Whether a standard stream can be written at all: Python leaves it None when its descriptor was closed,
-    and a launcher may have left a read-only file there (a shell script that execs python)."""
+    and a launcher may have left a read-only file there (a shell script that execs python). A descriptor open for
+    writing whose writes fail (> /dev/full: ENOSPC even for nothing) is writable: its output is lost, which stops."""
     if stream is None:
         return False
     try:
         os.write(stream.fileno(), b"")  # writes nothing, but fails on a descriptor not open for writing
     except (AttributeError, io.UnsupportedOperation):  # a stream in memory (a test's capture): writable
         return True
-    except OSError:
-        return False
+    except OSError as e:
+        return e.errno not in (errno.EBADF, errno.EINVAL)  # closed or read-only, or no file to write to
     return True
 
 

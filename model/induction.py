@@ -8,12 +8,18 @@ context gives the next token away (the in-context learning score). model/measure
 names a head "induction" above INDUCTION_THRESHOLD.
 """
 
+import math
+
 import torch
 
 from model.gpt import GPT, lm_loss
 from model.heads import head_name
 
 INDUCTION_THRESHOLD = 0.3  # an induction head puts more than 0.3 of each repeated row's weight on its target
+# The shortest context in which the score tells a head from chance: attention spread evenly over T positions puts 1/T on
+# any target, and a fresh model's largest score sits near that. Only where 1/T is at most half the threshold is crossing
+# it a finding (a block of 2 scored 0.5 at initialisation: a "phase change" at step 0).
+SHORTEST_CONTEXT = math.ceil(2 / INDUCTION_THRESHOLD)
 
 
 def previous_occurrence(idx: torch.Tensor) -> torch.Tensor:

@@ -55,7 +55,9 @@ def sample_next(
     probs = logits.softmax(dim=-1)  # (B, K)
     if top_p is not None and top_p < 1:
         before = probs.cumsum(dim=-1) - probs  # (B, K): the mass of the likelier candidates
-        probs = probs * (before < top_p)  # the likeliest one always stays: 0 < top_p
+        keep = before < top_p  # (B, K); a top_p below float32's range (1e-300) is 0 here, and 0 < 0 keeps nothing:
+        keep[:, 0] = True  # the likeliest candidate always stays, so the nucleus is never empty
+        probs = probs * keep
     cdf = probs.cumsum(dim=-1)  # (B, K): non-decreasing, last entry the kept mass
     u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]  # (B, 1)
     # u can round up to the total: clamp to the last candidate with any probability (sorted candidates keep those first)

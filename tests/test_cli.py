@@ -115,6 +115,18 @@ def test_running_out_of_memory_is_one_line(capsys):
         run_command(a_bug, [])
 
 
+def test_cpp_bad_alloc_is_out_of_memory_too(capsys):
+    """torch's own bookkeeping fails with C++'s std::bad_alloc (sample.py --num-samples 100000000 --max-new-tokens 0 under
+    ulimit -v 8000000, unbinding 10^8 rows): a traceback before, the one out-of-memory line now."""
+
+    def unbind_too_many_rows(argv):
+        raise RuntimeError("std::bad_alloc")
+
+    assert run_command(unbind_too_many_rows, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: out of memory: the context, batch or model is too large for this machine") and "\n" not in line
+
+
 def test_scripts_that_score_or_sample_give_freed_memory_back(monkeypatch):
     """device_of (score.py, sample.py) skips keep_freed_memory: kept blocks fragment when every prefix length allocates
     its own sizes (an honest score of a no-mask model grew to several GB with it); training keeps it."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, assert_one_line_error, tiny_argv
+from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv
 
 import compare
 import train
@@ -299,6 +299,57 @@ def test_a_signal_stops_the_comparison_after_the_childs_checkpoint(signum, to_gr
     assert "comparison stopped; continue it with the same command plus --resume" in err
     checkpoint = torch.load(metrics.parent / "ckpt.pt", weights_only=True)
     assert checkpoint["step"] == read_metrics(metrics.parent)[-1]["step"] > 0  # saved where the log stopped
+
+
+def test_a_second_ctrl_c_says_which_finished_runs_are_kept(tmp_path, corpus_file, one_cpu_thread, monkeypatch, capsys):
+    """A second Ctrl-C during the second run said "nothing was saved" while the first run's ckpt.pt was on disk."""
+    calls = []
+
+    def run(self, command):  # the first run trains (in this process), the second gets Ctrl-C twice
+        calls.append(command)
+        if len(calls) == 1:
+            train.train(load_config(command[2:]))
+            return 0
+        os.kill(os.getpid(), signal.SIGINT)  # the comparison stops after this run...
+        os.kill(os.getpid(), signal.SIGINT)  # ...and the second aborts at once, raised by the handler here
+        raise AssertionError("the second Ctrl-C did not abort")
+
+    monkeypatch.setattr(comparison.Children, "run", run)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    try:
+        proc = error_of(compare.main, [*tiny_argv(tmp_path, corpus_file, "--train.max_steps=2"), "--variants=no-mask"], capsys)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    folder = tmp_path / "runs" / "compare-tiny"
+    assert proc.returncode == 130 and torch.load(folder / "tiny" / "ckpt.pt", weights_only=True)["step"] == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"SIGINT again: aborted at once; finished and kept in {folder}: tiny; continue with the same command plus --resume"
+    )
+
+
+def test_ctrl_c_passed_on_while_train_py_starts_waits_for_its_one_line(tmp_path, corpus_file, monkeypatch, capfd):
+    """compare.py passed a Ctrl-C on to a train.py whose interpreter was still starting: it stopped with "Fatal Python
+    error: init_import_site" and a traceback (or a KeyboardInterrupt in its imports). Here the Ctrl-C comes the moment
+    the child exists, as it would from a terminal while the process is being started."""
+    real = comparison.subprocess.Popen
+
+    def popen(*args, **kwargs):
+        child = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return child
+
+    monkeypatch.setattr(comparison.subprocess, "Popen", popen)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    try:
+        with Children() as children:
+            code = children.run([sys.executable, str(comparison.TRAIN_PY), *tiny_argv(tmp_path, corpus_file)])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    err = capfd.readouterr().err
+    assert code == 130 and children.signum == signal.SIGINT, err
+    assert err.strip().splitlines() == ["interrupted before training started; nothing was saved"]
 
 
 def test_sighup_is_passed_on_to_the_child_once(tmp_path):

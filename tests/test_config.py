@@ -5,6 +5,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import assert_one_line_error, run_script, tiny_argv
 
 from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config
 from model import ModelConfig
@@ -223,6 +224,15 @@ def test_bad_arguments(argv, message):
 def test_invalid_values_fail_at_load_time(arg, message):
     with pytest.raises(ConfigError, match=message):
         load_config(["--config", "tiny", arg])
+
+
+@pytest.mark.parametrize("arg", ["--model.qk_init_std=1e-320", "--train.lr=5e-324"])
+def test_a_number_the_cpu_flushes_to_0_is_one_line(arg, tmp_path, corpus_file):
+    """1e-320 passed the check for > 0, then training's torch.set_flush_denormal(True) made the CPU read it as 0, and a later
+    dataclasses.replace re-ran the check: a ValueError traceback "must be positive, got 0.0". In a fresh process, as typed."""
+    key, _, value = arg[2:].partition("=")
+    proc = run_script("train.py", *tiny_argv(tmp_path, corpus_file, arg, "--train.max_steps=2"))
+    assert_one_line_error(proc, f"{key} = {value} is nearer 0 than 2.2e-308")
 
 
 def test_unknown_device_shorthand():

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from conftest import gpt2_encoding_or_skip
+from conftest import assert_one_line_error, error_of, gpt2_encoding_or_skip
 
 import bench
 from harness.experiments.data_bench import bench_data
@@ -22,3 +22,17 @@ def test_data_figures_against_tiktoken(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--data-mb", "0"])
     assert "--data-mb: must be above 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--data-mb", "1e-9", "--data.tokenizer=char"], "argument --data-mb: must be at least 0.001 (a kilobyte of text), got 1e-9"),
+        (["--whole-run", "--data-mb", "1"], "argument --data-mb: not allowed with argument --whole-run"),
+        (["--data-mb", "1", "--whole-run"], "argument --whole-run: not allowed with argument --data-mb"),
+    ],
+)
+def test_a_size_that_writes_no_text_and_two_measurements_at_once_are_one_line(argv, message, capsys):
+    """1e-9 MB is 0 bytes: the preparing process failed on an empty text and bench.py raised a RuntimeError traceback.
+    --whole-run beside --data-mb was silently ignored."""
+    assert_one_line_error(error_of(bench.main, argv, capsys), message)

@@ -234,6 +234,15 @@ def test_sample_next_top_p_renormalises_the_nucleus(top_k, top_p, nucleus):
     )
 
 
+@pytest.mark.parametrize("top_p", [1e-300, 1e-46, 1e-9])  # 1e-300 and 1e-46 are 0 in float32: the nucleus must not end up empty
+def test_the_nucleus_always_holds_the_likeliest_token(top_p):
+    """However small top_p is, the likeliest token alone makes up the nucleus: every draw is token 2 (probability 0.5609)."""
+    f = frequencies(1.0, None, top_p)
+    assert f[2] == 1.0, f"top-p {top_p} drew {f.tolist()}"
+    for top_k in (1, 3):
+        assert (sample_next(SAMPLER_LOGITS.expand(64, -1), 0.8, top_k, top_p, torch.Generator().manual_seed(0)) == 2).all()
+
+
 def test_temperature_zero_is_greedy_whatever_the_filters_and_seed():
     logits = torch.randn(64, 65, generator=torch.Generator().manual_seed(0))
     expected = logits.argmax(-1, keepdim=True)

@@ -383,6 +383,25 @@ def test_resume_survives_a_torn_last_line_in_metrics_jsonl(tmp_path, reference):
     assert steps_with(metrics, "loss/val")[-1] == 62
 
 
+DAMAGED_LINES = (
+    b'{"step": 1e999}',  # a step past float's range: int() of it raised OverflowError
+    b"\x00\x00\xff\xfe\x8b\x9f",  # binary garbage, what a crash can leave at a file's end: read_text raised UnicodeDecodeError
+    b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # nested past the recursion limit: json.loads raised RecursionError
+)
+
+
+def test_resume_skips_any_damaged_line_in_metrics_jsonl_alike(tmp_path, reference):
+    """Each of these lines used to crash --resume with a traceback; now each is skipped like a torn one, and dropped."""
+    argv, run_dir = reference_copy(reference, tmp_path)
+    with open(run_dir / "metrics.jsonl", "ab") as f:
+        f.write(b"\n".join(DAMAGED_LINES) + b"\n")
+    summary = train.train(load_config([*argv, "--resume", "--train.max_steps=62"]))
+    assert summary["stopped_at"] is None
+    lines = (run_dir / "metrics.jsonl").read_bytes().splitlines()
+    assert not set(DAMAGED_LINES) & set(lines)  # the resumed run keeps the intact lines up to its checkpoint, then appends
+    assert [json.loads(line)["step"] for line in lines] == [m["step"] for m in reference["metrics"]] + [62, 62]  # loss line, evaluation
+
+
 # 1b. Every optimizer a preset uses: AdamW, and Muon with AdamW beside it (the char and base presets)
 
 SCHEDULE = ["--train.max_steps=30", "--train.warmup_steps=8", "--train.eval_interval=10", "--train.log_interval=1", "--model.dropout=0.1"]

@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from harness.training.runlog import STORY, STORY_LAYOUT, UNSMOOTHED, RunLogger, parse_step, read_metrics, sample_markdown
 
 
@@ -42,6 +44,23 @@ def test_read_metrics_skips_a_line_torn_by_a_kill(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss/val": 4.2}\n{"step": 5, "loss/tr')
     assert read_metrics(tmp_path) == [{"step": 0, "loss/val": 4.2}]
     assert parse_step('{"step": 5, "loss/tr') is None
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        b'{"step": 1e999}',  # OverflowError from int(inf)
+        b'{"step": "x"}',
+        b"[1, 2]",
+        b"\xff\xfe\x00garbage",  # not UTF-8: UnicodeDecodeError from read_text
+        b'{"step": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # RecursionError from json.loads
+    ],
+    ids=["step 1e999", "step x", "a list", "not UTF-8", "nested 100,000 deep"],
+)
+def test_any_damaged_line_is_skipped_alike(tmp_path, damaged):
+    (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 0, "loss/val": 4.2}\n' + damaged + b'\n{"step": 5, "loss/val": 3.9}\n')
+    assert read_metrics(tmp_path) == [{"step": 0, "loss/val": 4.2}, {"step": 5, "loss/val": 3.9}]
+    assert parse_step(damaged) is None
 
 
 def test_the_story_tells_how_to_read_few_points_unsmoothed():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, assert_one_line_error, error_of, run_script, tiny_argv, write_corpus
 
+import harness.training.budget
 import harness.training.evaluation
 import harness.training.runtime
 import sample
@@ -186,6 +187,22 @@ def test_nan_weights_and_a_temperature_too_small_are_one_line_errors(trained, tm
     proc = error_of(sample.main, sample_args(trained, "--temperature", "1e-50"), capsys)
     assert_one_line_error(proc, "temperature 1e-50 is too small", "use 0 for greedy decoding")
     assert proc.stdout == ""
+
+
+def test_more_samples_than_memory_holds_are_refused_before_the_first_token(trained, monkeypatch, capsys):
+    """--num-samples 100000000 used to allocate until the kernel killed the process; now the estimate from the model's
+    config refuses it in one line. Here the machine is made small (256 MiB) so that a modest count shows it: 30,000 rows of
+    21 tokens, 32 wide, 2 layers, in float32: cached keys and values 4 x 2 x 30,000 x 21 x 32 x 4 bytes (twice while a step
+    appends) = 645 MB, one layer's activations 8 x 30,000 x 21 x 32 x 4 = 645 MB, the tokens and logits 16 MB: 1.2 GiB."""
+    monkeypatch.setattr(harness.training.budget, "device_memory_bytes", lambda device: 2.0**28)
+    drawn = []
+    monkeypatch.setattr(sample, "print_samples", lambda *args: drawn.append(args))  # sampling would start here
+    proc = error_of(sample.main, sample_args(trained, "--num-samples", "30000", "--max-new-tokens", "20"), capsys)
+    assert_one_line_error(
+        proc, "sampling 30,000 samples of 21 tokens needs about 1 GiB, and this cpu has 256 MiB; lower --num-samples or --max-new-tokens"
+    )
+    assert drawn == [] and proc.stdout == ""
+    assert sample.main(sample_args(trained, "--num-samples", "3", "--max-new-tokens", "5")) is None  # a few fit
 
 
 def test_prompt_file_errors_are_one_line(trained, tmp_path, capsys):

@@ -4,6 +4,7 @@ transformers' own sliding-window computation, the honest path of a no-mask model
 import dataclasses
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -30,8 +31,8 @@ import score
 import train
 from configs import load_config
 from data.corpus import TRAIN_FRACTION
-from data.tokenizer import CharTokenizer
-from harness.scoring import Window, score_ids, token_losses, windows
+from data.tokenizer import CharTokenizer, GPT2Tokenizer
+from harness.scoring import Window, score_ids, surprises, token_losses, windows
 from harness.training.checkpoints import load_model
 from model import GPT, ModelConfig
 
@@ -206,6 +207,40 @@ def test_printed_result_and_the_most_surprising_tokens(run, tmp_path, capsys):
         assert f"line {row['line']:<6} {row['context']!r} -> {row['token']!r}" in "\n".join(out[7:])
 
 
+class CountingTokenizer:
+    """A tokenizer that counts the tokens it decodes: what --top costs, whatever the machine's speed."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.decoded = tokenizer, 0
+
+    def decode(self, ids: list[int]) -> str:
+        self.decoded += len(ids)
+        return self.tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "gpt2"])
+def test_every_surprise_costs_the_same_whatever_the_length_of_the_text(tokenizer):
+    """--top N used to decode the whole text before each of its N rows (N x N / 2 tokens: --top 100000000 on a 200K-token
+    file ran for hours); now the rows decode a bounded window each, and every row matches what the whole prefix gives,
+    across lines and characters of several UTF-8 bytes (split across gpt2 tokens: é, 漢, 🙂)."""
+    text = "".join(f"line {i}: caf\u00e9 \u6f22\u5b57 \U0001f642 {'ab' * (i % 7)}\n" for i in range(100))
+    if tokenizer == "gpt2":
+        gpt2_encoding_or_skip()
+        tok = GPT2Tokenizer()
+    else:
+        tok = CharTokenizer(sorted(set(text)))
+    ids = tok.encode(text)
+    losses = torch.rand(len(ids) - 1, generator=torch.Generator().manual_seed(0))
+    counting = CountingTokenizer(tok)
+    rows = surprises(counting, ids, losses, 10**8)  # every token, as --top 100000000 asks
+    assert len(rows) == len(ids) - 1
+    assert counting.decoded < 200 * len(ids), f"{counting.decoded:,} tokens decoded for a text of {len(ids):,}"
+    order = losses.argsort(descending=True).tolist()
+    for row, i in zip(rows, order, strict=True):
+        before = tok.decode(ids[: i + 1])  # the whole text before the token, as the rows used to be made
+        assert (row["line"], row["context"], row["token"]) == (before.count("\n") + 1, before[-40:], tok.decode([ids[i + 1]]))
+
+
 def test_no_mask_checkpoint_is_scored_from_prefixes_and_says_why(run, tmp_path, capsys):
     checkpoint = torch.load(run["ckpt"], weights_only=True)
     checkpoint["config"]["model"]["causal"] = False  # the same weights, read without the mask
@@ -306,6 +341,18 @@ def test_bad_input_is_one_line(run, tmp_path, capsys):
 def test_script_is_one_line_on_a_user_error(run, tmp_path):
     proc = run_script("score.py", "--checkpoint", str(run["ckpt"]), "--device", "cpu", "--file", str(tmp_path / "nope.txt"))
     assert_one_line_error(proc, f"--file {tmp_path / 'nope.txt'} does not exist")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device every write to fails with ENOSPC")
+def test_a_result_that_cannot_be_written_is_exit_code_141(run):
+    """`python score.py --json > /dev/full` exited 0 with its result silently dropped: the check of the stream took the
+    failing write for a descriptor the user closed. A full disk behind stdout is lost output: exit code 141, as from | head."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "score.py", "--checkpoint", str(run["ckpt"]), "--device", "cpu", "--json"],
+            cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 141 and proc.stderr == "", f"exit code {proc.returncode}, stderr:\n{proc.stderr}"
 
 
 def test_ctrl_c_stops_honest_scoring_with_exit_code_130(run, tmp_path):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from harness.experiments.stats import paired_difference, spread, t_975
+from harness.experiments.stats import differences, format_differences, paired_difference, spread, t_975
 
 
 def test_spread_is_the_mean_and_the_sample_standard_deviation():
@@ -33,3 +33,16 @@ def test_paired_difference_by_hand():
     assert (one.mean, one.half_width, one.sigmas) == (0.5, None, None)
     assert paired_difference([1.0, 2.0], [0.0, 0.0]).sigmas == math.inf
     assert paired_difference([0.0, 0.0], [0.0, 0.0]).sigmas == 0.0
+
+
+def test_an_infinite_size_is_shown_only_for_a_difference_whose_interval_excludes_0():
+    """compare.py --seeds 2 printed "leak gap +0.000 [-0.004, +0.004] inf sd": base's leak gap is 0 at every seed, so any
+    difference is infinitely many of its sds, even one the interval cannot tell from 0."""
+    base = [{"loss/leak_gap": 0.0}, {"loss/leak_gap": 0.0}]  # a causal run: no leak at either seed
+    # d = 0.003, -0.001: mean 0.001, sd 0.00283, half width 12.706 x 0.00283 / sqrt(2) = 0.0254: the interval spans 0
+    spans = differences({"char": base, "char-no-scale": [{"loss/leak_gap": 0.003}, {"loss/leak_gap": -0.001}]})
+    assert spans["char-no-scale"]["loss/leak_gap"].sigmas == math.inf  # the number itself is as before
+    assert "leak gap +0.001 [-0.024, +0.026] n/a sd (constant over seeds)" in format_differences(spans, "char", 2)
+    # d = 0.5, 0.6, 0.6, 0.7 (a no-mask run's leak): mean 0.6, sd 0.0816, half width 3.182 x 0.0816 / sqrt(4) = 0.130
+    sure = differences({"char": base * 2, "char-no-mask": [{"loss/leak_gap": v} for v in (0.5, 0.6, 0.6, 0.7)]})
+    assert "leak gap +0.600 [+0.470, +0.730] inf sd" in format_differences(sure, "char", 4)  # excludes 0: the size is a finding

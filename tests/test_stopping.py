@@ -4,10 +4,12 @@ and the one-line answers to bad input around them.
 A subprocess waits for a line, never for a time: a busy machine only makes it slower.
 """
 
+import ast
 import dataclasses
 import errno
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,9 +17,10 @@ import time
 
 import pytest
 import torch
-from conftest import REPO_ROOT, assert_one_line_error, make_corpus_text, tiny_argv, write_corpus
+from conftest import REPO_ROOT, assert_one_line_error, error_of, make_corpus_text, tiny_argv, write_corpus
 
 import harness.training.budget
+import harness.training.starting_weights
 import train
 from configs import ConfigError, load_config
 from data.corpus import DataError, load_corpus
@@ -63,6 +66,48 @@ def test_sigterm_inside_an_evaluation_stops_within_seconds_and_saves(tmp_path):
     assert checkpoint["step"] == 0 and checkpoint["evaluated"] is False  # --resume evaluates step 0 again
     assert not [m for m in read_metrics(run_dir) if "loss/val" in m]  # the evaluation cut short is not logged
     assert f"stopped at step 0; checkpoint saved to {run_dir / 'ckpt.pt'}" in out
+
+
+def signals_as_a_terminal_gives_them() -> None:
+    """In the child, before it runs Python: the stop signals at their defaults. A command run by this suite earlier leaves
+    them ignored here (run_command's end), and an ignored signal stays ignored across exec, as nohup relies on."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "sighup"])
+def test_a_signal_during_the_imports_is_one_line(tmp_path, signum):
+    """A Ctrl-C while `import torch` ran (the first second or so, before run_command) printed a KeyboardInterrupt traceback,
+    and SIGTERM or SIGHUP ended the process without a word. Python's own import log (-X importtime) says when torch's
+    import is under way: its first submodule done, the module itself not yet."""
+    corpus = write_corpus(tmp_path / "text")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-X", "importtime", "train.py", *tiny_argv(tmp_path, corpus)]
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=signals_as_a_terminal_gives_them)  # fmt: skip
+    try:
+        for line in proc.stderr:  # a line per module imported, as each import ends
+            if re.search(r"\| +torch\.", line):
+                proc.send_signal(signum)
+                break
+        err, out = proc.stderr.read(), proc.stdout.read()
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert said == ["interrupted before training started; nothing was saved"]
+    assert out == "" and not (tmp_path / "runs").exists()
+
+
+def test_every_script_answers_a_signal_during_its_imports():
+    """Each script's first act, before any import that takes time, is exit_on_signal: read from its source, never imported."""
+    for path in sorted(REPO_ROOT.glob("*.py")):
+        body = ast.parse(path.read_text(encoding="utf-8")).body[1:]  # after the docstring
+        first, guard = body[0], body[1]
+        assert isinstance(first, ast.ImportFrom) and first.module == "harness.stopping", f"{path.name}: {ast.unparse(first)}"
+        assert ast.unparse(guard.test) == "__name__ == '__main__'", f"{path.name}: {ast.unparse(guard)}"
+        assert ast.unparse(guard.body[0]).startswith("exit_on_signal("), f"{path.name}: {ast.unparse(guard)}"
 
 
 def test_sighup_stops_like_sigterm_with_a_checkpoint(tmp_path, monkeypatch, capsys):
@@ -123,6 +168,38 @@ def test_a_huge_context_is_refused_in_one_line_with_its_cost(monkeypatch, tmp_pa
     with pytest.raises(ConfigError, match=r"needs about \d+ GiB, and this cpu has 1 GiB"):
         check_affordable(cfg, torch.device("cpu"))
     assert check_affordable(config("--config", "tiny"), torch.device("cpu")) == 20e9
+
+
+@pytest.mark.parametrize(
+    ("sizes", "memory", "message"),
+    [
+        (["--model.n_layer=1" + "0" * 30], None, r"training a model of about 1\.2e\+34 parameters needs about 1\.8e\+26 GiB"),
+        (["--model.n_layer=48", "--model.n_embd=1024"], 2.0**32, "training a model of about 604M parameters needs about 9 GiB"),
+    ],
+)  # 12 L C^2 = 12 x 48 x 1024^2 = 604.0M (the embeddings add 0.1M); 16 bytes each (weights, gradients, two moments) = 9.0 GiB
+def test_a_model_too_big_is_refused_before_any_weight_is_made(tmp_path, monkeypatch, capsys, sizes, memory, message):
+    """--model.n_layer=10**30 used to build layer after layer for ever (the check came after the model was built); now the
+    estimate from the config alone refuses it in one line, and no GPT is ever constructed."""
+
+    def built(model_cfg):
+        raise AssertionError(f"a GPT with {model_cfg.n_layer} layers was built before the budget check")
+
+    monkeypatch.setattr(harness.training.starting_weights, "GPT", built)
+    if memory is not None:
+        monkeypatch.setattr(harness.training.budget, "device_memory_bytes", lambda device: memory)
+    proc = error_of(train.main, tiny_argv(tmp_path, write_corpus(tmp_path / "t"), *sizes), capsys)
+    line = assert_one_line_error(proc, "lower --model.n_layer or --model.n_embd")
+    assert re.search(message, line), line
+    assert not (tmp_path / "runs" / "tiny").exists()  # refused before the run folder is claimed
+
+
+@pytest.mark.parametrize("std", ["1e308", "1e19"])  # weights of inf; finite weights whose attention scores overflow
+def test_an_init_that_overflows_is_blamed_on_the_setting_not_on_a_checkpoint(tmp_path, capsys, std):
+    """A fresh run at --model.qk_init_std=1e308 failed at its first evaluation with "a diverged or damaged checkpoint; use
+    another checkpoint, such as the run's best.pt": there is no checkpoint, only a setting that overflows float32."""
+    proc = error_of(train.main, tiny_argv(tmp_path, write_corpus(tmp_path / "t"), f"--model.qk_init_std={std}"), capsys)
+    line = assert_one_line_error(proc, "a fresh model with these settings computes logits that are not finite", "lower model.qk_init_std")
+    assert "checkpoint" not in line and f"({float(std):g} here, GPT-2's is 0.02)" in line
 
 
 @pytest.mark.parametrize("preset", ["tiny", "char", "base", "gpt2-finetune"])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import assert_close
+from conftest import assert_close, assert_one_line_error, error_of, tiny_argv, write_corpus
 
 import harness.training.evaluation
 import train
@@ -81,6 +81,26 @@ def test_bad_settings_are_refused_at_load_time(flags, needle):
     assert needle in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--model.block_size=2", "--data.min_segment=1", "--data.max_segment=1"],
+         "model.block_size must be at least 7 to measure induction heads, got 2: attention spread evenly over 2 positions puts 0.50"),
+        (["--model.block_size=1", "--data.min_segment=1", "--data.max_segment=1"], "over 1 position puts 1.00 on every target"),
+        (["--model.block_size=6", "--data.min_segment=2", "--data.max_segment=3"], "got 6: attention spread evenly over 6 positions puts 0.17"),
+        (["--data.min_segment=1", "--data.max_segment=1"], "data.min_segment must be at least 2 for the induction measurements, got 1"),
+        (["--data.min_segment=1"], "data.min_segment must be at least 2"),
+    ],
+)  # fmt: skip
+def test_settings_too_degenerate_to_measure_induction_are_refused(flags, needle):
+    """A block of 2 reported a phase change at step 0 (even attention scores 0.5 there) and a loss on repeated positions of
+    nan; one-token segments (min = max = 1) never give a next token away, and wrote a bare NaN into metrics.jsonl."""
+    with pytest.raises(ConfigError) as e:
+        load_config(["--config", "induction", *flags])
+    assert needle in str(e.value)
+    assert load_config(["--config", "induction", "--model.block_size=7", "--data.min_segment=2", "--data.max_segment=4"])
+
+
 SMALL = ["--model.n_embd=16", "--model.n_head=2", "--model.block_size=16", "--data.max_segment=8", "--data.min_segment=3",
          "--train.batch_size=4", "--train.max_steps=8", "--train.eval_interval=4", "--train.eval_batches=1",
          "--train.honest_batches=1", "--train.log_interval=1", "--device=cpu"]  # fmt: skip
@@ -149,3 +169,16 @@ def test_inspect_attention_looks_at_a_repeated_sequence_when_the_vocabulary_cann
     assert "16 tokens" in printed and "| induction | role |" in printed  # the block, and the induction column
     assert "induction heads (weight above 0.3):" in printed
     assert (tmp_path / "attn_L1.png").is_file()
+
+
+def test_inspect_attention_refuses_a_repeated_sequence_too_short_to_tell_roles_from_chance(tmp_path, capsys):
+    """On a 2-token --repeated sequence every head was named induction, previous-token and first-token sink at once."""
+    import inspect_attention
+
+    root = tmp_path / "two"
+    train.train(load_config(tiny_argv(root, write_corpus(root / "text"), "--model.block_size=2", "--train.max_steps=1")))
+    capsys.readouterr()  # the run's own lines
+    argv = ["--checkpoint", str(root / "runs" / "tiny" / "ckpt.pt"), "--repeated", "--out", str(tmp_path / "out")]
+    assert_one_line_error(
+        error_of(inspect_attention.main, argv, capsys), "a context of 2 tokens is too short to tell heads' roles from chance (it takes 7)"
+    )

@@ -4,6 +4,7 @@
 import contextlib
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from configs import SECTIONS, Config, ConfigError
 from configs.schema import config_differences
 from data.files import write_atomically
 from harness.experiments.stats import aggregate, differences, to_json
-from harness.folders import claim_run_folder
+from harness.folders import claim_run_folder, read_json
 from harness.pictures.curves import plot_runs
 from harness.stopping import LOST_OUTPUT, Aborted, StopFlag
 from harness.training.runlog import evaluations
@@ -71,6 +72,16 @@ def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config) 
     ]
 
 
+@contextlib.contextmanager
+def blocked(signum: int):
+    """The signal held pending (not lost) in this thread for the block, and in the processes it starts meanwhile."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 class Children:
     """Runs train.py processes one at a time, and passes every stop signal (Ctrl-C, SIGTERM, SIGHUP) on to the one running.
 
@@ -82,6 +93,7 @@ class Children:
 
     def __init__(self):
         self.child: subprocess.Popen | None = None
+        self.told = False  # whether the running child was passed a signal
         self.flag = StopFlag(on_signal=self.pass_on)
 
     @property
@@ -95,20 +107,30 @@ class Children:
     def pass_on(self, signum: int) -> None:
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signum)
+            self.told = True
 
     def run(self, command: list[str]) -> int:
-        """Start the command and wait for it to end; its exit code (not started if a stop was asked for already)."""
-        if self.signum is not None:
-            return 128 + self.signum
-        self.child = subprocess.Popen(command, process_group=0)
-        if self.signum is not None:  # the signal came while the child was being started
-            self.child.send_signal(self.signum)
+        """Start the command and wait for it to end; its exit code (not started if a stop was asked for already).
+
+        The child starts with SIGINT blocked (it inherits this process's mask): a Ctrl-C passed on while its interpreter
+        starts then waits until train.py can answer it in one line (harness/stopping.py's exit_on_signal unblocks it),
+        where Python would stop with "Fatal Python error: init_import_site". Only SIGINT: the one Python turns into an
+        exception while it starts; SIGTERM and SIGHUP end a starting child quietly, and a child of another kind keeps them.
+        """
+        self.told = False
         try:
+            with blocked(signal.SIGINT):  # here too: a Ctrl-C meanwhile is handled once the child exists, and passed on
+                if self.signum is not None:
+                    return 128 + self.signum
+                self.child = subprocess.Popen(command, process_group=0)
+            if self.signum is not None and not self.told:  # SIGTERM or SIGHUP while the child was being started
+                self.child.send_signal(self.signum)
             code = self.child.wait()
         except Aborted:  # a second signal: the child got it too and aborts; wait for it, briefly
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.child.wait(timeout=5)
-            self.child.kill()
+            if self.child is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.child.wait(timeout=5)
+                self.child.kill()
             raise
         self.child = None
         return code
@@ -139,10 +161,8 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
     last = (evaluations(cfg.run_dir) or [{}])[-1]
     if last.get("step") != cfg.train.max_steps:
         return None
-    try:
-        recorded = json.loads((cfg.run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        recorded = {}
+    recorded = read_json(cfg.run_dir / "config.json")
+    recorded = recorded if isinstance(recorded, dict) else {}
     wanted = {section: cfg.to_dict()[section] for section in SECTIONS}
     differs = config_differences(recorded, wanted, ignore=("vocab_size", "resume", "run_name"))
     if differs:
@@ -160,11 +180,17 @@ def write_json(path: Path, value: dict) -> None:
 
 def read_saved_runs(runs_dir: Path) -> dict:
     """The runs an earlier comparison recorded in compare.json (it is rewritten after each run), by run name."""
-    try:
-        runs = json.loads((runs_dir / "compare.json").read_text(encoding="utf-8")).get("runs", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
+    saved = read_json(runs_dir / "compare.json")
+    runs = saved.get("runs") if isinstance(saved, dict) else None
     return runs if isinstance(runs, dict) else {}
+
+
+def kept(results: dict, runs_dir: Path) -> str:
+    """What a second Ctrl-C leaves of the comparison, for its abort line: the runs that finished (the one under way
+    says for itself what it kept)."""
+    finished = [name for name, result in results.items() if result.get("exit_code") == 0]
+    done = f"finished and kept in {runs_dir}: {', '.join(finished)}" if finished else "no run had finished"
+    return f"{done}; continue with the same command plus --resume"
 
 
 def run_comparison(
@@ -187,6 +213,7 @@ def run_comparison(
     saved_runs = read_saved_runs(runs_dir) if cfg.train.resume else {}
     results = {}
     with Children() as children:
+        children.flag.saved = kept(results, runs_dir)
         for i in range(n_seeds):  # seed by seed: stopped early, the finished rounds are still complete pairs
             for variant, configs in plan.items():
                 run_cfg, number = configs[i], f"run {len(results) + 1} of {n_seeds * len(plan)}"  # the comparison's progress
@@ -194,11 +221,13 @@ def run_comparison(
                 if done is not None:
                     print(f"\n=== {number}: {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} finished already ===", flush=True)
                     results[run_cfg.run_name] = done
+                    children.flag.saved = kept(results, runs_dir)
                     continue
                 started = cfg.train.resume and (run_cfg.run_dir / "ckpt.pt").is_file()
                 run_cfg = dataclasses.replace(run_cfg, train=dataclasses.replace(run_cfg.train, resume=started))
                 print(f"\n=== {number}: {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} ===", flush=True)
                 results[run_cfg.run_name] = train_run(train_argv(config_name, overrides, run_cfg), children, run_cfg)
+                children.flag.saved = kept(results, runs_dir)
                 write_json(runs_dir / "compare.json", {"seeds": seeds, "runs": results})
                 code = results[run_cfg.run_name]["exit_code"]
                 if children.signum is not None or code in STOPPED_CODES:  # stopped by a signal or lost output, after saving a checkpoint

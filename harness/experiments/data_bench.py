@@ -23,6 +23,7 @@ from harness.experiments.profiling import load_average, machine_name
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BLOCK_BYTES = 1 << 20
 DISTINCT_BLOCKS = 16  # the text cycles through this many generated blocks: writing it stays fast at any size
+MIN_MB = 0.001  # the smallest text measured: a kilobyte (below a byte, the text would be empty)
 
 PREPARE = """
 import json, sys, time

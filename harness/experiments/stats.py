@@ -146,8 +146,12 @@ def differences(by_variant: dict[str, list[dict]], also: dict[str, list[str]] | 
     return out
 
 
-def format_sigmas(sigmas: float) -> str:
-    return "inf sd" if sigmas == float("inf") else f"{sigmas:.1f} sd"
+def format_sigmas(sigmas: float, spans_zero: bool = False) -> str:
+    """A difference's size in seed sds of the run it is measured from. Against a run that never varied (a causal run's leak
+    gap is 0 at every seed) the size is infinite: a finding when the interval excludes 0, and no size at all when it spans 0."""
+    if sigmas == float("inf"):
+        return "n/a sd (constant over seeds)" if spans_zero else "inf sd"
+    return f"{sigmas:.1f} sd"
 
 
 def format_differences(diffs: dict[str, dict[str, Difference | None]], base_name: str, n_seeds: int) -> str:
@@ -174,7 +178,7 @@ def format_differences(diffs: dict[str, dict[str, Difference | None]], base_name
                 cells.append(f"{header} {d.mean:+{fmt}}")
             else:
                 low, high = d.mean - d.half_width, d.mean + d.half_width
-                cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {format_sigmas(d.sigmas)}")
+                cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {format_sigmas(d.sigmas, low <= 0 <= high)}")
         lines.append(f"  {name + ':':<{width + 1}} " + " | ".join(cells))
     return "\n".join(lines)
 

@@ -8,8 +8,13 @@ for attention (scores, then the weighted sum of values; half that under the caus
 kernels skip); a training step, forward and backward, about
 three forward passes. Seconds are these counts over the speed of a square matrix product timed here,
 so they are estimates, good to a small factor. docs/experiment.md has the figures they were checked against.
+
+Memory is estimated from the config alone too, and checked before anything is allocated: a training step
+(check_affordable, before the model is built) and a batch of samples (check_sampling, before the first token)
+both go through check_memory, the one refusal line "needs about N GiB, and this cpu has M GiB".
 """
 
+import math
 import os
 import time
 
@@ -23,11 +28,16 @@ STEP_LIMIT_S = 120  # a stop waits for the step under way: a run whose step woul
 EVAL_WARNING_S = 60  # a first evaluation estimated longer than this is announced before training, with the flag that shortens it
 
 
+def size(n: int) -> float:
+    """A count from a config as a float, for the estimates; one past float's range (10**400 layers) is infinite: too big anywhere."""
+    return float(n) if n < 2**1000 else math.inf
+
+
 def forward_flops(cfg: ModelConfig, B: int, T: int) -> float:
     """Operations of one forward pass over (B, T) tokens: the blocks' matrices, the output layer, attention."""
-    C, L = cfg.n_embd, cfg.n_layer
+    C, L, B, T = size(cfg.n_embd), size(cfg.n_layer), size(B), size(T)
     attention = (2.0 if cfg.causal else 4.0) * L * B * T * T * C  # fused kernels skip the masked half
-    return 2.0 * B * T * (12 * L * C * C + cfg.vocab_size * C) + attention
+    return 2.0 * B * T * (12 * L * C * C + size(cfg.vocab_size) * C) + attention
 
 
 def step_flops(cfg: Config) -> float:
@@ -62,15 +72,39 @@ def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
     return positions
 
 
+def weight_count(m: ModelConfig) -> float:
+    """About how many parameters GPT(m) has, from its sizes alone: 12 L C^2 in the blocks, V C and T C in the embeddings."""
+    C = size(m.n_embd)
+    return 12 * size(m.n_layer) * C * C + (size(m.vocab_size) + size(m.block_size)) * C
+
+
 def step_memory_bytes(cfg: Config) -> float:
     """Memory one training step holds at its peak, roughly: weights with their gradients and optimizer moments,
     the activations kept for the backward pass (about 20 numbers per token, layer and channel) and the logits
     with their gradient; the (B, H, T, T) attention weights too on the readable path, which keeps them."""
-    m, B, T = cfg.model, cfg.train.batch_size, cfg.model.block_size
-    params = 12 * m.n_layer * m.n_embd**2 + m.vocab_size * m.n_embd + T * m.n_embd
-    activations = B * T * (20 * m.n_layer * m.n_embd + 3 * m.vocab_size)
-    weights = 3 * m.n_layer * B * m.n_head * T * T if m.attention == "manual" else 0
-    return 4.0 * (4 * params + activations + weights)  # float32: 4 bytes a number
+    m, B, T = cfg.model, size(cfg.train.batch_size), size(cfg.model.block_size)
+    L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
+    activations = B * T * (20 * L * C + 3 * V)
+    weights = 3 * L * B * H * T * T if m.attention == "manual" else 0
+    return 4.0 * (4 * weight_count(m) + activations + weights)  # float32: 4 bytes a number
+
+
+TOKEN_BOOKKEEPING_BYTES = 512  # Python's share of each sampled step: a (B, 1) tensor, or a decoded piece, kept until the end
+SAMPLE_BOOKKEEPING_BYTES = 768  # Python's share of each sample printed: a tensor view of its row, its decoded text's header
+
+
+def sampling_memory_bytes(m: ModelConfig, n_samples: int, n_prompt: int, n_new: int) -> float:
+    """Memory that sampling n_samples rows holds at its peak, roughly, each row n_prompt tokens followed by n_new drawn ones:
+    the weights; the tokens (int64, as drawn and joined), with Python's bookkeeping per step and per sample, and the decoded
+    texts (up to 4 bytes a token); and while tokens are drawn, over the window the model sees (at most block_size), the keys and values
+    cached per layer (twice while a step appends to them), one layer's activations (about 8 numbers per token and
+    channel), the readable path's (B, H, T, T) attention weights, and the logits with the sampler's copies of them."""
+    B, N = size(n_samples), size(n_prompt) + size(n_new)
+    L, C, V, H, T = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head), min(N, size(m.block_size))
+    attention = B * H * T * T if m.attention == "manual" else 0
+    window = (4 * L * B * T * C + 8 * B * T * C + attention + 4 * B * V) if n_new else 0  # no token drawn, no pass
+    texts = B * (SAMPLE_BOOKKEEPING_BYTES + 4 * N)
+    return 4.0 * (weight_count(m) + window) + 16 * B * N + TOKEN_BOOKKEEPING_BYTES * size(n_new) + texts
 
 
 def device_memory_bytes(device: torch.device) -> float | None:
@@ -112,16 +146,44 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} minutes" if seconds < 7200 else f"{seconds / 3600:.1f} hours"
 
 
-def check_affordable(cfg: Config, device: torch.device) -> float:
-    """Refuse in one line a run this device cannot hold in memory, or whose every step would outlast a stop's patience;
-    return the device's measured speed (operations per second), for the estimates said before training."""
-    speed = measured_speed(device)
-    need, have = step_memory_bytes(cfg), device_memory_bytes(device)
+def gib(n_bytes: float) -> str:
+    """A memory size to read at a glance: MiB below a GiB, whole GiB above, powers of ten past a million million GiB."""
+    return (
+        f"{n_bytes / 2**20:.0f} MiB"
+        if n_bytes < 2**30
+        else f"{n_bytes / 2**30:.0f} GiB"
+        if n_bytes < 2**80
+        else f"{n_bytes / 2**30:.1e} GiB"
+    )
+
+
+def check_memory(need: float, device: torch.device, what: str, advice: str) -> None:
+    """Refuse in one line work whose memory, estimated from the config alone, is more than the device has: called
+    before any of it is allocated, so the refusal comes at once instead of after minutes of swapping or an OOM kill."""
+    have = device_memory_bytes(device)
     if have is not None and need > have:
-        raise ConfigError(
-            f"a training step at block_size {cfg.model.block_size} and batch_size {cfg.train.batch_size} needs about "
-            f"{need / 2**30:.0f} GiB, and this {device.type} has {have / 2**30:.0f} GiB; lower --model.block_size or --train.batch_size"
-        )
+        raise ConfigError(f"{what} needs about {gib(need)}, and this {device.type} has {gib(have)}; {advice}")
+
+
+def check_sampling(m: ModelConfig, n_samples: int, n_prompt: int, n_new: int, device: torch.device) -> None:
+    """Refuse in one line samples that this device cannot hold: n_samples rows of n_prompt tokens and n_new drawn ones."""
+    what = f"sampling {n_samples:,} sample{'s' * (n_samples > 1)} of {n_prompt + n_new:,} token{'s' * (n_prompt + n_new > 1)}"
+    check_memory(sampling_memory_bytes(m, n_samples, n_prompt, n_new), device, what, "lower --num-samples or --max-new-tokens")
+
+
+def check_affordable(cfg: Config, device: torch.device, speed: float | None = None) -> float:
+    """Refuse in one line a run this device cannot hold in memory, or whose every step would outlast a stop's patience;
+    return the device's speed (operations per second, measured here unless given), for the estimates said before training.
+    It needs the config alone: called before the model is built, a model too big is refused before its weights exist."""
+    speed = speed or measured_speed(device)
+    params = weight_count(cfg.model)
+    millions = f"{params / 1e6:,.0f}M" if params < 1e18 else f"{params:.1e}"
+    # First the model alone (float32 weights, gradients and AdamW's two moments), whatever the context and batch, then the step.
+    check_memory(16.0 * params, device, f"training a model of about {millions} parameters", "lower --model.n_layer or --model.n_embd")
+    check_memory(
+        step_memory_bytes(cfg), device, f"a training step at block_size {cfg.model.block_size} and batch_size {cfg.train.batch_size}",
+        "lower --model.block_size or --train.batch_size",
+    )  # fmt: skip
     seconds = step_flops(cfg) / speed
     if seconds > STEP_LIMIT_S:
         raise ConfigError(

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from configs import Config
 from data.files import write_atomically
-from harness.folders import FolderLock, OutputError, claim_run_folder
+from harness.folders import FolderLock, OutputError, claim_run_folder, parse_json
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.evaluation import Evaluation
 from harness.training.runtime import Runtime
@@ -56,18 +56,28 @@ STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does
 MOSTLY_WHITESPACE = 0.5  # a sample more blank than this is shown with its whitespace made visible
 
 
-def parse_step(line: str) -> int | None:
-    """The step of a metrics.jsonl line, or None for a line torn by a killed process."""
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
+def parse_row(line: bytes | str) -> dict | None:
+    """A metrics.jsonl line as its row, or None for a damaged line, whatever the damage (folders.parse_json: torn, not
+    UTF-8, nested too deep) or a line that is not a row: not an object, or a step that is not a whole number (1e999, "x")."""
+    row = parse_json(line)
+    return row if isinstance(row, dict) and type(row.get("step")) is int else None
+
+
+def parse_step(line: bytes | str) -> int | None:
+    """The step of a metrics.jsonl line, or None for a damaged line (parse_row)."""
+    row = parse_row(line)
+    return None if row is None else row["step"]
+
+
+def metric_lines(path: Path) -> list[tuple[bytes, dict]]:
+    """The intact lines of a metrics.jsonl, each with its row, in order: the file's one reader. A damaged line (parse_row)
+    is skipped, wherever it is; read as bytes, a line that is not UTF-8 is one damaged line, not a failure of the file."""
+    return [(line, row) for line in path.read_bytes().splitlines() if (row := parse_row(line)) is not None]
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """Every line of a run's metrics.jsonl, as dicts (a line torn by a killed process is skipped)."""
-    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if parse_step(line) is not None]
+    """Every intact row of a run's metrics.jsonl, as dicts (a damaged line is skipped)."""
+    return [row for _, row in metric_lines(run_dir / "metrics.jsonl")]
 
 
 def evaluations(run_dir: Path) -> list[dict]:
@@ -114,9 +124,8 @@ class RunLogger:
 
         path = run_dir / "metrics.jsonl"
         if resume_step is not None and path.is_file():  # drop what an interrupted run logged after its checkpoint
-            steps = [(line, parse_step(line)) for line in path.read_text().splitlines()]
-            kept = [line for line, step in steps if step is not None and step <= resume_step]
-            write_atomically(path, "".join(line + "\n" for line in kept).encode())
+            kept = [line for line, row in metric_lines(path) if row["step"] <= resume_step]
+            write_atomically(path, b"".join(line + b"\n" for line in kept))
         purge = None if resume_step is None else resume_step + 1  # TensorBoard hides later events of the old run
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
         self.writer.add_custom_scalars(STORY_LAYOUT)

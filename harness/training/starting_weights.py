@@ -10,22 +10,33 @@ config.json and every checkpoint store, and sample.py rebuilds the model from it
 
 A resumed --init-from run takes that config from its own ckpt.pt: it needs neither the hub nor
 the folder it started from, since restore() overwrites every weight.
+
+Whichever the path, the model's config is checked (budget.py's check_affordable) before its weights are made:
+a model or a step too big to hold, or too slow to stop, is refused from the config alone.
 """
 
 import dataclasses
 
+import torch
+
 from configs import Config, ConfigError
+from harness.training.budget import check_affordable
 from harness.training.checkpoints import check_model_config, model_config_of
 from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
 
 
-def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None) -> tuple[Config, GPT]:
+def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None) -> tuple[Config, GPT]:
     """(the run's config, its model on runtime.device): GPT(cfg.model) with fresh weights, or GPT-2's weights when
     cfg.train.init_from names one. A resumed run passes its checkpoint (read once by read_resumable); an --init-from
-    run's model config comes from it and is checked before the model is built. restore() then overwrites the weights."""
+    run's model config comes from it and is checked before the model is built. restore() then overwrites the weights.
+    Each path's config goes through check_affordable first (speed: the device's, if measured already)."""
     if not cfg.train.init_from:  # read_resumable checked a checkpoint's model config against cfg.model
-        return cfg, GPT(cfg.model).to(runtime.device)
+        check_affordable(cfg, runtime.device, speed)
+        model = GPT(cfg.model).to(runtime.device)
+        if checkpoint is None:  # fresh weights: restore() does not overwrite them
+            check_finite_start(model)
+        return cfg, model
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override")
     # The run's folder is named from the user's flags, not from switches kept from the weights: the resumed run finds it again.
@@ -34,11 +45,13 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None)
         path = cfg.run_dir / "ckpt.pt"
         model_cfg = chosen_fields(cfg.model, model_config_of(checkpoint, path))
         check_model_config(checkpoint, path, model_cfg)
-        return dataclasses.replace(cfg, model=model_cfg, train=pinned), GPT(model_cfg).to(runtime.device)
+        check_affordable(run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed)
+        return run_cfg, GPT(model_cfg).to(runtime.device)
     from harness.gpt2 import build, load_pretrained  # imported on use: the hub's client is slow to import, and a fresh run needs none
 
     pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
     model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
+    check_affordable(run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed)  # GPT-2's sizes
     state = pretrained.state_dict()
     state["pos_emb.weight"] = state["pos_emb.weight"][: model_cfg.block_size]  # (block_size, C): the first positions only
     model = build(model_cfg, state, info["source"])
@@ -48,7 +61,24 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None)
         f"{model_cfg.n_embd} wide, context {model_cfg.block_size} of its {pretrained.cfg.block_size}; the preset's sizes do not apply"
         + (f"; kept its {', '.join(kept)}" if kept else "")
     )
-    return dataclasses.replace(cfg, model=model_cfg, train=pinned), model.train().to(runtime.device)
+    return run_cfg, model.train().to(runtime.device)
+
+
+@torch.no_grad()
+def check_finite_start(model: GPT) -> None:
+    """Refuse fresh weights whose logits are not finite before any training: an init that overflows float32 (a huge
+    model.qk_init_std) would otherwise fail at the first evaluation, blamed on a damaged checkpoint. The weights, then a
+    pass over a block of tokens drawn from a generator of its own, in eval mode (no dropout): the run's random stream is
+    unchanged."""
+    T, device = min(model.cfg.block_size, 64), model.lm_head.weight.device
+    idx = torch.randint(model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0)).to(device)  # (1, T)
+    finite = all(torch.isfinite(p).all() for p in model.parameters()) and torch.isfinite(model.eval()(idx)[0]).all()
+    model.train()
+    if not finite:
+        raise ConfigError(
+            f"a fresh model with these settings computes logits that are not finite (NaN or inf) before any training: float32 "
+            f"overflows at initialisation; lower model.qk_init_std ({model.cfg.qk_init_std:g} here, GPT-2's is 0.02)"
+        )
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
