@@ -1,6 +1,7 @@
 """Tests for the corpus at scale: data/sources.py (files, JSONL, parquet, folders), data/chunks.py (safe cuts) and
 data/prepare.py (streaming, documents, the split, bad input, interruption, memory)."""
 
+import codecs
 import json
 import os
 import random
@@ -14,15 +15,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, gpt2_encoding_or_skip, import_or_skip, make_corpus_text
+from conftest import (
+    REPO_ROOT,
+    assert_one_line_error,
+    error_of,
+    gpt2_encoding_or_skip,
+    import_or_skip,
+    make_corpus_text,
+    tiny_argv,
+    write_corpus,
+)
 
 import data.prepare
 from configs import DataConfig
 from data.chunks import make_tasks
 from data.corpus import DataError, load_corpus
 from data.prepare import prepare
-from data.sources import find_source
+from data.sources import find_source, read_text
 from harness.cli import run_command
+from harness.scoring import text_ids
 
 TEXT = make_corpus_text(min_chars=20_000) + "Caf\u00e9 \u4f60\u597d\u3002\n\u4e16\u754c   \n\n\n  <|endoftext|>\t\r\nend"
 
@@ -307,3 +318,69 @@ print(sum(meta["tokens"].values()), int(status.split("VmHWM:")[1].split()[0]) * 
     tokens, peak = map(int, proc.stdout.split())
     assert tokens == len(path.read_text())
     assert peak < 96 * 2**20 < 14 * size / 3, f"peak {peak / 2**20:.0f} MiB for a {size / 2**20:.0f} MiB text"
+
+
+# 5. Odd contents: one line from the first pass, or read as a careful user expects
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "gpt2"])
+def test_a_lone_surrogate_in_jsonl_is_one_line_from_the_first_pass(tmp_path, tokenizer):
+    """ "\\ud800" is valid JSON, half of a character: it passed the first pass and crashed the encoder thread."""
+    if tokenizer == "gpt2":
+        gpt2_encoding_or_skip()
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        '{"text": "ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab"}\n{"text": "\\ud83d\\ude00 fine"}\n{"text": "\\ud800 x"}\n'
+    )
+    with pytest.raises(DataError, match=r"s.jsonl line 3: field 'text' holds a lone UTF-16 surrogate \('\\ud800' at character 0\)"):
+        load_corpus(cfg(tmp_path, path, tokenizer))
+    assert nothing_prepared(tmp_path)
+
+
+def test_a_deeply_nested_json_line_is_one_line_error(tmp_path, capsys):
+    """json.loads raised RecursionError, which the reader did not catch: a traceback from train.py."""
+    import train
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "fine"}\n{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    proc = error_of(train.main, tiny_argv(tmp_path, path), capsys)
+    assert_one_line_error(proc, f"--data-file {path} line 2 nests arrays or objects too deeply to read")
+    assert nothing_prepared(tmp_path)
+
+
+def test_a_leading_byte_order_mark_is_not_text(tmp_path):
+    """Notepad's BOM became a character of the char vocabulary (3 tokens of a gpt2 document), and score.py --file or
+    sample.py --prompt-file with such a file was refused: "1 character(s) not in the training vocabulary: '\\ufeff'"."""
+    text = make_corpus_text(min_chars=5000)
+    path = tmp_path / "notepad.txt"
+    path.write_bytes(codecs.BOM_UTF8 + text.replace("\n", "\r\n").encode())
+    corpus = load_corpus(cfg(tmp_path, path))
+    assert corpus.tokenizer.chars == sorted(set(text)) and corpus.tokenizer.decode(corpus.train.tolist() + corpus.val.tolist()) == text
+    folder = tmp_path / "docs"
+    write_corpus(folder, "a.txt", "\ufeffFirst, and a mark \ufeff inside, which is a character.")
+    (folder / "b.jsonl").write_bytes(codecs.BOM_UTF8 + b'{"text": "Second."}\n')
+    docs = load_corpus(cfg(tmp_path, folder))
+    assert docs.tokenizer.decode(docs.train.tolist()) == "\n\nFirst, and a mark \ufeff inside, which is a character."
+    assert docs.tokenizer.decode(docs.val.tolist()) == "\n\nSecond."
+    assert read_text(path, "--prompt-file") == text
+    ids, _ = text_ids(corpus.tokenizer, path, None)  # score.py --file
+    assert ids == corpus.tokenizer.encode(text)
+
+
+def test_dictionary_encoded_and_string_view_parquet_columns_are_text(tmp_path):
+    """pandas' category columns are written dictionary-encoded, newer writers use string_view: both were refused as
+    "holds dictionary<values=string, ...>, not text"."""
+    pa, pq = import_or_skip("pyarrow", "parquet sources need it"), import_or_skip("pyarrow.parquet", "parquet sources need it")
+    for name, column in (
+        ("category", pa.array(["Once.", "Twice.", "Once."]).dictionary_encode()),
+        ("view", pa.array(["Once.", "Twice.", "Once."], type=pa.string_view())),
+    ):
+        pq.write_table(pa.table({"text": column}), tmp_path / f"{name}.parquet")
+        corpus = load_corpus(cfg(tmp_path, tmp_path / f"{name}.parquet"))
+        assert (
+            corpus.tokenizer.decode(corpus.train.tolist()) == "\n\nOnce.\n\nTwice."
+            and corpus.tokenizer.decode(corpus.val.tolist()) == "\n\nOnce."
+        )
+    pq.write_table(pa.table({"text": pa.array([[1], [2]])}), tmp_path / "lists.parquet")
+    with pytest.raises(DataError, match=r"column 'text' holds list<\w+: int64>, not text"):
+        load_corpus(cfg(tmp_path, tmp_path / "lists.parquet"))
