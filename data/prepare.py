@@ -226,7 +226,8 @@ def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str,
     total_chars = sum(found.chars for _, found, _ in plan)
     with progress(f"encoding {plan[0][0].path.name}", total_chars, "char") as bar, ThreadPoolExecutor(workers) as pool:
         try:
-            for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars):
+            cut_anywhere = tokenizer.name == "char"  # a character's id never depends on its neighbours
+            for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars, cut_anywhere):
                 if split not in files:
                     files[split] = open(folder / f"{split}.bin", "wb")
                 in_flight.append((split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)))
