@@ -2,7 +2,7 @@
 
 The prepared token ids live in `<cache>/prepared/<name>-<tokenizer>-<hash>/` as train.bin and
 val.bin (raw unsigned integers) beside meta.json (tokenizer, vocabulary, dtype, the sources, the
-document count). They are reused while the sources and the tokenizer stay the same. Reading the
+document count, and its own checksum). They are reused while the sources and the tokenizer stay the same. Reading the
 sources is data/sources.py; encoding them, in constant memory, is data/prepare.py.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.files import sha256_of, sha256_of_bytes, write_atomically
+from data.files import sha256_of, sha256_of_bytes, unsealed_json, write_atomically
 from data.prepare import FORMAT_VERSION, TRAIN_FRACTION, prepare  # noqa: F401 (TRAIN_FRACTION: the split, known here as before)
 from data.sources import DataError, Source, find_source
 from data.tokenizer import TOKENIZERS, CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
@@ -31,6 +31,7 @@ class Corpus:
     tokenizer: Tokenizer
     source: Path  # the text file (or folder, or documents file) the ids came from
     source_sha256: str  # the SHA-256 of that file, or a fingerprint of every source (see `corpus_key`)
+    val_source: Path | None = None  # --data.val_path, when val came from a source of its own
 
     def describe(self) -> str:
         return f"corpus {self.source}: {len(self.train):,} train / {len(self.val):,} val tokens"
@@ -61,17 +62,25 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
     return path
 
 
+class ChangedText(DataError):
+    """The corpus that a run names holds another text now than the one it trained on."""
+
+
 def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
-    """What names a preparation: one text file's SHA-256, as always; otherwise a hash of the sources' descriptions
-    (a file's SHA-256, a folder's sizes and modification times), the val source's and the JSONL/parquet field."""
+    """What names a preparation: one text file's SHA-256, as always; otherwise a hash of the sources' identities (their
+    text, never their paths: data/identity.py), the val source's and the JSONL/parquet field."""
     if val is None and source.is_one_text:
-        return source.description["sha256"]
-    described = {"sources": [source.description], "val": val and val.description, "text_field": text_field}
+        return source.identity["sha256"]
+    described = {"sources": [source.identity], "val": val and val.identity, "text_field": text_field}
     return sha256_of_bytes(json.dumps(described, sort_keys=True).encode())
 
 
-def load_corpus(data_cfg) -> Corpus:
-    """Return the train and val token ids of data_cfg.path (Tiny Shakespeare when empty), preparing them once."""
+def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
+    """Return the train and val token ids of data_cfg.path (Tiny Shakespeare when empty), preparing them once.
+
+    trained_on, a run's source_sha256: its corpus must hold the same text still (ChangedText), checked before
+    anything is prepared. A text prepared under another name (a copy, a folder renamed) is found by its key.
+    """
     cache_dir = Path(data_cfg.cache_dir) if data_cfg.cache_dir else DEFAULT_CACHE_DIR
     if data_cfg.tokenizer not in TOKENIZERS:
         raise DataError(f"unknown tokenizer {data_cfg.tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
@@ -80,19 +89,27 @@ def load_corpus(data_cfg) -> Corpus:
         source = find_source(path, "--data-file")
         val = find_source(Path(data_cfg.val_path).expanduser(), "--data.val_path") if data_cfg.val_path else None
         key = corpus_key(source, val, data_cfg.text_field)
-        prepared = cache_dir / "prepared" / f"{path.stem}-{data_cfg.tokenizer}-{key[:16]}"
-        prepared_splits = read_prepared(prepared, key)
+        if trained_on is not None and key != trained_on:
+            raise ChangedText(f"{path} has changed since the run trained on it, so its splits are another text; put the run's text back")
+        folders = prepared_folders(cache_dir / "prepared", path.resolve().stem, data_cfg.tokenizer, key)
+        prepared_splits = next(filter(None, (read_prepared(folder, key) for folder in folders)), None)
         if prepared_splits is None:  # never prepared, prepared from other text or by an older version, or damaged
-            prepare(source, data_cfg.tokenizer, key, prepared, data_cfg.text_field, data_cfg.workers, val)
-            prepared_splits = read_prepared(prepared, key)
+            prepare(source, data_cfg.tokenizer, key, folders[0], data_cfg.text_field, data_cfg.workers, val)
+            prepared_splits = read_prepared(folders[0], key)
         if prepared_splits is None:
-            raise DataError(f"the prepared data in {prepared} cannot be read back after writing it; delete that folder and try again")
+            raise DataError(f"the prepared data in {folders[0]} cannot be read back after writing it; delete that folder and try again")
         train, val_ids, tokenizer = prepared_splits
     except TokenizerError as e:
         raise DataError(str(e)) from None
     except OSError as e:
         raise DataError(f"cannot write prepared data under {cache_dir}: {e.strerror}; set --data.cache_dir to a writable folder") from None
-    return Corpus(train, val_ids, tokenizer, path, key)
+    return Corpus(train, val_ids, tokenizer, path, key, val and val.path)
+
+
+def prepared_folders(root: Path, stem: str, tokenizer: str, key: str) -> list[Path]:
+    """Where a corpus is prepared, or goes: <stem>-<tokenizer>-<key>, then any other folder of that tokenizer and key."""
+    mine = root / f"{stem}-{tokenizer}-{key[:16]}"
+    return [mine, *sorted(folder for folder in root.glob(f"*-{tokenizer}-{key[:16]}") if folder != mine)]
 
 
 def read_prepared(folder: Path, source_sha: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
@@ -102,8 +119,13 @@ def read_prepared(folder: Path, source_sha: str) -> tuple[np.ndarray, np.ndarray
     older format, a .bin of the wrong size (cut short by a full disk, say), ids outside the vocabulary.
     """
     try:
-        meta = json.loads((folder / "meta.json").read_text())
-        if meta.get("source_sha256") != source_sha or meta.get("format") != FORMAT_VERSION or meta["dtype"] not in ("uint16", "uint32"):
+        meta = unsealed_json((folder / "meta.json").read_bytes())  # None: edited by hand (a permuted vocabulary, other counts)
+        if (
+            meta is None
+            or meta.get("source_sha256") != source_sha
+            or meta.get("format") != FORMAT_VERSION
+            or meta["dtype"] not in ("uint16", "uint32")
+        ):
             return None
         tokenizer = GPT2Tokenizer() if meta["tokenizer"] == "gpt2" else CharTokenizer(meta["chars"])
         splits = []
@@ -118,7 +140,7 @@ def read_prepared(folder: Path, source_sha: str) -> tuple[np.ndarray, np.ndarray
         if meta["tokenizer"] == "gpt2":
             raise  # tiktoken's files are missing: preparing again would not help
         return None  # a damaged char vocabulary
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return splits[0], splits[1], tokenizer
 
@@ -144,7 +166,8 @@ def check_split_lengths(corpus: Corpus, block_size: int) -> None:
     for split in ("train", "val"):
         n = len(getattr(corpus, split))
         if n < block_size + 1:
+            source = corpus.val_source if split == "val" and corpus.val_source else corpus.source
             raise DataError(
-                f"the {split} split of {corpus.source} has {n} tokens, fewer than block_size + 1 = {block_size + 1}; "
+                f"the {split} split of {source} has {n} tokens, fewer than block_size + 1 = {block_size + 1}; "
                 f"use a longer text or a smaller --model.block_size"
             )

@@ -2,6 +2,7 @@
 
 import glob
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -21,6 +22,21 @@ def sha256_of(path: Path) -> str:
 
 def sha256_of_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def sealed_json(record: dict) -> bytes:
+    """The JSON of a record with its own SHA-256 added as "checksum", so that an edit by hand shows (`unsealed_json`)."""
+    body = {k: v for k, v in record.items() if k != "checksum"}
+    return json.dumps({**body, "checksum": sha256_of_bytes(json.dumps(body, sort_keys=True).encode())}, indent=1).encode()
+
+
+def unsealed_json(data: bytes) -> dict | None:
+    """The record that sealed_json wrote, or None when its checksum is missing or does not match (an edited record)."""
+    record = json.loads(data)
+    body = {k: v for k, v in record.items() if k != "checksum"} if isinstance(record, dict) else None
+    if body is None or record.get("checksum") != sha256_of_bytes(json.dumps(body, sort_keys=True).encode()):
+        return None
+    return record
 
 
 def temporary_twin(path: Path) -> Path:

@@ -10,7 +10,6 @@ Everything is written into a temporary folder that is renamed into place when wh
 last: a run stopped by an error, Ctrl-C or SIGTERM leaves nothing that the next run would use.
 """
 
-import json
 import os
 import shutil
 import signal
@@ -27,12 +26,13 @@ import numpy as np
 from tqdm import tqdm
 
 from data.chunks import make_tasks
-from data.files import remove_abandoned, replace_folder, temporary_twin, write_atomically
+from data.files import remove_abandoned, replace_folder, sealed_json, temporary_twin, write_atomically
+from data.identity import check_unchanged
 from data.sources import CHUNK_CHARS, DataError, Source, read_source
-from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
+from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
-FORMAT_VERSION = 2  # 2 records each split's token count, so a cut-short .bin is noticed
+FORMAT_VERSION = 3  # 2 records each split's token count, so a cut-short .bin is noticed; 3 seals meta.json with its checksum
 PROGRESS_DELAY_S = 1.0  # a preparation shorter than this shows no progress bar
 
 
@@ -74,7 +74,8 @@ def progress(desc: str, total: int, unit: str) -> tqdm:
 def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
     """The first pass: every file read and checked; its documents and characters counted, and its characters collected."""
     found = Scan()
-    with progress(f"reading {source.path.name}", sum(f.stat().st_size for f in source.files), "B") as bar:
+    sizes = [size for size, _, _ in source.stats]  # taken before reading, if not before hashing: check_unchanged compares them
+    with progress(f"reading {source.path.name}", sum(sizes), "B") as bar:
         for text, starts, nbytes in read_source(source, text_field):
             found.documents += starts
             found.chars += len(text)
@@ -184,7 +185,12 @@ def prepare(
         remove_abandoned(folder)
         try:
             tmp.mkdir(parents=True, exist_ok=True)  # one left by a process of the same id, killed: overwritten
-            meta = encode_into(tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars)
+            try:
+                meta = encode_into(tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars)
+            except (DataError, TokenizerError):  # text that the first pass did not see: a changed file, if one changed
+                check_unchanged(s for s, _, _ in plan)
+                raise
+            check_unchanged(s for s, _, _ in plan)  # a file written while it was read would give a split nobody asked for
             meta.update(source_sha256=key, text_field=text_field, seconds=round(time.perf_counter() - started, 3))
             meta["sources"] = [s.description for s, _, _ in plan]
             meta["documents"] = sum(found.documents for _, found, _ in plan)
@@ -193,7 +199,7 @@ def prepare(
                 for s, found, split in plan
                 if not s.is_one_text
             )
-            write_atomically(tmp / "meta.json", json.dumps(meta, indent=1).encode())
+            write_atomically(tmp / "meta.json", sealed_json(meta))
             replace_folder(tmp, folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -220,7 +226,8 @@ def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str,
     total_chars = sum(found.chars for _, found, _ in plan)
     with progress(f"encoding {plan[0][0].path.name}", total_chars, "char") as bar, ThreadPoolExecutor(workers) as pool:
         try:
-            for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars):
+            cut_anywhere = tokenizer.name == "char"  # a character's id never depends on its neighbours
+            for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars, cut_anywhere):
                 if split not in files:
                     files[split] = open(folder / f"{split}.bin", "wb")
                 in_flight.append((split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)))

@@ -10,72 +10,16 @@ Bad input is a DataError that names the file and the line, row or byte offset.
 import codecs
 import json
 import os
+import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from functools import cached_property
 from itertools import chain
 from pathlib import Path
 
-from data.files import sha256_of, sha256_of_bytes
+from data.identity import KINDS, DataError, Source, find_source, kind_of  # noqa: F401 (KINDS, DataError: known here as before)
 
-KINDS = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
 CHUNK_CHARS = 1 << 18  # characters a reader yields at a time: memory stays flat in the corpus size
 PARQUET_BATCH_ROWS = 1024
-
-
-class DataError(Exception):
-    """A problem with the corpus that the user can fix; the message says how."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """What --data-file (or --data.val_path) names: one file, or a folder and the usable files in it, in sorted order."""
-
-    path: Path
-    flag: str  # the flag that named it, for error messages
-    files: tuple[Path, ...]
-
-    @cached_property
-    def is_one_text(self) -> bool:
-        """One text file: one document, no separator, split by characters (as it always was)."""
-        return self.path.is_file() and kind_of(self.path) == "text"
-
-    def where(self, file: Path) -> str:
-        return f"{self.flag} {file}" if file == self.path else f"{file} (in {self.flag} {self.path})"
-
-    @cached_property
-    def description(self) -> dict:
-        """What meta.json records of the source: a file's size and SHA-256, or a folder's file count, total size and a
-        fingerprint of every file's path, size and modification time (hashing a whole folder would take as long as reading it)."""
-        if self.path.is_file():
-            return {"path": str(self.path), "size": self.path.stat().st_size, "sha256": sha256_of(self.path)}
-        stats = [(str(f.relative_to(self.path)), f.stat().st_size, f.stat().st_mtime_ns) for f in self.files]
-        fingerprint = sha256_of_bytes(json.dumps(stats).encode())
-        return {"path": str(self.path), "files": len(stats), "size": sum(s[1] for s in stats), "size_mtime_sha256": fingerprint}
-
-
-def kind_of(path: Path) -> str:
-    return KINDS.get(path.suffix.lower(), "text")  # a single file of any other name is read as text, as before
-
-
-def find_source(path: Path, flag: str) -> Source:
-    """The source a path names; a missing path, or a folder without a .txt, .jsonl or .parquet file, is a DataError."""
-    if path.is_dir():
-        files = sorted((f for f in path.rglob("*") if f.suffix.lower() in KINDS and not f.is_dir()), key=lambda f: f.as_posix())
-        if not files:
-            raise DataError(f"{flag} {path} holds no .txt, .jsonl or .parquet file (searched every subfolder); point it at your data")
-        source = Source(path, flag, tuple(files))
-        for file in files:
-            try:
-                file.stat()
-            except OSError as e:  # a broken link, a file deleted meanwhile
-                raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
-        return source
-    if not path.exists():
-        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file, a .jsonl or .parquet file, or a folder")
-    if not path.is_file():
-        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
-    return Source(path, flag, (path,))
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # how a JSON line spells a UTF-16 surrogate: half a character, maybe alone
 
 
 def read_source(source: Path | Source, text_field: str, chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[str, bool, int]]:
@@ -98,8 +42,12 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 
 
 def read_text_file(file: Path, source: Source, chunk_chars: int) -> Iterator[tuple[str, bool, int]]:
-    """A UTF-8 text file in pieces, newlines read as Python reads them (\\r\\n and \\r become \\n); an empty file yields nothing."""
-    with open_or_fail(file, source, "r", encoding="utf-8", newline=None) as f:
+    """A UTF-8 text file in pieces, newlines read as Python reads them (\\r\\n and \\r become \\n); an empty file yields nothing.
+
+    A byte-order mark at the start (Notepad writes one) is dropped, as Python's utf-8-sig and JSON readers drop it:
+    it marks the encoding, it is not text. One anywhere else is a character of the text (a zero-width no-break space).
+    """
+    with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
         starts, position = True, 0
         while True:
             try:
@@ -162,11 +110,21 @@ def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bo
                 ) from None
             except ValueError as e:
                 raise DataError(f"{where} is not valid JSON ({e.args[0].split(':')[0]}); each line must be one JSON object") from None
+            except RecursionError:
+                raise DataError(f"{where} nests arrays or objects too deeply to read; each line must be one JSON object") from None
             if not isinstance(record, dict) or field not in record:
                 raise DataError(f"{where} has no field {field!r}; name the text's field with --data.text_field")
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(f"{where}: field {field!r} holds {type(text).__name__}, not text")
+            if SURROGATE_ESCAPE.search(line) and not text.isascii():  # cheap: only a line that spells a surrogate is checked
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise DataError(
+                        f"{where}: field {field!r} holds a lone UTF-16 surrogate ({text[e.start]!r} at character {e.start}), "
+                        "half of a character: not text; remove it or escape the whole character"
+                    ) from None
             if text:
                 yield text, True, len(line)
 
@@ -174,7 +132,8 @@ def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bo
 def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, bool, int]]:
     """One document per row: the string column `field`, read a batch of rows at a time from one row group at a time."""
     try:
-        import pyarrow.parquet as pq  # imported here: only parquet sources need it
+        import pyarrow as pa  # imported here: only parquet sources need it
+        import pyarrow.parquet as pq
     except ImportError:
         raise DataError(f"reading {source.where(file)} needs pyarrow: pip install pyarrow") from None
     try:
@@ -184,8 +143,9 @@ def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, 
     columns = parquet.schema_arrow.names
     if field not in columns:
         raise DataError(f"{source.where(file)} has no column {field!r} (it has {', '.join(columns[:8])}); name it with --data.text_field")
-    kind = str(parquet.schema_arrow.field(field).type)
-    if kind not in ("string", "large_string"):
+    kind = parquet.schema_arrow.field(field).type
+    values = kind.value_type if pa.types.is_dictionary(kind) else kind  # a dictionary-encoded column (pandas' category) of strings
+    if str(values) not in ("string", "large_string", "string_view"):
         raise DataError(f"{source.where(file)}: column {field!r} holds {kind}, not text")
     size, rows, row = os.path.getsize(file), max(1, parquet.metadata.num_rows), 0
     for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
@@ -198,10 +158,13 @@ def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, 
 
 
 def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The whole UTF-8 text of a small file named with `flag` (a prompt, a text to score); bad input is a DataError."""
-    if path.is_dir():
+    """The whole UTF-8 text of a small file named with `flag` (a prompt, a text to score), read as a text file whatever
+    its name; bad input is a DataError."""
+    if not path.exists():
+        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file")
+    if not path.is_file():
         raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
-    source = find_source(path, flag)
+    source = Source(path, flag, (path,))
     text = "".join(piece for piece, _, _ in read_text_file(path, source, CHUNK_CHARS))
     if not text.strip():
         raise DataError(f"{flag} {path} is empty (nothing but whitespace); give a file with some text")

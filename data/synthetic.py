@@ -17,6 +17,7 @@ from data.files import sha256_of_bytes
 from data.tokenizer import CharTokenizer
 
 SOURCES = ("text", "repeated-random")  # data.source
+SETTINGS = ("source", "symbols", "min_segment", "max_segment")  # the data settings a synthetic source is made from: its identity
 PROBE_SEED = 0  # the sequence that heatmaps show is drawn from its own generator: the same in every run
 # Letters that common fonts draw, so heatmap labels and samples stay readable: ASCII letters and digits, Latin-1,
 # Greek and Cyrillic letters, then Latin Extended-A.
@@ -76,12 +77,7 @@ class SyntheticCorpus:
 def load_synthetic(data_cfg) -> SyntheticCorpus:
     """The source data_cfg names (data.source other than "text"), with a char tokenizer over its symbols."""
     source = RepeatedRandom(data_cfg.symbols, data_cfg.min_segment, data_cfg.max_segment)
-    settings = {
-        "source": data_cfg.source,
-        "symbols": data_cfg.symbols,
-        "min_segment": data_cfg.min_segment,
-        "max_segment": data_cfg.max_segment,
-    }
+    settings = {k: getattr(data_cfg, k) for k in SETTINGS}
     described = f"{data_cfg.source} ({data_cfg.symbols} symbols, segments of {data_cfg.min_segment} to {data_cfg.max_segment} tokens)"
     return SyntheticCorpus(
         source, source, CharTokenizer(SYMBOLS[: data_cfg.symbols]), described, sha256_of_bytes(json.dumps(settings).encode())

@@ -32,7 +32,7 @@ import torch
 from tqdm import tqdm
 
 from configs import ConfigError, DataConfig
-from data.corpus import DataError, load_corpus
+from data.corpus import ChangedText, DataError, load_corpus
 from data.sources import read_text
 from data.tokenizer import GPT2Tokenizer, Tokenizer, TokenizerError
 from harness.training.checkpoints import CheckpointError
@@ -174,11 +174,12 @@ def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[
             data_cfg = DataConfig(**checkpoint["config"]["data"])
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"the checkpoint's data config cannot be read ({e}); score a file with --file PATH") from None
-        if data_cfg.path and not Path(data_cfg.path).is_file():
+        if data_cfg.path and not Path(data_cfg.path).expanduser().exists():  # a file, or a folder of them
             raise DataError(f"the run's corpus {data_cfg.path} no longer exists; score its text with --file PATH")
-    corpus = load_corpus(data_cfg)
-    if checkpoint is not None and checkpoint.get("source_sha256") not in (None, corpus.source_sha256):
-        raise DataError(f"{corpus.source} has changed since the run trained on it, so its val split is another text; use --file PATH")
+    try:
+        corpus = load_corpus(data_cfg, checkpoint and checkpoint.get("source_sha256"))
+    except ChangedText as e:
+        raise DataError(f"{e}, or score a text with --file PATH") from None
     source = Path(corpus.source).resolve()
     shown = source.relative_to(Path.cwd()) if source.is_relative_to(Path.cwd()) else source  # short in the usual case
     return np.asarray(corpus.val, dtype=np.int64).tolist(), f"the val split of {shown}"

@@ -1,6 +1,8 @@
 """Tests for the corpus at scale: data/sources.py (files, JSONL, parquet, folders), data/chunks.py (safe cuts) and
 data/prepare.py (streaming, documents, the split, bad input, interruption, memory)."""
 
+import base64
+import codecs
 import json
 import os
 import random
@@ -14,15 +16,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, gpt2_encoding_or_skip, import_or_skip, make_corpus_text
+from conftest import (
+    REPO_ROOT,
+    assert_one_line_error,
+    error_of,
+    gpt2_encoding_or_skip,
+    import_or_skip,
+    make_corpus_text,
+    tiny_argv,
+    write_corpus,
+)
 
+import data.chunks
 import data.prepare
 from configs import DataConfig
 from data.chunks import make_tasks
 from data.corpus import DataError, load_corpus
 from data.prepare import prepare
-from data.sources import find_source
+from data.sources import CHUNK_CHARS, find_source, read_text
 from harness.cli import run_command
+from harness.scoring import text_ids
 
 TEXT = make_corpus_text(min_chars=20_000) + "Caf\u00e9 \u4f60\u597d\u3002\n\u4e16\u754c   \n\n\n  <|endoftext|>\t\r\nend"
 
@@ -307,3 +320,155 @@ print(sum(meta["tokens"].values()), int(status.split("VmHWM:")[1].split()[0]) * 
     tokens, peak = map(int, proc.stdout.split())
     assert tokens == len(path.read_text())
     assert peak < 96 * 2**20 < 14 * size / 3, f"peak {peak / 2**20:.0f} MiB for a {size / 2**20:.0f} MiB text"
+
+
+# 5. Odd contents: one line from the first pass, or read as a careful user expects
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "gpt2"])
+def test_a_lone_surrogate_in_jsonl_is_one_line_from_the_first_pass(tmp_path, tokenizer):
+    """ "\\ud800" is valid JSON, half of a character: it passed the first pass and crashed the encoder thread."""
+    if tokenizer == "gpt2":
+        gpt2_encoding_or_skip()
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        '{"text": "ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab"}\n{"text": "\\ud83d\\ude00 fine"}\n{"text": "\\ud800 x"}\n'
+    )
+    with pytest.raises(DataError, match=r"s.jsonl line 3: field 'text' holds a lone UTF-16 surrogate \('\\ud800' at character 0\)"):
+        load_corpus(cfg(tmp_path, path, tokenizer))
+    assert nothing_prepared(tmp_path)
+
+
+def test_a_deeply_nested_json_line_is_one_line_error(tmp_path, capsys):
+    """json.loads raised RecursionError, which the reader did not catch: a traceback from train.py."""
+    import train
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "fine"}\n{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    proc = error_of(train.main, tiny_argv(tmp_path, path), capsys)
+    assert_one_line_error(proc, f"--data-file {path} line 2 nests arrays or objects too deeply to read")
+    assert nothing_prepared(tmp_path)
+
+
+def test_a_leading_byte_order_mark_is_not_text(tmp_path):
+    """Notepad's BOM became a character of the char vocabulary (3 tokens of a gpt2 document), and score.py --file or
+    sample.py --prompt-file with such a file was refused: "1 character(s) not in the training vocabulary: '\\ufeff'"."""
+    text = make_corpus_text(min_chars=5000)
+    path = tmp_path / "notepad.txt"
+    path.write_bytes(codecs.BOM_UTF8 + text.replace("\n", "\r\n").encode())
+    corpus = load_corpus(cfg(tmp_path, path))
+    assert corpus.tokenizer.chars == sorted(set(text)) and corpus.tokenizer.decode(corpus.train.tolist() + corpus.val.tolist()) == text
+    folder = tmp_path / "docs"
+    write_corpus(folder, "a.txt", "\ufeffFirst, and a mark \ufeff inside, which is a character.")
+    (folder / "b.jsonl").write_bytes(codecs.BOM_UTF8 + b'{"text": "Second."}\n')
+    docs = load_corpus(cfg(tmp_path, folder))
+    assert docs.tokenizer.decode(docs.train.tolist()) == "\n\nFirst, and a mark \ufeff inside, which is a character."
+    assert docs.tokenizer.decode(docs.val.tolist()) == "\n\nSecond."
+    assert read_text(path, "--prompt-file") == text
+    ids, _ = text_ids(corpus.tokenizer, path, None)  # score.py --file
+    assert ids == corpus.tokenizer.encode(text)
+
+
+def test_dictionary_encoded_and_string_view_parquet_columns_are_text(tmp_path):
+    """pandas' category columns are written dictionary-encoded, newer writers use string_view: both were refused as
+    "holds dictionary<values=string, ...>, not text"."""
+    pa, pq = import_or_skip("pyarrow", "parquet sources need it"), import_or_skip("pyarrow.parquet", "parquet sources need it")
+    for name, column in (
+        ("category", pa.array(["Once.", "Twice.", "Once."]).dictionary_encode()),
+        ("view", pa.array(["Once.", "Twice.", "Once."], type=pa.string_view())),
+    ):
+        pq.write_table(pa.table({"text": column}), tmp_path / f"{name}.parquet")
+        corpus = load_corpus(cfg(tmp_path, tmp_path / f"{name}.parquet"))
+        assert (
+            corpus.tokenizer.decode(corpus.train.tolist()) == "\n\nOnce.\n\nTwice."
+            and corpus.tokenizer.decode(corpus.val.tolist()) == "\n\nOnce."
+        )
+    pq.write_table(pa.table({"text": pa.array([[1], [2]])}), tmp_path / "lists.parquet")
+    with pytest.raises(DataError, match=r"column 'text' holds list<\w+: int64>, not text"):
+        load_corpus(cfg(tmp_path, tmp_path / "lists.parquet"))
+
+
+# 6. Text without a safe place: cut anywhere (char) or forced within a bound (gpt2), in linear time
+
+
+def line_of(n: int, letters: str = "abcdefghij", seed: int = 0) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choices(letters, k=n))
+
+
+def task_sizes(monkeypatch) -> list[tuple[int, int]]:
+    """The characters of every task that preparation hands to an encoder from now on, and of its longest piece."""
+    sizes, encode = [], data.prepare.encode_task
+
+    def encode_and_measure(tokenizer, pieces, *args):
+        sizes.append((sum(len(p) for p, _ in pieces), max(len(p) for p, _ in pieces)))
+        return encode(tokenizer, pieces, *args)
+
+    monkeypatch.setattr(data.prepare, "encode_task", encode_and_measure)
+    return sizes
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "gpt2"])
+def test_a_line_without_a_safe_place_is_encoded_in_bounded_tasks(tmp_path, monkeypatch, tokenizer):
+    """The issue's reproduction, made small: a line of letters with no space was held and encoded as one task per split
+    (all its memory at once, a bar that jumped from 0 to 90 %, a Ctrl-C that waited for it). The char tokenizer cuts
+    anywhere; gpt2 forces a cut once no safe place came within FORCE_AFTER characters."""
+    enc = gpt2_encoding_or_skip() if tokenizer == "gpt2" else None
+    path = tmp_path / "line.txt"
+    path.write_text(line_of(1_600_000))
+    sizes = task_sizes(monkeypatch)
+    meta = prepare(find_source(path, "-"), tokenizer, "k", tmp_path / "out", workers=2)
+    bound = CHUNK_CHARS if tokenizer == "char" else CHUNK_CHARS + data.chunks.FORCE_AFTER + 2
+    assert sum(n for n, _ in sizes) == 1_600_000 and max(n for n, _ in sizes) <= bound and len(sizes) >= 6, sizes
+    if tokenizer == "gpt2":  # the forced tasks are cut in pieces, so that no pre-token is longer than FORCED_CHARS
+        assert max(longest for _, longest in sizes[:4]) == data.chunks.FORCED_CHARS, sizes
+    decode = enc.decode if enc else (lambda ids: "".join(meta["chars"][i] for i in ids))
+    assert decode(ids_of(tmp_path / "out", "train") + ids_of(tmp_path / "out", "val")) == path.read_text()
+
+
+def test_forced_cuts_fall_where_tiktoken_splits_else_at_the_limit():
+    """Letters next to digits and symbols (base64) have edges between pre-tokens: a cut there keeps the ids of the whole.
+    One run of letters (DNA) has none: it is cut at the limit, and only the ids next to each cut differ."""
+    enc = gpt2_encoding_or_skip()
+    encoded = base64.b64encode(random.Random(1).randbytes(225_000)).decode()  # 300,000 characters
+    pieces = [p for _, task, _ in make_tasks([("train", encoded, True, False)], 1000) for p, _ in task]
+    assert "".join(pieces) == encoded and all(500 <= len(p) <= 1000 for p in pieces[:-1]) and len(pieces) >= 30
+    assert len(pieces[-1]) <= 1000 + data.chunks.FORCE_AFTER + 2  # the rest of the document, whole
+    assert sum((enc.encode_ordinary(p) for p in pieces), []) == enc.encode_ordinary(encoded)
+    dna = line_of(300_000, "ACGT")
+    pieces = [p for _, task, _ in make_tasks([("train", dna, True, False)], 1000) for p, _ in task]
+    assert [len(p) for p in pieces[:-1]] == [1000] * (len(pieces) - 1) and "".join(pieces) == dna and len(pieces) >= 30
+    whole, cut = enc.encode_ordinary(dna), sum((enc.encode_ordinary(p) for p in pieces), [])
+    assert spans_far_from(whole, enc, pieces) == spans_far_from(cut, enc, pieces)  # the same tokens away from the cuts
+    assert whole != cut
+
+
+def spans_far_from(ids: list[int], enc, pieces: list[str], margin: int = 24) -> list[tuple[int, int]]:
+    """The (start, end) character spans of the tokens that lie more than `margin` characters from every cut."""
+    cuts = np.cumsum([len(p) for p in pieces])[:-1]
+    ends = np.cumsum([len(enc.decode_single_token_bytes(i)) for i in ids])  # ASCII text: one byte a character
+    starts = np.concatenate([[0], ends[:-1]])
+    far = [np.abs(cuts - s).min() > margin and np.abs(cuts - e).min() > margin for s, e in zip(starts, ends, strict=True)]
+    return [(int(s), int(e)) for s, e, f in zip(starts, ends, far, strict=True) if f]
+
+
+def test_text_without_a_safe_place_is_searched_once_not_for_every_piece(monkeypatch):
+    """Each new piece of a document without a safe place made safe_cut search all the text held so far again (and
+    copied it): 5 MB took 2.5 s, 20 MB 35 s. Words between double spaces have spaces but no safe place."""
+    scanned, real = [], data.chunks.SAFE_CUT
+
+    class Counting:
+        def finditer(self, text, pos=0, endpos=sys.maxsize):
+            scanned.append(min(endpos, len(text)) - pos)
+            return real.finditer(text, pos, endpos)
+
+        def search(self, text, pos=0, endpos=sys.maxsize):
+            scanned.append(min(endpos, len(text)) - pos)
+            return real.search(text, pos, endpos)
+
+    monkeypatch.setattr(data.chunks, "SAFE_CUT", Counting())
+    text = "  ".join(line_of(300_000).split("a"))
+    stream = [("train", text[i : i + 1000], i == 0, False) for i in range(0, len(text), 1000)]
+    pieces = [p for _, task, _ in make_tasks(stream, 1000) for p, _ in task]
+    assert sum(scanned) < 3 * len(text), f"{sum(scanned):,} characters searched for a text of {len(text):,}"
+    assert "".join(pieces) == text and len(pieces) >= 50 and max(map(len, pieces[:-1])) <= 1000

@@ -30,9 +30,9 @@ from conftest import (
 import score
 import train
 from configs import load_config
-from data.corpus import TRAIN_FRACTION
+from data.corpus import TRAIN_FRACTION, DataError, load_corpus
 from data.tokenizer import CharTokenizer, GPT2Tokenizer
-from harness.scoring import Window, score_ids, surprises, token_losses, windows
+from harness.scoring import Window, score_ids, surprises, text_ids, token_losses, windows
 from harness.training.checkpoints import load_model
 from model import GPT, ModelConfig
 
@@ -371,3 +371,20 @@ def test_ctrl_c_stops_honest_scoring_with_exit_code_130(run, tmp_path):
         proc.kill()
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", f"exit code {proc.returncode}, stderr:\n{err}"
     assert "Traceback" not in err and out == ""  # no score printed as if the text had been read whole
+
+
+def test_a_run_trained_on_a_folder_is_scored_on_its_val_split(tmp_path):
+    """text_ids took a folder for a corpus that "no longer exists" (it asked is_file()): every folder run was refused.
+    It scores the run's val split, and refuses once the folder's text has changed."""
+    folder = tmp_path / "f"
+    for i in range(3):
+        write_corpus(folder, f"part{i}.txt", make_corpus_text(3000, seed=i))
+    train.train(load_config(tiny_argv(tmp_path, folder, "--train.max_steps=2", "--train.eval_interval=2")))
+    _, tokenizer, checkpoint = load_model(tmp_path / "runs" / "tiny" / "ckpt.pt")
+    corpus = load_corpus(load_config(tiny_argv(tmp_path, folder)).data)
+    ids, described = text_ids(tokenizer, None, checkpoint)
+    assert ids == corpus.val.tolist() == tokenizer.encode("\n\n" + make_corpus_text(3000, seed=2))  # the last document
+    assert described == f"the val split of {folder}"
+    (folder / "part0.txt").write_text("other text, in the letters of the same vocabulary")
+    with pytest.raises(DataError, match=f"{folder} has changed since the run trained on it, .*score a text with --file PATH"):
+        text_ids(tokenizer, None, checkpoint)

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 from configs import load_config
+from data.chunks import FORCE_AFTER, FORCED_CHARS
+from data.sources import CHUNK_CHARS
 from harness.cli import OneLineParser, run_command
 from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
 from harness.training.runlog import evaluations
@@ -61,6 +63,10 @@ def code_values() -> dict[str, float]:
         "code.char_val_predictions": char.train.eval_batches * char.train.batch_size * char.model.block_size,
         "code.sample_tokens": SAMPLE_TOKENS,
         "code.sample_tokens_shown": SAMPLE_TOKENS + 1,  # after the one-token prompt, a newline
+        "code.task_chars": CHUNK_CHARS,  # data/chunks.py: the characters of a preparation's task, its safe-cut search, a forced piece
+        "code.force_after": FORCE_AFTER,
+        "code.forced_chars": FORCED_CHARS,
+        "code.whole_chars": CHUNK_CHARS + FORCE_AFTER,
     }
 
 

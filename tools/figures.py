@@ -51,6 +51,11 @@ def record(key: str, command: str, value, path: Path = FIGURES) -> Path:
     return path
 
 
+def record_result(key: str, module: str, argv: list[str], value) -> None:
+    """Record what `python -m <module> <argv>` measured under `key` (see record), and say where."""
+    print(f"recorded in {record(key, ' '.join(['python -m', module, *argv]), value)}")
+
+
 def comparison_figures(folder: Path) -> dict:
     """compare.json's means, sds and differences, and from each run's log (read once) its first evaluation's spread over
     seeds and, per variant, the first logged step whose training loss is below 0.5 over the seeds: when a cheat takes hold."""

@@ -135,6 +135,16 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{char-ablation.runs.char-no-mask-s1338.next_token_weight.L0H2:.3f} of its weight on"),
     ("README.md", "closes the whole no-mask leak gap (char {char-ablation.summary.L0.min:pct.1f}% to {char-ablation.summary.L0.max:pct.1f}%, "
      "base {base-ablation.summary.L0.min:pct.1f}% to {base-ablation.summary.L0.max:pct.1f}%, every seed)"),
+    # what a forced cut does to GPT-2's ids (docs/own-text.md#preparation-once-in-constant-memory), and where cuts fall
+    ("docs/own-text.md", "`.bin` files in order, a task of {code.task_chars:,.0f} characters at a time."),
+    ("docs/own-text.md", "so GPT-2's text with no safe place within {code.force_after:,.0f} characters after the limit is cut by force "
+     "(`data/chunks.py`), into pieces of {code.forced_chars:,.0f} characters at most"),
+    ("docs/own-text.md", "one of at most {code.whole_chars:,.0f} characters with no safe place is encoded whole"),
+    ("docs/own-text.md", "cut {forced-cuts.chunk_chars:,.0f} characters a task: the play without its whitespace ({forced-cuts.no_whitespace.cuts:.0f} "
+     "cuts) and its base64 ({forced-cuts.base64.cuts:.0f} cuts) keep every id; its letters alone ({forced-cuts.letters_only.cuts:.0f} cuts, "
+     "{forced-cuts.letters_only.tokens_whole:,.0f} tokens) change {forced-cuts.letters_only.differ_whole:.0f} tokens of the whole for "
+     "{forced-cuts.letters_only.differ_cut:.0f} ({forced-cuts.letters_only.differ_per_cut:.1f} a cut), random ACGT {forced-cuts.acgt.differ_whole:.0f} "
+     "for {forced-cuts.acgt.differ_cut:.0f} in {forced-cuts.acgt.cuts:.0f} cuts"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),

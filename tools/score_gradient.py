@@ -30,7 +30,7 @@ from harness.training.checkpoints import load_model
 from model import GPT
 from model.ablations import ABLATIONS
 from model.gradients import score_gradients
-from tools.figures import record
+from tools.figures import record_result
 
 QUANTITIES = ("score_grad", "qk_grad", "saturated_row_grad", "other_row_grad")
 
@@ -104,8 +104,7 @@ def main(argv: list[str]) -> dict:
             interval = "" if line["low"] is None else f" [{line['low']:.3f}, {line['high']:.3f}]"
             print(f"  {line['ratio']}: {line['mean']:.3f}{interval}; per seed {', '.join(f'{r:.3f}' for r in line['per_seed'])}")
     if args.record:
-        command = "python -m tools.score_gradient " + " ".join(argv)
-        print(f"recorded in {record(f'score-gradient-{cfg.name}', command.strip(), result)}")
+        record_result(f"score-gradient-{cfg.name}", "tools.score_gradient", argv, result)
     return result
 
 

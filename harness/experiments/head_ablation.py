@@ -36,7 +36,8 @@ def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
         raise CheckpointError(
             f"the checkpoint's config does not say which text the run was evaluated on ({e}); --ablate needs it"
         ) from None
-    corpus = load_corpus(cfg.data) if cfg.data.source == "text" else load_synthetic(cfg.data)  # the induction preset's source
+    trained_on = checkpoint.get("source_sha256")  # the run's text: a corpus changed since is refused, not measured
+    corpus = load_corpus(cfg.data, trained_on) if cfg.data.source == "text" else load_synthetic(cfg.data)  # the induction preset's source
     return make_eval_set(corpus, tokenizer, cfg).honest
 
 

@@ -11,14 +11,13 @@ import dataclasses
 import math
 import pickle
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from configs import Config
-from configs.schema import config_differences
+from configs.schema import Config, config_differences
 from data.files import atomic_file
+from data.synthetic import SETTINGS
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
 from harness.folders import moved_aside
 from harness.training.runtime import Runtime
@@ -143,7 +142,7 @@ def check_shapes(path: Path, model_cfg: ModelConfig, state: dict) -> None:
         raise CheckpointError(f"{path}: its weights do not fit its model config ({detail})")
 
 
-@dataclass
+@dataclasses.dataclass
 class Progress:
     """Where the training loop stands: saved beside the weights so that --resume continues without a seam."""
 
@@ -179,8 +178,10 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
         raise CheckpointError(
             f"{path} was trained with train.optimizer={saved_optimizer}; resume with the same optimizer, or start a new run"
         )
-    if checkpoint.get("source_sha256") != source_sha256:
-        raise CheckpointError(f"{path} was trained on another text; resume with the same --data-file, or start a new run")
+    if checkpoint.get("source_sha256") != source_sha256:  # another text, or other settings of a synthetic source (it has no text)
+        diff = "; ".join(config_differences(checkpoint["config"].get("data", {}), {k: getattr(cfg.data, k) for k in SETTINGS}, (), "data."))
+        other = "another text; resume with the same --data-file" if cfg.data.source == "text" else f"other data ({diff}); resume with them"
+        raise CheckpointError(f"{path} was trained on {other}, or start a new run")
     if not all(k in checkpoint for k in ("optimizer", "train_rng", "torch_rng")):
         raise CheckpointError(f"{path} holds weights only (no optimizer or sampler state), so it cannot be resumed")
     if checkpoint["step"] >= cfg.train.max_steps and checkpoint.get("evaluated", True):  # stopped in its last evaluation: that is left
