@@ -42,7 +42,7 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.n_embd)
         self.attn = MultiHead(cfg.n_embd, cfg.n_head, cfg.max_length, cfg.dropout, cfg.causal, cfg.scaled, cfg.attention, cfg.qkv_bias,
-                              cfg.qk_norm, cfg.softcap, cfg.positions == "rope")  # fmt: skip
+                              qk_norm=cfg.qk_norm, softcap=cfg.softcap, rope=cfg.positions == "rope")  # fmt: skip
         self.ln2 = nn.LayerNorm(cfg.n_embd) if cfg.mlp else None
         self.mlp = MLP(cfg) if cfg.mlp else None
 
