@@ -70,7 +70,7 @@ def main(argv: list[str]) -> dict[str, dict]:
     results = {}
     for suffix, variant_cfg in variants(model.cfg).items():
         started = time.perf_counter()
-        kept = {key: tensor for key, tensor in state.items() if variant_cfg.positions or key != "pos_emb.weight"}  # -no-pos: zeroed
+        kept = {key: t for key, t in state.items() if variant_cfg.positions == "learned" or key != "pos_emb.weight"}  # -no-pos: zeroed
         variant = build(variant_cfg, kept, info["source"]).to(runtime.device).eval()
         metrics = {"loss/val": estimate_loss(variant, eval_set.batches["val"], runtime)}
         metrics.update(measure_breakage(variant, eval_set, runtime, metrics["loss/val"]))

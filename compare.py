@@ -4,9 +4,11 @@ Trains the preset as it is and with each ablation of model/ablations.py (--no-ma
 --no-pos) into one folder, runs/compare-<config>/, so that `tensorboard --logdir runs/compare-<config>`
 overlays them. Then prints a comparison table and the differences from base, and draws the runs'
 own logged curves into compare.png. --variants no-mask,no-pos trains only those ablations (and the
-preset as it is, which every difference is measured from). A variant may remove several things at
-once, joined by +: --variants no-mask,no-mask+no-pos also trains char-no-mask-no-pos, and measures
-it from char-no-mask too (what the positions add to a model that sees the future).
+preset as it is, which every difference is measured from); the cures (qk-norm, softcap) and rotary
+positions (rope) are variants too. A variant may change several things at once, joined by +:
+--variants no-mask,no-mask+no-pos also trains char-no-mask-no-pos, and measures it from char-no-mask
+too (what the positions add to a model that sees the future); qk-norm,no-scale+qk-norm measures the
+cure without the scale from the cure alone.
 
 --seeds N (default 1) trains every variant N times, with train.seed = the preset's seed + 0..N-1:
 each seed changes the initialisation and the batch order, while the evaluation batches stay the
@@ -37,10 +39,11 @@ from configs import MAX_SEED, ConfigError
 from harness.cli import OneLineParser, run_command
 from harness.experiments.comparison import run_comparison
 from harness.experiments.stats import format_differences, format_table
-from model.ablations import ABLATIONS, JOIN, applied, variant_ablations, variant_order
+from model.ablations import ABLATIONS, CHANGES, JOIN, applied, variant_changes, variant_order
 
 MAX_SEEDS = 100  # a training run per variant each: more would run for weeks
 ALL = ",".join(a.name for a in ABLATIONS)
+EVERY = ", ".join(c.name for c in CHANGES)
 
 
 def seed_count(text: str) -> int:
@@ -49,14 +52,14 @@ def seed_count(text: str) -> int:
     return int(text)
 
 
-def ablation_names(text: str) -> list[str]:
-    """--variants no-pos,no-mask+no-pos,no-mask -> ["no-mask", "no-pos", "no-mask+no-pos"]: single ablations first,
+def variant_names(text: str) -> list[str]:
+    """--variants no-pos,no-mask+no-pos,no-mask -> ["no-mask", "no-pos", "no-mask+no-pos"]: single changes first,
     each in model/ablations.py's order (a variant with several written in that order too), none twice."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
-        raise argparse.ArgumentTypeError(f"takes ablation names, comma-separated, from {ALL} (or several joined by +); got {text!r}")
+        raise argparse.ArgumentTypeError(f"takes variant names, comma-separated, from {EVERY} (or several joined by +); got {text!r}")
     try:
-        spelled = {JOIN.join(a.name for a in variant_ablations(name)) for name in names}
+        spelled = {JOIN.join(c.name for c in variant_changes(name)) for name in names}
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return sorted(spelled, key=variant_order)
@@ -68,14 +71,14 @@ def main(argv: list[str]) -> dict[str, dict] | int:
     parser.add_argument("--seeds", type=seed_count, default=1, help="runs per variant, at seeds train.seed + 0..N-1 (default 1)")
     parser.add_argument(
         "--variants",
-        type=ablation_names,
+        type=variant_names,
         metavar="NAMES",
-        help=f"the ablations to train, comma-separated, several at once joined by + (default: all of {ALL}, each alone)",
+        help=f"the variants to train, comma-separated, from {EVERY}; several at once joined by + (default: {ALL}, each alone)",
     )
     args, cfg = parser.parse_with_config(argv)
     if applied(cfg.model):
-        flags = ", ".join(a.flag for a in applied(cfg.model))
-        raise ConfigError(f"compare.py trains the ablated variants itself ({flags} given); leave those flags out, and pick with --variants")
+        flags = ", ".join(c.flag for c in applied(cfg.model))
+        raise ConfigError(f"compare.py trains the changed variants itself ({flags} given); leave those flags out, and pick with --variants")
     if cfg.train.seed + args.seeds - 1 > MAX_SEED:
         raise ConfigError(
             f"--seeds {args.seeds} from train.seed {cfg.train.seed} would pass the largest seed, {MAX_SEED}; lower train.seed"

@@ -7,7 +7,9 @@ set from the command line with its dotted name:
     python train.py --config base --train.lr=3e-4 --model.n_layer 4
     python train.py --no-mask        # shorthand for --model.causal=false
     python train.py --no-scale       # shorthand for --model.scaled=false
-    python train.py --no-pos         # shorthand for --model.positions=false
+    python train.py --no-pos         # shorthand for --model.positions=none
+    python train.py --qk-norm        # shorthand for --model.qk_norm=true (model/ablations.py holds every such change)
+    python train.py --softcap=50     # shorthand for --model.softcap=50
     python train.py --config gpt2-finetune --init-from gpt2   # shorthand for --train.init_from=gpt2
 
 Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
@@ -19,11 +21,11 @@ import tomllib
 from pathlib import Path
 
 from configs.schema import KEYS, SECTIONS, Config
-from model.ablations import ABLATIONS
+from model.ablations import CHANGES
 
 CONFIG_DIR = Path(__file__).resolve().parent
 SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes a value)
-    **{a.flag: (f"model.{a.switch}", "false") for a in ABLATIONS},  # --no-mask, --no-scale, --no-pos
+    **{c.flag: (f"model.{c.field}", None if c.takes_value else str(c.value).lower()) for c in CHANGES},  # --no-mask, --qk-norm, ...
     "--device": ("train.device", None),
     "--data-file": ("data.path", None),
     "--run-name": ("train.run_name", None),
@@ -124,7 +126,7 @@ def converted(dotted: str, value):
 
 def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
     """Return the config name (`default` unless --config gives one) and the (dotted key, string value) overrides, in order."""
-    name, overrides, i = default, [], 0
+    name, overrides, spelled, i = default, [], [], 0  # spelled: each override as it was typed
     while i < len(argv):
         arg = argv[i]
         flag, has_eq, inline = arg.partition("=")
@@ -133,6 +135,7 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
             if has_eq:
                 raise ConfigError(f"{flag} takes no value")
             overrides.append(SHORTHANDS[flag])
+            spelled.append(flag)
             i += 1
             continue
         if not flag.startswith("--") or not takes_value:
@@ -154,8 +157,21 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
             name = value
         else:
             overrides.append((SHORTHANDS[flag][0] if flag in SHORTHANDS else flag[2:], value))
+            spelled.append(f"{flag}={value}")
         i += 1
+    refuse_contradictions(overrides, spelled)
     return name, overrides
+
+
+def refuse_contradictions(overrides: list[tuple[str, str]], spelled: list[str]) -> None:
+    """A flag that sets a fixed value (--no-pos: model.positions=none) and another that sets the same key otherwise
+    (--rope, --model.positions=rope) contradict each other: neither silently wins."""
+    for (key, value), flag in zip(overrides, spelled, strict=True):
+        if flag not in SHORTHANDS:
+            continue
+        for (other_key, other), other_flag in zip(overrides, spelled, strict=True):
+            if other_key == key and other.strip().lower() != value:
+                raise ConfigError(f"{flag} sets {key}={value} and {other_flag} sets it to {other}; give one of them")
 
 
 def load_config(argv: list[str], default: str = "base") -> Config:

@@ -165,7 +165,7 @@ class Config:
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}  # TOML section -> dataclass
 SECTION_MEANINGS = {
-    "model": "the network: its sizes, and the switches that break attention",
+    "model": "the network: its sizes, the switches that break attention and those that mend it",
     "data": "the text and how it becomes token ids",
     "train": "the run: optimizer, schedule, evaluations, device, where results go",
 }

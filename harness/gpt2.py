@@ -23,6 +23,7 @@ from data.tokenizer import GPT2_VOCAB_SIZE, GPT2Tokenizer, Tokenizer
 from harness.folders import writable_folder
 from harness.training.checkpoints import CheckpointError
 from model import GPT, ModelConfig
+from model.ablations import applied
 
 GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 HUB_FILES = ("config.json", "model.safetensors")
@@ -186,7 +187,7 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
         raise CheckpointError(f"{source}: the weights do not fit config.json ({str(e).strip().splitlines()[-1].strip()[:200]})") from None
     missing = [name for name in missing if name != "lm_head.weight"]
     if "pos_emb.weight" in unexpected:  # only on purpose: break_gpt2.py takes them out, to show GPT-2 with its positions zeroed
-        raise CheckpointError(f"{source}: these weights were trained with learned positions, and model.positions is false")
+        raise CheckpointError(f"{source}: these weights were trained with learned positions, and model.positions is {cfg.positions}")
     if missing or unexpected:
         detail = f"lack {missing[0]}" if missing else f"also hold {unexpected[0]}"
         raise CheckpointError(f"{source}: config.json says {cfg.n_layer} layers, and the weights {detail} (in our names)")
@@ -218,12 +219,12 @@ def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
     """Write model as a GPT-2 in the hub's layout (config.json, model.safetensors); returns the folder.
 
     transformers' GPT2LMHeadModel.from_pretrained(folder) then gives our logits, and so does
-    load_pretrained(folder). GPT-2 always masks, adds positions and reads the gpt2 tokenizer's ids, so a
-    model without the mask or positions, or one trained on another tokenizer, cannot be written as one.
+    load_pretrained(folder). GPT-2 always masks, adds learned positions, has no QK-norm, cap or RoPE, and reads the
+    gpt2 tokenizer's ids: any other model (--no-scale aside: GPT-2's config can say that) cannot be written as one.
     """
-    cfg = model.cfg
-    if not (cfg.causal and cfg.positions):
-        raise CheckpointError("cannot export a model without the causal mask or positions: GPT-2 has both, or its logits would differ")
+    cfg, changed = model.cfg, [c.flag for c in applied(model.cfg) if c.field != "scaled"]
+    if changed:
+        raise CheckpointError(f"cannot export a model with {' and '.join(changed)}: GPT-2's format has no way to say it")
     if tokenizer_name != "gpt2" or cfg.vocab_size != GPT2_VOCAB_SIZE:
         raise CheckpointError(f"cannot export a model on the {tokenizer_name} tokenizer: GPT-2 reads the gpt2 tokenizer's ids")
     config = {

@@ -1,92 +1,138 @@
-"""The three ablations, defined once: remove the causal mask, the 1/sqrt(D) scale, or the position embedding.
+"""Every change to attention the project measures, defined once: three ablations, two cures and rotary positions.
 
-Every place that names or builds a variant derives it from ABLATIONS: the command-line flags
-(--no-mask, --no-scale, --no-pos), the run names (base-no-mask), the labels in picture titles
-("NO MASK, scaled"), and the variants that compare.py trains and break_gpt2.py evaluates.
+Ablations break: without the causal mask, without the 1/sqrt(D) scale, without positions. Cures mend
+the softmax that saturates when the scores grow (with the scale in place, a high learning rate makes
+them grow too): QK-norm, and a cap on the scores. RoPE is another kind of position: queries and keys
+turned by their positions instead of a learned table added to the tokens.
+
+Every place that names or builds a variant derives it from CHANGES: the command-line flags
+(--no-mask, --qk-norm, --softcap=C, ...), the run names (char-no-mask, char-softcap50), the labels in
+picture titles ("NO MASK, scaled", "causal, scaled, QK-NORM"), and the variants that compare.py trains
+(--variants no-scale+qk-norm) and break_gpt2.py evaluates (the ablations alone).
 
 Without positions, attention is blind to order: with no mask either, permuting the input only
 permutes the output (a bag of tokens). The causal mask alone gives order back, since position t
 sees t + 1 tokens and can count them.
 """
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from model.config import ModelConfig
 
+ABLATION, CURE, POSITIONS = "ablation", "cure", "positions"  # what a change does: breaks, mends, or places tokens another way
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}  # every field's value in a model nothing has changed
+
 
 @dataclass(frozen=True)
-class Ablation:
-    name: str  # "no-mask": the flag is --no-mask, a run's name gets -no-mask
-    switch: str  # the ModelConfig field it turns off
-    label_on: str  # how a title says the switch is on ("" says nothing: titles name positions only when they are gone)
-    label_off: str  # and off, in capitals so that a broken model stands out
+class Change:
+    """One change to the model: the field it sets and to what, and how flags, run names and titles spell it."""
+
+    name: str  # "no-mask": the flag is --no-mask, a run's name gets -no-mask, compare.py's --variants spells it
+    kind: str  # ABLATION, CURE or POSITIONS
+    field: str  # the ModelConfig field it sets
+    value: bool | str | float  # what it sets there; a number (the softcap) is what compare.py trains, and the flag takes any
+    label: str  # how a title says it is applied, in capitals so that it stands out; a number's value follows it
+    label_without: str = ""  # how a title says it is not ("causal", "scaled"; "" says nothing)
 
     @property
     def flag(self) -> str:
         return f"--{self.name}"
 
+    @property
+    def takes_value(self) -> bool:
+        """Whether its flag takes a value (--softcap=C) rather than setting `value` itself (--no-mask)."""
+        return isinstance(self.value, float)
 
-ABLATIONS = (
-    Ablation("no-mask", "causal", "causal", "NO MASK"),
-    Ablation("no-scale", "scaled", "scaled", "NO SCALE"),
-    Ablation("no-pos", "positions", "", "NO POS"),
+    def is_applied(self, model_cfg: ModelConfig) -> bool:
+        """Whether model_cfg has it: its field holds `value` (a number: any value but the field's default, off)."""
+        held = getattr(model_cfg, self.field)
+        return held != DEFAULTS[self.field] if self.takes_value else held == self.value
+
+    def spelled(self, model_cfg: ModelConfig) -> tuple[str, str]:
+        """(run-name part, title label) of this change in model_cfg: ("softcap50", "SOFTCAP 50"), ("no-mask", "NO MASK")."""
+        if not self.takes_value:
+            return self.name, self.label
+        held = f"{getattr(model_cfg, self.field):g}"
+        return f"{self.name}{held}", f"{self.label} {held}"
+
+
+CHANGES = (  # the one table; its order is the order of run names, labels and compare.py's variants
+    Change("no-mask", ABLATION, "causal", False, "NO MASK", "causal"),
+    Change("no-scale", ABLATION, "scaled", False, "NO SCALE", "scaled"),
+    Change("no-pos", ABLATION, "positions", "none", "NO POS"),
+    Change("qk-norm", CURE, "qk_norm", True, "QK-NORM"),
+    Change("softcap", CURE, "softcap", 50.0, "SOFTCAP"),  # Gemma 2's cap on its attention scores
+    Change("rope", POSITIONS, "positions", "rope", "ROPE"),
 )
+ABLATIONS = tuple(c for c in CHANGES if c.kind == ABLATION)  # what compare.py trains by default and break_gpt2.py evaluates
+CURES = tuple(c for c in CHANGES if c.kind == CURE)
 
 
-def applied(model_cfg: ModelConfig) -> list[Ablation]:
-    """The ablations this model config has switched on (its switches turned off), in table order."""
-    return [a for a in ABLATIONS if not getattr(model_cfg, a.switch)]
+def applied(model_cfg: ModelConfig, kinds: Iterable[str] = (ABLATION, CURE, POSITIONS)) -> list[Change]:
+    """The changes of the given kinds that this model config has, in table order."""
+    return [c for c in CHANGES if c.kind in kinds and c.is_applied(model_cfg)]
 
 
 def name_suffix(model_cfg: ModelConfig) -> str:
-    """What a run's name gets for its ablations: "", "-no-mask", "-no-mask-no-scale", ..."""
-    return "".join(f"-{a.name}" for a in applied(model_cfg))
+    """What a run's name gets for its changes: "", "-no-mask", "-no-mask-no-scale", "-no-scale-qk-norm", "-softcap50", ..."""
+    return "".join(f"-{c.spelled(model_cfg)[0]}" for c in applied(model_cfg))
 
 
 def flags_label(model_cfg: ModelConfig) -> str:
-    """How a model's attention was built, for titles: "causal, scaled", or the ablations in capitals ("causal, scaled, NO POS")."""
-    labels = (a.label_off if not getattr(model_cfg, a.switch) else a.label_on for a in ABLATIONS)
+    """How a model's attention was built, for titles: "causal, scaled", with what is changed in capitals
+    ("causal, scaled, NO POS", "NO MASK, scaled", "causal, scaled, QK-NORM, ROPE")."""
+    labels = (c.spelled(model_cfg)[1] if c.is_applied(model_cfg) else c.label_without for c in CHANGES)
     return ", ".join(label for label in labels if label)
 
 
-def by_name(names: Iterable[str]) -> list[Ablation]:
-    """The ablations that `names` ("no-mask", ...) spell, in table order, or a ValueError that lists the valid ones."""
+def by_name(names: Iterable[str]) -> list[Change]:
+    """The changes that `names` ("no-mask", "qk-norm", ...) spell, in table order, or a ValueError that lists the valid ones."""
     names = list(names)
-    unknown = [name for name in names if name not in {a.name for a in ABLATIONS}]
+    unknown = [name for name in names if name not in {c.name for c in CHANGES}]
     if unknown:
-        raise ValueError(f"unknown ablation {unknown[0]!r}; choose from {', '.join(a.name for a in ABLATIONS)}")
-    return [a for a in ABLATIONS if a.name in names]
+        raise ValueError(f"unknown variant {unknown[0]!r}; choose from {', '.join(c.name for c in CHANGES)}")
+    return [c for c in CHANGES if c.name in names]
 
 
-JOIN = "+"  # a variant with several ablations at once: "no-mask+no-pos"
+JOIN = "+"  # a variant with several changes at once: "no-mask+no-pos", "no-scale+qk-norm"
 
 
-def variant_ablations(name: str) -> list[Ablation]:
-    """The ablations one variant name spells: "no-pos" -> [no-pos], "no-mask+no-pos" -> [no-mask, no-pos]."""
+def variant_changes(name: str) -> list[Change]:
+    """The changes one variant name spells: "no-pos" -> [no-pos], "no-scale+qk-norm" -> [no-scale, qk-norm]."""
     parts = [part.strip() for part in name.split(JOIN)]
     if "" in parts or len(set(parts)) != len(parts):
-        raise ValueError(f"a variant is an ablation or several joined by {JOIN} (no-mask{JOIN}no-pos), each once; got {name!r}")
-    return by_name(parts)
+        raise ValueError(f"a variant is a change or several joined by {JOIN} (no-mask{JOIN}no-pos), each once; got {name!r}")
+    picked = by_name(parts)
+    for one, other in zip(picked, picked[1:], strict=False):
+        if one.field == other.field:
+            raise ValueError(f"{one.name} and {other.name} both set model.{one.field}, so {name!r} cannot have both; pick one")
+    return picked
 
 
 def variant_order(name: str) -> tuple[int, ...]:
-    """Where a variant name sorts: single ablations first, in table order, then pairs, and so on."""
-    picked = variant_ablations(name)
-    return (len(picked), *(ABLATIONS.index(a) for a in picked))
+    """Where a variant name sorts: single changes first, in table order, then pairs, and so on."""
+    picked = variant_changes(name)
+    return (len(picked), *(CHANGES.index(c) for c in picked))
+
+
+def undone(model_cfg: ModelConfig, changes: Iterable[Change]) -> ModelConfig:
+    """model_cfg with these changes taken back: their fields at their defaults (the mask on, learned positions, no cap)."""
+    return replace(model_cfg, **{c.field: DEFAULTS[c.field] for c in changes})
 
 
 def variants(model_cfg: ModelConfig, names: Iterable[str] | None = None) -> dict[str, ModelConfig]:
-    """The model as it is (every switch on) and with each ablation alone, keyed by the name suffix: "", "-no-mask", ...
+    """The model with nothing changed and with each variant, keyed by the name suffix: "", "-no-mask", "-qk-norm", ...
 
-    names picks the variants: an ablation ("no-mask", "no-pos", ...) or several joined by + ("no-mask+no-pos",
-    keyed "-no-mask-no-pos"); None takes every ablation in the table, each alone. Keys follow the table's order, single
-    ablations first, whatever the order of names.
+    names picks the variants: a change ("no-mask", "qk-norm", ...) or several joined by + ("no-scale+qk-norm",
+    keyed "-no-scale-qk-norm"); None takes every ablation in the table, each alone. Keys follow the table's order,
+    single changes first, whatever the order of names.
     """
-    intact = replace(model_cfg, **{a.switch: True for a in ABLATIONS})
-    chosen = [[a] for a in ABLATIONS] if names is None else [variant_ablations(name) for name in sorted(names, key=variant_order)]
+    intact = undone(model_cfg, CHANGES)
+    chosen = [[a] for a in ABLATIONS] if names is None else [variant_changes(name) for name in sorted(names, key=variant_order)]
     out = {"": intact}
     for picked in chosen:
-        one = replace(intact, **{a.switch: False for a in picked})
+        one = replace(intact, **{c.field: c.value for c in picked})
         out[name_suffix(one)] = one
     return out

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 ATTENTION_BACKENDS = ("sdpa", "manual", "tiled")
 GELU_VARIANTS = ("exact", "tanh")
+POSITION_KINDS = ("learned", "rope", "none")
 
 
 def setting(default, meaning: str):
@@ -30,8 +31,10 @@ class ModelConfig:
         True, "the causal mask: each token sees only the past; false is the --no-mask ablation, every token sees the future"
     )
     scaled: bool = setting(True, "scores divided by sqrt(head_size); false is the --no-scale ablation, the softmax saturates")
-    positions: bool = setting(
-        True, "a learned position embedding; false is the --no-pos ablation, only the mask tells tokens apart by place"
+    positions: str = setting(
+        "learned",
+        '"learned": a position embedding added to the tokens (GPT-2\'s), no row past block_size; "rope": queries and keys '
+        'rotated by position (Llama\'s), any length; "none": the --no-pos ablation, only the mask tells tokens apart by place',
     )
     attention: str = setting(
         "sdpa", '"sdpa": torch\'s fused kernel; "manual": the readable path; "tiled": online softmax, no (T, T) weights'
@@ -40,13 +43,19 @@ class ModelConfig:
     qkv_bias: bool = setting(False, "a bias on the fused query/key/value projection: GPT-2 has one, the lessons' Head has none")
     gelu: str = setting("exact", '"exact" (erf) GELU, or "tanh", the approximation GPT-2 was trained with')
     mlp: bool = setting(True, "False leaves the MLP out of every block: an attention-only model, as the induction-head papers study")
+    qk_norm: bool = setting(
+        False, "each head's queries and keys RMS-normalised before the scores (OLMo 2, Qwen 3): the logits cannot grow with their norms"
+    )
+    softcap: float = setting(0.0, "scores capped to (-C, C) by C * tanh(score / C) before the mask (Gemma 2 used C = 50); 0 is off")
 
     def __post_init__(self) -> None:
+        if isinstance(self.positions, bool):  # configs stored before positions had kinds: true (learned) or false (none)
+            object.__setattr__(self, "positions", "learned" if self.positions else "none")
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be a positive integer, got {getattr(self, name)}")
         check_heads(self.n_embd, self.n_head, prefix="model.")
-        for name in ("dropout", "qk_init_std"):
+        for name in ("dropout", "qk_init_std", "softcap"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"model.{name} must be a finite number, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
@@ -55,10 +64,21 @@ class ModelConfig:
         if self.qk_init_std <= 0:
             raise ValueError(f"model.qk_init_std must be positive, got {self.qk_init_std}")
         check_choice("model.gelu", self.gelu, GELU_VARIANTS)
+        check_choice("model.positions", self.positions, POSITION_KINDS)
+        if self.positions == "rope" and self.head_size % 2:
+            raise ValueError(f"model.positions = rope turns pairs of components, so head_size must be even, got {self.head_size}")
+        if self.softcap < 0:
+            raise ValueError(f"model.softcap must be a positive cap (or 0, off), got {self.softcap}")
 
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def max_length(self) -> int | None:
+        """The longest input the model accepts: block_size when positions are a learned table (it has no row past
+        block_size), None (any length) for rope and none, which compute a position's treatment from the position itself."""
+        return self.block_size if self.positions == "learned" else None
 
 
 def check_heads(n_embd: int, n_head: int, prefix: str = "") -> None:
@@ -66,3 +86,12 @@ def check_heads(n_embd: int, n_head: int, prefix: str = "") -> None:
     if n_embd % n_head != 0:
         fits = [h for h in range(1, 17) if n_embd % h == 0]
         raise ValueError(f"{prefix}n_embd ({n_embd}) must be divisible by {prefix}n_head ({n_head}); try n_head in {fits}")
+
+
+def check_length(T: int, max_length: int | None) -> None:
+    """Refuse an input longer than a learned position table has rows (max_length; None takes any length)."""
+    if max_length is not None and T > max_length:
+        raise ValueError(
+            f"sequence length {T} exceeds block_size {max_length}, and a learned position table has no row past it; "
+            f"crop the input to the last {max_length} tokens (a model with positions rope or none takes any length)"
+        )

@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import KVCache, MultiHead, attention_scores, check_length
-from model.config import ModelConfig
+from model.attention import KVCache, MultiHead, attention_scores
+from model.config import ModelConfig, check_length
 from model.sampling import sample_next
 
 
@@ -41,7 +41,8 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.n_embd)
-        self.attn = MultiHead(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.causal, cfg.scaled, cfg.attention, cfg.qkv_bias)
+        self.attn = MultiHead(cfg.n_embd, cfg.n_head, cfg.max_length, cfg.dropout, cfg.causal, cfg.scaled, cfg.attention, cfg.qkv_bias,
+                              qk_norm=cfg.qk_norm, softcap=cfg.softcap, rope=cfg.positions == "rope")  # fmt: skip
         self.ln2 = nn.LayerNorm(cfg.n_embd) if cfg.mlp else None
         self.mlp = MLP(cfg) if cfg.mlp else None
 
@@ -63,16 +64,18 @@ class GPT(nn.Module):
     The output head shares its weight matrix with the token embedding: that saves V*C
     parameters, and reading and writing tokens then use the same vector space.
 
-    With cfg.positions false (--no-pos) there is no position embedding at all: no parameters,
-    no lookup. Every block then treats its input as a set, so only the causal mask can tell a
-    token where it stands.
+    Positions come in three kinds (cfg.positions). "learned": a table of block_size vectors added to
+    the tokens, GPT-2's, with no row for a longer input. "rope": no table; every attention layer turns
+    its queries and keys by their positions (model/attention.py's rotate), at any length. "none"
+    (--no-pos): nothing at all, so every block treats its input as a set and only the causal mask
+    can tell a token where it stands.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.positions else None
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.positions == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
@@ -105,7 +108,7 @@ class GPT(nn.Module):
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Token plus position embeddings: idx (B, T) -> x (B, T, C), at positions start .. start + T - 1."""
         B, T = idx.shape
-        check_length(start + T, self.cfg.block_size)
+        check_length(start + T, self.cfg.max_length)  # a learned table has block_size rows; rope and none take any length
         x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))  # (B, T, C) + (T, C) -> (B, T, C)
@@ -130,13 +133,14 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def attention_probe(self, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer, the pre-softmax scores and the weights (B, H, T, T) of the readable path."""
+        """Per layer, the pre-softmax scores (after the scale and any cap) and the weights (B, H, T, T) of the readable path."""
         T = idx.shape[1]
         x = self.embed(idx)
         maps = []
         for block in self.blocks:
-            q, k, _ = block.attn.split_heads(block.ln1(x))
-            scores = attention_scores(q, k, block.attn.mask(T), block.attn.scale)  # (B, H, T, T)
+            attn = block.attn
+            q, k, _ = attn.split_heads(block.ln1(x))  # normalised and turned as the forward pass does
+            scores = attention_scores(q, k, attn.mask(T), attn.scale, attn.softcap)  # (B, H, T, T)
             x, weights = block(x, return_weights=True)
             maps.append((scores, weights))
         return maps
@@ -167,8 +171,8 @@ class GPT(nn.Module):
         The context policy is the same with and without the cache, so both give the same tokens:
         the model sees at most the last block_size tokens, and when that window is full it keeps
         only its most recent block_size // 2 tokens and continues from there. Why not slide it by
-        one token? Positions are learned absolute embeddings, so sliding moves every token to a
-        new position and invalidates every cached key and value. Halving re-encodes the window
+        one token? Every later position attended to the token that would drop out, and positions
+        are counted from the window's start, so sliding makes every cached key and value stale. Halving re-encodes the window
         once (a fresh prefill) per block_size // 2 new tokens; the other steps cost one position.
         Without the cache, each step runs the model on the whole current window.
 

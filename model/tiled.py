@@ -20,6 +20,7 @@ def tiled_attention(
     scale: float,
     dropout: nn.Module | None = None,
     tile: int = 256,
+    softcap: float = 0.0,
 ) -> torch.Tensor:
     """softmax(q k^T * scale, masked) @ v, computed one (Tq, Sk) tile of scores at a time.
 
@@ -40,6 +41,7 @@ def tiled_attention(
         q: (..., T, D) queries; k, v: (..., S, D) keys and values.
         causal: False is the --no-mask ablation; scale: D**-0.5, or 1.0 for --no-scale.
         tile: queries and keys per tile.
+        softcap: each tile's scores squashed into (-softcap, softcap) as attention_scores does; 0 for none.
     Returns:
         y: (..., T, D), equal to attention()'s y up to float rounding.
     """
@@ -56,6 +58,8 @@ def tiled_attention(
         for k0 in range(0, last + 1 if causal else S, tile):  # causal: keys after `last` are skipped
             kt, vt = k[..., k0 : k0 + tile, :], v[..., k0 : k0 + tile, :]  # (..., S, D) -> (..., Sk, D)
             scores = (qt @ kt.transpose(-2, -1)) * scale  # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
+            if softcap:
+                scores = softcap * torch.tanh(scores / softcap)  # (..., Tq, Sk), each in (-softcap, softcap)
             if causal and k0 + kt.shape[-2] - 1 > first:  # some key here is later than some query
                 rows = torch.arange(first, last + 1, device=q.device)  # (Tq,) query positions
                 cols = torch.arange(k0, k0 + kt.shape[-2], device=q.device)  # (Sk,) key positions

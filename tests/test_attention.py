@@ -1,5 +1,6 @@
 """Tests for model/attention.py: attention(), Head and MultiHead (docs/layout.md, rule 8: tests assert real numbers)."""
 
+import dataclasses
 import itertools
 import math
 
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from conftest import assert_close
 
 from model import GPT, ModelConfig
-from model.attention import Head, MultiHead, attention
+from model.attention import Head, MultiHead, attention, attention_scores, rotate
 
 FLAGS = list(itertools.product([True, False], [True, False]))  # (causal, scaled)
 FLAG_IDS = [f"causal={c}-scaled={s}" for c, s in FLAGS]
@@ -135,12 +136,12 @@ def test_multihead_manual_backend_matches_sdpa(causal, scaled, T):
 # 4. Heads: MultiHead is H Heads side by side
 
 
-def heads_from_multihead(mh: MultiHead, n_embd: int, n_head: int, block_size: int, causal: bool, scaled: bool) -> list[Head]:
+def heads_from_multihead(mh: MultiHead, n_embd: int, n_head: int, block_size: int, **options) -> list[Head]:
     D = n_embd // n_head
     W = mh.qkv.weight.detach()  # (3C, C): rows [q heads 0..H-1; k heads; v heads]
     heads = []
     for h in range(n_head):
-        head = Head(n_embd, D, block_size, dropout=0.0, causal=causal, scaled=scaled).eval()
+        head = Head(n_embd, D, block_size, dropout=0.0, **options).eval()
         with torch.no_grad():
             for part, lin in enumerate((head.query, head.key, head.value)):
                 start = part * n_embd + h * D
@@ -153,7 +154,7 @@ def heads_from_multihead(mh: MultiHead, n_embd: int, n_head: int, block_size: in
 def test_heads_concat_match_multihead(causal, scaled):
     C, H, T = 12, 3, 6
     mh = make_multihead(causal, scaled, n_embd=C, n_head=H, block_size=T)
-    heads = heads_from_multihead(mh, C, H, T, causal, scaled)
+    heads = heads_from_multihead(mh, C, H, T, causal=causal, scaled=scaled)
     torch.manual_seed(1)
     x = torch.randn(2, T, C)
     with torch.no_grad():
@@ -273,3 +274,146 @@ def test_a_long_context_costs_no_mask_memory():
     idx = torch.randint(0, 11, (1, 5), generator=torch.Generator().manual_seed(0))
     weights = model.attention_weights(idx)[0]  # (1, H, 5, 5)
     assert weights.shape == (1, 2, 5, 5) and weights.triu(1).abs().max().item() == 0.0  # still causal
+
+
+# 9. The cures and rotary positions: QK-norm, the softcap, RoPE
+
+OPTIONS = {  # Head/MultiHead keyword arguments for each change and the combinations tested
+    "plain": {},
+    "no-mask": {"causal": False},
+    "no-scale": {"scaled": False},
+    "qk-norm": {"qk_norm": True},
+    "softcap": {"softcap": 1.5},  # small enough to bend the scores of random weights
+    "rope": {"rope": True},
+    "no-scale+qk-norm": {"scaled": False, "qk_norm": True},
+    "rope+qk-norm+softcap": {"rope": True, "qk_norm": True, "softcap": 1.5},
+    "no-mask+rope+softcap": {"causal": False, "rope": True, "softcap": 1.5},
+}
+GPT_OPTIONS = {  # the same as ModelConfig fields
+    name: {"positions": "rope"} | {k: v for k, v in options.items() if k != "rope"} if options.get("rope") else dict(options)
+    for name, options in OPTIONS.items()
+} | {"no-pos": {"positions": "none"}}
+
+
+def multihead(backend: str, **options) -> MultiHead:
+    torch.manual_seed(0)
+    mh = MultiHead(12, 3, 8, dropout=0.0, backend=backend, **options).eval()
+    with torch.no_grad():
+        mh.qkv.weight.mul_(4.0)  # larger q and k than the init's, so that the cap and the norm change the scores visibly
+    return mh
+
+
+def reference_rotate(x: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """RoPE in complex numbers: each adjacent pair (x[2i], x[2i+1]) is x[2i] + i x[2i+1], multiplied by e^(i p theta_i)."""
+    T, D = x.shape[-2:]
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
+    angles = torch.arange(start, start + T, dtype=torch.float64)[:, None] * theta  # (T, D/2)
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], D // 2, 2).contiguous())  # (..., T, D/2) complex
+    turned = pairs * torch.polar(torch.ones_like(angles), angles)
+    return torch.view_as_real(turned).reshape(x.shape).to(x.dtype)
+
+
+@pytest.mark.parametrize("backend", ["manual", "sdpa", "tiled"])
+@pytest.mark.parametrize("name", OPTIONS)
+def test_every_backend_equals_the_readable_path_with_each_change(name, backend):
+    mh = multihead(backend, **OPTIONS[name])
+    x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y_readable, _ = mh(x, return_weights=True)
+        assert_close(mh(x), y_readable, atol=1e-5, msg=f"{name}: {backend} (core {mh.core}) vs the readable path")
+
+
+@pytest.mark.parametrize("name", ["qk-norm", "softcap", "rope", "rope+qk-norm+softcap", "no-scale+qk-norm"])
+def test_the_readable_path_equals_the_formulas_by_hand(name):
+    """The weights, recomputed from qkv's rows with RoPE in complex numbers, the RMS norm and the cap written out."""
+    options = OPTIONS[name]
+    mh = multihead("manual", **options)
+    x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        _, w = mh(x, return_weights=True)
+        q, k, _ = (x @ mh.qkv.weight.T).split(12, dim=-1)  # (B, T, C) each
+        q, k = (t.view(2, 8, 3, 4).transpose(1, 2) for t in (q, k))  # (B, H, T, D)
+        if options.get("qk_norm"):
+            q, k = (t / (t.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() for t in (q, k))
+        if options.get("rope"):
+            q, k = reference_rotate(q), reference_rotate(k)
+        scores = q @ k.transpose(-2, -1) * (0.5 if options.get("scaled", True) else 1.0)
+        if options.get("softcap"):
+            scores = 1.5 * torch.tanh(scores / 1.5)
+        scores = scores.masked_fill(torch.ones(8, 8, dtype=torch.bool).triu(1), float("-inf"))
+    assert_close(w, scores.softmax(-1), atol=1e-5, msg=f"{name}: weights vs the formulas")
+
+
+@pytest.mark.parametrize("backend", ["manual", "sdpa", "tiled"])
+@pytest.mark.parametrize("name", GPT_OPTIONS)
+def test_every_backend_gives_the_readable_gpt_logits_with_each_change(name, backend):
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, qk_init_std=0.5, **GPT_OPTIONS[name])
+    model = GPT(dataclasses.replace(cfg, attention=backend)).eval()
+    readable = GPT(dataclasses.replace(cfg, attention="manual")).eval()
+    readable.load_state_dict(model.state_dict())
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert_close(model(idx)[0], readable(idx)[0], atol=1e-5, msg=f"{name}: GPT logits, {backend} vs manual")
+
+
+def test_the_cap_bounds_every_score_even_for_huge_queries_and_keys():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 3, 16, 8, generator=g) * 1e3, torch.randn(2, 3, 16, 8, generator=g) * 1e3
+    raw = attention_scores(q, k, None, 8**-0.5)
+    capped = attention_scores(q, k, None, 8**-0.5, softcap=50.0)
+    assert raw.abs().max() > 1e5 and capped.abs().max() <= 50.0
+    small = attention_scores(q / 1e4, k / 1e4, None, 8**-0.5, softcap=50.0)  # small scores pass almost unchanged
+    assert_close(small, attention_scores(q / 1e4, k / 1e4, None, 8**-0.5), atol=1e-6, msg="small scores under the cap")
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, qk_init_std=30.0, softcap=5.0))
+    for scores, _ in model.attention_probe(torch.randint(0, 11, (2, 8))):
+        visible = scores[scores.isfinite()]
+        assert visible.abs().max() <= 5.0 and visible.abs().max() > 4.9, "the probe sees the capped scores the model uses"
+
+
+def test_qk_norm_leaves_each_heads_queries_and_keys_at_unit_rms():
+    mh = multihead("sdpa", qk_norm=True)
+    with torch.no_grad():
+        mh.qkv.weight.mul_(100.0)  # norms that would grow without bound
+        q, k, v = mh.split_heads(torch.randn(2, 8, 12))
+    for t in (q, k):
+        rms = t.pow(2).mean(-1).sqrt()  # (B, H, T): one per head and position
+        assert_close(rms, torch.ones_like(rms), atol=1e-4, msg="RMS of each head's query and key")
+    assert v.pow(2).mean(-1).sqrt().min() > 10, "the values are left as they are"
+
+
+def test_the_rotation_equals_the_complex_number_reference():
+    x = torch.randn(2, 3, 40, 8, generator=torch.Generator().manual_seed(0))
+    for start in (0, 5, 1000):
+        assert_close(rotate(x, start), reference_rotate(x, start), atol=2e-5, msg=f"rotate from position {start}")
+    assert_close(rotate(x).norm(dim=-1), x.norm(dim=-1), atol=1e-5, msg="a rotation keeps every length")
+    assert torch.equal(rotate(x)[..., 0, :], x[..., 0, :]), "position 0 is not turned"
+
+
+def test_rope_scores_depend_only_on_the_distance():
+    """Shift every position by the same offset: queries and keys turn further, their scores stay the same."""
+    mh = multihead("manual", rope=True)
+    x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        scores = [attention_scores(*mh.split_heads(x, start)[:2], None, mh.scale) for start in (0, 17, 300)]  # (B, H, T, T)
+        q0, k0, _ = mh.split_heads(x, 0)
+        q17, k17, _ = mh.split_heads(x, 17)
+    assert (q17 - q0).abs().max() > 0.1, "the offset turns the queries"
+    for shifted, start in zip(scores[1:], (17, 300), strict=True):
+        assert_close(shifted, scores[0], atol=1e-4, msg=f"scores with every position shifted by {start}")
+    plain = attention_scores(*multihead("manual").split_heads(x)[:2], None, mh.scale)
+    assert (plain - scores[0]).abs().max() > 0.1, "RoPE changes the scores"
+
+
+@pytest.mark.parametrize("name", OPTIONS)
+def test_heads_concatenated_equal_multihead_with_each_change(name):
+    options = OPTIONS[name]
+    mh = multihead("sdpa", **options)
+    heads = heads_from_multihead(mh, 12, 3, 8, **options)
+    x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        concat = torch.cat([head(x) for head in heads], dim=-1)  # (B, T, C)
+        assert_close(mh.proj(concat), mh(x), atol=1e-5, msg=f"{name}: proj(concat(Heads)) vs MultiHead")
+        _, w_mh = mh(x, return_weights=True)
+        for h, head in enumerate(heads):
+            assert_close(head(x, return_weights=True)[1], w_mh[:, h], atol=1e-5, msg=f"{name}: weights of head {h}")

@@ -70,3 +70,18 @@ def test_nothing_to_resume_points_at_the_run_moved_aside(tmp_path):
         CheckpointError, match=rf"no checkpoint at {tmp_path}/exp/ckpt.pt, but the run there before was moved aside to {moved}"
     ):
         read_resumable(cfg, "sha")
+
+
+@pytest.mark.parametrize(("stored", "kind"), [(True, "learned"), (False, "none")])
+def test_a_checkpoint_from_before_positions_had_kinds_loads_as_learned_or_none(tmp_path, stored, kind):
+    """Older checkpoints store model.positions as a boolean and lack the fields added since (qk_norm, softcap)."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(**{**vars(CFG), "positions": kind}))
+    old = {name: value for name, value in vars(model.cfg).items() if name not in ("qk_norm", "softcap")} | {"positions": stored}
+    path = tmp_path / "ckpt.pt"
+    torch.save({**checkpoint_of(CFG, model.state_dict()), "config": {"model": old}}, path)
+    loaded, _, _ = load_model(path)
+    assert (loaded.cfg.positions, loaded.cfg.qk_norm, loaded.cfg.softcap) == (kind, False, 0.0)
+    idx = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(loaded(idx)[0], model.eval()(idx)[0])

@@ -76,7 +76,7 @@ def test_a_variant_removing_two_things_is_measured_from_base_and_from_each_varia
     plan = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 3, ["no-mask", "no-mask+no-pos"])
     assert list(plan) == ["tiny", "tiny-no-mask", "tiny-no-mask-no-pos"]
     both = plan["tiny-no-mask-no-pos"][2].model
-    assert (both.causal, both.scaled, both.positions) == (False, True, False)
+    assert (both.causal, both.scaled, both.positions) == (False, True, "none")
     assert plan["tiny-no-mask-no-pos"][2].run_name == "tiny-no-mask-no-pos-s1339"
     assert comparison.measured_from(plan) == {"tiny-no-mask-no-pos": ["tiny-no-mask"]}  # tiny-no-pos is not trained here
     every = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 1, ["no-mask", "no-pos", "no-mask+no-pos"])
@@ -104,7 +104,7 @@ def test_a_variant_removing_two_things_is_measured_from_base_and_from_each_varia
     ],
 )
 def test_variants_are_read_in_table_order(text, names):
-    assert compare.ablation_names(text) == names
+    assert compare.variant_names(text) == names
 
 
 def test_the_picture_draws_every_variant_compare_can_train(tmp_path):
@@ -137,7 +137,7 @@ def test_seeds_name_the_runs_only_when_there_are_several():
         "tiny-no-pos": ["tiny-no-pos"],
     }
     picked = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 1, ["no-pos"])
-    assert list(picked) == ["tiny", "tiny-no-pos"] and picked["tiny-no-pos"][0].model.positions is False
+    assert list(picked) == ["tiny", "tiny-no-pos"] and picked["tiny-no-pos"][0].model.positions == "none"
     two = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 2)
     assert [c.run_name for c in two["tiny-no-scale"]] == ["tiny-no-scale-s1337", "tiny-no-scale-s1338"]
     assert [c.train.seed for c in two["tiny-no-mask"]] == [1337, 1338]
@@ -147,12 +147,16 @@ def test_seeds_name_the_runs_only_when_there_are_several():
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--variants", "no-masks"], "unknown ablation 'no-masks'"),
-        (["--variants", ","], "takes ablation names"),
+        (["--variants", "no-masks"], "unknown variant 'no-masks'"),
+        (["--variants", ","], "takes variant names"),
         (["--variants", "no-mask+no-mask"], "each once"),
         (["--variants", "no-mask+"], "joined by +"),
-        (["--variants", "no-mask+no-poss"], "unknown ablation 'no-poss'"),
+        (["--variants", "no-mask+no-poss"], "unknown variant 'no-poss'"),
+        (["--variants", "rope+no-pos"], "no-pos and rope both set model.positions"),
         (["--no-pos"], "--variants"),
+        (["--qk-norm"], "(--qk-norm given); leave those flags out, and pick with --variants"),
+        (["--softcap=30"], "(--softcap given)"),
+        (["--model.positions=rope"], "(--rope given)"),
     ],
 )
 def test_bad_variants_are_a_one_line_error(args, needle, capsys, monkeypatch):
@@ -228,7 +232,8 @@ def test_each_run_is_the_users_command_with_its_own_flags_last():
     no_mask = comparison.plan_runs(cfg, Path("/r/compare-tiny"), 2)["tiny-no-mask"][1]
     assert comparison.train_argv(*parse_args(argv), no_mask) == [
         "--config", "tiny", "--train.lr=1e-3",  # the user's own flags, less those compare.py sets per run
-        "--model.causal=false", "--model.scaled=true", "--model.positions=true", "--train.seed=6",
+        "--model.causal=false", "--model.scaled=true", "--model.positions=learned", "--model.qk_norm=false", "--model.softcap=0.0",
+        "--train.seed=6",
         "--train.runs_dir=/r/compare-tiny", "--train.run_name=tiny-no-mask-s6",
     ]  # fmt: skip
     assert (
@@ -377,3 +382,38 @@ def test_sighup_is_passed_on_to_the_child_once(tmp_path):
             signal.signal(sig, handler)
     assert code == 129 and children.signum == signal.SIGHUP
     assert got.read_text() == "HUP "  # passed on once, not also reaching it from the terminal
+
+
+def test_the_cures_compare_end_to_end_and_an_older_finished_run_is_kept(tmp_path, corpus_file, one_cpu_thread, monkeypatch, capsys):
+    """compare.py --variants qk-norm,no-scale+qk-norm: the cure without the scale is measured from base and from the cure."""
+    in_process(monkeypatch)
+    argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=2", "--train.eval_interval=2", "--variants=no-scale+qk-norm,qk-norm")
+    results = compare.main(argv)
+    assert list(results) == ["tiny", "tiny-qk-norm", "tiny-no-scale-qk-norm"]
+    folder = tmp_path / "runs" / "compare-tiny"
+    saved = json.loads((folder / "compare.json").read_text())
+    assert list(saved["differences"]) == ["tiny-qk-norm", "tiny-no-scale-qk-norm", "tiny-no-scale-qk-norm − tiny-qk-norm"]
+    recorded = json.loads((folder / "tiny-no-scale-qk-norm" / "config.json").read_text())["model"]
+    assert (recorded["scaled"], recorded["qk_norm"], recorded["positions"]) == (False, True, "learned")
+    assert results["tiny-qk-norm"]["loss/val"] != results["tiny"]["loss/val"]  # the cure changed the run
+    # A run recorded before positions had kinds (true) and before the cures existed is still the same run.
+    config = json.loads((folder / "tiny" / "config.json").read_text())
+    config["model"] = {k: v for k, v in config["model"].items() if k not in ("qk_norm", "softcap")} | {"positions": True}
+    (folder / "tiny" / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    again = compare.main([*argv, "--resume"])
+    out = capsys.readouterr().out
+    assert all(f"{name} finished already" in out for name in again)
+    assert again["tiny"] == results["tiny"]
+
+
+def test_the_picture_draws_more_variants_than_it_has_colours(tmp_path):
+    names = ["tiny" + suffix for suffix in variants(load_config(["--config", "tiny"]).model, ["no-mask", "no-scale", "no-pos",
+             "qk-norm", "softcap", "rope", "no-scale+qk-norm", "rope+qk-norm", "no-mask+no-pos"])]  # fmt: skip
+    assert len(names) == 10 > len(curves.COLORS)
+    row = {"loss/val": 1.0, "loss/train_step": 1.0}
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **row}) + "\n" for s in (0, 10)))
+    curves.plot_runs({name: [tmp_path / name] for name in names}, tmp_path / "compare.png", "every kind of variant")
+    assert (tmp_path / "compare.png").stat().st_size > 10_000

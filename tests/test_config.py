@@ -286,8 +286,14 @@ def test_shorthands_map_to_fields(tmp_path):
         (["--model.causal=false"], "base-no-mask"),
         (["--no-pos"], "base-no-pos"),
         (["--no-pos", "--no-mask"], "base-no-mask-no-pos"),
-        (["--model.positions=false"], "base-no-pos"),
+        (["--model.positions=none"], "base-no-pos"),
         (["--no-mask", "--run-name", "mine"], "mine"),
+        (["--qk-norm"], "base-qk-norm"),
+        (["--qk-norm", "--no-scale"], "base-no-scale-qk-norm"),
+        (["--softcap=50"], "base-softcap50"),
+        (["--softcap", "30.5"], "base-softcap30.5"),
+        (["--model.positions=rope"], "base-rope"),
+        (["--rope", "--qk-norm", "--softcap=50"], "base-qk-norm-softcap50-rope"),
     ],
 )
 def test_run_name_derivation(flags, run_name):
@@ -300,8 +306,71 @@ def test_titles_name_positions_only_when_they_are_gone():
     assert flags_label(load_config(["--config", "base"]).model) == "causal, scaled"
     assert flags_label(load_config(["--config", "base", "--no-pos", "--no-mask"]).model) == "NO MASK, scaled, NO POS"
     assert list(variants(ModelConfig(), ["no-pos", "no-mask"])) == ["", "-no-mask", "-no-pos"]  # table order
-    with pytest.raises(ValueError, match="unknown ablation 'no-position'; choose from no-mask, no-scale, no-pos"):
+    with pytest.raises(ValueError, match="unknown variant 'no-position'; choose from no-mask, no-scale, no-pos, qk-norm, softcap, rope"):
         variants(ModelConfig(), ["no-position"])
+
+
+def test_titles_name_the_cures_and_rope_in_capitals():
+    label = lambda *flags: flags_label(load_config(["--config", "char", *flags]).model)  # noqa: E731
+    assert label("--qk-norm") == "causal, scaled, QK-NORM"
+    assert label("--no-scale", "--qk-norm") == "causal, NO SCALE, QK-NORM"
+    assert label("--softcap=50") == "causal, scaled, SOFTCAP 50"
+    assert label("--model.positions=rope", "--qk-norm", "--softcap=20") == "causal, scaled, QK-NORM, SOFTCAP 20, ROPE"
+
+
+def test_the_cures_and_rope_are_variants_that_compose():
+    base = ModelConfig()
+    picked = variants(base, ["no-scale+qk-norm", "rope", "softcap", "qk-norm"])
+    assert list(picked) == ["", "-qk-norm", "-softcap50", "-rope", "-no-scale-qk-norm"]  # singles in table order, then the pair
+    assert (picked["-no-scale-qk-norm"].scaled, picked["-no-scale-qk-norm"].qk_norm) == (False, True)
+    assert (picked["-softcap50"].softcap, picked["-rope"].positions) == (50.0, "rope")
+    assert picked[""] == base
+    with pytest.raises(ValueError, match="no-pos and rope both set model.positions") as e:
+        variants(base, ["no-pos+rope"])
+    assert "\n" not in str(e.value)
+    assert list(variants(base)) == ["", "-no-mask", "-no-scale", "-no-pos"]  # by default the three ablations, as ever
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model.positions=bogus"], "model.positions must be one of learned, rope, none, got 'bogus'"),
+        (["--model.positions=false"], "model.positions must be one of learned, rope, none"),
+        (["--softcap=-1"], r"model.softcap must be a positive cap \(or 0, off\), got -1.0"),
+        (["--softcap=nan"], "model.softcap must be a finite number, got nan"),
+        (["--softcap=inf"], "model.softcap must be a finite number, got inf"),
+        (["--softcap"], "--softcap needs a value"),
+        (["--qk-norm=true"], "--qk-norm takes no value"),
+        (["--no-pos", "--model.positions=rope"], "--no-pos sets model.positions=none and --model.positions=rope sets it to rope"),
+        (["--rope", "--no-pos"], "--rope sets model.positions=rope and --no-pos sets it to none"),
+        (["--model.positions=rope", "--model.n_head=2", "--model.n_embd=30"], "head_size must be even, got 15"),
+        (["--model.positions=rope", "--model.n_head=4", "--model.n_embd=36"], "head_size must be even, got 9"),
+    ],
+)
+def test_bad_positions_and_cures_are_one_line(flags, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(["--config", "char", *flags])
+    assert "\n" not in str(e.value)
+
+
+def test_configs_stored_with_positions_as_a_boolean_load_as_learned_and_none():
+    """Checkpoints and config.json files written before positions had kinds hold true or false."""
+    assert ModelConfig(positions=True).positions == "learned" and ModelConfig(positions=False).positions == "none"
+    stored = dataclasses.asdict(ModelConfig(n_layer=2))
+    stored["positions"] = False
+    for new_field in ("qk_norm", "softcap"):
+        del stored[new_field]  # fields added since then take their defaults
+    assert ModelConfig(**stored) == ModelConfig(n_layer=2, positions="none")
+    assert ModelConfig(positions=True).max_length == 64 and ModelConfig(positions="rope").max_length is None
+
+
+def test_help_lists_the_cures_and_the_kinds_of_positions():
+    """--help lists the new fields with their meanings (the same text docs/command-line.md shows)."""
+    from configs import usage
+
+    text = usage("char")
+    for needle in ("model.qk_norm", "model.softcap", "model.positions", "Gemma 2", "OLMo 2"):
+        assert needle in text, needle
 
 
 # 6. Precedence and immutability

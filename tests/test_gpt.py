@@ -368,3 +368,60 @@ def test_under_the_mask_a_model_without_positions_tells_order():
     two = make_gpt(n_layer=2, positions=False).eval()
     told = (logits_of(two, swapped)[:, -1] - logits_of(two, idx)[:, -1]).abs().max().item()
     assert told > 1e-3, f"two causal layers without positions changed the last logits by only {told:.2e} for a swap"
+
+
+# 11. Rotary positions, the cures, and inputs longer than block_size
+
+
+@pytest.mark.parametrize(
+    ("changes", "params"),
+    [
+        ({"positions": "rope"}, 27_360),  # no table: learned positions' 16 x 32 less
+        ({"qk_norm": True}, 27_872),  # a parameter-free norm
+        ({"softcap": 50.0}, 27_872),
+        ({"positions": "rope", "qk_norm": True, "softcap": 50.0}, 27_360),
+    ],
+)
+def test_the_cures_add_no_parameters_and_rope_drops_the_table(changes, params):
+    model = make_gpt(**changes)
+    assert model.num_params() == params and expected_params(L=2, C=32, V=65, T=16) == 27_872
+    assert (model.pos_emb is None) == (changes.get("positions") == "rope")
+    assert all(name.startswith(("tok_emb", "pos_emb", "blocks", "ln_f", "lm_head")) for name in model.state_dict())
+
+
+@pytest.mark.parametrize("positions", ["rope", "none"])
+def test_rope_and_none_models_run_past_block_size_and_learned_refuses_in_one_line(positions):
+    """block_size stays the training length; only a learned table ends there (ModelConfig.max_length)."""
+    model = make_gpt(positions=positions).eval()
+    assert model.cfg.max_length is None
+    idx = torch.randint(0, 65, (2, 64), generator=torch.Generator().manual_seed(0))  # 4 x block_size
+    with torch.no_grad():
+        logits, _ = model(idx)
+        hidden = model.hidden(idx)
+    assert logits.shape == (2, 64, 65) and hidden.shape == (2, 64, 32) and torch.isfinite(logits).all()
+    assert_close(logits[:, :16], logits_of(model, idx[:, :16]), atol=1e-5, msg="causal: the first 16 positions as alone")
+    learned = make_gpt().eval()
+    assert learned.cfg.max_length == 16
+    with pytest.raises(ValueError, match="exceeds block_size 16, and a learned position table has no row past it") as e:
+        learned(idx)
+    assert "\n" not in str(e.value)
+
+
+def test_a_rope_model_reads_order_without_a_table():
+    """Unlike no positions, RoPE tells order even without the mask: permuting the input changes more than the order of outputs."""
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 65, (2, 16), generator=g)
+    perm = torch.randperm(16, generator=g)
+    rope = make_gpt(causal=False, positions="rope", qk_init_std=0.3).eval()
+    moved = (logits_of(rope, idx[:, perm]) - logits_of(rope, idx)[:, perm]).abs().max().item()
+    assert moved > 1e-3, f"with RoPE, permuting the input changed the permuted output by only {moved:.2e}"
+
+
+def test_the_probe_sees_the_scores_the_model_uses():
+    """attention_probe recomputes the scores: its weights are the softmax of its scores, with every change applied."""
+    model = make_gpt(positions="rope", qk_norm=True, softcap=0.8, qk_init_std=0.5).eval()
+    idx = torch.randint(0, 65, (2, 12), generator=torch.Generator().manual_seed(0))
+    probe = model.attention_probe(idx)
+    for layer, (scores, weights) in enumerate(probe):
+        assert_close(scores.softmax(-1), weights, atol=1e-6, msg=f"layer {layer}: softmax(scores) vs the weights")
+        assert scores[scores.isfinite()].abs().max() <= 0.8

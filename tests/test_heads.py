@@ -43,9 +43,10 @@ def test_the_model_is_unchanged_after_the_block():
     assert_close(logits_of(model, IDX), before, atol=0.0, msg="logits after the block")
 
 
+@pytest.mark.parametrize("changes", [{}, {"qk_norm": True, "softcap": 2.0, "positions": "rope"}], ids=["plain", "cured-rope"])
 @pytest.mark.parametrize("attention", ["sdpa", "manual", "tiled"])
-def test_ablating_a_head_equals_zeroing_its_slice_of_the_projection(attention):
-    model = make_gpt(attention=attention)
+def test_ablating_a_head_equals_zeroing_its_slice_of_the_projection(attention, changes):
+    model = make_gpt(attention=attention, **changes)
     D = model.cfg.head_size
     zeroed = copy.deepcopy(model)
     with torch.no_grad():

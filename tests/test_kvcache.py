@@ -138,3 +138,39 @@ def test_cache_cannot_grow_past_block_size():
         model.hidden(torch.zeros(1, 4, dtype=torch.long), caches)
         with pytest.raises(ValueError, match="block_size"):
             model.hidden(torch.zeros(1, 1, dtype=torch.long), caches)
+
+
+# 4. The cures and rotary positions: a cached key keeps the turn of its own position
+
+CHANGES = {
+    "rope": {"positions": "rope"},
+    "qk-norm": {"qk_norm": True},
+    "softcap": {"softcap": 2.0},
+    "rope+qk-norm+softcap": {"positions": "rope", "qk_norm": True, "softcap": 2.0},
+    "no-pos": {"positions": "none"},
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", CHANGES)
+def test_cached_equals_uncached_with_each_change(name, backend):
+    model = make_gpt(attention=backend, qk_init_std=0.3, **CHANGES[name])  # larger scores, so that the cap bites
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    cached, uncached = generate_both(model, prompt, 40, temperature=1.5)  # past the 16-token window: halved and refilled
+    assert torch.equal(cached, uncached), f"{name}: first differing column {int((cached != uncached).any(0).nonzero()[0])}"
+    assert len(set(cached[:, 3:].flatten().tolist())) > 5, "samples should vary, or the test shows little"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rope_cached_steps_equal_the_full_pass_past_block_size(backend):
+    """RoPE has no table: the cache may grow past block_size, each new query and key turned at len(cache) + t."""
+    model = make_gpt(attention=backend, positions="rope", qk_norm=True)
+    idx = torch.randint(0, 65, (2, 40), generator=torch.Generator().manual_seed(1))  # 2.5 x block_size
+    caches = [KVCache() for _ in model.blocks]
+    with torch.no_grad():
+        full, _ = model(idx)  # (B, 40, V)
+        assert_close(model.lm_head(model.hidden(idx[:, :10], caches)), full[:, :10], atol=1e-5, msg="prefill")
+        for t in range(10, 40, 3):  # chunks of three new positions after the cached past
+            chunk = model.lm_head(model.hidden(idx[:, t : t + 3], caches))
+            assert_close(chunk, full[:, t : t + 3], atol=1e-5, msg=f"{backend}: positions {t}..{t + 2} after a cache")
+    assert len(caches[0]) == 40

@@ -156,16 +156,17 @@ def test_the_measurements_live_in_one_module_that_imports_only_the_model():
         )
 
 
-ABLATION_WORDS = {
-    *(f"{dashes}{name}" for name in ("no-mask", "no-scale", "no-pos") for dashes in ("", "-", "--")),
-    *("NO MASK", "NO SCALE", "NO POS"),
+ABLATION_WORDS = {  # the changes' names, flags and labels; "rope" and "softcap" alone are also a positions kind and a field
+    *(f"{dashes}{name}" for name in ("no-mask", "no-scale", "no-pos", "qk-norm") for dashes in ("", "-", "--")),
+    *("--softcap", "-softcap", "--rope", "-rope"),
+    *("NO MASK", "NO SCALE", "NO POS", "QK-NORM", "SOFTCAP", "ROPE"),
 }
 
 
 def test_the_ablations_are_defined_once():
     """Run names, labels, flags and every command's variants derive from model/ablations.py: no other code spells one."""
     spelled = where(lambda node: isinstance(node, ast.Constant) and node.value in ABLATION_WORDS) - {"model.ablations"}
-    assert spelled == set(), f"ablation names spelled outside model/ablations.py: {sorted(spelled)}"
+    assert spelled == set(), f"names of ablations, cures or rope spelled outside model/ablations.py: {sorted(spelled)}"
     switches = where(
         lambda node: (
             isinstance(node, ast.Dict)

@@ -502,8 +502,8 @@ def test_score_gradients_equal_autograd_at_the_softmax_input(causal, scaled, mon
 
     kept = []  # the scores of each layer, as attention() hands them to the softmax
 
-    def keeping(q, k, mask, scale):
-        scores = real(q, k, mask, scale)
+    def keeping(q, k, mask, scale, softcap):
+        scores = real(q, k, mask, scale, softcap)
         scores.retain_grad()
         kept.append(scores)
         return scores

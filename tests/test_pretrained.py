@@ -216,15 +216,24 @@ def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypa
     assert calls == [("config.json", True)]
 
 
-def test_export_refuses_what_gpt2_cannot_be(tmp_path):
-    with pytest.raises(CheckpointError, match="causal mask") as no_mask:
-        export_hf(random_ours(causal=False), "gpt2", tmp_path / "no-mask")
+@pytest.mark.parametrize(
+    ("changes", "flags"),
+    [
+        ({"causal": False}, "--no-mask"),
+        ({"positions": "none"}, "--no-pos"),
+        ({"qk_norm": True}, "--qk-norm"),
+        ({"softcap": 50.0}, "--softcap"),
+        ({"positions": "rope"}, "--rope"),
+        ({"qk_norm": True, "positions": "rope"}, "--qk-norm and --rope"),
+    ],
+)
+def test_export_refuses_what_gpt2_cannot_be(tmp_path, changes, flags):
+    with pytest.raises(CheckpointError, match=f"cannot export a model with {flags}: GPT-2's format has no way to say it") as refused:
+        export_hf(random_ours(**changes), "gpt2", tmp_path / "out")
     with pytest.raises(CheckpointError, match="char tokenizer") as char:
         export_hf(GPT(ModelConfig(**SMALL, block_size=T, vocab_size=65)), "char", tmp_path / "char")
-    with pytest.raises(CheckpointError, match="without the causal mask or positions: GPT-2 has both") as no_pos:
-        export_hf(random_ours(positions=False), "gpt2", tmp_path / "no-pos")
-    assert "\n" not in str(no_mask.value) + str(char.value) + str(no_pos.value)
-    assert not (tmp_path / "no-mask").exists() and not (tmp_path / "no-pos").exists()
+    assert "\n" not in str(refused.value) + str(char.value)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "char").exists()
 
 
 def test_gpt2_weights_lose_their_positions_only_on_purpose(saved_gpt2, gpt2_tokenizer_files):

@@ -246,6 +246,22 @@ def test_init_from_refuses_other_tokenizers_and_longer_contexts(gpt2_folder, cor
     assert_one_line_error(error_of(train.main, longer, capsys), "block_size 128", "64")
 
 
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--qk-norm"], "--qk-norm"),
+        (["--softcap=50"], "--softcap"),
+        (["--rope"], "--rope"),
+        (["--rope", "--qk-norm"], "--qk-norm and --rope"),
+    ],
+)
+def test_init_from_refuses_what_gpt2_was_trained_without(gpt2_folder, corpus, tmp_path, capsys, flags, named):
+    """QK-norm, a cap or RoPE on GPT-2's weights would compute something else than GPT-2: one line, exit 2, nothing written."""
+    argv = gpt2_run(tmp_path, corpus, "--init-from", str(gpt2_folder), *flags)
+    assert_one_line_error(error_of(train.main, argv, capsys), f"was trained without {named}", "train from scratch")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_export_round_trip_and_break_at_inference(corpus, tmp_path, capsys):
     gpt2_encoding_or_skip()
     train.train(load_config(gpt2_run(tmp_path, corpus)))
@@ -274,5 +290,10 @@ def test_export_round_trip_and_break_at_inference(corpus, tmp_path, capsys):
     train.train(load_config(gpt2_run(tmp_path, corpus, "--no-mask")))
     capsys.readouterr()
     refused = error_of(export_gpt2.main, ["--run", "tiny-no-mask", "--runs-dir", runs, "--out", str(tmp_path / "x")], capsys)
-    assert_one_line_error(refused, "causal mask")
+    assert_one_line_error(refused, "cannot export a model with --no-mask")
+    assert not (tmp_path / "x").exists()
+    train.train(load_config(gpt2_run(tmp_path, corpus, "--qk-norm", "--rope")))
+    capsys.readouterr()
+    refused = error_of(export_gpt2.main, ["--run", "tiny-qk-norm-rope", "--runs-dir", runs, "--out", str(tmp_path / "x")], capsys)
+    assert_one_line_error(refused, "cannot export a model with --qk-norm and --rope: GPT-2's format has no way to say it")
     assert not (tmp_path / "x").exists()

@@ -481,6 +481,31 @@ def test_each_optimizer_steps_at_the_scheduled_rate_after_a_resume(per_optimizer
     assert logged == {step + 1: lr_at(step, cfg) for step in range(30)}
 
 
+@pytest.fixture(scope="module", params=["--qk-norm", "--softcap=1.5", "--rope"])
+def per_change(request, tmp_path_factory, corpus, one_cpu_thread, small_heatmaps) -> dict:
+    """A cured run (or one with rotary positions) on the char preset's optimizer, Muon, uninterrupted, and stopped by
+    Ctrl-C in warmup, after an evaluation and mid-decay, resumed each time (dropout 0.1: the random state matters too)."""
+    out = {"change": request.param}
+    for name, stops in (("full", []), ("resumed", [k for k, _ in STOPS.values()])):
+        root = tmp_path_factory.mktemp(f"{request.param.strip('-').split('=')[0]}-{name}")
+        argv = tiny_argv(root, corpus, *SCHEDULE, "--train.optimizer=muon", "--model.qk_init_std=0.3", request.param)
+        run_stopped_at(argv, stops)
+        out[name] = root / "runs" / load_config(argv).run_name
+    return out
+
+
+def test_a_cured_or_rope_run_resumes_to_the_uninterrupted_numbers(per_change):
+    assert per_change["full"].name.startswith("tiny-") and per_change["full"].name != "tiny"  # the change names the run
+    got, want = without_timing(read_metrics(per_change["resumed"])), without_timing(read_metrics(per_change["full"]))
+    assert steps_with(want, "loss/val") == [0, 10, 20, 30] and steps_with(got, "loss/val") == [0, 10, 20, 30]
+    for a, b in zip(got, want, strict=True):
+        assert a == b, f"{per_change['change']}, step {a['step']}: resumed {a} vs uninterrupted {b}"  # to the last digit
+    got_ckpt, want_ckpt = (read_checkpoint(run_dir / "ckpt.pt") for run_dir in (per_change["resumed"], per_change["full"]))
+    assert got_ckpt["config"]["model"] == want_ckpt["config"]["model"]
+    for name, tensor in want_ckpt["model"].items():
+        assert_close(got_ckpt["model"][name], tensor, atol=0.0, msg=name)
+
+
 def test_resuming_with_another_optimizer_is_refused(per_optimizer, tmp_path, capsys):
     run_dir = per_optimizer["resumed"]["run_dir"]
     other = "adamw" if per_optimizer["optimizer"] == "muon" else "muon"
@@ -909,8 +934,10 @@ def weights_only(path: Path) -> None:
         ([], None, ["already finished at step 60", "raise --train.max_steps"]),
         (["--train.max_steps=70"], weights_only, ["holds weights only"]),
         (["--train.max_steps=70", "--data-file", "OTHER"], None, ["trained on another text", "same --data-file"]),
+        (["--run-name=tiny", "--qk-norm"], None, ["trained with another model config", "qk_norm False vs True"]),
+        (["--run-name=tiny", "--rope"], None, ["trained with another model config", "positions 'learned' vs 'rope'"]),
     ],
-    ids=["other-model-config", "finished", "weights-only", "other-text"],
+    ids=["other-model-config", "finished", "weights-only", "other-text", "a-cure-added", "rope-for-learned"],
 )
 def test_resume_refuses_what_it_cannot_continue(tmp_path, reference, capsys, flags, damage, needles):
     argv, run_dir = reference_copy(reference, tmp_path)
@@ -923,6 +950,19 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, reference, capsys, fla
     assert str(run_dir / "ckpt.pt") in line
     assert snapshot(run_dir) == before  # not even config.json was rewritten
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny"]
+
+
+def test_a_run_from_before_positions_had_kinds_resumes(tmp_path, reference, capsys):
+    """Its ckpt.pt and config.json store positions as true and lack qk_norm and softcap: it resumes as the learned model it is."""
+    argv, run_dir = reference_copy(reference, tmp_path)
+    checkpoint = read_checkpoint(run_dir / "ckpt.pt")
+    model = checkpoint["config"]["model"]
+    checkpoint["config"]["model"] = {k: v for k, v in model.items() if k not in ("qk_norm", "softcap")} | {"positions": True}
+    save_checkpoint(run_dir / "ckpt.pt", checkpoint)
+    proc = run_train([*argv, "--resume", "--train.max_steps=62"], capsys)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"resuming {run_dir} from step 60" in proc.stdout + proc.stderr
+    assert read_checkpoint(run_dir / "ckpt.pt")["config"]["model"]["positions"] == "learned"
 
 
 # 8. The stop flag

@@ -20,10 +20,10 @@ def qkv(*shape: int, seed: int = 0, requires_grad: bool = False) -> list[torch.T
     return [torch.randn(*shape, generator=g).requires_grad_(requires_grad) for _ in range(3)]
 
 
-def readable(q, k, v, causal: bool, scale: float) -> torch.Tensor:
+def readable(q, k, v, causal: bool, scale: float, softcap: float = 0.0) -> torch.Tensor:
     T, S = q.shape[-2], k.shape[-2]
     mask = torch.ones(S, S, dtype=torch.bool).tril()[S - T :] if causal else None  # the last T rows
-    return attention(q, k, v, mask, scale)[0]
+    return attention(q, k, v, mask, scale, softcap=softcap)[0]
 
 
 # 1. Equal to attention()
@@ -63,16 +63,28 @@ def test_large_scores_do_not_overflow():
     assert_close(y, readable(q, k, v, True, 1.0), atol=1e-5, msg="large scores")
 
 
+@pytest.mark.parametrize("T,tile", [(64, 16), (50, 16), (7, 16)], ids=["T=4tiles", "T=50", "T<tile"])
+@pytest.mark.parametrize("causal,scaled", FLAGS, ids=FLAG_IDS)
+def test_tiled_caps_each_tiles_scores_as_the_readable_path_does(causal, scaled, T, tile):
+    q, k, v = qkv(2, 3, T, 8)
+    q = q * 20  # scores well past the cap, so that it changes the result
+    scale = 8**-0.5 if scaled else 1.0
+    y = tiled_attention(q, k, v, causal, scale, tile=tile, softcap=3.0)
+    assert_close(y, readable(q, k, v, causal, scale, softcap=3.0), atol=1e-5, msg=f"capped: tiled vs attention() T={T}")
+    assert (y - readable(q, k, v, causal, scale)).abs().max() > 1e-2, "the cap changes the output"
+
+
 # 2. Gradients agree with the readable path
 
 
+@pytest.mark.parametrize("softcap", [0.0, 2.0], ids=["uncapped", "capped"])
 @pytest.mark.parametrize("causal,scaled", FLAGS, ids=FLAG_IDS)
-def test_tiled_gradients_match(causal, scaled):
+def test_tiled_gradients_match(causal, scaled, softcap):
     scale = 8**-0.5 if scaled else 1.0
     grads = []
-    for fn in (readable, lambda *a: tiled_attention(*a, tile=16)):
+    for fn in (readable, lambda *a, **kw: tiled_attention(*a, tile=16, **kw)):
         q, k, v = qkv(2, 2, 40, 8, requires_grad=True)
-        y = fn(q, k, v, causal, scale)
+        y = fn(q, k, v, causal, scale, softcap=softcap)
         (y * torch.linspace(-1, 1, 8)).sum().backward()  # a weighted sum, so every output matters differently
         grads.append((q.grad, k.grad, v.grad))
     for name, g_readable, g_tiled in zip("qkv", *grads, strict=True):

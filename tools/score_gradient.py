@@ -68,7 +68,7 @@ def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
     """{when: ratio lines} at initialisation ("init"), and at the end of training ("end") where compare.py's checkpoints exist."""
     corpus = load_corpus(cfg.data)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size))
-    no_scale = next(a.name for a in ABLATIONS if a.switch == "scaled")
+    no_scale = next(a.name for a in ABLATIONS if a.field == "scaled")
     scaled_runs, unscaled_runs = plan_runs(
         cfg, runs_dir / f"compare-{cfg.name}", n_seeds, [no_scale]
     ).values()  # as it is, without the scale

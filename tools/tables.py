@@ -13,7 +13,7 @@ from tools.quotes import COMPARISONS
 
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")  # what positions change
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
-REMOVES = {a.switch: a.name for a in ABLATIONS}  # the ablation that turns each switch off: REMOVES["causal"] is no-mask
+REMOVES = {a.field: a.name for a in ABLATIONS}  # the ablation that turns each switch off: REMOVES["causal"] is no-mask
 
 
 def removed(variant: str, config: str) -> tuple[str, ...]:

@@ -18,17 +18,18 @@ from harness.folders import claim_run_folder, read_json
 from harness.pictures.curves import plot_runs
 from harness.stopping import LOST_OUTPUT, Aborted, StopFlag
 from harness.training.runlog import evaluations
-from model.ablations import ABLATIONS, applied, name_suffix, variants
+from model import ModelConfig
+from model.ablations import CHANGES, applied, name_suffix, undone, variants
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
 STOPPED_CODES = {128 + sig for sig in (*StopFlag.SIGNALS, LOST_OUTPUT)}  # train.py's exit codes after a stop (129, 130, 141, 143)
-SET_PER_RUN = {"train.runs_dir", "train.run_name", "train.seed", "train.resume", *(f"model.{a.switch}" for a in ABLATIONS)}
+SET_PER_RUN = {"train.runs_dir", "train.run_name", "train.seed", "train.resume", *(f"model.{c.field}" for c in CHANGES)}
 
 
 def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None = None) -> dict[str, list[Config]]:
     """The runs, keyed by variant name (char, char-no-mask, ...): the preset as given and with the mask, the
-    scale or the positions removed (model/ablations.py; `names` picks some, "no-mask+no-pos" removes both, None takes
-    each alone), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares initialisation and batches with base's
+    scale or the positions removed, or a cure or rope added (model/ablations.py; `names` picks some, "no-mask+no-pos"
+    removes both, None takes each ablation alone), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares initialisation and batches with base's
     seed-s run, which is what pairs them."""
     out = {}
     for model_cfg in variants(cfg.model, names).values():
@@ -42,13 +43,13 @@ def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None
 
 
 def measured_from(plan: dict[str, list[Config]]) -> dict[str, list[str]]:
-    """For each variant that removes several things, the variants in the plan that remove one fewer: what it is measured
+    """For each variant that changes several things, the variants in the plan that change one fewer: what it is measured
     from besides base (char-no-mask-no-pos from char-no-mask and char-no-pos, when they are trained)."""
     out = {}
     for name, configs in plan.items():
-        removed = applied(configs[0].model)
-        if len(removed) > 1:
-            fewer = {name_suffix(dataclasses.replace(configs[0].model, **{a.switch: True})) for a in removed}
+        changed = applied(configs[0].model)
+        if len(changed) > 1:
+            fewer = {name_suffix(undone(configs[0].model, [c])) for c in changed}
             out[name] = [other for other, theirs in plan.items() if name_suffix(theirs[0].model) in fewer]  # in the plan's order
     return out
 
@@ -58,7 +59,7 @@ def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config) 
     less the keys compare.py sets per run, then the run's own."""
     kept = [f"--{key}={value}" for key, value in overrides if key not in SET_PER_RUN]
     own = {
-        **{f"model.{a.switch}": getattr(cfg.model, a.switch) for a in ABLATIONS},
+        **{f"model.{c.field}": getattr(cfg.model, c.field) for c in CHANGES},
         "train.seed": cfg.train.seed,
         "train.runs_dir": cfg.train.runs_dir,
         "train.run_name": cfg.run_name,
@@ -163,6 +164,10 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
         return None
     recorded = read_json(cfg.run_dir / "config.json")
     recorded = recorded if isinstance(recorded, dict) else {}
+    try:  # read as a checkpoint's model config is: older records (positions true/false) upgraded
+        recorded["model"] = dataclasses.asdict(ModelConfig(**recorded["model"]))
+    except (ValueError, TypeError, KeyError):
+        recorded = {}
     wanted = {section: cfg.to_dict()[section] for section in SECTIONS}
     differs = config_differences(recorded, wanted, ignore=("vocab_size", "resume", "run_name"))
     if differs:

@@ -1,5 +1,6 @@
 """The picture of a comparison: each logged quantity per variant, the mean over seeds as a line and min to max as a band."""
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt  # imported here: only a finished comparison draws
 
     fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
-    colors = dict(zip(run_dirs, COLORS, strict=False))
+    colors = dict(zip(run_dirs, itertools.cycle(COLORS)))  # past eight variants the colours come round again
     metrics = {name: [read_metrics(d) for d in dirs] for name, dirs in run_dirs.items()}  # each file read once
     for ax, (panel, tags) in zip(axes.flat, PANELS, strict=True):
         for name, runs in metrics.items():

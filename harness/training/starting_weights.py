@@ -5,7 +5,8 @@ bias, the tanh GELU, the vocabulary, the causal mask and the score scaling) and 
 preset what a run may choose: the context length (block_size, at most GPT-2's: the position
 embedding is cropped, never grown), dropout and the attention backend. The ablation switches only
 switch off: --no-mask or --no-scale fine-tunes without the mask or the scale, and without them
-an unscaled export stays unscaled. The positions cannot be switched off: GPT-2's weights need them. The derived config is the run's config, so it is what
+an unscaled export stays unscaled. The positions cannot be switched off: GPT-2's weights need them;
+nor can what GPT-2 never had be switched on (QK-norm, the softcap, RoPE). The derived config is the run's config, so it is what
 config.json and every checkpoint store, and sample.py rebuilds the model from it.
 
 A resumed --init-from run takes that config from its own ckpt.pt: it needs neither the hub nor
@@ -24,6 +25,7 @@ from harness.training.budget import check_affordable
 from harness.training.checkpoints import check_model_config, model_config_of
 from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
+from model.ablations import CURE, POSITIONS, applied
 
 
 def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None) -> tuple[Config, GPT]:
@@ -36,12 +38,16 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None,
         model = GPT(cfg.model).to(runtime.device)
         if checkpoint is None:  # fresh weights: restore() does not overwrite them
             check_finite_start(model)
+        core = model.blocks[0].attn.core
+        if core != cfg.model.attention:  # torch's fused kernel cannot cap scores
+            runtime.say(f"note: model.attention = {cfg.model.attention} cannot cap scores (model.softcap); attention runs the {core} path")
         return cfg, model
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override")
     # The run's folder is named from the user's flags, not from switches kept from the weights: the resumed run finds it again.
     pinned = dataclasses.replace(cfg.train, run_name=cfg.run_name)
     if checkpoint is not None:  # restore() brings the weights: only the shapes are needed, from the run's own checkpoint
+        check_gpt2_can_start(cfg.model, cfg.train.init_from)
         path = cfg.run_dir / "ckpt.pt"
         model_cfg = chosen_fields(cfg.model, model_config_of(checkpoint, path))
         check_model_config(checkpoint, path, model_cfg)
@@ -82,21 +88,30 @@ def check_finite_start(model: GPT) -> None:
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
-    """GPT-2's ModelConfig with the preset's block_size, dropout and attention backend, and its ablations.
-
-    The one ablation refused is dropping the positions: GPT-2's every weight was trained on them.
-    """
-    if not preset.positions:
-        raise ConfigError(
-            f"{name}'s weights were trained with learned positions, so a run without them (model.positions = false) "
-            "cannot start from them; train from scratch, or see break_gpt2.py for GPT-2 with its positions zeroed"
-        )
+    """GPT-2's ModelConfig with the preset's block_size, dropout and attention backend, and its ablations."""
+    check_gpt2_can_start(preset, name)
     if preset.block_size > pretrained.block_size:
         raise ConfigError(
             f"model.block_size {preset.block_size} is longer than {name}'s context ({pretrained.block_size}); "
             f"set --model.block_size={pretrained.block_size} or less"
         )
     return chosen_fields(preset, pretrained)
+
+
+def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
+    """Refuse a run from GPT-2's weights without positions (its every weight was trained on them), or with what
+    GPT-2 never had (QK-norm, a softcap, RoPE): with them its weights would compute something else."""
+    if preset.positions == "none":
+        raise ConfigError(
+            f"{name}'s weights were trained with learned positions, so a run without them (model.positions = none) "
+            "cannot start from them; train from scratch, or see break_gpt2.py for GPT-2 with its positions zeroed"
+        )
+    added = [c.flag for c in applied(preset, (CURE, POSITIONS))]
+    if added:
+        raise ConfigError(
+            f"{name} was trained without {' and '.join(added)}, so its weights cannot start a run with them "
+            "(they would compute something else); leave them out to fine-tune, or train from scratch"
+        )
 
 
 def chosen_fields(preset: ModelConfig, weights: ModelConfig) -> ModelConfig:
