@@ -118,6 +118,31 @@ def ddp_metrics(ddp_job) -> list[dict]:
     return read_metrics(ddp_job["run_dir"])
 
 
+def test_under_torchrun_on_gpus_each_process_takes_its_own_card_and_nccl(monkeypatch):
+    """The CUDA branch of joining torchrun's group, which only a machine with GPUs runs: rank 3 on a node's second card
+    (LOCAL_RANK 1) trains on cuda:1, selects it before joining, and joins over NCCL. CUDA and the group are faked here."""
+    joined, selected = [], []
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    monkeypatch.setattr(harness.training.runtime, "has_triton", lambda: True)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: bool(joined))
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend: joined.append(backend))
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: joined[-1])
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        runtime = harness.training.runtime.setup_runtime(load_config(["--config", "tiny"]).train)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    assert runtime.device == torch.device("cuda:1") and selected == [1] and joined == ["nccl"]
+    assert (runtime.rank, runtime.world_size, runtime.is_main) == (3, 4, False)
+    assert runtime.why == "auto: CUDA found; rank 3 of 4 (nccl)"
+    assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile  # what one GPU gets, each process gets
+
+
 def test_torchrun_job_exits_cleanly(ddp_job):
     proc = ddp_job["proc"]
     assert "Traceback" not in proc.stderr, proc.stderr[-4000:]

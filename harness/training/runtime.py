@@ -102,7 +102,8 @@ def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        autocast_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+        # bf16 where the card has bf16 units (Ampere and later); on older cards (a T4, a V100) torch only emulates it: float32 there.
+        autocast_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else None
     # torch.compile pays on a GPU; on a CPU its compile time is not won back (docs/performance.md).
     # On CUDA its default backend writes Triton kernels: without a working Triton (most often on Windows) "auto" leaves it off.
     use_compile = train_cfg.compile == "true" or (train_cfg.compile == "auto" and device.type == "cuda" and has_triton())
@@ -124,6 +125,18 @@ def has_triton() -> bool:
     return torch_has_triton()
 
 
+def random_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The random state that dropout draws from: the CPU generator's, and on CUDA the device's own too (None elsewhere)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def set_random_state(device: torch.device, cpu: torch.Tensor, cuda: torch.Tensor | None) -> None:
+    """Put back what random_state returned (a CUDA state only on CUDA: a run resumed on another device draws anew there)."""
+    torch.set_rng_state(cpu)
+    if cuda is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(cuda, device)
+
+
 class EagerOnFailure:
     """The compiled training model, or the plain one if compiling fails at the first step.
 
@@ -134,12 +147,12 @@ class EagerOnFailure:
 
     def __init__(self, compiled, eager, runtime: Runtime):
         self.model, self.eager, self.runtime = compiled, eager, runtime
+        self.fell_back = False  # whether compiling failed and the eager model runs instead
 
     def __call__(self, *args, **kwargs):
         if self.eager is None:  # past the first call: compiling worked, or the model is the eager one already
             return self.model(*args, **kwargs)
-        rng = torch.get_rng_state()
-        cuda_rng = torch.cuda.get_rng_state(self.runtime.device) if self.runtime.device.type == "cuda" else None
+        state = random_state(self.runtime.device)
         try:
             out = self.model(*args, **kwargs)
         except Exception as e:  # any failure to compile; a failure of the model itself recurs in the eager call and propagates
@@ -148,10 +161,8 @@ class EagerOnFailure:
                 root = getattr(root, "inner_exception", None) or root.__cause__
             reason = next((line.strip() for line in str(root).splitlines() if line.strip()), "")[:200]
             self.runtime.say(f"torch.compile failed at the first step ({type(root).__name__}: {reason}); training without it")
-            torch.set_rng_state(rng)
-            if cuda_rng is not None:
-                torch.cuda.set_rng_state(cuda_rng, self.runtime.device)
-            self.model = self.eager
+            set_random_state(self.runtime.device, *state)
+            self.model, self.fell_back = self.eager, True
             out = self.model(*args, **kwargs)
         self.eager = None
         return out
