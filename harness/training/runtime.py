@@ -60,6 +60,20 @@ def keep_freed_memory(threshold: int = 2**30) -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold) and libc.mallopt(M_TRIM_THRESHOLD, threshold))
 
 
+GPU_PRESET = "char-gpu"  # the preset sized for one GPU (configs/char-gpu.toml)
+CPU_DEMOS = ("base", "char")  # README's first commands: presets sized for a 2-core CPU
+
+
+def preset_advice(preset: str, device: torch.device) -> str | None:
+    """A line for a GPU given one of the CPU-sized demos (`python train.py` on a CUDA machine): which preset suits it."""
+    if device.type != "cuda" or preset not in CPU_DEMOS:
+        return None
+    return (
+        f"note: the {preset} preset is sized for a 2-core CPU, and a GPU trains it in seconds; for one GPU, "
+        f"python train.py --config {GPU_PRESET} trains nanoGPT's shakespeare_char shape (docs/performance.md#on-a-gpu)"
+    )
+
+
 def resolve_device(wanted: str) -> tuple[str, str]:
     """train.device ("auto": CUDA, then Apple MPS, then CPU) -> (device name, how it was chosen)."""
     has_cuda, has_mps = torch.cuda.is_available(), torch.backends.mps.is_available()
