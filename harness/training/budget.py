@@ -10,6 +10,7 @@ three forward passes. Seconds are these counts over the speed of a square matrix
 so they are estimates, good to a small factor. docs/experiment.md has the figures they were checked against.
 """
 
+import dataclasses
 import os
 import time
 
@@ -27,7 +28,19 @@ def forward_flops(cfg: ModelConfig, B: int, T: int) -> float:
     """Operations of one forward pass over (B, T) tokens: the blocks' matrices, the output layer, attention."""
     C, L = cfg.n_embd, cfg.n_layer
     attention = (2.0 if cfg.causal else 4.0) * L * B * T * T * C  # fused kernels skip the masked half
-    return 2.0 * B * T * (12 * L * C * C + cfg.vocab_size * C) + attention
+    matrices = (4 + 8 * cfg.mlp) * L * C * C  # query, key, value and output: 4 C^2; the MLP's two: 8 C^2
+    return 2.0 * B * T * (matrices + cfg.vocab_size * C) + attention
+
+
+def flops_per_token(cfg: ModelConfig) -> float:
+    """Model FLOPs of training on one token, forward and backward, as MFU counts them: 6N + 12 L T C.
+
+    N is the weights that multiply (the blocks' matrices, 12 L C^2, 4 L C^2 without the MLP, and the output layer, V C: the embedding lookups,
+    biases and LayerNorms multiply no matrix), each costing 2 operations a token forward and 4 backward. 12 L T C is
+    attention's scores and weighted sum over the whole (T, T) square, as PaLM (its appendix B) and nanoGPT count it, so
+    that an MFU here compares with theirs; forward_flops, for the time estimates, leaves out the masked half the kernels skip.
+    """
+    return 3 * forward_flops(dataclasses.replace(cfg, causal=False), 1, cfg.block_size) / cfg.block_size
 
 
 def step_flops(cfg: Config) -> float:
