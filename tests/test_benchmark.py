@@ -21,7 +21,7 @@ MiB = 2**20
 
 
 def test_bench_functions_on_tiny_config():
-    cfg = load_config(["--config", "tiny"])
+    cfg = load_config(["--config", "tiny", "--device", "cpu"])  # the CPU paths: the tracker, the measured peak
     runtime = setup_runtime(cfg.train)
     result = {
         "config": "tiny",
@@ -69,7 +69,7 @@ def test_bench_functions_on_tiny_config():
 
 def test_bench_training_compiles_the_step_when_train_py_would(monkeypatch):
     """With train.compile on, the timed step runs the compiled model, as train.py's loop does."""
-    cfg = load_config(["--config", "tiny", "--train.compile=true"])
+    cfg = load_config(["--config", "tiny", "--device", "cpu", "--train.compile=true"])
     runtime = setup_runtime(cfg.train)
     assert runtime.use_compile
     compiled = []

@@ -223,7 +223,10 @@ def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, 
 
 def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
     """Whether any process was asked to stop: all of them then stop at the same step."""
-    return mean_over_ranks(torch.tensor(float(stop.signum or 0)), runtime).item() > 0
+    if runtime.world_size == 1:
+        return bool(stop.signum)  # no tensor: on a GPU, reading one back would wait for the queued work every step
+    signum = torch.tensor(float(stop.signum or 0), device=runtime.device)  # NCCL reduces only tensors on the process's GPU
+    return mean_over_ranks(signum, runtime).item() > 0
 
 
 def shut_down() -> None:
