@@ -1,10 +1,11 @@
-"""Benchmark what users run: python bench.py --config char [--json] [--section.field=VALUE ...]
+"""Benchmark what users run: python bench.py --config char [--gpt2-124m] [--json] [--section.field=VALUE ...]
 
 For one preset, at random init on random tokens (no corpus needed), it measures
 - training, the step train.py runs (its optimizer and runtime): ms per step, split into forward +
-  backward and the optimizer's update, tokens/s, model FLOP/s and MFU against a matmul peak
-  measured on the spot (model FLOPs only: the optimizer's arithmetic is not counted), and the
-  peak memory of a step;
+  backward and the optimizer's update, tokens/s, model FLOP/s and MFU (model FLOPs only: the optimizer's
+  arithmetic is not counted) against the device's peak: a CUDA card's dense bf16 peak from its datasheet,
+  else a matmul peak measured on the spot; whether torch.compile and autocast ran, and which attention
+  kernel; the peak memory of a step. --gpt2-124m measures GPT-2 124M's shape with the preset's batch;
 - sampling: tokens/s for 500 new tokens from a 1-token prompt, with and without the KV cache;
 - attention: each backend's causal forward time and peak memory at T = 256, 1024 and 4096
   (B = 1, H and D from the preset), where the readable path holds (T, T) weights and tiled does not.
@@ -39,7 +40,7 @@ import torch
 
 from harness.arguments import positive_float
 from harness.cli import OneLineParser, run_command
-from harness.experiments.benchmark import format_tables, measure_all
+from harness.experiments.benchmark import GPT2_124M_FLAG, expand_gpt2_124m, format_tables, measure_all
 from harness.experiments.data_bench import MIN_MB, bench_data, format_data_table
 from harness.experiments.profiling import load_average, machine_name
 from harness.experiments.whole_run import format_whole_run, profile_whole_run
@@ -77,6 +78,10 @@ def main(argv: list[str]) -> dict | int:
         help=f"measure preparing a generated MB-megabyte text instead (at least {MIN_MB:g})",
     )
     instead.add_argument("--whole-run", action="store_true", help="profile one whole train.py run of the preset, phase by phase")
+    parser.add_argument(
+        GPT2_124M_FLAG, action="store_true", help="GPT-2 124M's shape: 12 layers, 12 heads, 768 wide, context 1024, GPT-2 tokens"
+    )
+    argv = expand_gpt2_124m(argv)
     args, cfg = parser.parse_with_config(argv)
     log = lambda text: print(text, file=sys.stderr)  # noqa: E731
     runtime = setup_runtime(cfg.train)

@@ -8,7 +8,9 @@ import torch
 
 from configs import load_config
 from harness.experiments import benchmark, profiling
+from harness.training import budget
 from harness.training.runtime import setup_runtime
+from model import GPT
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
@@ -19,7 +21,7 @@ MiB = 2**20
 
 
 def test_bench_functions_on_tiny_config():
-    cfg = load_config(["--config", "tiny"])
+    cfg = load_config(["--config", "tiny", "--device", "cpu"])  # the CPU paths: the tracker, the measured peak
     runtime = setup_runtime(cfg.train)
     result = {
         "config": "tiny",
@@ -30,16 +32,17 @@ def test_bench_functions_on_tiny_config():
     }
     result.update({name: getattr(cfg.model, name) for name in ("n_layer", "n_head", "n_embd", "attention")})
     result["peak_flops"] = profiling.matmul_peak_flops(runtime.device, torch.float32, sizes=(64,), seconds=0.02)
-    result["peak_flops_dtype"] = "float32"
+    result["peak_flops_dtype"], result["peak_flops_source"] = "float32", "measured here"
     result.update(benchmark.bench_training(cfg, runtime, warmup_steps=1, steps=1))
-    result["mfu"] = result["model_flops_per_s"] / result["peak_flops"]
+    result["mfu"] = benchmark.mfu(result)
     result.update(benchmark.bench_sampling(cfg, runtime, new_tokens=40))  # past block_size 32
     result.update(benchmark.bench_attention(2, 8, runtime.device, lengths=(64, 1024), repeats=1))
 
-    # tiny with the char vocabulary: 12*2*32^2 + 10*2*32 + 65*32 + 32*32 + 2*32 = 28,384 parameters;
-    # 6 FLOPs per parameter per token, plus 12 * L * C * T = 12 * 2 * 32 * 32 = 24,576 for attention.
+    # tiny with the char vocabulary: 12*2*32^2 + 10*2*32 + 65*32 + 32*32 + 2*32 = 28,384 parameters. The weights that
+    # multiply, N = 12*2*32^2 + 65*32 = 26,656, take 6 FLOPs a token; attention 12 * L * T * C = 12 * 2 * 32 * 32 = 24,576.
     assert result["params"] == 28_384
-    assert result["flops_per_token"] == 6 * 28_384 + 24_576 == 194_880
+    assert result["flops_per_token"] == 6 * 26_656 + 24_576 == 184_512
+    assert result["model_flops_per_s"] == pytest.approx(184_512 * result["tokens_per_s"], rel=1e-12)
     assert result["tokens_per_step"] == 8 * 32  # batch 8 x block 32
     assert result["tokens_per_s"] * result["ms_per_step"] / 1e3 == pytest.approx(256, rel=1e-9)
     # One timed step: its two parts lie inside it (the rest is drawing the batch and zeroing the gradients).
@@ -58,12 +61,15 @@ def test_bench_functions_on_tiny_config():
     table = benchmark.format_tables(result)
     assert "| tiled |" in table and "T=1024" in table and "MFU (model FLOPs only" in table
     assert "| of which forward + backward (and clip) |" in table and "| of which the optimizer step: AdamW |" in table
+    assert "| torch.compile | off |" in table and "| autocast | off: float32 |" in table
+    assert "| attention kernel (sdpa: torch's pick for this step's shapes) | flash |" in table  # no dropout in tiny
+    assert "| float32 peak: measured here |" in table
     assert json.loads(json.dumps(result)) == result
 
 
 def test_bench_training_compiles_the_step_when_train_py_would(monkeypatch):
     """With train.compile on, the timed step runs the compiled model, as train.py's loop does."""
-    cfg = load_config(["--config", "tiny", "--train.compile=true"])
+    cfg = load_config(["--config", "tiny", "--device", "cpu", "--train.compile=true"])
     runtime = setup_runtime(cfg.train)
     assert runtime.use_compile
     compiled = []
@@ -76,18 +82,128 @@ def test_bench_training_compiles_the_step_when_train_py_would(monkeypatch):
     result = benchmark.bench_training(cfg, runtime, warmup_steps=1, steps=1)
     assert len(compiled) == 1 and result["compiled"] is True and result["compile_s"] > 0
     table = benchmark.format_tables({**result, **_table_fillers(cfg)})
-    assert "torch.compile:" in table
+    assert f"| torch.compile | on: {result['compile_s']:.0f} s to compile, once |" in table
+
+    def failing_compile(model):  # compiles to something that fails at its first call, as Inductor without Triton does
+        def first_call(*args, **kwargs):
+            raise RuntimeError("Cannot find a working triton installation")
+
+        return first_call
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    result = benchmark.bench_training(cfg, runtime, warmup_steps=1, steps=1)
+    assert result["compiled"] is False and result["compile_failed"] is True and result["compile_s"] == 0.0
+    table = benchmark.format_tables({**result, **_table_fillers(cfg)})
+    assert "| torch.compile | failed at the first step: the step ran eagerly |" in table
 
 
 def _table_fillers(cfg) -> dict:
     """The keys format_tables needs besides the training ones, with placeholder values."""
     fillers = {"config": "tiny", "machine": "m", "device": "cpu", "torch_threads": 1, "torch_version": "x", "load_avg_1min": None}
     fillers.update(dataclasses.asdict(cfg.model))
-    fillers.update({"peak_flops": 1e9, "peak_flops_dtype": "float32", "mfu": 0.1, "sample_new_tokens": 1})
+    fillers.update({"peak_flops": 1e9, "peak_flops_dtype": "float32", "peak_flops_source": "measured here", "mfu": 0.1})
+    fillers.update({"sample_new_tokens": 1})
     fillers.update({"sample_tokens_per_s_cached": 1.0, "sample_tokens_per_s_uncached": 1.0, "sample_cache_speedup": 1.0})
     fillers.update({"sample_tokens_match": True, "tiled_readable_mem_ratio_64": 0.1})
     fillers.update({f"{name}_{what}_64": 1.0 for name in ("readable", "sdpa", "tiled") for what in ("ms", "peak_mem")})
     return fillers
+
+
+# 3. MFU on a GPU: the card's peak, the model's FLOPs, GPT-2 124M's shape, checked by hand on any machine
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989),  # the SXM card, as torch names it
+        ("NVIDIA H100 PCIe", 756),
+        ("NVIDIA H100 NVL", 835),
+        ("NVIDIA H200", 989),
+        ("NVIDIA A100-SXM4-80GB", 312),
+        ("NVIDIA A100 80GB PCIe", 312),
+        ("NVIDIA L4", 121),
+        ("NVIDIA L40S", 362),
+        ("NVIDIA L40", 181),
+        ("NVIDIA A10", 125),
+        ("NVIDIA GeForce RTX 4090", 165),
+        ("NVIDIA GeForce RTX 3090", 71),
+    ],
+)
+def test_a_card_in_the_table_gets_its_datasheet_bf16_peak(name, tflops):
+    peak, source = profiling.card_peak(name)
+    assert peak == tflops * 1e12 and ("datasheet" in source or "whitepaper" in source)
+
+
+@pytest.mark.parametrize("name", ["Tesla T4", "NVIDIA A10G", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 4090 D", "NVIDIA B200"])
+def test_a_card_the_table_lacks_is_not_mistaken_for_a_neighbour(name):
+    assert profiling.card_peak(name) is None
+
+
+def test_the_mfu_denominator_is_the_card_s_on_cuda_and_measured_elsewhere(monkeypatch):
+    """peak_flops on a CUDA card (its name faked: no GPU here): the table's peak for a known card under bf16; a matmul
+    measured on the device for an unknown card or float32, and on a CPU, each saying so."""
+    measured = []
+    monkeypatch.setattr(profiling, "matmul_peak_flops", lambda device, dtype: measured.append((device.type, dtype)) or 7e12)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    cuda = torch.device("cuda")
+    assert profiling.peak_flops(cuda, torch.bfloat16) == (989e12, "NVIDIA H100 datasheet (SXM), 1,979 with sparsity") and not measured
+    assert profiling.peak_flops(cuda, torch.float32) == (7e12, "measured here")  # no autocast: TF32 or float32, measured
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA B200")
+    assert profiling.peak_flops(cuda, torch.bfloat16) == (7e12, "measured here: NVIDIA B200 is not in the table of cards' peaks")
+    assert profiling.peak_flops(torch.device("cpu"), torch.float32) == (7e12, "measured here")
+    assert measured == [("cuda", torch.float32), ("cuda", torch.bfloat16), ("cpu", torch.float32)]
+
+
+def test_gpt2_124m_is_one_flag_with_gpt2_s_shape_and_flops():
+    """--gpt2-124m: GPT-2 small's 124,439,808 parameters; 6N + 12LTC by hand; at a million tokens/s on an H100, 86.4% MFU."""
+    argv = benchmark.expand_gpt2_124m(["--config", "base", "--gpt2-124m", "--train.batch_size=8"])
+    cfg = load_config(argv)
+    m = cfg.model
+    assert (m.n_layer, m.n_head, m.n_embd, m.block_size, m.qkv_bias, cfg.data.tokenizer) == (12, 12, 768, 1024, True, "gpt2")
+    assert cfg.train.batch_size == 8 and cfg.train.optimizer == "muon"  # the preset and the flags after it give the rest
+    model_cfg = dataclasses.replace(m, vocab_size=benchmark.VOCAB_SIZES[cfg.data.tokenizer])
+    with torch.device("meta"):  # the shapes only: no memory for 124M weights
+        assert GPT(model_cfg).num_params() == 124_439_808  # GPT-2 small's own count
+    # N = 12 * 12 * 768^2 + 50257 * 768 = 84,934,656 + 38,597,376 = 123,532,032; 12 L T C = 12 * 12 * 1024 * 768 = 113,246,208
+    assert budget.flops_per_token(model_cfg) == 6 * 123_532_032 + 113_246_208 == 854_438_400
+    h100, _ = profiling.card_peak("NVIDIA H100 80GB HBM3")
+    assert benchmark.mfu({"flops_per_token": 854_438_400, "tokens_per_s": 1e6, "peak_flops": h100}) == pytest.approx(0.86394, abs=1e-5)
+    later = load_config(benchmark.expand_gpt2_124m(["--gpt2-124m", "--model.block_size=512"]))
+    assert later.model.block_size == 512 and later.model.n_embd == 768  # a flag after it overrides it
+
+
+def test_the_attention_kernel_is_the_one_torch_picks():
+    """On a CPU torch's fused kernel (flash) takes no dropout: a model with dropout trains on the math kernel there."""
+    cfg = load_config(["--config", "char-gpu"]).model
+    cpu = torch.device("cpu")
+    assert profiling.attention_kernel(cfg, 4, cpu, torch.float32) == "math (the (T, T) weights held in memory)"
+    assert profiling.attention_kernel(dataclasses.replace(cfg, dropout=0.0), 4, cpu, torch.bfloat16) == "flash"
+    manual = dataclasses.replace(cfg, attention="manual")
+    assert profiling.attention_kernel(manual, 4, cpu, torch.float32) == "none: model.attention = manual"
+
+
+def test_the_table_shows_a_gpu_s_figures(monkeypatch):
+    """The lines a GPU run prints, from its numbers: compile, autocast, kernel, the card's peak in TFLOP/s, MFU."""
+    cfg = load_config(["--config", "tiny"])
+    r = _table_fillers(cfg) | {"params": 124_439_808, "tokens_per_step": 16_384, "batch_size": 16, "block_size": 1024}
+    r |= {"ms_per_step": 16.4, "forward_backward_ms": 14.0, "optimizer_ms": 2.0, "optimizer": "Muon + AdamW", "compiled": True}
+    r |= {"compile_failed": False, "compile_s": 41.0, "autocast": "bfloat16", "attention_kernel": "flash", "tokens_per_s": 1e6}
+    r |= {"flops_per_token": 854_438_400, "model_flops_per_s": 854.4384e12, "peak_flops": 989e12, "peak_flops_dtype": "bfloat16"}
+    r |= {"peak_flops_source": "NVIDIA H100 datasheet (SXM), 1,979 with sparsity", "train_peak_mem": 9 * 2**30, "train_state_mem": 2**30}
+    r["mfu"] = benchmark.mfu(r)
+    lines = benchmark.format_tables(r).splitlines()
+    for line in [
+        "| torch.compile | on: 41 s to compile, once |",
+        "| autocast | bfloat16 |",
+        "| attention kernel (sdpa: torch's pick for this step's shapes) | flash |",
+        "| training throughput | 1,000,000 tokens/s |",
+        "| model FLOPs per token (6N + 12LTC, N the weights that multiply) | 854.44 M |",
+        "| model FLOP/s | 854.4 TFLOP/s |",
+        "| bfloat16 peak: NVIDIA H100 datasheet (SXM), 1,979 with sparsity | 989.0 TFLOP/s |",
+        "| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not counted) | 86.4 % |",
+        "| peak memory of a training step (above params + optimizer state, 1024.0 MiB) | 9216.0 MiB |",
+    ]:
+        assert line in lines, line
 
 
 def test_whole_run_profiles_a_real_train_py_run_phase_by_phase(tmp_path):

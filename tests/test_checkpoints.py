@@ -1,11 +1,15 @@
-"""harness/training/checkpoints.py: whatever file is named, the reader answers with one CheckpointError, and a crafted size costs nothing."""
+"""harness/training/checkpoints.py: whatever file is named, the reader answers with one CheckpointError, and a crafted size costs nothing;
+on a GPU the device's random state is kept for --resume."""
+
+import math
 
 import pytest
 import torch
 
 from configs import load_config
-from data.tokenizer import TokenizerError
-from harness.training.checkpoints import CheckpointError, load_model, read_checkpoint, read_resumable
+from data.tokenizer import CharTokenizer, TokenizerError
+from harness.training.checkpoints import Checkpointer, CheckpointError, Progress, load_model, read_checkpoint, read_resumable, restore
+from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
 
 CFG = ModelConfig(n_layer=1, n_head=2, n_embd=8, block_size=16, vocab_size=5)
@@ -85,3 +89,34 @@ def test_a_checkpoint_from_before_positions_had_kinds_loads_as_learned_or_none(t
     idx = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.equal(loaded(idx)[0], model.eval()(idx)[0])
+
+
+def test_on_cuda_the_device_s_dropout_state_is_saved_and_restored(tmp_path, monkeypatch):
+    """On a GPU dropout draws from the device's generator, not the CPU's: ckpt.pt keeps each process's (as "cuda_rng") and
+    --resume puts it back, so a resumed run with dropout draws the masks the uninterrupted one draws. The CUDA calls are
+    faked (no GPU here); the CPU state goes through as before, and a checkpoint from a CPU run restores only that."""
+    device_state = torch.arange(16, dtype=torch.uint8)  # what torch.cuda.get_rng_state returns: a ByteTensor
+    put_back = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": device_state.clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": put_back.append((state.clone(), device)))
+    cfg = load_config(["--config", "tiny", "--runs-dir", str(tmp_path)])
+    cuda = Runtime(device=torch.device("cuda"), autocast_dtype=torch.bfloat16, why="faked")
+    model = GPT(CFG)
+    optimizer = torch.optim.AdamW(model.parameters())
+    cfg.run_dir.mkdir(parents=True)
+    torch.manual_seed(5)
+    cpu_state = torch.get_rng_state()
+    Checkpointer(cfg, CharTokenizer.from_text("abcde"), "sha", cuda, math.inf).save(model, optimizer, torch.Generator(), Progress(step=2))
+    saved = read_checkpoint(cfg.run_dir / "ckpt.pt")
+    assert torch.equal(saved["cuda_rng"][0], device_state) and torch.equal(saved["torch_rng"][0], cpu_state)
+
+    torch.manual_seed(6)  # the resumed process starts elsewhere
+    restore(saved, model, optimizer, torch.Generator(), cuda)
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+    assert len(put_back) == 1 and torch.equal(put_back[0][0], device_state) and put_back[0][1] == torch.device("cuda")
+
+    cpu = Runtime(device=torch.device("cpu"), autocast_dtype=None, why="")
+    restore(saved, model, optimizer, torch.Generator(), cpu)  # resumed on a CPU: the device's state has nowhere to go
+    del saved["cuda_rng"]
+    restore(saved, model, optimizer, torch.Generator(), cuda)  # a checkpoint written on a CPU, resumed on a GPU
+    assert len(put_back) == 1

@@ -5,6 +5,7 @@ global batch is the same windows, split over ranks instead of micro-steps. Every
 preset on a synthetic corpus in tmp_path, with its cache and run folders there too.
 """
 
+import dataclasses
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -25,6 +26,7 @@ import harness.training.evaluation
 import harness.training.runtime
 import train
 from configs import load_config
+from harness.stopping import StopFlag
 from harness.training.checkpoints import read_checkpoint
 
 pytestmark = [
@@ -116,6 +118,56 @@ def accumulated(tmp_path_factory, corpus, one_cpu_thread) -> list[dict]:
 def ddp_metrics(ddp_job) -> list[dict]:
     assert (ddp_job["run_dir"] / "metrics.jsonl").exists(), ddp_job["proc"].stderr[-3000:]
     return read_metrics(ddp_job["run_dir"])
+
+
+def test_under_torchrun_on_gpus_each_process_takes_its_own_card_and_nccl(monkeypatch):
+    """The CUDA branch of joining torchrun's group, which only a machine with GPUs runs: rank 3 on a node's second card
+    (LOCAL_RANK 1) trains on cuda:1, selects it before joining, and joins over NCCL. CUDA and the group are faked here."""
+    joined, selected = [], []
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    monkeypatch.setattr(harness.training.runtime, "has_triton", lambda: True)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: bool(joined))
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend: joined.append(backend))
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: joined[-1])
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        runtime = harness.training.runtime.setup_runtime(load_config(["--config", "tiny"]).train)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    assert runtime.device == torch.device("cuda:1") and selected == [1] and joined == ["nccl"]
+    assert (runtime.rank, runtime.world_size, runtime.is_main) == (3, 4, False)
+    assert runtime.why == "auto: CUDA found; rank 3 of 4 (nccl)"
+    assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile  # what one GPU gets, each process gets
+
+
+def test_the_stop_flag_is_reduced_on_the_process_s_own_device(monkeypatch):
+    """NCCL reduces only tensors on the process's GPU: the tensor that tells every process a stop was asked is made on
+    runtime.device (a meta device stands in for the GPU: the fake all_reduce records where the tensor lives, then ends
+    the call). One process asks nothing of the device: a GPU would wait for its queued work at every step."""
+    seen = []
+
+    class Reduced(Exception):
+        pass
+
+    def all_reduce(tensor):
+        seen.append(tensor.device)
+        raise Reduced
+
+    monkeypatch.setattr(torch.distributed, "all_reduce", all_reduce)
+    stop = StopFlag("")
+    meta = harness.training.runtime.Runtime(device=torch.device("meta"), autocast_dtype=None, why="", rank=1, world_size=2)
+    with pytest.raises(Reduced):
+        harness.training.runtime.stop_asked(stop, meta)
+    assert seen == [torch.device("meta")]
+    alone = dataclasses.replace(meta, rank=0, world_size=1)
+    assert harness.training.runtime.stop_asked(stop, alone) is False and seen == [torch.device("meta")]
+    stop.signum = signal.SIGINT
+    assert harness.training.runtime.stop_asked(stop, alone) is True
 
 
 def test_torchrun_job_exits_cleanly(ddp_job):

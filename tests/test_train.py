@@ -4,6 +4,7 @@ Every run trains on a synthetic corpus in tmp_path, with its cache and run folde
 """
 
 import json
+import math
 import platform
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import harness.training.evaluation
 import harness.training.optim
 import harness.training.runlog
 import harness.training.runtime
+import harness.training.step
 import train
 from configs import ConfigError, TrainConfig, load_config
 from data.corpus import DataError
@@ -201,6 +203,9 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
         no_triton = harness.training.runtime.setup_runtime(TrainConfig(device="auto"))
         assert not no_triton.use_compile and no_triton.why.endswith("; torch.compile off: no working Triton")
         assert harness.training.runtime.setup_runtime(TrainConfig(device="auto", compile="true")).use_compile  # asked for: tried
+        # A card that only emulates bf16 (a T4, a V100: torch says yes only when emulation counts) trains in float32.
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+        assert harness.training.runtime.setup_runtime(TrainConfig(device="auto")).autocast_dtype is None
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11))
@@ -212,6 +217,73 @@ def test_setup_runtime_gpu_defaults_without_a_gpu(monkeypatch):
     mps = harness.training.runtime.setup_runtime(TrainConfig(device="auto"))
     assert mps.device == torch.device("mps") and "Apple MPS found" in mps.why
     assert mps.autocast_dtype is None and not mps.use_compile
+
+
+def test_a_gpu_given_a_cpu_preset_is_told_which_preset_suits_it(tmp_path, monkeypatch, capsys):
+    """`python train.py` on a CUDA machine: under the device line, one line names the GPU preset; on a CPU, nothing."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the device decision, faked: no CUDA here
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    monkeypatch.setattr(harness.training.runtime, "has_triton", lambda: True)
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        gpu = harness.training.runtime.setup_runtime(TrainConfig(device="auto"))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    cpu = harness.training.runtime.setup_runtime(TrainConfig(device="cpu"))
+    for preset in ("base", "char", "char-gpu"):
+        cfg = load_config(["--config", preset, "--runs-dir", str(tmp_path / "runs")])
+        for runtime in (gpu, cpu):
+            harness.training.runlog.open_run_dir(cfg, runtime).release()
+            lines = capsys.readouterr().out.splitlines()
+            assert lines[0].startswith(f"device: {runtime.device} (")
+            advice = [line for line in lines if "python train.py --config" in line]
+            if runtime is gpu and preset != "char-gpu":
+                wanted = (
+                    f"note: the {preset} preset is sized for a 2-core CPU, and a GPU trains it in seconds; for one GPU, "
+                    "python train.py --config char-gpu trains nanoGPT's shakespeare_char shape (docs/performance.md#on-a-gpu)"
+                )
+                assert advice == [lines[1]] == [wanted]  # one line, right under the device line
+            else:
+                assert advice == [], (preset, runtime.device)
+    assert load_config(["--config", "char-gpu"]).name == harness.training.runtime.GPU_PRESET  # the line names a preset that exists
+
+
+def test_the_gpu_preset_trains_its_first_steps_on_a_cpu(tmp_path, corpus_file, one_cpu_thread, capsys):
+    """char-gpu as the preset has it (6 heads, dropout 0.2, Muon, character tokens, its warmup), made shallower, narrower
+    and shorter-sighted so that a CPU takes a few steps in seconds (each evaluation draws every layer's heatmap): the loss falls."""
+    shrunk = ["--model.n_layer=2", "--model.n_embd=24", "--model.block_size=16", "--train.batch_size=4"]
+    shrunk += ["--train.max_steps=8", "--train.eval_interval=8"]
+    argv = ["--config", "char-gpu", "--data-file", str(corpus_file), "--data.cache_dir", str(tmp_path / "cache"), "--device", "cpu"]
+    cfg = load_config([*argv, *shrunk, "--train.eval_batches=2", "--runs-dir", str(tmp_path / "runs")])
+    assert (cfg.model.n_head, cfg.model.dropout, cfg.data.tokenizer, cfg.train.optimizer) == (6, 0.2, "char", "muon")
+    summary = train.train(cfg)
+    assert "optimizer Muon (Newton-Schulz in" in capsys.readouterr().out
+    metrics = [json.loads(line) for line in (tmp_path / "runs" / "char-gpu" / "metrics.jsonl").read_text().splitlines()]
+    first, last = [m for m in metrics if "loss/val" in m]
+    assert first["step"] == 0 and last["step"] == 8
+    assert last["loss/train"] < first["loss/train"] - 0.1, (first["loss/train"], last["loss/train"])  # 8 steps, warming up
+    assert summary["loss/val"] == last["loss/val"]
+
+
+def test_bf16_autocast_trains_on_a_cpu_close_to_float32(one_cpu_thread):
+    """CUDA's autocast path (runtime.autocast with bfloat16) run on a CPU: the same steps from the same weights and
+    batches as in float32, with the GPU preset's optimizer (Muon), give finite losses within bf16's rounding of float32's."""
+    cfg = load_config(["--config", "char-gpu", "--model.n_embd=48", "--model.block_size=32", "--model.dropout=0.0"])
+    model_cfg = ModelConfig(**{**cfg.model.__dict__, "vocab_size": 65})
+    x = torch.randint(0, 65, (4, 33), generator=torch.Generator().manual_seed(0))
+    batches = [(x[:, :-1], x[:, 1:])] * 8  # one (B, T) batch of inputs and targets, learnt by heart
+    losses = {}
+    for dtype in (None, torch.bfloat16):
+        torch.manual_seed(0)
+        model = GPT(model_cfg)
+        runtime = harness.training.runtime.Runtime(device=torch.device("cpu"), autocast_dtype=dtype, why="")
+        optimizer = harness.training.optim.make_optimizer(model, cfg.train, runtime.device)
+        step = harness.training.step.optimizer_step
+        losses[dtype] = [step(model, optimizer, [batch], runtime, cfg.train.grad_clip, i)[0].item() for i, batch in enumerate(batches)]
+    fp32, bf16 = losses[None], losses[torch.bfloat16]
+    assert all(math.isfinite(v) for v in bf16) and fp32 != bf16, (fp32, bf16)  # bf16 did round
+    assert fp32[-1] < fp32[0] - 0.5 and bf16[-1] < bf16[0] - 0.5, (fp32, bf16)  # both learn the batch
+    assert max(abs(a - b) for a, b in zip(fp32, bf16, strict=True)) < 5e-3, (fp32, bf16)  # bf16 keeps 8 bits of mantissa
 
 
 def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
@@ -266,6 +338,28 @@ def test_a_compile_that_fails_at_the_first_step_trains_eagerly(tmp_path, corpus_
     assert without_perf == [
         {k: v for k, v in m.items() if not k.startswith("perf/")} for m in read_metrics(tmp_path / "eager" / "runs" / "tiny")
     ]
+
+
+@pytest.mark.slow  # Inductor writes and compiles C++ for the forward and the backward: see docs/tests.md
+def test_torch_compile_trains_on_a_cpu_as_the_eager_model_does(tmp_path, corpus_file, one_cpu_thread, capsys):
+    """The compiled training model, as CUDA runs it by default, here on a CPU with Inductor's C++ kernels (no GPU needed):
+    it compiles without falling back, and its losses are the eager run's within float32 rounding (its kernels fuse and
+    reorder the arithmetic). Without dropout: compiled code draws its random masks differently."""
+    args = ["--train.max_steps=4", "--train.eval_interval=4", "--train.log_interval=1"]
+    eager = train.train(load_config(tiny_argv(tmp_path / "eager", corpus_file, *args, "--train.compile=false")))
+    capsys.readouterr()
+    try:
+        compiled = train.train(load_config(tiny_argv(tmp_path / "compiled", corpus_file, *args, "--train.compile=true")))
+    finally:
+        torch._dynamo.reset()  # the compiled graphs hold on to this test's model
+    assert "torch.compile failed" not in capsys.readouterr().out
+    rows = {name: read_metrics(tmp_path / name / "runs" / "tiny") for name in ("eager", "compiled")}
+    steps = {name: [(m["step"], m["loss/train_step"]) for m in metrics if "loss/train_step" in m] for name, metrics in rows.items()}
+    assert [step for step, _ in steps["compiled"]] == [step for step, _ in steps["eager"]] == [1, 2, 3, 4]
+    for (_, a), (_, b) in zip(steps["compiled"], steps["eager"], strict=True):
+        assert a == pytest.approx(b, abs=1e-4), (steps["compiled"], steps["eager"])
+    assert compiled["loss/val"] == pytest.approx(eager["loss/val"], abs=1e-4)
+    assert compiled["loss/val"] < rows["eager"][0]["loss/val"]  # and it learnt
 
 
 # Minor page faults of making and freeing a 64 MiB tensor (16,384 pages) three times, before and

@@ -145,6 +145,15 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{forced-cuts.letters_only.tokens_whole:,.0f} tokens) change {forced-cuts.letters_only.differ_whole:.0f} tokens of the whole for "
      "{forced-cuts.letters_only.differ_cut:.0f} ({forced-cuts.letters_only.differ_per_cut:.1f} a cut), random ACGT {forced-cuts.acgt.differ_whole:.0f} "
      "for {forced-cuts.acgt.differ_cut:.0f} in {forced-cuts.acgt.cuts:.0f} cuts"),
+    # the GPU preset's first steps on a CPU, against nanoGPT (docs/performance.md#on-a-gpu), and the compile test's cost
+    ("docs/performance.md", "our AdamW run within {char-gpu-first-steps-cpu.adamw_max_val_gap:.2f} of nanoGPT's val at every evaluation"),
+    ("docs/performance.md", "{char-gpu-first-steps-cpu.muon_val_below_nanogpt.50:.2f} below nanoGPT's val at step 50 and "
+     "{char-gpu-first-steps-cpu.muon_val_below_nanogpt.300:.2f} below at step 300; it reached nanoGPT's step-300 val "
+     "({char-gpu-first-steps-cpu.nanogpt.val.300:.3f}) at about step {char-gpu-first-steps-cpu.muon_steps_to_nanogpt_val_300:.0f}"),
+    ("docs/performance.md", "at step 300, val {char-gpu-first-steps-cpu.sweep_val_300.lr_3e-3:.3f} with lr 3e-3, "
+     "{char-gpu-first-steps-cpu.sweep_val_300.lr_6e-3:.3f} with 6e-3 and {char-gpu-first-steps-cpu.sweep_val_300.lr_1.2e-2:.3f} with 1.2e-2"),
+    ("docs/tests.md", "took {compile-test.cold_cpu_s:.0f} s of CPU time with Inductor's cache empty, as in a fresh clone, and "
+     "{compile-test.warm_cpu_s:.0f} s with it filled"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),

@@ -114,10 +114,23 @@ def ablation_table(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def first_steps_table(figures: dict) -> str:
+    """docs/performance.md's GPU section: the first CPU steps of the char-gpu preset at a reduced shape, beside nanoGPT's
+    recipe at the same shape and that recipe's optimizer and schedule in our code; train / val loss at each evaluation."""
+    runs = figures["char-gpu-first-steps-cpu"]["value"]
+    columns = [("nanogpt", "nanoGPT (AdamW)"), ("ours_adamw", "ours, nanoGPT's AdamW and schedule"), ("ours_muon", "ours, char-gpu (Muon)")]
+    lines = ["| step | " + " | ".join(f"{label}: train / val" for _, label in columns) + " |", "|---:|" + "---:|" * len(columns)]
+    for step in sorted(runs["nanogpt"]["val"], key=int):
+        cells = [f"{runs[key]['train'][step]:.3f} / {runs[key]['val'][step]:.3f}" for key, _ in columns]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 TABLES: list[tuple[str, Callable[[dict], str]]] = [
     ("README.md", readme_table),
     ("docs/experiment.md", differences_table),
     ("docs/experiment.md", order_table),
     ("docs/experiment.md", order_differences_table),
     ("docs/experiment.md", ablation_table),
+    ("docs/performance.md", first_steps_table),
 ]

@@ -13,14 +13,15 @@ import torch.nn.functional as F
 from configs import Config
 from data.tokenizer import GPT2_VOCAB_SIZE
 from harness.experiments.profiling import (
+    attention_kernel,
     best_ms,
     load_average,
     machine_line,
     machine_name,
-    matmul_peak_flops,
+    peak_flops,
     peak_memory_bytes,
 )
-from harness.training.budget import sync, timed
+from harness.training.budget import flops_per_token, sync, timed
 from harness.training.optim import describe, make_optimizer
 from harness.training.runtime import Runtime, wrap_for_training
 from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_step
@@ -31,6 +32,17 @@ from model.tiled import tiled_attention
 VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}  # the tokenizers' vocabularies, so no corpus is needed
 ATTENTION_LENGTHS = (256, 1024, 4096)
 MiB = 2**20
+# GPT-2 small's shape (its config.json: 12 layers, 12 heads, 768 wide, 1024 tokens of context, the 50257 tokens of its
+# tokenizer), with the bias on query/key/value that harness/gpt2.py loads it with: the size at which published MFU figures
+# (nanoGPT's, nanochat's) are measured. bench.py --gpt2-124m stands for these overrides; the preset gives the rest.
+GPT2_124M_FLAG = "--gpt2-124m"
+GPT2_124M = ["--model.n_layer=12", "--model.n_head=12", "--model.n_embd=768", "--model.block_size=1024", "--model.qkv_bias=true",
+             "--data.tokenizer=gpt2"]  # fmt: skip
+
+
+def expand_gpt2_124m(argv: list[str]) -> list[str]:
+    """argv with --gpt2-124m replaced, where it stands, by the overrides it means: flags after it still override them."""
+    return [arg for given in argv for arg in (GPT2_124M if given == GPT2_124M_FLAG else [given])]
 
 
 def build_model(cfg: Config, runtime: Runtime) -> GPT:
@@ -69,7 +81,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
 
     compile_start = time.perf_counter()
     step()  # with torch.compile, the first step compiles
-    compile_s = time.perf_counter() - compile_start if runtime.use_compile else 0.0
+    compiled = runtime.use_compile and not step_model.fell_back  # compiling can fail at the first step: then it ran eagerly
+    compile_s = time.perf_counter() - compile_start if compiled else 0.0
     for _ in range(warmup_steps - 1):
         step()
     runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (forward + backward, update))
@@ -83,25 +96,28 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     peak = peak_memory_bytes(lambda: timed_step(micro_batches), runtime.device)
     state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
-    params = model.num_params()
-    flops_per_token = 6 * params + 12 * cfg.model.n_layer * cfg.model.n_embd * T  # weights, then attention's scores and mix
     step_tokens = tokens_per_step(cfg, runtime)
     tokens_per_s = step_tokens / seconds
+    token_flops = flops_per_token(model.cfg)  # 6N + 12LTC, N the weights that multiply (harness/training/budget.py)
+    dtype = runtime.autocast_dtype or torch.float32
     return {
-        "params": params,
+        "params": model.num_params(),
         "tokens_per_step": step_tokens,
         "batch_size": cfg.train.batch_size,
         "block_size": T,
         "vocab_size": V,
-        "compiled": runtime.use_compile,
+        "compiled": compiled,
+        "compile_failed": runtime.use_compile and not compiled,
         "compile_s": compile_s,
+        "autocast": str(runtime.autocast_dtype).removeprefix("torch.") if runtime.autocast_dtype else None,
+        "attention_kernel": attention_kernel(model.cfg, cfg.train.batch_size, runtime.device, dtype),
         "ms_per_step": seconds * 1e3,
         "forward_backward_ms": forward_backward_s * 1e3,
         "optimizer_ms": update_s * 1e3,
         "optimizer": describe(optimizer),
         "tokens_per_s": tokens_per_s,
-        "flops_per_token": flops_per_token,
-        "model_flops_per_s": flops_per_token * tokens_per_s,
+        "flops_per_token": token_flops,
+        "model_flops_per_s": token_flops * tokens_per_s,
         "train_peak_mem": peak,
         "train_state_mem": baseline,
     }
@@ -148,6 +164,11 @@ def bench_attention(n_head: int, head_size: int, device: torch.device, lengths=A
     return result
 
 
+def mfu(r: dict) -> float:
+    """Model FLOPs utilisation: the model's FLOPs per token (6N + 12LTC) x tokens per second, over the device's peak."""
+    return r["flops_per_token"] * r["tokens_per_s"] / r["peak_flops"]
+
+
 def measure_all(cfg: Config, runtime: Runtime, log=print) -> dict:
     """Every measurement, as one flat dict."""
     start = time.perf_counter()
@@ -161,17 +182,28 @@ def measure_all(cfg: Config, runtime: Runtime, log=print) -> dict:
         "load_avg_1min": load_average(),  # other work on the machine skews every timing below
         **{name: getattr(cfg.model, name) for name in ("n_layer", "n_head", "n_embd", "attention")},
     }
-    log("measuring the matmul peak ...")
-    result["peak_flops"], result["peak_flops_dtype"] = matmul_peak_flops(runtime.device, dtype), str(dtype).removeprefix("torch.")
+    log("the peak to divide by ...")
+    result["peak_flops"], result["peak_flops_source"] = peak_flops(runtime.device, dtype)
+    result["peak_flops_dtype"] = str(dtype).removeprefix("torch.")
     log("training ...")
     result.update(bench_training(cfg, runtime))
-    result["mfu"] = result["model_flops_per_s"] / result["peak_flops"]
+    result["mfu"] = mfu(result)
     log("sampling ...")
     result.update(bench_sampling(cfg, runtime))
     log("attention backends ...")
     result.update(bench_attention(cfg.model.n_head, cfg.model.head_size, runtime.device))
     result["bench_s"] = time.perf_counter() - start
     return result
+
+
+def rate(flops_per_s: float) -> str:
+    return f"{flops_per_s / 1e12:,.1f} TFLOP/s" if flops_per_s >= 1e12 else f"{flops_per_s / 1e9:.1f} GFLOP/s"
+
+
+def compile_cell(r: dict) -> str:
+    if r["compiled"]:
+        return f"on: {r['compile_s']:.0f} s to compile, once"
+    return "failed at the first step: the step ran eagerly" if r["compile_failed"] else "off"
 
 
 def format_tables(r: dict) -> str:
@@ -182,15 +214,16 @@ def format_tables(r: dict) -> str:
         f"| config {r['config']}: {r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide, attention {r['attention']} | value |",
         "|---|---:|",
         f"| parameters | {r['params'] / 1e6:.2f} M |",
-        f"| training step ({r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
-        + (f", torch.compile: {r['compile_s']:.0f} s once" if r["compiled"] else "")
-        + f") | {r['ms_per_step']:.1f} ms |",
+        f"| training step ({r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}) | {r['ms_per_step']:.1f} ms |",
         f"| of which forward + backward (and clip) | {r['forward_backward_ms']:.1f} ms |",
         f"| of which the optimizer step: {r['optimizer']} | {r['optimizer_ms']:.1f} ms |",
+        f"| torch.compile | {compile_cell(r)} |",
+        f"| autocast | {r['autocast'] or 'off: float32'} |",
+        f"| attention kernel (sdpa: torch's pick for this step's shapes) | {r['attention_kernel']} |",
         f"| training throughput | {r['tokens_per_s']:,.0f} tokens/s |",
-        f"| model FLOPs per token (6N + 12LCT) | {r['flops_per_token'] / 1e6:.2f} M |",
-        f"| model FLOP/s | {r['model_flops_per_s'] / 1e9:.1f} G |",
-        f"| {r['peak_flops_dtype']} matmul peak, measured | {r['peak_flops'] / 1e9:.1f} GFLOP/s |",
+        f"| model FLOPs per token (6N + 12LTC, N the weights that multiply) | {r['flops_per_token'] / 1e6:.2f} M |",
+        f"| model FLOP/s | {rate(r['model_flops_per_s'])} |",
+        f"| {r['peak_flops_dtype']} peak: {r['peak_flops_source']} | {rate(r['peak_flops'])} |",
         f"| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not counted) | {100 * r['mfu']:.1f} % |",
         f"| peak memory of a training step (above params + optimizer state, {r['train_state_mem'] / MiB:.1f} MiB) | "
         f"{r['train_peak_mem'] / MiB:.1f} MiB |",

@@ -1,17 +1,45 @@
 """Measuring tools for the benchmark: timers that wait for the device, peak memory (CUDA's allocator, or a
-tracker of tensor storage on the CPU, where torch keeps no allocator statistics), the machine, and a matmul peak."""
+tracker of tensor storage on the CPU, where torch keeps no allocator statistics), the machine, the peak that MFU
+divides by (a CUDA card's from its datasheet, or a matmul peak measured here), and the attention kernel torch picks."""
 
 import os
 import platform
+import re
 import time
 import weakref
 from functools import partial
 
 import torch
+from torch.nn.attention import SDPBackend
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from harness.training.budget import sync, timed
+from model import ModelConfig
+
+# Dense bfloat16 tensor-core peaks, in TFLOP/s: the MFU denominator of a CUDA card under bf16 autocast. Datasheets print
+# these figures twice as large "with sparsity" (2:4 structured sparsity, which training does not use). Each pattern is
+# searched in torch.cuda.get_device_name's text and the first match wins, so specific names come before plain ones.
+BF16_PEAKS = [  # (pattern, dense bf16 TFLOP/s, source)
+    (r"H200 NVL", 835, "NVIDIA H200 NVL datasheet, 1,671 with sparsity"),
+    (r"H200", 989, "NVIDIA H200 datasheet (SXM), 1,979 with sparsity"),
+    (r"H100 NVL", 835, "NVIDIA H100 NVL datasheet, 1,671 with sparsity"),
+    (r"H100 PCIe", 756, "NVIDIA H100 datasheet (PCIe), 1,513 with sparsity"),
+    (r"H100", 989, "NVIDIA H100 datasheet (SXM), 1,979 with sparsity"),
+    (r"A100", 312, "NVIDIA A100 datasheet, 624 with sparsity"),
+    (r"L40S", 362, "NVIDIA L40S datasheet, 733 with sparsity"),
+    (r"L40\b", 181, "NVIDIA L40 datasheet, 362 with sparsity"),
+    (r"\bL4\b", 121, "NVIDIA L4 datasheet, 242 with sparsity"),
+    (r"\bA10\b", 125, "NVIDIA A10 datasheet, 250 with sparsity"),
+    (r"RTX 4090$", 165, "NVIDIA Ada architecture whitepaper, FP32 accumulate, 330 with sparsity"),
+    (r"RTX 3090$", 71, "NVIDIA GA102 (Ampere) whitepaper, FP32 accumulate, 142 with sparsity"),
+]
+KERNELS = {  # torch's SDPBackend -> what the table says
+    SDPBackend.FLASH_ATTENTION: "flash",
+    SDPBackend.EFFICIENT_ATTENTION: "memory-efficient",
+    SDPBackend.CUDNN_ATTENTION: "cuDNN",
+    SDPBackend.MATH: "math (the (T, T) weights held in memory)",
+}
 
 
 class PeakMemory(TorchDispatchMode):
@@ -111,3 +139,39 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, sizes=(512, 1024
         while time.perf_counter() < deadline:
             best = max(best, 2 * n**3 / timed(partial(torch.matmul, a, b), device)[0])
     return best
+
+
+def card_peak(name: str) -> tuple[float, str] | None:
+    """A CUDA card's dense bf16 peak (FLOP/s) and its source, from BF16_PEAKS; None for a card not in the table."""
+    for pattern, tflops, source in BF16_PEAKS:
+        if re.search(pattern, name):
+            return tflops * 1e12, source
+    return None
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
+    """What MFU divides by, and where it comes from: under bf16 on CUDA the card's datasheet peak, elsewhere (a CPU,
+    float32, a card the table lacks) the best matmul measured here, which is below what the datasheet would say."""
+    if device.type == "cuda" and dtype == torch.bfloat16:
+        name = machine_name(device)
+        if found := card_peak(name):
+            return found
+        return matmul_peak_flops(device, dtype), f"measured here: {name} is not in the table of cards' peaks"
+    return matmul_peak_flops(device, dtype), "measured here"
+
+
+def attention_kernel(cfg: ModelConfig, batch_size: int, device: torch.device, dtype: torch.dtype) -> str:
+    """The attention kernel a training step runs: the readable or tiled path when model.attention says so; with "sdpa",
+    the kernel torch's dispatcher picks for the step's (B, H, T, D) queries, keys and values in `dtype` (autocast's), with
+    the model's dropout and mask. It asks the dispatcher's own choice function (torch._fused_sdp_choice, private: a
+    release without it gets "unknown"); under torch.compile the compiled graph calls the kernel chosen when it was traced.
+    """
+    if cfg.attention != "sdpa":
+        return f"none: model.attention = {cfg.attention}"
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    q = torch.empty(batch_size, cfg.n_head, cfg.block_size, cfg.head_size, device=device, dtype=dtype)  # (B, H, T, D)
+    try:
+        picked = SDPBackend(choose(q, q, q, None, cfg.dropout, cfg.causal, scale=cfg.head_size**-0.5 if cfg.scaled else 1.0))
+    except Exception:  # no such function, or one that takes other arguments
+        return "unknown: this torch does not say"
+    return KERNELS.get(picked, picked.name.lower())

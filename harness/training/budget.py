@@ -14,6 +14,7 @@ Memory is estimated from the config alone too, and checked before anything is al
 both go through check_memory, the one refusal line "needs about N GiB, and this cpu has M GiB".
 """
 
+import dataclasses
 import math
 import os
 import time
@@ -37,7 +38,19 @@ def forward_flops(cfg: ModelConfig, B: int, T: int) -> float:
     """Operations of one forward pass over (B, T) tokens: the blocks' matrices, the output layer, attention."""
     C, L, B, T = size(cfg.n_embd), size(cfg.n_layer), size(B), size(T)
     attention = (2.0 if cfg.causal else 4.0) * L * B * T * T * C  # fused kernels skip the masked half
-    return 2.0 * B * T * (12 * L * C * C + size(cfg.vocab_size) * C) + attention
+    matrices = (4 + 8 * cfg.mlp) * L * C * C  # query, key, value and output: 4 C^2; the MLP's two: 8 C^2
+    return 2.0 * B * T * (matrices + size(cfg.vocab_size) * C) + attention
+
+
+def flops_per_token(cfg: ModelConfig) -> float:
+    """Model FLOPs of training on one token, forward and backward, as MFU counts them: 6N + 12 L T C.
+
+    N is the weights that multiply (the blocks' matrices, 12 L C^2, 4 L C^2 without the MLP, and the output layer, V C: the embedding lookups,
+    biases and LayerNorms multiply no matrix), each costing 2 operations a token forward and 4 backward. 12 L T C is
+    attention's scores and weighted sum over the whole (T, T) square, as PaLM (its appendix B) and nanoGPT count it, so
+    that an MFU here compares with theirs; forward_flops, for the time estimates, leaves out the masked half the kernels skip.
+    """
+    return 3 * forward_flops(dataclasses.replace(cfg, causal=False), 1, cfg.block_size) / cfg.block_size
 
 
 def step_flops(cfg: Config) -> float:

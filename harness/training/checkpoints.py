@@ -20,7 +20,7 @@ from data.files import atomic_file
 from data.synthetic import SETTINGS
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
 from harness.folders import moved_aside
-from harness.training.runtime import Runtime
+from harness.training.runtime import Runtime, random_state, set_random_state
 from model import GPT, ModelConfig
 
 
@@ -196,20 +196,16 @@ def restore(checkpoint: dict, model: GPT, optimizer, train_gen: torch.Generator,
     train_gen.set_state(checkpoint["train_rng"])
     rng_states = checkpoint["torch_rng"]
     rng_states = [rng_states] if isinstance(rng_states, torch.Tensor) else rng_states  # one process's state
+    cuda_states = checkpoint.get("cuda_rng") or [None] * len(rng_states)  # saved on a GPU, whose dropout draws from it
     if len(rng_states) == runtime.world_size:
-        torch.set_rng_state(rng_states[runtime.rank])  # each process's own dropout stream
+        set_random_state(runtime.device, rng_states[runtime.rank], cuda_states[runtime.rank])  # each process's own dropout stream
     else:
         runtime.say(
             f"note: the checkpoint comes from {len(rng_states)} processes, this run has {runtime.world_size}; dropout draws new random masks"
         )
-    return Progress(
-        step=checkpoint["step"],
-        evaluated=checkpoint.get("evaluated", False),
-        best_val=checkpoint.get("best_val", math.inf),
-        window_loss=checkpoint.get("window", (0.0, 0))[0],
-        window_steps=checkpoint.get("window", (0.0, 0))[1],
-        val_loss=checkpoint.get("val_loss"),
-    )
+    window_loss, window_steps = checkpoint.get("window", (0.0, 0))
+    return Progress(step=checkpoint["step"], evaluated=checkpoint.get("evaluated", False), best_val=checkpoint.get("best_val", math.inf),
+                    window_loss=window_loss, window_steps=window_steps, val_loss=checkpoint.get("val_loss"))  # fmt: skip
 
 
 class Checkpointer:
@@ -221,10 +217,11 @@ class Checkpointer:
 
     def save(self, model: GPT, optimizer, train_gen: torch.Generator, progress: Progress) -> None:
         """Called by every process (they share their dropout random states); only the main one writes."""
-        rng_states = [torch.get_rng_state()]  # dropout randomness differs per rank: keep each rank's
+        mine = random_state(self.runtime.device)
+        rng_states = [mine]  # dropout randomness differs per rank: keep each rank's
         if self.runtime.world_size > 1:
             rng_states = [None] * self.runtime.world_size
-            torch.distributed.all_gather_object(rng_states, torch.get_rng_state())
+            torch.distributed.all_gather_object(rng_states, mine)
         if not self.runtime.is_main:
             return
         run_dir = self.cfg.run_dir
@@ -242,7 +239,8 @@ class Checkpointer:
         resume_state = {
             "optimizer": optimizer.state_dict(),
             "train_rng": train_gen.get_state(),
-            "torch_rng": rng_states,
+            "torch_rng": [cpu for cpu, _ in rng_states],
+            **({"cuda_rng": [cuda for _, cuda in rng_states]} if self.runtime.device.type == "cuda" else {}),
             "evaluated": progress.evaluated,
             "best_val": self.best_val,
             "window": [float(progress.window_loss), progress.window_steps],

@@ -19,7 +19,7 @@ from data.files import write_atomically
 from harness.folders import FolderLock, OutputError, claim_run_folder, parse_json
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.evaluation import Evaluation
-from harness.training.runtime import Runtime
+from harness.training.runtime import Runtime, preset_advice
 from model.induction import INDUCTION_THRESHOLD
 from model.measurements import SHUFFLED_TOKENS
 
@@ -189,5 +189,7 @@ def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
     runtime.say(
         f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}" + (f" (previous run moved to {moved})" if moved else "")
     )
+    if advice := preset_advice(cfg.name, runtime.device):
+        runtime.say(advice)
     runtime.say(f"config {cfg.name}: " + " | ".join(f"{s}: {getattr(cfg, s)}" for s in ("model", "data", "train")))
     return lock

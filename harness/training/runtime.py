@@ -60,6 +60,20 @@ def keep_freed_memory(threshold: int = 2**30) -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold) and libc.mallopt(M_TRIM_THRESHOLD, threshold))
 
 
+GPU_PRESET = "char-gpu"  # the preset sized for one GPU (configs/char-gpu.toml)
+CPU_DEMOS = ("base", "char")  # README's first commands: presets sized for a 2-core CPU
+
+
+def preset_advice(preset: str, device: torch.device) -> str | None:
+    """A line for a GPU given one of the CPU-sized demos (`python train.py` on a CUDA machine): which preset suits it."""
+    if device.type != "cuda" or preset not in CPU_DEMOS:
+        return None
+    return (
+        f"note: the {preset} preset is sized for a 2-core CPU, and a GPU trains it in seconds; for one GPU, "
+        f"python train.py --config {GPU_PRESET} trains nanoGPT's shakespeare_char shape (docs/performance.md#on-a-gpu)"
+    )
+
+
 def resolve_device(wanted: str) -> tuple[str, str]:
     """train.device ("auto": CUDA, then Apple MPS, then CPU) -> (device name, how it was chosen)."""
     has_cuda, has_mps = torch.cuda.is_available(), torch.backends.mps.is_available()
@@ -102,7 +116,8 @@ def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        autocast_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+        # bf16 where the card has bf16 units (Ampere and later); on older cards (a T4, a V100) torch only emulates it: float32 there.
+        autocast_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else None
     # torch.compile pays on a GPU; on a CPU its compile time is not won back (docs/performance.md).
     # On CUDA its default backend writes Triton kernels: without a working Triton (most often on Windows) "auto" leaves it off.
     use_compile = train_cfg.compile == "true" or (train_cfg.compile == "auto" and device.type == "cuda" and has_triton())
@@ -124,6 +139,18 @@ def has_triton() -> bool:
     return torch_has_triton()
 
 
+def random_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The random state that dropout draws from: the CPU generator's, and on CUDA the device's own too (None elsewhere)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def set_random_state(device: torch.device, cpu: torch.Tensor, cuda: torch.Tensor | None) -> None:
+    """Put back what random_state returned (a CUDA state only on CUDA: a run resumed on another device draws anew there)."""
+    torch.set_rng_state(cpu)
+    if cuda is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(cuda, device)
+
+
 class EagerOnFailure:
     """The compiled training model, or the plain one if compiling fails at the first step.
 
@@ -134,12 +161,12 @@ class EagerOnFailure:
 
     def __init__(self, compiled, eager, runtime: Runtime):
         self.model, self.eager, self.runtime = compiled, eager, runtime
+        self.fell_back = False  # whether compiling failed and the eager model runs instead
 
     def __call__(self, *args, **kwargs):
         if self.eager is None:  # past the first call: compiling worked, or the model is the eager one already
             return self.model(*args, **kwargs)
-        rng = torch.get_rng_state()
-        cuda_rng = torch.cuda.get_rng_state(self.runtime.device) if self.runtime.device.type == "cuda" else None
+        state = random_state(self.runtime.device)
         try:
             out = self.model(*args, **kwargs)
         except Exception as e:  # any failure to compile; a failure of the model itself recurs in the eager call and propagates
@@ -148,10 +175,8 @@ class EagerOnFailure:
                 root = getattr(root, "inner_exception", None) or root.__cause__
             reason = next((line.strip() for line in str(root).splitlines() if line.strip()), "")[:200]
             self.runtime.say(f"torch.compile failed at the first step ({type(root).__name__}: {reason}); training without it")
-            torch.set_rng_state(rng)
-            if cuda_rng is not None:
-                torch.cuda.set_rng_state(cuda_rng, self.runtime.device)
-            self.model = self.eager
+            set_random_state(self.runtime.device, *state)
+            self.model, self.fell_back = self.eager, True
             out = self.model(*args, **kwargs)
         self.eager = None
         return out
@@ -198,7 +223,10 @@ def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, 
 
 def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
     """Whether any process was asked to stop: all of them then stop at the same step."""
-    return mean_over_ranks(torch.tensor(float(stop.signum or 0)), runtime).item() > 0
+    if runtime.world_size == 1:
+        return bool(stop.signum)  # no tensor: on a GPU, reading one back would wait for the queued work every step
+    signum = torch.tensor(float(stop.signum or 0), device=runtime.device)  # NCCL reduces only tensors on the process's GPU
+    return mean_over_ranks(signum, runtime).item() > 0
 
 
 def shut_down() -> None:
