@@ -24,7 +24,10 @@ from harness.lens import INSTALL, LensError, hf_tokenizer, load_hooked, to_hooke
 from harness.training.checkpoints import load_model
 from model import GPT, ModelConfig
 from model.ablations import ABLATIONS, JOIN
-from model.measurements import INDUCTION_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles
+from model.gpt import lm_loss
+from model.heads import ablate_heads
+from model.measurements import INDUCTION_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles, next_token_weight
+from tools.lens_page import figures_of, run_page
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # small models: a second thread only waits for a core
 
@@ -114,6 +117,28 @@ def test_a_short_muon_run_opens_from_its_checkpoint_reading_strings_with_its_own
     assert tokens.tolist() == [tokenizer.encode(prompt)], "TransformerLens reads a string with the run's own ids"
     assert hooked.to_str_tokens(prompt) == list(prompt)
     assert_same_model(model, hooked, tokens)
+
+
+def test_the_docs_page_runs_as_written_and_finds_what_our_measurements_find(char_runs, capsys):
+    """docs/transformer-lens.md's Python on a small char --no-mask run: each head's score is our weight on t+1 (over
+    T-1 rows) times (T-1)/T, the loss is ours, and its hooks switch heads off as ablate_heads does."""
+    page = run_page(char_runs["root"])
+    model, _, _ = load_model(char_runs["char-no-mask"])
+    tokens = page["tokens"]
+    T = tokens.shape[1]
+    for layer, weights in enumerate(model.attention_weights(tokens)):
+        for head in range(model.cfg.n_head):
+            assert page["scores"][layer, head] == pytest.approx(next_token_weight(weights[:, head]) * (T - 1) / T, abs=1e-5)
+    logits = model(tokens)[0]
+    assert page["loss"] == pytest.approx(lm_loss(logits[:, :-1], tokens[:, 1:]).item(), abs=1e-5)
+    heads = [(0, 1), (1, 0), (1, 3)]
+    with ablate_heads(model, heads):
+        ablated = lm_loss(model(tokens)[0][:, :-1], tokens[:, 1:]).item()
+    hooked = page["model"]
+    assert hooked.run_with_hooks(tokens, return_type="loss", fwd_hooks=page["switch_off"](heads)).item() == pytest.approx(ablated, abs=1e-5)
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed[:2]] == ["layer 0", "layer 1"] and printed[2].startswith("loss ")
+    assert figures_of(page)["scores"]["L1H0"] == page["scores"][1, 0]
 
 
 def test_the_char_tokenizer_gives_our_ids_and_pads_past_the_vocabulary():

@@ -135,6 +135,12 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{char-ablation.runs.char-no-mask-s1338.next_token_weight.L0H2:.3f} of its weight on"),
     ("README.md", "closes the whole no-mask leak gap (char {char-ablation.summary.L0.min:pct.1f}% to {char-ablation.summary.L0.max:pct.1f}%, "
      "base {base-ablation.summary.L0.min:pct.1f}% to {base-ablation.summary.L0.max:pct.1f}%, every seed)"),
+    # the no-mask run's next-token heads, found with TransformerLens (docs/transformer-lens.md, recorded by tools/lens_page.py)
+    ("docs/transformer-lens.md", "put most of their weight on the answer: L0H0 {lens-char-no-mask.scores.L0H0:.3f}, L0H2 "
+     "{lens-char-no-mask.scores.L0H2:.3f} and L0H1 {lens-char-no-mask.scores.L0H1:.3f} of it, on the {lens-char-no-mask.tokens:.0f} characters"),
+    ("docs/transformer-lens.md", "its loss on the text is {lens-char-no-mask.loss:.5f} nats per character. Without the three next-token heads "
+     "it is {lens-char-no-mask.without:.3f}, worse than a uniform guess over the {code.char_vocab:.0f} characters ({code.ln_char_vocab:.2f})"),
+    ("docs/transformer-lens.md", "look least at t+1 leaves it at {lens-char-no-mask.control:.5f}."),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),
