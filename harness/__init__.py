@@ -7,6 +7,7 @@
     pictures/       attention heatmaps and the comparison's curves (matplotlib)
     gpt2.py         OpenAI's GPT-2 weights in and out: the hub's layout, its names mapped to ours
     scoring.py      the loss, perplexity and bits per byte of a text, in sliding windows (score.py)
+    lens.py         a run opened in TransformerLens: its config and tensors mapped onto a HookedTransformer's
     folders.py      output folders: checked writable before the work, a live run's folder locked, earlier runs moved aside
     cli.py          the one command-line parser, the model a script reads, one-line errors with exit codes
 

@@ -154,6 +154,12 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{char-gpu-first-steps-cpu.sweep_val_300.lr_6e-3:.3f} with 6e-3 and {char-gpu-first-steps-cpu.sweep_val_300.lr_1.2e-2:.3f} with 1.2e-2"),
     ("docs/tests.md", "took {compile-test.cold_cpu_s:.0f} s of CPU time with Inductor's cache empty, as in a fresh clone, and "
      "{compile-test.warm_cpu_s:.0f} s with it filled"),
+    # the no-mask run's next-token heads, found with TransformerLens (docs/transformer-lens.md, recorded by tools/lens_page.py)
+    ("docs/transformer-lens.md", "put most of their weight on the answer: L0H0 {lens-char-no-mask.scores.L0H0:.3f}, L0H2 "
+     "{lens-char-no-mask.scores.L0H2:.3f} and L0H1 {lens-char-no-mask.scores.L0H1:.3f} of it, on the {lens-char-no-mask.tokens:.0f} characters"),
+    ("docs/transformer-lens.md", "its loss on the text is {lens-char-no-mask.loss:.5f} nats per character. Without the three next-token heads "
+     "it is {lens-char-no-mask.without:.3f}, worse than a uniform guess over the {code.char_vocab:.0f} characters ({code.ln_char_vocab:.2f})"),
+    ("docs/transformer-lens.md", "look least at t+1 leaves it at {lens-char-no-mask.control:.5f}."),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),

@@ -1,0 +1,248 @@
+"""Tests for harness/lens.py: every run opens in TransformerLens computing what ours computes.
+
+Against TransformerLens's own HookedTransformer: the logits of every variant (each combination of the ablations,
+with and without the MLP, GPT-2's switches) within 1e-4, on random weights and after a short Muon run; every head's
+cached attention pattern equal to attention_weights(); its head detector naming the heads that inspect_attention.py's
+role table names on an induction run; a variant it cannot express refused in one line. TransformerLens is a
+test-only dependency (requirements-dev.txt): without it these tests skip, or fail under TINYGPT_REQUIRE_ALL_TESTS=1.
+"""
+
+import dataclasses
+import itertools
+import string
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import assert_close, gpt2_encoding_or_skip, import_or_skip, make_corpus_text, skip_or_fail, write_corpus
+
+import train
+from configs import load_config
+from data.tokenizer import CharTokenizer, GPT2Tokenizer
+from harness.lens import INSTALL, LensError, hf_tokenizer, load_hooked, to_hooked
+from harness.training.checkpoints import load_model
+from model import GPT, ModelConfig
+from model.ablations import ABLATIONS, JOIN
+from model.gpt import lm_loss
+from model.heads import ablate_heads
+from model.measurements import INDUCTION_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles, next_token_weight
+from tools.lens_page import figures_of, run_page
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # small models: a second thread only waits for a core
+
+
+@pytest.fixture(scope="module")
+def lens():
+    """transformer_lens, with HookedTransformer (3.x), or a skip that says how to install it."""
+    transformer_lens = import_or_skip("transformer_lens", f"TransformerLens is a test dependency: {INSTALL}")
+    if not hasattr(transformer_lens, "HookedTransformer"):
+        skip_or_fail(f"this TransformerLens has no HookedTransformer (4.0 removed it): {INSTALL}")
+    return transformer_lens
+
+
+SHAPES = {  # ModelConfig settings that change what the network computes, besides the ablations
+    "char": {"vocab_size": 65},
+    "attention-only": {"vocab_size": 65, "mlp": False},  # the induction preset's blocks
+    "gpt2": {"vocab_size": 50257, "qkv_bias": True, "gelu": "tanh"},  # what --pretrained loads
+}
+SWITCHES = list(itertools.product((True, False), repeat=len(ABLATIONS)))  # every combination of the ablations
+
+
+def variant(shape: str, switches: tuple[bool, ...]) -> ModelConfig:
+    cfg = ModelConfig(n_layer=2, n_head=4, n_embd=32, block_size=24, attention="manual", **SHAPES[shape])
+    return dataclasses.replace(cfg, **{a.switch: on for a, on in zip(ABLATIONS, switches, strict=True)})
+
+
+def random_model(cfg: ModelConfig, seed: int = 0) -> GPT:
+    """Every parameter drawn at std 0.3 (LayerNorm gains around 1), so that rows of attention and logits differ."""
+    torch.manual_seed(seed)
+    model = GPT(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if ("ln" in name and name.endswith("weight")) else 0.0, 0.3)
+    return model
+
+
+def assert_same_model(model: GPT, hooked, idx: torch.Tensor) -> None:
+    """The same logits, and every layer's cached pattern equal to attention_weights(), within 1e-4 (float32 rounding of
+    scores in the hundreds without the scale)."""
+    logits, cache = hooked.run_with_cache(idx)
+    assert_close(logits, model(idx)[0], atol=1e-4, msg="logits")
+    for layer, weights in enumerate(model.attention_weights(idx)):
+        assert_close(cache["pattern", layer], weights, atol=1e-4, msg=f"layer {layer}'s attention pattern")
+
+
+def switched_off(switches: tuple[bool, ...]) -> str:
+    """A test id: the ablations a combination applies, as compare.py names a variant ("no-mask+no-pos"), or base."""
+    return JOIN.join(a.name for a, on in zip(ABLATIONS, switches, strict=True) if not on) or "base"
+
+
+@pytest.mark.parametrize("switches", SWITCHES, ids=switched_off)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_variant_gives_our_logits_and_attention_in_transformer_lens(lens, shape, switches):
+    model = random_model(variant(shape, switches))
+    hooked = to_hooked(model)
+    assert isinstance(hooked, lens.HookedTransformer)
+    assert hooked.cfg.attention_dir == ("causal" if model.cfg.causal else "bidirectional")
+    assert hooked.cfg.use_attn_scale == model.cfg.scaled
+    idx = torch.randint(model.cfg.vocab_size, (3, model.cfg.block_size), generator=torch.Generator().manual_seed(1))
+    assert_same_model(model, hooked, idx)
+    assert_same_model(model, hooked, idx[:, :7])  # a shorter sequence: the mask and positions cut to its length
+    if not model.cfg.positions:
+        assert not hooked.pos_embed.W_pos.any(), "no positions: the table TransformerLens adds holds zeros"
+
+
+@pytest.fixture(scope="module")
+def char_runs(tmp_path_factory, lens) -> dict:
+    """The char preset's optimizer (Muon) and tokenizer, small: 6 steps, with the mask and without, in runs/ under one
+    folder. The text ends with every printable character, so that the docs page's text reads in its vocabulary."""
+    root = tmp_path_factory.mktemp("lens")
+    text = write_corpus(root / "text", text=make_corpus_text() + string.printable)
+    for flags in ([], ["--no-mask"]):
+        train.train(load_config(["--config", "char", "--data-file", str(text), "--data.cache_dir", str(root / "cache"),
+                                 "--runs-dir", str(root / "runs"), "--device", "cpu", "--model.n_layer=2", "--model.n_embd=32",
+                                 "--model.block_size=96", "--train.batch_size=4", "--train.max_steps=6", "--train.eval_interval=6",
+                                 "--train.eval_batches=1", "--train.honest_batches=1", *flags]))  # fmt: skip
+    return {"root": root, "char": root / "runs" / "char" / "ckpt.pt", "char-no-mask": root / "runs" / "char-no-mask" / "ckpt.pt"}
+
+
+@pytest.mark.parametrize("run", ["char", "char-no-mask"])
+def test_a_short_muon_run_opens_from_its_checkpoint_reading_strings_with_its_own_ids(char_runs, run):
+    model, tokenizer, checkpoint = load_model(char_runs[run])
+    assert checkpoint["step"] == 6 and model.cfg.causal == (run == "char")
+    hooked = load_hooked(char_runs[run])
+    prompt = make_corpus_text()[:95]
+    tokens = hooked.to_tokens(prompt)
+    assert tokens.tolist() == [tokenizer.encode(prompt)], "TransformerLens reads a string with the run's own ids"
+    assert hooked.to_str_tokens(prompt) == list(prompt)
+    assert_same_model(model, hooked, tokens)
+
+
+def test_the_docs_page_runs_as_written_and_finds_what_our_measurements_find(char_runs, capsys):
+    """docs/transformer-lens.md's Python on a small char --no-mask run: each head's score is our weight on t+1 (over
+    T-1 rows) times (T-1)/T, the loss is ours, and its hooks switch heads off as ablate_heads does."""
+    page = run_page(char_runs["root"])
+    model, _, _ = load_model(char_runs["char-no-mask"])
+    tokens = page["tokens"]
+    T = tokens.shape[1]
+    for layer, weights in enumerate(model.attention_weights(tokens)):
+        for head in range(model.cfg.n_head):
+            assert page["scores"][layer, head] == pytest.approx(next_token_weight(weights[:, head]) * (T - 1) / T, abs=1e-5)
+    logits = model(tokens)[0]
+    assert page["loss"] == pytest.approx(lm_loss(logits[:, :-1], tokens[:, 1:]).item(), abs=1e-5)
+    heads = [(0, 1), (1, 0), (1, 3)]
+    with ablate_heads(model, heads):
+        ablated = lm_loss(model(tokens)[0][:, :-1], tokens[:, 1:]).item()
+    hooked = page["model"]
+    assert hooked.run_with_hooks(tokens, return_type="loss", fwd_hooks=page["switch_off"](heads)).item() == pytest.approx(ablated, abs=1e-5)
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed[:2]] == ["layer 0", "layer 1"] and printed[2].startswith("loss ")
+    assert figures_of(page)["scores"]["L1H0"] == page["scores"][1, 0]
+
+
+def test_the_char_tokenizer_gives_our_ids_and_pads_past_the_vocabulary():
+    import_or_skip("transformers", f"the tokenizer is a Hugging Face one: {INSTALL}")
+    ours = CharTokenizer.from_text(make_corpus_text())
+    theirs = hf_tokenizer(ours)
+    text = make_corpus_text(2000, seed=1)
+    assert theirs(text)["input_ids"] == ours.encode(text)
+    assert theirs.decode(ours.encode(text)) == text
+    assert theirs.pad_token_id == ours.vocab_size, "no character stands in for padding"
+
+
+def test_the_gpt2_tokenizer_gives_tiktokens_ids(monkeypatch):
+    import_or_skip("transformers", f"the tokenizer is a Hugging Face one: {INSTALL}")
+    gpt2_encoding_or_skip()
+    ours = GPT2Tokenizer()
+    theirs = hf_tokenizer(ours)
+    text = make_corpus_text(20_000) + " naïve café, 日本語 🤖 x's we'll   \n\n 12345 <eot>"
+    assert theirs(text)["input_ids"] == ours.encode(text)
+    assert theirs.decode(ours.encode(text)) == text
+    assert theirs.eos_token_id == ours.end_of_text[0] == 50256
+
+
+def test_without_transformer_lens_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformer_lens", None)  # import transformer_lens now raises ImportError
+    with pytest.raises(LensError) as e:
+        to_hooked(GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11)))
+    assert "\n" not in str(e.value) and "pip install -r requirements-dev.txt" in str(e.value) and "transformer-lens>=3.0,<4" in str(e.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaterConfig(ModelConfig):
+    """A config with a field the lens does not know yet, as a new variant brings one."""
+
+    softcap: float = 30.0
+
+
+def test_a_variant_the_lens_does_not_know_is_refused_in_one_line(lens):
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11))
+    model.cfg = LaterConfig(**vars(model.cfg))
+    with pytest.raises(LensError, match=r"^model\.softcap has no TransformerLens counterpart in harness/lens\.py yet"):
+        to_hooked(model)
+    model.cfg = dataclasses.replace(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11), positions="rope")
+    with pytest.raises(LensError, match=r"^model\.positions = 'rope' has no TransformerLens counterpart"):
+        to_hooked(model)
+    model.cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11)
+    model.blocks[0].attn.q_norm = nn.RMSNorm(8)  # a tensor no table maps
+    with pytest.raises(LensError, match=r"^our tensor blocks\.0\.attn\.q_norm\.weight has no place in TransformerLens"):
+        to_hooked(model)
+
+
+# The induction circuit, set by hand. Training the induction preset to its phase change takes about a thousand Muon
+# steps (docs/induction.md), too long for the suite; these weights make the circuit the papers describe, so each
+# head's role is known before either tool looks. Residual stream (C = 32): tokens a..h one-hot in dims 0-7, positions
+# 0-15 one-hot in dims 8-23, and L0H0 writes the previous token into dims 24-31. Every vector has as many ones
+# wherever it stands, so LayerNorm scales them alike and the scores below keep their order.
+CIRCUIT_CHARS, CIRCUIT_T, SHARP = list("abcdefgh"), 16, 4.0  # SHARP: how far a matching score stands above the rest
+TOKENS, POSITIONS, PREVIOUS = slice(0, 8), slice(8, 24), slice(24, 32)
+
+
+def induction_circuit() -> GPT:
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=CIRCUIT_T, vocab_size=8, mlp=False, attention="manual")
+    model = GPT(cfg).eval()
+    eye = torch.eye
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for norm in (model.blocks[0].ln1, model.blocks[1].ln1, model.ln_f):
+            norm.weight.fill_(1.0)
+        model.tok_emb.weight[:, TOKENS] = eye(8)
+        model.pos_emb.weight[:, POSITIONS] = eye(CIRCUIT_T)
+        # L0H0, the previous-token head: the query at t is position t-1, the key at s is position s; the value is
+        # the token, written into PREVIOUS. Rows 0-15 of qkv are the queries, 32-47 the keys, 64-79 the values (head 0).
+        qkv, proj = model.blocks[0].attn.qkv.weight, model.blocks[0].attn.proj.weight
+        qkv[0:15, 9:24] = SHARP * eye(15)  # query dim p reads position p+1: at t it lights dim t-1
+        qkv[32:48, POSITIONS] = eye(CIRCUIT_T)
+        qkv[64:72, TOKENS] = eye(8)
+        proj[PREVIOUS, 0:8] = eye(8)
+        # L1H0, the induction head: the query at t is its token, the key at s the token before s.
+        qkv, proj = model.blocks[1].attn.qkv.weight, model.blocks[1].attn.proj.weight
+        qkv[0:8, TOKENS] = SHARP * eye(8)
+        qkv[32:40, PREVIOUS] = eye(8)
+        qkv[64:72, TOKENS] = eye(8)  # it copies the token found there
+        proj[TOKENS, 0:8] = eye(8)
+    return model
+
+
+def test_the_head_detector_names_the_heads_that_inspect_attention_names(lens):
+    """TransformerLens's detect_head and our role table (head_roles, what inspect_attention.py prints) on a repeated
+    sequence. Its "mul" score is a head's weight on the detection pattern over all T rows; ours, the mean over the rows
+    that have a target (T-1 for t-1; the repeated tokens for induction): the same sums, so each score is ours times
+    rows/T, to float rounding, and both name the same heads."""
+    from transformer_lens.head_detector import detect_head
+
+    model, tokenizer = induction_circuit(), CharTokenizer(CIRCUIT_CHARS)
+    hooked = to_hooked(model, tokenizer)
+    text = "abcdefgh" + "abcdefg"  # each token at most twice: our target is the one TransformerLens's pattern marks
+    idx, T = torch.tensor([tokenizer.encode(text)]), len(text)  # T < block_size: detect_head takes no longer one
+    rows = {(r["layer"], r["head"]): r for r in head_roles(model.attention_weights(idx), causal=True, idx=idx)}
+    for kind, key, threshold, target_rows in (("previous_token_head", "previous", PREVIOUS_TOKEN_THRESHOLD, T - 1),
+                                              ("induction_head", "induction", INDUCTION_THRESHOLD, T - 8)):  # fmt: skip
+        scores = detect_head(hooked, text, kind)  # (layers, heads)
+        ours = torch.tensor([[rows[layer, head][key] for head in range(2)] for layer in range(2)])
+        assert_close(scores, ours * target_rows / T, atol=1e-5, msg=kind)
+        named_here = {(layer, head) for (layer, head), row in rows.items() if row[key] > threshold}
+        named_there = {(layer, head) for layer in range(2) for head in range(2) if scores[layer, head] > threshold * target_rows / T}
+        assert named_here == named_there == {(0, 0) if key == "previous" else (1, 0)}, (kind, scores)
