@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import REPO_ROOT, tiny_argv
+from conftest import REPO_ROOT, tiny_argv, train_in_process
 
 from tools.docs_figures import code_values, fill, pattern, sync
 from tools.figures import read_figures
@@ -92,12 +92,10 @@ def test_a_comparison_and_its_head_ablations_become_the_docs_tables(tmp_path, co
     inspect_attention.py --ablate on each no-mask run, read back by tools/figures.py and rendered by tools/tables.py."""
     import compare
     import inspect_attention
-    import train
-    from harness.experiments.comparison import Children
     from tools import tables
     from tools.figures import ablation_figures, comparison_command, comparison_figures
 
-    monkeypatch.setattr(Children, "run", lambda self, command: train.main(command[2:]))  # each run in this process
+    train_in_process(monkeypatch)  # each run in this process
     argv = tiny_argv(tmp_path, corpus_file, "--seeds=2", "--variants=no-pos,no-mask+no-pos,no-mask", "--train.max_steps=2")
     compare.main([*argv, "--train.eval_interval=2", "--train.warmup_steps=1"])
     folder = tmp_path / "runs" / "compare-tiny"
