@@ -2,8 +2,8 @@
 python -m tools.docs_figures [--record] [--runs-dir runs] [--check]
 
 --record first stores what runs under --runs-dir hold (compare.py's comparisons, compare-<config>/compare.json
-with each run's metrics.jsonl, and single runs' metrics.jsonl, by folder name) in docs/figures.json, with this
-machine and today's date. Then the docs are rewritten from that file: the tables (TABLES) and every quoted
+with each run's metrics.jsonl; sweep.py's sweeps, sweep-<config>/sweep.json; single runs' metrics.jsonl, by folder
+name) in docs/figures.json, with this machine and today's date. Then the docs are rewritten from that file: the tables (TABLES) and every quoted
 figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes). --check rewrites nothing
 and exits 1 naming each quote that differs, as tests/test_docs_figures.py does.
 """
@@ -23,7 +23,16 @@ from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
 from harness.training.runlog import evaluations
 from model import GPT, ModelConfig
 from model.ablations import variants
-from tools.figures import FIGURES, ablation_figures, comparison_command, comparison_figures, read_figures, record
+from tools.figures import (
+    FIGURES,
+    ablation_figures,
+    comparison_command,
+    comparison_figures,
+    read_figures,
+    record,
+    sweep_command,
+    sweep_figures,
+)
 from tools.quotes import COMPARISONS, QUOTES
 from tools.tables import TABLES
 
@@ -174,6 +183,10 @@ def record_runs(runs_dir: Path) -> list[str]:
                 recorded.append(f"{config}-ablation")
                 record(recorded[-1], f"python inspect_attention.py --runs-dir {folder} --run RUN --ablate next-token, "
                        f"for each --no-mask RUN of {command}", ablations)  # fmt: skip
+        elif (folder / "sweep.json").is_file() and "aggregate" in json.loads((folder / "sweep.json").read_text(encoding="utf-8")):
+            value, config = sweep_figures(folder), folder.name.removeprefix("sweep-")
+            key = f"{config}-sweep"
+            record(key, sweep_command(config, value), value)
         elif folder.name in quoted_runs() and (folder / "metrics.jsonl").is_file() and (rows := evaluations(folder)):
             key = folder.name
             last = {tag: rows[-1][tag] for tag in ("step", "loss/train", "loss/val", "loss/val_honest") if tag in rows[-1]}

@@ -108,3 +108,16 @@ def ablation_figures(folder: Path) -> dict | None:
     later = [f for r in runs.values() for layer, f in r["each_layer"].items() if layer != "L0"]  # every layer after the first
     summary["later_layers"] = {"min": min(later), "max": max(later)} if later else None
     return {"runs": runs, "summary": summary}
+
+
+def sweep_figures(folder: Path) -> dict:
+    """What sweep.py found (its sweep.json), less the runs' own summaries: per variant and rate the aggregates, the
+    differences from base, the growth of the largest score, its course at the highest rate, and the preset rate's table."""
+    saved = json.loads((folder / "sweep.json").read_text(encoding="utf-8"))
+    return {key: value for key, value in saved.items() if key != "runs"}
+
+
+def sweep_command(config: str, value: dict) -> str:
+    """The sweep.py command that trained these runs (--jobs aside: it changes no figure)."""
+    return (f"python sweep.py --config {config} --seeds {len(value['seeds'])} --lrs {','.join(value['lrs'])} "
+            f"--variants {','.join(value['variants'].values())}")  # fmt: skip
