@@ -27,11 +27,11 @@ def test_the_story_layout_picks_exactly_the_tags_a_run_logs():
     logged = ["loss/val", "loss/train", "loss/train_step", "loss/leak_gap", "attn/entropy", "heads/entropy/L0H0", "probe/val_honest",
               "probe/val_forced", "probe/leak_gap", "probe/order_use", "probe/entropy", "probe/max_weight", "probe/saturated_frac",
               "probe/future_mass", "probe/score_std", "probe/score_max", "probe/score_max/L0", "probe/q_norm", "probe/k_norm",
-              "induction/max", "loss/repeated"]  # fmt: skip
+              "probe/uniform_guess", "induction/max", "loss/repeated"]  # fmt: skip
     charts = story_layout(induction=False)[STORY]
     picked = {title: sorted(t for t in logged if any(re.search(rx, t) for rx in spec[1])) for title, spec in charts.items()}
     assert list(picked.values()) == [
-        ["loss/train_step"],  # every log_interval steps: the no-mask run's falls towards 0
+        ["loss/train_step", "probe/uniform_guess"],  # every log_interval steps: the no-mask run's falls towards 0
         ["probe/val_forced", "probe/val_honest"],  # the probe's, every few steps: the evaluation's loss/... are in SCALARS
         ["probe/leak_gap"],
         ["probe/order_use"],  # how much each run reads word order: the no-pos run beside the others

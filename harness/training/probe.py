@@ -4,16 +4,19 @@ An evaluation scores every eval batch, draws the heatmaps and writes a sample, w
 steps, so a run evaluates a few times and its evaluations' curves have a few points. The probe measures what the story
 shows with model/measurements.py's own functions, on PROBE_ROWS sequences of the first val batch, at the positions the
 honest loss scores there: the honest and teacher-forced losses and their gap (no extra pass for a causal model: its
-honest loss is its forced one), the order use, attention entropy, saturated rows, the mass on the future, the spread and
-the largest of the scores and the query and key norms. It runs every max_steps // train.probes steps and at the last
-(TrainConfig.probes_at). Its tags are probe/..., named after the evaluation's (probe/leak_gap beside loss/leak_gap): the
-same measurements on less data, so companions of the evaluation's curves, not more points of them.
+honest loss is its forced one), the order use (of a causal model only: without the mask it would cost as many passes
+again as the honest loss, so there the evaluations alone measure it), attention entropy, saturated rows, the mass on
+the future, the spread and the largest of the scores, the query and key norms, and beside the losses a uniform guess's,
+ln V. It runs every max_steps // train.probes steps and at the last (TrainConfig.probes_at). Its tags are probe/...,
+named after the evaluation's (probe/leak_gap beside loss/leak_gap): the same measurements on less data, so companions
+of the evaluation's curves, not more points of them.
 
 It reads the model in eval() mode (no dropout) and draws nothing at random but from order_use's own generator, so
 training's random streams (the batch generator, torch's global one) are untouched: a run's losses are the same with
 the probe and without it.
 """
 
+import math
 import time
 
 import torch
@@ -41,8 +44,11 @@ def probe(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], ru
     tokens = stats_shape(*x.shape)[1]  # the attention statistics read as many tokens as the evaluation's (all at the presets' sizes)
     with eval_mode(model), runtime.autocast():
         honest, forced = honest_loss(model, x, y, positions)  # a causal model's honest loss is read off its forced pass
-        metrics = {**leak_of([(honest, forced)]), **order_use(model, [(x, y, positions)], unshuffled=[honest])}
+        metrics = leak_of([(honest, forced)])
+        if model.cfg.causal:  # a pass per position, as many as the honest loss costs a model without the mask: left to its evaluations
+            metrics.update(order_use(model, [(x, y, positions)], unshuffled=[honest]))
         metrics.update(attention_summary(model, x[:, :tokens]))
+    metrics["probe/uniform_guess"] = math.log(model.cfg.vocab_size)  # the loss charts' reference: a uniform guess over the vocabulary
     return {"probe/" + tag.split("/", 1)[1]: value for tag, value in metrics.items() if not tag.startswith("heads/")}
 
 

@@ -37,10 +37,11 @@ LAYOUT = {  # tags are regular expressions, anchored so that probe/score_max doe
     STORY: {
         title: ["Multiline", tags]
         for title, tags in (
-            ("training loss (loss/train_step): without the mask it falls towards 0", ["^loss/train_step$"]),
+            ("training loss (loss/train_step): without the mask it falls towards 0; flat: a uniform guess, ln V",
+             ["^loss/train_step$", "^probe/uniform_guess$"]),
             ("val loss: val_honest (the past only) vs val_forced (the whole block)", ["^probe/val_honest$", "^probe/val_forced$"]),
             ("leak gap: val_honest - val_forced (0 for a causal model)", ["^probe/leak_gap$"]),
-            (f"order use: val_honest's rise when the {SHUFFLED_TOKENS} tokens before each target are shuffled (0 for a bag of tokens)",
+            (f"order use: val_honest's rise when the {SHUFFLED_TOKENS} tokens before each target are shuffled (causal runs)",
              ["^probe/order_use$"]),
             ("attention entropy (1 = uniform, 0 = one-hot)", ["^probe/entropy$"]),
             ("share of saturated rows (largest weight above 0.99)", ["^probe/saturated_frac$"]),
