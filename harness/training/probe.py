@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from configs import Config
 from harness.training.evaluation import EvalSet, eval_mode, stats_shape
 from harness.training.runtime import Runtime
 from model import GPT
@@ -55,7 +56,7 @@ def probe(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], ru
 class Probe:
     """Calls probe() at the steps train.probes picks and logs what it measured; on the main process only."""
 
-    def __init__(self, model: GPT, eval_set: EvalSet, cfg, runtime: Runtime, logger):
+    def __init__(self, model: GPT, eval_set: EvalSet, cfg: Config, runtime: Runtime, logger):
         self.model, self.slice, self.train_cfg, self.runtime, self.logger = model, probe_slice(eval_set), cfg.train, runtime, logger
 
     def __call__(self, step: int) -> float:
