@@ -18,7 +18,7 @@ the ratio to tiktoken's own encode_ordinary_batch on the same text, one thread p
 With --whole-run it profiles one whole `python train.py` run of the preset instead (the same flags, real
 data, evaluations and all; its output goes to stderr, its run folder to a temporary one unless --runs-dir
 says): the wall and CPU seconds of its start-up (interpreter, imports, device, model, optimizer, TensorBoard's
-writer), data, steps (forward, backward, the optimizer's update), evaluations, logging and checkpoints.
+writer), data, steps (forward, backward, the optimizer's update), evaluations, the probe, logging and checkpoints.
 
 It prints markdown tables; with --json, one JSON object on stdout instead (the tables go to stderr).
 The measurements live in harness/experiments/benchmark.py and data_bench.py, the timers and the CPU memory tracker in

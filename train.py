@@ -25,6 +25,7 @@ from harness.training.budget import measured_speed
 from harness.training.checkpoints import Checkpointer, Progress, read_resumable, restore
 from harness.training.evaluation import evaluate, evaluation_notes, make_eval_set
 from harness.training.optim import describe, lr_at, make_optimizer, set_lr
+from harness.training.probe import Probe
 from harness.training.runlog import RunLogger, open_run_dir, phase_change
 from harness.training.runtime import load_data, mean_over_ranks, setup_runtime, stop_asked, wrap_for_training
 from harness.training.starting_weights import initial_model
@@ -57,7 +58,8 @@ def train(cfg: Config) -> dict:
     eval_set = make_eval_set(corpus, corpus.tokenizer, cfg)
     notes, eval_seconds = evaluation_notes(cfg, eval_set, speed, runtime.device)
     runtime.say("\n".join(notes)) if notes else None
-    logger = RunLogger(cfg.run_dir, progress.step if checkpoint else None) if runtime.is_main else None
+    logger = RunLogger(cfg.run_dir, progress.step if checkpoint else None, eval_set.induction) if runtime.is_main else None
+    probe = Probe(model, eval_set, cfg, runtime, logger)  # every few steps, the story's signals on a slice of val (train.probes)
     checkpointer = Checkpointer(cfg, corpus.tokenizer, corpus.source_sha256, runtime, progress.best_val)
     last = {"loss/val": progress.val_loss} if checkpoint else {}  # the latest evaluation's results
     started = time.perf_counter()  # training's wall clock: perf/elapsed_s counts evaluations too
@@ -70,10 +72,10 @@ def train(cfg: Config) -> dict:
 
     def evaluate_and_save(step: int) -> None:  # a stop inside the evaluation raises Stopped: nothing of it is logged
         report = evaluate(model, eval_set, runtime, corpus.tokenizer, started, poll, progress=eval_seconds > 10)
-        if logger:
-            logger.log_evaluation(step, report, flags_label(cfg.model), cfg.model.causal)
+        logger.log_evaluation(step, report, flags_label(cfg.model), cfg.model.causal) if logger else None
         last.update(report.metrics, sample=report.sample)
         progress.val_loss = last["loss/val"]
+        probe(step)  # before the checkpoint: a run resumed from it never probes this step twice
         save(step, evaluated=True)
 
     # The loop: every step sets the rate, draws a batch, steps; every so often it evaluates, logs and saves.
@@ -91,6 +93,7 @@ def train(cfg: Config) -> dict:
                 if step % cfg.train.eval_interval == 0 and not (progress.evaluated and progress.step == step):
                     evaluate_and_save(step)
                     window_start = time.perf_counter()  # evaluation time is not training throughput
+                window_start += probe(step) if step % cfg.train.eval_interval else 0.0  # nor the probe's (an evaluation probes too)
                 lr = lr_at(step, cfg.train)
                 set_lr(optimizer, lr)
                 log_now = (step + 1) % cfg.train.log_interval == 0 or step + 1 == cfg.train.max_steps
@@ -110,26 +113,22 @@ def train(cfg: Config) -> dict:
                     window_start, progress.window_loss, progress.window_steps = time.perf_counter(), 0.0, 0
             bar.close()
             step = cfg.train.max_steps
-            evaluate_and_save(step)  # the end: a last evaluation and checkpoint
+            evaluate_and_save(step)  # the end: a last evaluation, probe and checkpoint
         except Stopped:  # at a step's start, or inside an evaluation: save where the loop stands
             bar.close()
             stopped = step
             save(step, evaluated=progress.evaluated and progress.step == step)
-        if logger:
-            logger.close()
-    if run_lock:
-        run_lock.release()
+        logger.close() if logger else None
+    run_lock.release() if run_lock else None
     elapsed = time.perf_counter() - started
     steps_done = (stopped if stopped is not None else cfg.train.max_steps) - first_step
     summary = {**last, "wall_s": elapsed, "tokens_per_s": steps_done * step_tokens / elapsed, "stopped_at": stopped, "signal": stop.signum}
     if stopped is not None:
         runtime.say(f"stopped at step {stopped}; checkpoint saved to {cfg.run_dir / 'ckpt.pt'}. Resume with the same command plus --resume")
     elif runtime.is_main:  # the other processes hold only the losses
-        runtime.say(
-            f"done in {elapsed:.1f}s: train {last['loss/train']:.4f}, val {last['loss/val']:.4f}, honest {last['loss/val_honest']:.4f}; "
-            f"checkpoints {cfg.run_dir / 'ckpt.pt'} (latest), {cfg.run_dir / 'best.pt'} (best val)\nsample at the last step:\n{last['sample']}"
-        )
-        runtime.say(phase_change(cfg.run_dir))
+        runtime.say(f"done in {elapsed:.1f}s: train {last['loss/train']:.4f}, val {last['loss/val']:.4f}, honest {last['loss/val_honest']:.4f}; "
+                    f"checkpoints {cfg.run_dir / 'ckpt.pt'} (latest), {cfg.run_dir / 'best.pt'} (best val)\nsample at the last step:\n{last['sample']}")  # fmt: skip
+        runtime.say(phase_change(cfg.run_dir)) if eval_set.induction else None  # when the induction heads formed
     return summary
 
 

@@ -70,6 +70,11 @@ class TrainConfig:
     eval_interval: int = setting(100, "steps between evaluations (and one at the end)")
     eval_batches: int = setting(20, "fixed batches per split in each evaluation")
     honest_batches: int = setting(4, "of those val batches, how many are also scored prefix by prefix (loss/val_honest)")
+    probes: int = setting(
+        20,
+        "how many times a run measures the story's signals on a few val sequences (probe/...): every max_steps // probes steps, and "
+        "at the last; 0 turns the probe off",
+    )
     log_interval: int = setting(10, "steps between training-loss logs")
     seed: int = setting(1337, "one seed for init and the training batches")
     device: str = setting("auto", '"auto" picks cuda, then mps, then cpu')
@@ -94,6 +99,8 @@ class TrainConfig:
             raise ValueError(f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}")
         if self.warmup_steps < 0:
             raise ValueError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.probes < 0:
+            raise ValueError(f"train.probes must be 0 (no probe) or a positive number of probes per run, got {self.probes}")
         for name in ("weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
@@ -117,6 +124,10 @@ class TrainConfig:
     def warmup(self) -> int:
         """The warmup the schedule uses: warmup_steps, shrunk to fit a run shorter than it (`--train.max_steps=3`)."""
         return min(self.warmup_steps, self.max_steps)
+
+    def probes_at(self, step: int) -> bool:
+        """Whether the probe measures at this step: every max_steps // probes steps (at most every step), and at the last."""
+        return self.probes > 0 and (step % max(1, self.max_steps // self.probes) == 0 or step == self.max_steps)
 
 
 def check_measurable(block_size: int, min_segment: int) -> None:

@@ -204,17 +204,17 @@ class MultiHead(nn.Module):
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def split_heads(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Project x (B, T, C), at positions start .. start + T - 1, to queries, keys and values, each (B, H, T, D),
-        ready for the core: every backend, the weights path, the KV cache and GPT.attention_probe take them from here."""
+    def split_heads(self, x: torch.Tensor, start: int = 0, raw: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Project x (B, T, C), at positions start .. start + T - 1, to queries, keys and values, each (B, H, T, D), ready for the
+        core: every backend, the weights path, the KV cache and GPT.attention_probe take them from here. raw: as projected,
+        before QK-norm and RoPE (the norms that grow with the weights, which measurements.qk_norms reads)."""
         B, T, C = x.shape
         H, D = self.n_head, C // self.n_head
         q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, 3C) -> 3 x (B, T, C)
         q = q.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
         k = k.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
         v = v.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
-        q, k = prepare(q, k, self.qk_norm, self.rope, start)  # (B, H, T, D) each
-        return q, k, v
+        return (q, k, v) if raw else (*prepare(q, k, self.qk_norm, self.rope, start), v)  # (B, H, T, D) each
 
     def mask(self, T: int, S: int | None = None) -> torch.Tensor | None:
         """The (T, S) causal mask for T queries after S - T cached positions (S defaults to T), or None for --no-mask."""

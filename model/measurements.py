@@ -6,9 +6,9 @@ next position and looks brilliant. `honest_loss` gives the model only the tokens
 target, as generation does, so the cheating shows as a gap between the two: `leak`. `order_use` asks how much the model reads
 word order: the rise of that honest loss when the last few tokens before a target are shuffled.
 
-The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
-saturation, mass on the future; then, per head, `head_statistics` and `head_roles`, and
-`attention_summary`, the numbers TensorBoard plots. What a saturated softmax lets through to the
+The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum, saturation, mass on the
+future; then, per head, `head_statistics` and `head_roles`, and `attention_summary` (with `qk_norms`, the query and
+key norms that bound the scores), the numbers TensorBoard plots. What a saturated softmax lets through to the
 scores and the query/key weights is model/gradients.py's; the induction heads are model/induction.py's.
 
 Every function here takes the model or its outputs and returns numbers: training, evaluation, the scripts
@@ -22,6 +22,9 @@ import torch
 from model.gpt import GPT, lm_loss
 from model.heads import head_name
 from model.induction import INDUCTION_THRESHOLD, induction_score
+
+Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # (x, y, positions scored) per batch
+Between = Callable[[], None] | None  # called before each prefix pass: the caller's progress, and its chance to stop
 
 # Statistics of attention weights (..., T, S), as pure functions. Rows whose query may see only
 # one position (the first row of a causal matrix) carry no information and are left out.
@@ -71,10 +74,9 @@ def honest_positions(T: int, n: int, generator: torch.Generator) -> list[int]:
 
 
 @torch.no_grad()
-def prefix_logits(model: GPT, x: torch.Tensor, positions: list[int], between: Callable[[], None] | None = None) -> torch.Tensor:
-    """The logits (B, P, V) at each of `positions` t of x (B, T), from a pass over the prefix x[:, :t+1] alone:
-    what the model predicts there while it cannot see what follows, as in generation. One pass per position;
-    `between` is called before each (the caller's progress and its chance to stop)."""
+def prefix_logits(model: GPT, x: torch.Tensor, positions: list[int], between: Between = None) -> torch.Tensor:
+    """The logits (B, P, V) at each of `positions` t of x (B, T), from a pass over the prefix x[:, :t+1] alone: what the
+    model predicts there while it cannot see what follows, as in generation. One pass per position, `between` before each."""
     out = []
     for t in positions:
         if between is not None:
@@ -84,9 +86,7 @@ def prefix_logits(model: GPT, x: torch.Tensor, positions: list[int], between: Ca
 
 
 @torch.no_grad()
-def honest_loss(
-    model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], between: Callable[[], None] | None = None
-) -> tuple[float, float]:
+def honest_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], between: Between = None) -> tuple[float, float]:
     """Mean loss at `positions`, (honest, teacher-forced), on inputs x and targets y (B, T).
 
     honest: for each position t, the model runs on the prefix x[:, :t+1] alone and its last
@@ -104,9 +104,7 @@ def honest_loss(
 
 
 @torch.no_grad()
-def leak(
-    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]], between: Callable[[], None] | None = None
-) -> dict[str, float]:
+def leak(model: GPT, batches: Batches, between: Between = None) -> dict[str, float]:
     """The honest and the teacher-forced loss over (x, y, positions) batches, and their gap: what the model reads from the future.
 
     loss/val_honest and loss/val_forced are means over the batches of honest_loss's pair;
@@ -127,12 +125,7 @@ SHUFFLED_TOKENS = 8  # order use: how many tokens before each scored position ar
 
 @torch.no_grad()
 def order_use(
-    model: GPT,
-    batches: list[tuple[torch.Tensor, torch.Tensor, list[int]]],
-    k: int = SHUFFLED_TOKENS,
-    seed: int = 0,
-    between: Callable[[], None] | None = None,
-    unshuffled: list[float] | None = None,
+    model: GPT, batches: Batches, k: int = SHUFFLED_TOKENS, seed: int = 0, between: Between = None, unshuffled: list[float] | None = None
 ) -> dict[str, float]:
     """How much the model reads word order: the rise of the honest loss when the k tokens just before each scored
     position t are shuffled (x[:, t-k:t], each row its own order; the token at t and the ones further back stay).
@@ -222,19 +215,34 @@ SUMMARY_TAGS = (("entropy", "entropy"), ("max_weight", "max_weight"), ("saturate
 
 @torch.no_grad()
 def attention_summary(model: GPT, idx: torch.Tensor, probe: list | None = None) -> dict[str, float]:
-    """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags. attn/entropy: mean
-    normalised row entropy (1 = uniform over what a query may see, 0 = one-hot); attn/max_weight: mean row maximum;
-    attn/saturated_frac: share of rows whose maximum exceeds 0.99; attn/future_mass: mean weight on later positions
-    (0 under the causal mask); attn/score_std: std of the pre-softmax scores at visible positions, averaged over
-    layers; heads/entropy/L{layer}H{head}: each head's entropy, in a TensorBoard section of its own. Every head has
-    as many rows, so the means over heads are the means over all rows. `probe`: model.attention_probe(idx), if the
-    caller has it already."""
+    """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags. attn/entropy: mean normalised row
+    entropy (1 = uniform over what a query may see, 0 = one-hot); attn/max_weight: mean row maximum; attn/saturated_frac:
+    share of rows whose maximum exceeds 0.99; attn/future_mass: mean weight on later positions (0 under the causal mask);
+    attn/score_std: std of the pre-softmax scores at visible positions, averaged over layers; attn/score_max/L{layer}: the
+    largest of them in each layer, attn/score_max in any; qk_norms; heads/entropy/L{layer}H{head}: each head's entropy, in
+    a TensorBoard section of its own. Every head has as many rows, so means over heads are means over all rows.
+    `probe`: model.attention_probe(idx), if the caller has it already."""
     probe = model.attention_probe(idx) if probe is None else probe
     heads = head_statistics([weights for _, weights in probe], model.cfg.causal)
     means = {f"attn/{tag}": sum(row[key] for row in heads) / len(heads) for tag, key in SUMMARY_TAGS}
-    score_std = [scores[scores.isfinite()].float().std().item() for scores, _ in probe]
+    visible = [scores[scores.isfinite()].float() for scores, _ in probe]  # per layer, the scores of the positions a query sees
+    score_std = sum(scores.std().item() for scores in visible) / len(visible)
+    score_max = {f"attn/score_max/L{layer}": scores.max().item() for layer, scores in enumerate(visible)}
+    score_max["attn/score_max"] = max(score_max.values())  # the largest in any layer
     per_head = {f"heads/entropy/{head_name(row['layer'], row['head'])}": row["entropy"] for row in heads}  # a section of their own
-    return {**means, "attn/score_std": sum(score_std) / len(score_std), **per_head}
+    return {**means, "attn/score_std": score_std, **score_max, **qk_norms(model, idx), **per_head}
+
+
+@torch.no_grad()
+def qk_norms(model: GPT, idx: torch.Tensor) -> dict[str, float]:
+    """attn/q_norm, attn/k_norm: the mean L2 norm of a head's query and key vectors on idx (B, T), over layers, heads and positions,
+    as projected, before QK-norm rescales them. Without QK-norm a score is at most |q| |k| x scale: it grows with their product."""
+    x, norms = model.embed(idx), []
+    for block in model.blocks:
+        q, k, _ = block.attn.split_heads(block.ln1(x), raw=True)  # each (B, H, T, D)
+        norms.append((q.float().norm(dim=-1).mean().item(), k.float().norm(dim=-1).mean().item()))  # over B, H and T
+        x = block(x)
+    return {"attn/q_norm": sum(q for q, _ in norms) / len(norms), "attn/k_norm": sum(k for _, k in norms) / len(norms)}
 
 
 def bits_per_byte(loss: float, n_tokens: int, n_bytes: int) -> float:

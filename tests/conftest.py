@@ -106,6 +106,18 @@ def tiny_argv(root: Path, corpus: Path, *extra: str) -> list[str]:
     ]
 
 
+def custom_scalars_layout(run_dir: Path) -> dict[str, list[list[str]]]:
+    """The custom-scalars layout a run wrote, as TensorBoard's plugin reads it back: section title -> each chart's tag patterns."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.util import tensor_util
+
+    events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0}).Reload()
+    proto = events.Tensors("custom_scalars__config__")[0].tensor_proto
+    parsed = layout_pb2.Layout.FromString(tensor_util.make_ndarray(proto).item())
+    return {section.title: [list(chart.multiline.tag) for chart in section.chart] for section in parsed.category}
+
+
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
     """Run `python <script> args...` from the repository root, capturing text output."""
     return subprocess.run([sys.executable, script, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)

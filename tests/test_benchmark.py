@@ -222,7 +222,18 @@ def test_whole_run_profiles_a_real_train_py_run_phase_by_phase(tmp_path):
     # Evaluations at steps 0, 2 and 4: each scores train and val, and saves a checkpoint.
     assert calls["evaluations: heatmap weights, a sample"] == 3 and calls["evaluations: losses"] == 6
     assert calls["checkpoints: ckpt.pt and best.pt written"] == 3 and calls["start-up: TensorBoard's writer"] == 1
-    assert {name.partition(":")[0] for name in calls} == {"start-up", "data", "steps", "evaluations", "logging", "checkpoints", "the rest"}
+    # The probe at every step of so short a run (4 steps, 20 probes asked for: one a step), and at the end.
+    assert calls["probe: the story's signals between evaluations (train.probes)"] == 5
+    assert {name.partition(":")[0] for name in calls} == {
+        "start-up",
+        "data",
+        "steps",
+        "evaluations",
+        "probe",
+        "logging",
+        "checkpoints",
+        "the rest",
+    }
     phases_s = sum(phase["wall_s"] for phase in result["phases"].values())
     assert phases_s == pytest.approx(result["wall_s"], abs=0.05), "the phases and the interpreter's start and exit make up the run"
     assert all(phase["wall_s"] >= 0 for phase in result["phases"].values())

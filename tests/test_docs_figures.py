@@ -140,3 +140,21 @@ def test_score_gradient_pairs_each_seed_with_and_without_the_scale(tmp_path, cor
         assert line["low"] <= line["mean"] <= line["high"], line
     qk = result["init"][1]
     assert qk["ratio"].startswith("qk_grad") and qk["mean"] > 1, qk  # unscaled scores move sqrt(D) times more per change of q or k
+
+
+def test_the_probes_cost_is_its_phase_of_each_run_and_the_ratio_of_medians():
+    """tools.figures.probe_cost on bench.py --whole-run reports, two with the probe and one without, numbers by hand."""
+    from configs import ConfigError
+    from tools.figures import probe_cost
+
+    def report(probe_s, wall_s, cpu_s, calls=22):
+        phases = {"steps: forward": {"calls": 410, "wall_s": 10.0, "cpu_s": 9.0}}
+        phases["probe: the story's signals between evaluations (train.probes)"] = {"calls": calls, "wall_s": probe_s, "cpu_s": probe_s / 2}
+        return {"command": "python train.py --config char", "phases": phases, "wall_s": wall_s, "cpu_s": cpu_s, "val": 1.8618}
+
+    cost = probe_cost([report(1.0, 40.0, 20.0), report(0.0, 38.0, 19.0, calls=0), report(2.0, 50.0, 25.0)])
+    assert cost["probes"] == [22, 22] and cost["wall_share"] == [1.0 / 40, 2.0 / 50] and cost["cpu_share"] == [0.5 / 20, 1.0 / 25]
+    assert cost["with"]["wall_s"] == 45.0 and cost["without"]["wall_s"] == 38.0 and cost["wall_ratio"] == 45.0 / 38.0
+    assert cost["cpu_ratio"] == 22.5 / 19.0 and cost["without"]["val"] == [1.8618]
+    with pytest.raises(ConfigError, match="without it"):
+        probe_cost([report(1.0, 40.0, 20.0)])

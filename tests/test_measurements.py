@@ -37,6 +37,7 @@ from model.measurements import (
     order_use,
     prefix_logits,
     previous_token_weight,
+    qk_norms,
     row_max,
     saturated_fraction,
 )
@@ -528,3 +529,23 @@ def test_a_saturated_row_passes_back_almost_nothing():
     x, y = torch.randint(0, 11, (4, 16)), torch.randint(0, 11, (4, 16))
     got = score_gradients(model, x, y)
     assert got["saturated_row_grad"] < 0.1 * got["other_row_grad"], got
+
+
+def test_the_query_and_key_norms_are_read_before_qk_norm_rescales_them():
+    """attn/q_norm and attn/k_norm measure the projections as the weights make them: under QK-norm they grow with the
+    weights as they do without it (one layer: the same weights give the same projections), while the scores stay bounded."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, qk_init_std=0.5)
+    plain = GPT(cfg).eval()
+    cured = GPT(dataclasses.replace(cfg, qk_norm=True)).eval()
+    cured.load_state_dict(plain.state_dict())
+    idx = torch.randint(0, 11, (3, 8))
+    with torch.no_grad():
+        q, k, _ = plain.blocks[0].attn.qkv(plain.blocks[0].ln1(plain.embed(idx))).split(16, dim=-1)  # each (B, T, C)
+    by_hand = {"attn/q_norm": q.view(3, 8, 2, 8).norm(dim=-1).mean().item(), "attn/k_norm": k.view(3, 8, 2, 8).norm(dim=-1).mean().item()}
+    for model in (plain, cured):
+        norms = qk_norms(model, idx)
+        for tag, value in by_hand.items():
+            assert abs(norms[tag] - value) < 1e-5, (tag, norms[tag], value)
+    assert by_hand["attn/q_norm"] > 2 * 8**0.5  # far from the unit RMS (norm sqrt(D)) that QK-norm hands the scores
+    assert attention_summary(cured, idx)["attn/score_max"] <= 8**0.5 + 1e-4  # |score| <= D * D**-0.5 with unit-RMS q and k

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from harness.training.runlog import STORY, STORY_LAYOUT, UNSMOOTHED, RunLogger, parse_step, read_metrics, sample_markdown
+from harness.training.runlog import INDUCTION, STORY, UNSMOOTHED, RunLogger, parse_step, read_metrics, sample_markdown, story_layout
 
 
 def test_an_ordinary_sample_is_shown_verbatim():
@@ -26,18 +26,31 @@ def test_a_mostly_blank_sample_gives_its_share():
 
 
 def test_the_story_layout_picks_exactly_the_tags_a_run_logs():
-    logged = ["loss/val", "loss/val_honest", "loss/val_forced", "loss/val_bpc", "loss/leak_gap", "loss/order_use", "attn/entropy",
-              "attn/saturated_frac", "attn/future_mass", "heads/entropy/L0H0", "loss/train"]  # fmt: skip
-    charts = STORY_LAYOUT[STORY]
+    logged = ["loss/val", "loss/train", "loss/train_step", "loss/leak_gap", "attn/entropy", "heads/entropy/L0H0", "probe/val_honest",
+              "probe/val_forced", "probe/leak_gap", "probe/order_use", "probe/entropy", "probe/max_weight", "probe/saturated_frac",
+              "probe/future_mass", "probe/score_std", "probe/score_max", "probe/score_max/L0", "probe/q_norm", "probe/k_norm",
+              "probe/uniform_guess", "induction/max", "loss/repeated"]  # fmt: skip
+    charts = story_layout(induction=False)[STORY]
     picked = {title: sorted(t for t in logged if any(re.search(rx, t) for rx in spec[1])) for title, spec in charts.items()}
     assert list(picked.values()) == [
-        ["loss/val", "loss/val_forced", "loss/val_honest"],  # not loss/val_bpc: the patterns are anchored
-        ["loss/leak_gap"],
-        ["loss/order_use"],  # how much each run reads word order: the no-pos run beside the others
-        ["attn/entropy"],
-        ["attn/saturated_frac"],
-        ["attn/future_mass"],
+        ["loss/train_step", "probe/uniform_guess"],  # every log_interval steps: the no-mask run's falls towards 0
+        ["probe/val_forced", "probe/val_honest"],  # the probe's, every few steps: the evaluation's loss/... are in SCALARS
+        ["probe/leak_gap"],
+        ["probe/order_use"],  # how much each run reads word order: the no-pos run beside the others
+        ["probe/entropy"],
+        ["probe/saturated_frac"],
+        ["probe/future_mass"],
+        ["probe/score_std"],
+        ["probe/score_max"],  # not probe/score_max/L0: the patterns are anchored
+        ["probe/k_norm", "probe/q_norm"],
     ]
+
+
+def test_only_a_run_that_measures_induction_heads_lays_out_their_section():
+    assert list(story_layout(induction=False)) == [STORY]
+    assert list(story_layout(induction=True)) == [STORY, INDUCTION]
+    tags = [tag for _, spec in story_layout(induction=True)[INDUCTION].items() for tag in spec[1]]
+    assert tags == ["^induction/max$", "^induction/L\\d+H\\d+$", "^loss/repeated$", "^loss/first$", "^icl/score$"]
 
 
 def test_read_metrics_skips_a_line_torn_by_a_kill(tmp_path):
@@ -63,15 +76,16 @@ def test_any_damaged_line_is_skipped_alike(tmp_path, damaged):
     assert parse_step(damaged) is None
 
 
-def test_the_story_tells_how_to_read_few_points_unsmoothed():
-    """TensorBoard smooths by 0.6 by default: the layout's titles say to set it to 0, and give the address that does."""
+def test_the_induction_heads_tell_how_to_read_few_points_unsmoothed():
+    """TensorBoard smooths by 0.6 by default: the induction section (a point per evaluation) says to set it to 0, and gives
+    the address that does. The story has a point every few steps (the probe) and reads as TensorBoard opens."""
     import zipfile
     from pathlib import Path
 
     import tensorboard
 
-    assert "Smoothing to 0" in STORY and UNSMOOTHED in STORY
-    assert all(title.endswith("[read at Smoothing 0]") for title in STORY_LAYOUT[STORY])
+    assert "Smoothing to 0" in INDUCTION and UNSMOOTHED in INDUCTION and "Smoothing" not in STORY
+    assert all(title.endswith("[read at Smoothing 0]") for title in story_layout(induction=True)[INDUCTION])
     page, _, setting = UNSMOOTHED.partition("&")
     name, _, value = setting.partition("=")
     assert page == "#custom_scalars" and value == "0"

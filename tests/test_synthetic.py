@@ -1,11 +1,13 @@
 """The repeated-random source (data/synthetic.py): deterministic for a seed, an exact repeat at a varying distance,
 and the induction preset trained on it: its tags logged, and a resume that continues the stream to the same numbers."""
 
+import contextlib
+import io
 import json
 
 import pytest
 import torch
-from conftest import assert_close, assert_one_line_error, error_of, tiny_argv, write_corpus
+from conftest import assert_close, assert_one_line_error, custom_scalars_layout, error_of, tiny_argv, write_corpus
 
 import harness.training.evaluation
 import train
@@ -13,6 +15,7 @@ from configs import ConfigError, load_config
 from data.batches import draw_batch
 from data.synthetic import SYMBOLS, RepeatedRandom, load_synthetic
 from harness.training.checkpoints import read_checkpoint
+from harness.training.runlog import INDUCTION, STORY
 from model.induction import previous_occurrence
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
@@ -111,8 +114,9 @@ def preset_runs(tmp_path_factory, one_cpu_thread) -> dict:
     """The induction preset, small: 8 steps uninterrupted, and again stopped by a crash after 5 steps and resumed."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(harness.training.evaluation, "HEATMAP_MAX_TOKENS", 4)  # the pictures are not under test
-        full = tmp_path_factory.mktemp("full")
-        train.train(load_config(["--config", "induction", *SMALL, "--runs-dir", str(full)]))
+        full, said = tmp_path_factory.mktemp("full"), io.StringIO()
+        with contextlib.redirect_stdout(said):
+            train.train(load_config(["--config", "induction", *SMALL, "--runs-dir", str(full)]))
         resumed = tmp_path_factory.mktemp("resumed")
         argv = ["--config", "induction", *SMALL, "--runs-dir", str(resumed)]
         real, calls = train.draw_micro_batches, [0]
@@ -129,7 +133,7 @@ def preset_runs(tmp_path_factory, one_cpu_thread) -> dict:
         mp.setattr(train, "draw_micro_batches", real)
         assert read_checkpoint(resumed / "induction" / "ckpt.pt")["step"] == 4
         train.train(load_config([*argv, "--resume"]))
-    return {"full": full / "induction", "resumed": resumed / "induction"}
+    return {"full": full / "induction", "resumed": resumed / "induction", "said": said.getvalue()}
 
 
 def metrics(run_dir) -> list[dict]:
@@ -149,6 +153,8 @@ def test_a_run_of_the_preset_logs_the_induction_tags(preset_runs):
         assert row["icl/score"] == pytest.approx(row["loss/repeated"] - row["loss/first"])
     scalars = EventAccumulator(str(preset_runs["full"]), size_guidance={"scalars": 0}).Reload().Tags()["scalars"]
     assert heads | {"induction/max", "icl/score"} <= set(scalars)
+    assert list(custom_scalars_layout(preset_runs["full"])) == [STORY, INDUCTION]  # the story, and the induction heads' own section
+    assert "induction heads: largest score" in preset_runs["said"]  # the phase change, said at the end (a text run says nothing)
 
 
 def test_a_resumed_run_of_the_preset_draws_the_same_batches_to_the_same_numbers(preset_runs):

@@ -552,8 +552,8 @@ def test_second_run_moves_the_first_aside(tmp_path, corpus_file, capsys):
     names = sorted(p.name for p in runs.iterdir())
     assert len(names) == 2 and names[0] == "tiny" and names[1].startswith("tiny.old-"), names
     old, new = read_metrics(runs / names[1]), read_metrics(runs / "tiny")
-    assert {m["step"] for m in old} == {0, 4}
-    assert {m["step"] for m in new} == {0, 2}  # only the new run's lines
+    assert {m["step"] for m in old} == {0, 1, 2, 3, 4}  # evaluations at 0 and 4, the probe at every step of so short a run
+    assert {m["step"] for m in new} == {0, 1, 2}  # only the new run's lines
     assert [m["step"] for m in eval_lines(new)] == [0, 2]
     assert json.loads((runs / names[1] / "config.json").read_text())["train"]["max_steps"] == 4
     assert json.loads((runs / "tiny" / "config.json").read_text())["train"]["max_steps"] == 2

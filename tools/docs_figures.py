@@ -1,11 +1,13 @@
 """Every measured figure in README.md and docs/ from one place, docs/figures.json:
-python -m tools.docs_figures [--record] [--runs-dir runs] [--check]
+python -m tools.docs_figures [--record] [--runs-dir runs] [--check] [--probe-cost KEY REPORT...]
 
 --record first stores what runs under --runs-dir hold (compare.py's comparisons, compare-<config>/compare.json
 with each run's metrics.jsonl; sweep.py's sweeps, sweep-<config>/sweep.json; single runs' metrics.jsonl, by folder
-name) in docs/figures.json, with this machine and today's date. Then the docs are rewritten from that file: the tables (TABLES) and every quoted
-figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes). --check rewrites nothing
-and exits 1 naming each quote that differs, as tests/test_docs_figures.py does.
+name) in docs/figures.json, with this machine and today's date. Then the docs are rewritten from that file: the tables
+(TABLES) and every quoted figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes). --check rewrites nothing
+and exits 1 naming each quote that differs, as tests/test_docs_figures.py does. --probe-cost KEY REPORT... stores under
+KEY what the probe costs a whole run (tools/figures.py: probe_cost), from `bench.py --whole-run --json` reports (files)
+of one preset with the probe and without it (--train.probes=0), run in turns.
 """
 
 import dataclasses
@@ -28,6 +30,7 @@ from tools.figures import (
     ablation_figures,
     comparison_command,
     comparison_figures,
+    probe_cost,
     read_figures,
     record,
     sweep_command,
@@ -202,7 +205,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--record", action="store_true", help="first store what the runs under --runs-dir hold")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where --record looks (default: runs)")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc differs from docs/figures.json")
+    parser.add_argument("--probe-cost", nargs="+", metavar=("KEY", "REPORT"), help="record bench.py --whole-run --json reports under KEY")
     args = parser.parse_args(argv)
+    if args.probe_cost:
+        key, *reports = args.probe_cost
+        value = probe_cost([json.loads(Path(path).read_text(encoding="utf-8")) for path in reports])
+        record(key, "bench.py --whole-run --json, with the probe and without, in turns: " + "; ".join(value["commands"]), value)
+        print(f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most")
     if args.record:
         print(f"recorded {', '.join(record_runs(args.runs_dir)) or 'nothing'} in {FIGURES}")
     problems = sync(read_figures(), write=not args.check)

@@ -25,11 +25,10 @@ SET_PER_RUN = {"train.runs_dir", "train.run_name", "train.seed", "train.resume",
 
 
 def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None = None, tag: str = "") -> dict[str, list[Config]]:
-    """The runs, keyed by variant name (char, char-no-mask, ...): the preset as given and with the mask, the
-    scale or the positions removed, or a cure or rope added (model/ablations.py; `names` picks some, "no-mask+no-pos"
-    removes both, None takes each ablation alone), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run
-    shares initialisation and batches with base's seed-s run, which is what pairs them. `tag` follows the variant's
-    name in its key and run names (sweep.py's learning rate: char-qk-norm-lr1.2e-1-s1337)."""
+    """The runs, keyed by variant name (char, char-no-mask, ...): the preset as given and with the mask, the scale or the
+    positions removed, or a cure or rope added (model/ablations.py; `names` picks some, "no-mask+no-pos" removes both, None takes
+    each ablation alone), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares base's seed-s init and batches.
+    `tag` follows the variant's name in its key and run names (sweep.py's learning rate: char-qk-norm-lr1.2e-1-s1337)."""
     out = {}
     for model_cfg in variants(cfg.model, names).values():
         one = dataclasses.replace(cfg, model=model_cfg, train=dataclasses.replace(cfg.train, runs_dir=str(runs_dir), run_name=""))
@@ -76,18 +75,14 @@ def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config, 
 
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
-    """What a run of an earlier, stopped comparison gave, if it already finished with these settings; else None.
-
-    Finished means a checkpoint and an evaluation at max_steps. Its numbers come from the earlier
-    compare.json, which also holds its wall time, or else from its metrics.jsonl.
-    """
+    """What a run of an earlier, stopped comparison gave, if it already finished with these settings (a checkpoint and an
+    evaluation at max_steps); else None. Its numbers come from compare.json (with its wall time), or else its metrics.jsonl."""
     if not (cfg.run_dir / "ckpt.pt").is_file() or not (cfg.run_dir / "metrics.jsonl").is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]
     if last.get("step") != cfg.train.max_steps:
         return None
-    recorded = read_json(cfg.run_dir / "config.json")
-    recorded = recorded if isinstance(recorded, dict) else {}
+    recorded = read_json(cfg.run_dir / "config.json")  # None, or anything else than a dict, fails below: no record
     try:  # read as a checkpoint's model config is: older records (positions true/false) upgraded
         recorded["model"] = dataclasses.asdict(ModelConfig(**recorded["model"]))
     except (ValueError, TypeError, KeyError):

@@ -41,6 +41,7 @@ PHASES = [
     ("harness.training.evaluation", "estimate_loss", "evaluations: losses", None),
     ("harness.training.evaluation", "measure_breakage", "evaluations: honest loss, attention statistics", None),
     ("harness.training.evaluation", "evaluate", "evaluations: heatmap weights, a sample", None),
+    ("harness.training.probe", "probe", "probe: the story's signals between evaluations (train.probes)", None),
     ("model.gradients", "qk_grad_norm", "logging: scalars, TensorBoard, metrics.jsonl", None),
     ("harness.training.runlog", "RunLogger.log", "logging: scalars, TensorBoard, metrics.jsonl", None),
     ("harness.training.runlog", "RunLogger.close", "logging: scalars, TensorBoard, metrics.jsonl", None),
@@ -161,7 +162,7 @@ def format_whole_run(r: dict) -> str:
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
         groups.setdefault(group, []).append((detail, phase))
-    order = ("start-up", "data", "steps", "evaluations", "logging", "checkpoints", "the rest")
+    order = ("start-up", "data", "steps", "evaluations", "probe", "logging", "checkpoints", "the rest")
     lines = [
         machine_line(r),
         "",

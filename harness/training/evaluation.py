@@ -40,6 +40,7 @@ class EvalSet:
     heatmap_ids: list[int]  # the probe text drawn in the heatmaps
     heatmap_labels: list[str]
     prompt_ids: list[int]  # start of the logged samples
+    induction: bool = False  # whether evaluations measure the induction heads: data made for them (docs/induction.md)
 
     @property
     def scored_positions(self) -> int:
@@ -82,7 +83,8 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     except TokenizerError:  # a corpus without these characters (or synthetic tokens): use its own
         heatmap_ids = corpus.probe_ids(min(T, HEATMAP_MAX_TOKENS))
         prompt_ids = heatmap_ids[:1]
-    return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids)
+    induction = cfg.data.source != "text"  # segments recur by design; in text, induction scores and icl/score mean nothing
+    return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids, induction)
 
 
 def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
@@ -170,8 +172,9 @@ def measure_breakage(
     """What shows a model break on the val text, beyond its loss: bits per byte, the honest and teacher-forced
     loss and their gap (model/measurements.py: leak), the order use (the honest loss's rise when the tokens
     before each target are shuffled), and on the first val batch the attention statistics (attn/...: its first
-    rows and tokens, at a long context: stats_shape) and the induction heads (model/induction.py: induction/...,
-    and loss/repeated, the loss where the context gives the next token away). `between` is called before each prefix pass.
+    rows and tokens, at a long context: stats_shape) and, where the data is made for them (EvalSet.induction), the induction
+    heads (model/induction.py: induction/..., and loss/repeated, the loss where the context gives the next token away).
+    `between` is called before each prefix pass.
 
     Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
     """
@@ -187,7 +190,8 @@ def measure_breakage(
         xs, ys = x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)
         probe = model.attention_probe(xs)  # one pass of the readable path serves both summaries
         metrics.update(attention_summary(model, xs, probe))
-        metrics.update(induction_summary(model, xs, ys, [weights for _, weights in probe]))
+        if eval_set.induction:
+            metrics.update(induction_summary(model, xs, ys, [weights for _, weights in probe]))
     return metrics
 
 

@@ -2,9 +2,11 @@
 
 TensorBoard groups scalars by the part of the tag before the first "/" and lists the groups
 alphabetically, so each run also writes a custom-scalars layout (the CUSTOM SCALARS tab) that
-puts the story on one screen: val against the honest loss, the leak gap, how much each run reads
-word order (the --no-pos run beside the others), then attention entropy and the share of saturated
-rows, every run of the folder overlaid; and below it the induction heads (docs/induction.md).
+puts the story on one screen, every run of the folder overlaid: the training loss, then what the probe
+(harness/training/probe.py) measures every few steps on a slice of val: the honest and forced losses and
+their gap, how much each run reads word order (the --no-pos run beside the others), attention entropy,
+the share of saturated rows, the mass on the future, the spread and the largest of the scores and the
+query and key norms. A run that measures induction heads (docs/induction.md) adds a section for them.
 """
 
 import json
@@ -18,32 +20,38 @@ from configs import Config
 from data.files import write_atomically
 from harness.folders import FolderLock, OutputError, claim_run_folder, parse_json
 from harness.pictures.heatmaps import HeatmapGrid
-from harness.training.evaluation import Evaluation
+from harness.training.evaluation import HONEST_POSITIONS, Evaluation
+from harness.training.probe import PROBE_ROWS
 from harness.training.runtime import Runtime, preset_advice
 from model.induction import INDUCTION_THRESHOLD
 from model.measurements import SHUFFLED_TOKENS
 
 CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac", "attn/future_mass")
 # TensorBoard smooths every curve by 0.6 unless told otherwise, and a curve of a few evaluations
-# smoothed that way is drawn far from the values logged (a no-mask leak gap looks half its size).
-# The story's titles say so; this address opens the tab with smoothing off.
+# smoothed that way is drawn far from the values logged. The induction section's titles say so;
+# this address opens the tab with smoothing off.
 UNSMOOTHED = "#custom_scalars&_smoothingWeight=0"
-STORY = f"the story: mask, scale and positions (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
-STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does not also match loss/val_bpc
+STORY = f"the story: mask, scale and positions (a point every few steps, train.probes; losses at {HONEST_POSITIONS} positions of {PROBE_ROWS} val texts)"
+INDUCTION = f"induction heads (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
+LAYOUT = {  # tags are regular expressions, anchored so that probe/score_max does not also match probe/score_max/L0
     STORY: {
-        f"{title} [read at Smoothing 0]": ["Multiline", tags]
+        title: ["Multiline", tags]
         for title, tags in (
-            ("loss/val, and at the honest positions: val_honest (the past only) vs val_forced (the whole block)",
-             ["^loss/val$", "^loss/val_honest$", "^loss/val_forced$"]),
-            ("leak gap: val_honest - val_forced (0 for a causal model)", ["^loss/leak_gap$"]),
-            (f"order use: val_honest's rise when the {SHUFFLED_TOKENS} tokens before each target are shuffled (0 for a bag of tokens)",
-             ["^loss/order_use$"]),
-            ("attention entropy (1 = uniform, 0 = one-hot)", ["^attn/entropy$"]),
-            ("share of saturated rows (largest weight above 0.99)", ["^attn/saturated_frac$"]),
-            ("attention mass on the future (0 under the mask)", ["^attn/future_mass$"]),
+            ("training loss (loss/train_step): without the mask it falls towards 0; flat: a uniform guess, ln V",
+             ["^loss/train_step$", "^probe/uniform_guess$"]),
+            ("val loss: val_honest (the past only) vs val_forced (the whole block)", ["^probe/val_honest$", "^probe/val_forced$"]),
+            ("leak gap: val_honest - val_forced (0 for a causal model)", ["^probe/leak_gap$"]),
+            (f"order use: val_honest's rise when the {SHUFFLED_TOKENS} tokens before each target are shuffled (causal runs)",
+             ["^probe/order_use$"]),
+            ("attention entropy (1 = uniform, 0 = one-hot)", ["^probe/entropy$"]),
+            ("share of saturated rows (largest weight above 0.99)", ["^probe/saturated_frac$"]),
+            ("attention mass on the future (0 under the mask)", ["^probe/future_mass$"]),
+            ("spread of the attention scores (std, before the softmax)", ["^probe/score_std$"]),
+            ("largest attention score, any layer (per layer: probe/score_max/L0, ...)", ["^probe/score_max$"]),
+            ("query and key norms, mean |q| and |k|: a score is at most |q| |k| x scale", ["^probe/q_norm$", "^probe/k_norm$"]),
         )
     },
-    f"induction heads (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})": {
+    INDUCTION: {
         f"{title} [read at Smoothing 0]": ["Multiline", tags]
         for title, tags in (
             ("largest induction score: attention from a repeated token to what followed its earlier occurrence", ["^induction/max$"]),
@@ -53,6 +61,13 @@ STORY_LAYOUT = {  # tags are regular expressions, anchored so that loss/val does
         )
     },
 }  # fmt: skip
+
+
+def story_layout(induction: bool) -> dict:
+    """The custom-scalars layout a run writes: the story, and the induction heads' section for a run that measures them."""
+    return {section: charts for section, charts in LAYOUT.items() if induction or section != INDUCTION}
+
+
 MOSTLY_WHITESPACE = 0.5  # a sample more blank than this is shown with its whitespace made visible
 
 
@@ -119,7 +134,7 @@ def sample_markdown(text: str, n_tokens: int) -> str:
 class RunLogger:
     """The one place metrics go: TensorBoard, runs/<name>/metrics.jsonl, and the console."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None):
+    def __init__(self, run_dir: Path, resume_step: int | None = None, induction: bool = False):
         from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
 
         path = run_dir / "metrics.jsonl"
@@ -128,7 +143,7 @@ class RunLogger:
             write_atomically(path, b"".join(line + b"\n" for line in kept))
         purge = None if resume_step is None else resume_step + 1  # TensorBoard hides later events of the old run
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
-        self.writer.add_custom_scalars(STORY_LAYOUT)
+        self.writer.add_custom_scalars(story_layout(induction))
         try:
             self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held open for the run's life)
         except OSError as e:  # a folder, or a file without write permission, in its place
