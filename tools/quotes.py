@@ -8,6 +8,7 @@ python -m tools.docs_figures fills them in.
 """
 
 COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
+SWEEPS = ("char-sweep",)  # the learning-rate sweeps: their cure rows at the preset's rate join the tables of their config
 
 QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a placeholder
     ("README.md", "first: the environment is then {install.venv_cpu_gb:.1f} GB with no CUDA package."),

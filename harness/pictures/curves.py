@@ -85,8 +85,9 @@ def plot_sweep(summary: dict, path: Path, title: str) -> None:
     rates = {lr: float(lr) for lr in summary["lrs"]}
     for ax, (panel, tag, log) in zip(axes, SWEEP_PANELS, strict=False):
         plotted = False  # runs logged before a tag existed have none
-        for name, by_lr in summary["aggregate"].items():
-            points = [(rates[lr], by_lr[lr][tag]) for lr in summary["lrs"] if tag in by_lr.get(lr, {})]
+        for i, (name, by_lr) in enumerate(summary["aggregate"].items()):
+            apart = 1 + 0.03 * (i - (len(colors) - 1) / 2)  # each variant a little to the side, so that the bars do not hide each other
+            points = [(rates[lr] * apart, by_lr[lr][tag]) for lr in summary["lrs"] if tag in by_lr.get(lr, {})]
             plotted = plotted or bool(points)
             x, cells = [p[0] for p in points], [p[1] for p in points]
             ax.errorbar(x, [c["mean"] for c in cells], yerr=[c["half_width"] or 0.0 for c in cells], color=colors[name],
