@@ -106,7 +106,7 @@ def score_at_contexts(args: argparse.Namespace, model, ids: list[int], device, h
     print(f"{'context':>8} {'tokens':>7} {'scored':>9} {'loss':>7} |" + "".join(f"{n:>10}" for n in names))
     for c in contexts:
         cells = "".join(f"{c['buckets'][n]['loss']:10.4f}" if n in c["buckets"] else " " * 10 for n in names)
-        print(f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f} |{cells}")
+        print(f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f} |{cells}".rstrip())
     print(f"contexts.json: {out / 'contexts.json'}")
     return result
 
