@@ -158,9 +158,9 @@ def context_figures(folder: Path, config: str) -> dict | None:
             shared = [label for label in runs[0]["contexts"] if label in found[reference][seeds[0]]["contexts"]] if seeds else []
             for label in shared:
                 mine, theirs = ([found[v][s]["contexts"][label] for s in seeds] for v in (variant, reference))
-                cells = {"loss": [(a["loss"], b["loss"]) for a, b in zip(mine, theirs, strict=True)]}
+                cells = {"loss": [(a["loss"], b["loss"]) for a, b in zip(mine, theirs, strict=True)]}  # buckets: those both cut
                 cells |= {name: [(a["buckets"][name]["loss"], b["buckets"][name]["loss"]) for a, b in zip(mine, theirs, strict=True)]
-                          for name in mine[0]["buckets"]}  # fmt: skip
+                          for name in mine[0]["buckets"] if name in theirs[0]["buckets"]}  # fmt: skip
                 out["differences"].setdefault(variant, {}).setdefault(reference, {})[label] = {
                     name: difference(pairs) for name, pairs in cells.items()
                 }
