@@ -21,11 +21,24 @@ from configs import load_config
 from data.chunks import FORCE_AFTER, FORCED_CHARS
 from data.sources import CHUNK_CHARS
 from harness.cli import OneLineParser, run_command
+from harness.pictures.curves import plot_positions
 from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
 from harness.training.runlog import evaluations
 from model import GPT, ModelConfig
 from model.ablations import variants
-from tools.figures import FIGURES, ablation_figures, comparison_command, comparison_figures, probe_cost, read_figures, record
+from tools.figures import (
+    FIGURES,
+    ablation_figures,
+    comparison_command,
+    comparison_figures,
+    comparison_key,
+    context_figures,
+    factors_said,
+    positions_title,
+    probe_cost,
+    read_figures,
+    record,
+)
 from tools.quotes import COMPARISONS, QUOTES
 from tools.tables import TABLES
 
@@ -170,12 +183,17 @@ def record_runs(runs_dir: Path) -> list[str]:
     for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and ".old-" not in p.name):
         if (folder / "compare.json").is_file() and "aggregate" in json.loads((folder / "compare.json").read_text(encoding="utf-8")):
             value, config = comparison_figures(folder), folder.name.removeprefix("compare-")
-            key, command = f"{config}-{len(value['seeds'])}seeds", comparison_command(config, value)
+            key, command = comparison_key(config, value), comparison_command(config, value)
             record(key, command, value)
             if ablations := ablation_figures(folder):
                 recorded.append(f"{config}-ablation")
                 record(recorded[-1], f"python inspect_attention.py --runs-dir {folder} --run RUN --ablate next-token, "
                        f"for each --no-mask RUN of {command}", ablations)  # fmt: skip
+            if contexts := context_figures(folder, config):
+                recorded.append(f"{config}-contexts")
+                record(recorded[-1], f"python score.py --runs-dir {folder} --run RUN --contexts FACTORS, for each RUN of {command} "
+                       f"(FACTORS: {factors_said(contexts)})", contexts)  # fmt: skip
+                plot_positions(contexts, ROOT / "docs" / f"contexts-{config}.png", positions_title(config, contexts))
         elif folder.name in quoted_runs() and (folder / "metrics.jsonl").is_file() and (rows := evaluations(folder)):
             key = folder.name
             last = {tag: rows[-1][tag] for tag in ("step", "loss/train", "loss/val", "loss/val_honest") if tag in rows[-1]}

@@ -8,6 +8,7 @@ python -m tools.docs_figures fills them in.
 """
 
 COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
+MORE_ROWS = ("char-3seeds-rope",)  # later comparisons whose variants README's table shows too, among their preset's rows
 
 QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a placeholder
     ("README.md", "first: the environment is then {install.venv_cpu_gb:.1f} GB with no CUDA package."),
@@ -160,6 +161,48 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/transformer-lens.md", "its loss on the text is {lens-char-no-mask.loss:.5f} nats per character. Without the three next-token heads "
      "it is {lens-char-no-mask.without:.3f}, worse than a uniform guess over the {code.char_vocab:.0f} characters ({code.ln_char_vocab:.2f})"),
     ("docs/transformer-lens.md", "look least at t+1 leaves it at {lens-char-no-mask.control:.5f}."),
+    # rotary positions, and the loss past the training length (docs/experiment.md#rotary-positions-and-past-the-training-length)
+    ("docs/experiment.md", 'Rotary positions end at val {char-3seeds-rope.aggregate.char-rope.loss/val.mean:.3f} ± '
+     "{char-3seeds-rope.aggregate.char-rope.loss/val.std:.3f} against the learned table's "
+     '{char-3seeds-rope.aggregate.char.loss/val.mean:.3f} ± {char-3seeds-rope.aggregate.char.loss/val.std:.3f}, '
+     'a difference of {char-3seeds-rope.differences.char-rope.loss/val.mean:+.3f} nats '
+     '[{char-3seeds-rope.differences.char-rope.loss/val.low:.3f}, '
+     '{char-3seeds-rope.differences.char-rope.loss/val.high:.3f}] (paired by seed, every seed lower), and read more '
+     'order (order use {char-3seeds-rope.aggregate.char-rope.loss/order_use.mean:.3f} ± '
+     '{char-3seeds-rope.aggregate.char-rope.loss/order_use.std:.3f} against '
+     '{char-3seeds-rope.aggregate.char.loss/order_use.mean:.3f} ± '
+     '{char-3seeds-rope.aggregate.char.loss/order_use.std:.3f})'),
+    ("docs/experiment.md", 'At 1x, over the whole val split, rope scores {char-contexts.char-rope.1x.loss.mean:.3f} against the learned '
+     "table's {char-contexts.char.1x.loss.mean:.3f} ({char-contexts.differences.char-rope.char.1x.loss.mean:+.3f} "
+     '[{char-contexts.differences.char-rope.char.1x.loss.low:.3f}, '
+     '{char-contexts.differences.char-rope.char.1x.loss.high:.3f}], paired by seed), in both buckets'),
+    ("docs/experiment.md", "Rope's loss is {char-contexts.char-rope.4x.64-127.mean:.3f} at positions 64-127, "
+     '{char-contexts.char-rope.4x.128-255.mean:.3f} [{char-contexts.char-rope.4x.128-255.low:.3f}, '
+     '{char-contexts.char-rope.4x.128-255.high:.3f}] at 128-255 and {char-contexts.char-rope.4x.256-511.mean:.3f} '
+     '[{char-contexts.char-rope.4x.256-511.low:.3f}, {char-contexts.char-rope.4x.256-511.high:.3f}] at 256-511, '
+     'where the seeds spread widely; the picture shows it level a little past 128, then climbing. Over the whole '
+     'window its 2x context ({char-contexts.char-rope.2x.loss.mean:.3f} [{char-contexts.char-rope.2x.loss.low:.3f}, '
+     "{char-contexts.char-rope.2x.loss.high:.3f}]) still scores below the learned table's 1x; its 4x context "
+     '({char-contexts.char-rope.4x.loss.mean:.3f} [{char-contexts.char-rope.4x.loss.low:.3f}, '
+     '{char-contexts.char-rope.4x.loss.high:.3f}]) no longer does'),
+    ("docs/experiment.md", 'no break at the trained length.** {char-contexts.char-no-pos.4x.0-63.mean:.3f} at positions 0-63, '
+     '{char-contexts.char-no-pos.4x.64-127.mean:.3f} at 64-127, {char-contexts.char-no-pos.4x.128-255.mean:.3f} at '
+     '128-255 and {char-contexts.char-no-pos.4x.256-511.mean:.3f} at 256-511: unlike the'),
+    ("docs/experiment.md", "here they degrade less past the length than rotary positions (from positions 64-127 to 256-511 none goes "
+     "from {char-contexts.char-no-pos.4x.64-127.mean:.3f} to {char-contexts.char-no-pos.4x.256-511.mean:.3f}, rope from "
+     "{char-contexts.char-rope.4x.64-127.mean:.3f} to {char-contexts.char-rope.4x.256-511.mean:.3f}), but their loss is higher in every "
+     "bucket, by a margin that shrinks: at 256-511 rope minus none is {char-contexts.differences.char-rope.char-no-pos.4x.256-511.mean:+.3f} "
+     "[{char-contexts.differences.char-rope.char-no-pos.4x.256-511.low:.3f}, {char-contexts.differences.char-rope.char-no-pos.4x.256-511.high:.3f}], "
+     "an interval that reaches 0"),
+    ("README.md", '`--rope` ends at char val {char-3seeds-rope.aggregate.char-rope.loss/val.mean:.3f} ± '
+     '{char-3seeds-rope.aggregate.char-rope.loss/val.std:.3f}, '
+     '{char-3seeds-rope.differences.char-rope.loss/val.mean:+.3f} nats '
+     '[{char-3seeds-rope.differences.char-rope.loss/val.low:.3f}, '
+     '{char-3seeds-rope.differences.char-rope.loss/val.high:.3f}] paired by seed.'),
+    ("README.md", 'at positions 256-511 of a 512-character window rope scores {char-contexts.char-rope.4x.256-511.mean:.2f} '
+     'against {char-contexts.char-rope.4x.64-127.mean:.2f} at 64-127, while the model without positions, worse '
+     'everywhere, rises less ({char-contexts.char-no-pos.4x.64-127.mean:.2f} to '
+     '{char-contexts.char-no-pos.4x.256-511.mean:.2f}), and a learned table has no row there at all'),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),
