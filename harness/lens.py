@@ -200,7 +200,8 @@ def hf_tokenizer(tokenizer: Tokenizer):
     char: the run's own characters, one token each. gpt2: GPT-2's byte-level BPE from the two files that tiktoken
     reads for it (encoder.json holds the ids, vocab.bpe the merges), from tiktoken's cache. Both pad with
     <|endoftext|>; char runs have no such token, so it gets the id after the vocabulary, which no embedding has:
-    a padded batch fails there instead of reading a real character.
+    a padded batch fails there instead of reading a real character. The text "<|endoftext|>" itself reads as
+    ours reads it, as ordinary text (split_special_tokens), never as that id.
     """
     from tokenizers import Regex, decoders, pre_tokenizers
     from tokenizers import Tokenizer as Fast
