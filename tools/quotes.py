@@ -156,12 +156,12 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/tests.md", "took {compile-test.cold_cpu_s:.0f} s of CPU time with Inductor's cache empty, as in a fresh clone, and "
      "{compile-test.warm_cpu_s:.0f} s with it filled"),
     # the no-mask run's next-token heads, found with TransformerLens (docs/transformer-lens.md, recorded by tools/lens_page.py)
-    ("docs/transformer-lens.md", "put most of their weight on the answer: L0H3 {lens-char-no-mask.scores.L0H3:.3f}, L0H0 "
-     "{lens-char-no-mask.scores.L0H0:.3f} and L0H1 {lens-char-no-mask.scores.L0H1:.3f} of it, on the {lens-char-no-mask.tokens:.0f} characters"),
+    ("docs/transformer-lens.md", "put most of their weight on the answer: L0H0 {lens-char-no-mask.scores.L0H0:.3f}, L0H2 "
+     "{lens-char-no-mask.scores.L0H2:.3f} and L0H1 {lens-char-no-mask.scores.L0H1:.3f} of it, on the {lens-char-no-mask.tokens:.0f} characters"),
     *(("docs/transformer-lens.md", f"layer {layer}: " + "  ".join(f"H{h} {{lens-char-no-mask.scores.L{layer}H{h}:.3f}}" for h in range(4)))
       for layer in range(3)),  # what the page's Python prints, as the page shows it
-    ("docs/transformer-lens.md", "loss {lens-char-no-mask.loss:.5f}; without the next-token heads (L0H0, L0H1, L0H3) "
-     "{lens-char-no-mask.without:.3f}; without L2H3, L2H2, L1H0 {lens-char-no-mask.control:.5f}"),
+    ("docs/transformer-lens.md", "loss {lens-char-no-mask.loss:.5f}; without the next-token heads (L0H0, L0H1, L0H2) "
+     "{lens-char-no-mask.without:.3f}; without L2H2, L1H3, L1H2 {lens-char-no-mask.control:.5f}"),
     ("docs/transformer-lens.md", "its loss on the text is {lens-char-no-mask.loss:.5f} nats per character. Without the three next-token heads "
      "it is {lens-char-no-mask.without:.3f}, worse than a uniform guess over the {code.char_vocab:.0f} characters ({code.ln_char_vocab:.2f})"),
     ("docs/transformer-lens.md", "look least at t+1 leaves it at {lens-char-no-mask.control:.5f}."),
