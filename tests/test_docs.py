@@ -231,8 +231,8 @@ def check_python(argv: list[str], monkeypatch, capsys) -> None:
     if argv[1] == "-m":
         assert importlib.util.find_spec(argv[2]) is not None, f"no module {argv[2]}"
         return
-    script = REPO_ROOT / argv[1]
-    assert script.is_file(), f"no script {argv[1]} in the repository"
+    script = (REPO_ROOT / argv[1]).resolve()
+    assert script.is_relative_to(REPO_ROOT) and script.is_file(), f"no script {argv[1]} in the repository (all a user has)"
     dry_parse(script, argv[2:], monkeypatch, capsys)
 
 
@@ -263,6 +263,28 @@ def test_the_docs_show_commands():
 @pytest.mark.parametrize("command", COMMANDS, ids=str)
 def test_command_names_a_script_and_flags_it_accepts(command, monkeypatch, capsys):
     check_command(command.argv, monkeypatch, capsys)
+
+
+def test_no_command_reaches_outside_the_repository():
+    """A user has the repository and nothing beside it: no command names a path above its root."""
+    outside = [str(c) for c in COMMANDS if any(a.startswith("../") or "/../" in a or a.startswith("~") for a in c.argv)]
+    assert not outside, f"commands that name paths outside the repository: {outside}"
+    with pytest.raises(AssertionError, match="no script ../yardstick.py in the repository"):
+        check_python(["python", "../yardstick.py"], None, None)
+
+
+def test_the_test_command_ends_with_its_count_and_each_skip_with_its_reason(tmp_path):
+    """README's `python -m pytest`, with or without a user's own -q, ends with the count line and lists each skip with its
+    reason (pyproject.toml's addopts): a -q there would make a user's -q hide the count."""
+    (tmp_path / "test_one.py").write_text("import pytest\n\ndef test_a():\n    assert 2 + 2 == 4\n\n"
+                                          "def test_b():\n    pytest.skip('needs a thing this machine lacks')\n")  # fmt: skip
+    for extra in ([], ["-q"]):
+        config = ["-c", str(REPO_ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-p", "no:cacheprovider"]
+        argv = [sys.executable, "-m", "pytest", *config, *extra, str(tmp_path / "test_one.py")]
+        proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        lines = proc.stdout.strip().splitlines()
+        assert proc.returncode == 0 and re.search(r"\b1 passed, 1 skipped\b", lines[-1]), (extra, proc.stdout[-1000:])
+        assert any("SKIPPED" in line and "needs a thing this machine lacks" in line for line in lines), (extra, proc.stdout[-1000:])
 
 
 def test_dry_parse_rejects_an_unknown_flag(monkeypatch, capsys):

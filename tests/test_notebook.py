@@ -9,13 +9,15 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, import_or_skip
 
 from model import ModelConfig
 from model.ablations import flags_label, variants
 
-nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat and nbclient (pip install -r requirements-dev.txt)")
-nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbformat and nbclient (pip install -r requirements-dev.txt)")
+NEEDS = "the notebook test needs nbformat, nbclient and ipykernel (pip install -r requirements-dev.txt)"
+nbformat = import_or_skip("nbformat", NEEDS)
+nbclient = import_or_skip("nbclient", NEEDS)
+import_or_skip("ipykernel", NEEDS)  # the python3 kernel the notebook runs in
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "attention.ipynb"
 

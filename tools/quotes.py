@@ -135,6 +135,15 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{char-ablation.runs.char-no-mask-s1338.next_token_weight.L0H2:.3f} of its weight on"),
     ("README.md", "closes the whole no-mask leak gap (char {char-ablation.summary.L0.min:pct.1f}% to {char-ablation.summary.L0.max:pct.1f}%, "
      "base {base-ablation.summary.L0.min:pct.1f}% to {base-ablation.summary.L0.max:pct.1f}%, every seed)"),
+    # the time-to-quality yardstick against nanoGPT, in docs/performance.md and README
+    ("docs/performance.md", "**The 3 x 410 preset, on a quiet machine: {yardstick-char.ratio.median:.3f} of nanoGPT's wall time.**"),
+    *(("docs/performance.md", f"| {pair} | {{yardstick-char.pairs.{pair}.ours_s:.1f}} | {{yardstick-char.pairs.{pair}.ours_val:.3f}} | "
+       f"{{yardstick-char.pairs.{pair}.nanogpt_s:.1f}} | {{yardstick-char.pairs.{pair}.nanogpt_val:.3f}} | {{yardstick-char.pairs.{pair}.ratio:.3f}} |")
+      for pair in (1, 2, 3)),
+    ("docs/performance.md", "Median {yardstick-char.ratio.median:.3f} ({yardstick-char.ratio.min:.3f} to {yardstick-char.ratio.max:.3f}), at a lower "
+     "final val than nanoGPT's ({yardstick-char.pairs.1.ours_val:.3f} against {yardstick-char.pairs.1.nanogpt_val:.3f})"),
+    ("README.md", "(`char` reaches val {yardstick-char.pairs.1.ours_val:.3f} in {yardstick-char.ratio.median:.2f} of the wall time nanoGPT's CPU "
+     "recipe takes to {yardstick-char.pairs.1.nanogpt_val:.3f}: median of 3 pairs run in turns on a quiet 2-core Intel Xeon with bfloat16 units)"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),
