@@ -11,6 +11,7 @@ as they change and never keeps a list of its own.
 import argparse
 import ast
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -18,6 +19,7 @@ import runpy
 import shlex
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +30,7 @@ import configs
 from harness.cli import OneLineParser
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
-PROGRAMS = ("python", "torchrun", "tensorboard", "pip")  # what a code block's command may start with
+PROGRAMS = ("python", "torchrun", "tensorboard", "pip", "hf")  # what a code block's command may start with
 
 
 def doc_id(path: Path) -> str:
@@ -125,11 +127,11 @@ def block_commands(block: str) -> list[list[str]] | None:
 
 
 def inline_commands(text: str) -> list[list[str]]:
-    """Inline code that is a command: `python script.py ...` or `python -m ...`, possibly wrapped over lines.
+    """Inline code that is a command: `python script.py ...`, `python -m ...` or `hf ...`, possibly wrapped over lines.
 
     A "..." stands for arguments left out, and is dropped."""
     spans = [s.replace("\n", " ") for s in re.findall(r"`([^`]+)`", prose(text))]
-    return [[a for a in shlex.split(s) if a != "..."] for s in spans if re.match(r"python (-m \S+|\S+\.py)( |$)", s)]
+    return [[a for a in shlex.split(s) if a != "..."] for s in spans if re.match(r"(python (-m \S+|\S+\.py)|hf \S+)( |$)", s)]
 
 
 def all_commands() -> list[Command]:
@@ -248,8 +250,30 @@ def check_command(argv: list[str], monkeypatch, capsys) -> None:
         from tensorboard import program
 
         program.TensorBoard().configure(argv=[None, *argv[1:]])  # its own flag parser: exits 2 on an unknown flag
+    elif argv[0] == "hf":
+        check_hf(argv)
     else:  # pip install -r FILE
         assert (REPO_ROOT / argv[argv.index("-r") + 1]).is_file(), f"no requirements file in {argv}"
+
+
+def check_hf(argv: list[str]) -> None:
+    """huggingface_hub's command line (requirements.txt) exists and parses argv with its own click parser; nothing runs."""
+    scripts = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == "hf"]
+    assert scripts, "the installed huggingface_hub has no `hf` command (0.34 brought it; requirements.txt asks for it)"
+    app = getattr(importlib.import_module(scripts[0].module), "app", None)
+    if not hasattr(app, "make_context"):
+        version = importlib.metadata.version("huggingface_hub")
+        pytest.skip(f"huggingface_hub {version} builds `hf` without click; its flags are checked with huggingface_hub 1.0 or newer")
+    import click
+
+    try:
+        ctx = app.make_context("hf", argv[1:])
+        with warnings.catch_warnings():  # click 8.2 keeps the subcommand in protected_args still, and warns on reading it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            name, command, rest = app.resolve_command(ctx, [*ctx.protected_args, *ctx.args])
+        command.make_context(name, rest, parent=ctx)
+    except click.UsageError as e:
+        pytest.fail(f"{shlex.join(argv)}: {e.format_message()}")
 
 
 COMMANDS = all_commands()
@@ -293,6 +317,8 @@ def test_dry_parse_rejects_an_unknown_flag(monkeypatch, capsys):
         check_command(["python", "train.py", "--train.learning_rate=3e-4"], monkeypatch, capsys)
     with pytest.raises(pytest.fail.Exception, match="unrecognized arguments: --top-q"):
         check_command(["python", "sample.py", "--top-q", "5"], monkeypatch, capsys)
+    with pytest.raises(pytest.fail.Exception, match=r"No such option:? '?--local"):
+        check_command(["hf", "download", "gpt2", "--local", "folder"], monkeypatch, capsys)
     cfg = dry_parse(REPO_ROOT / "compare.py", ["--config", "char", "--seeds", "3", "--model.n_layer", "6"], monkeypatch, capsys)
     assert (cfg.name, cfg.model.n_layer) == ("char", 6)
 
