@@ -184,6 +184,18 @@ def test_readme_fits_on_a_few_screens():
     assert n_lines <= 210, f"README.md has {n_lines} lines; move the detail into a page under docs/"
 
 
+def test_the_glossary_explains_every_column_in_the_tables_order():
+    """README says the glossary explains every column of its table; compare.py prints the same columns and wall s."""
+    from harness.experiments.stats import COLUMNS
+
+    entries = re.findall(r"^- \*\*([^*]+)\*\*", (REPO_ROOT / "docs" / "glossary.md").read_text(encoding="utf-8"), flags=re.MULTILINE)
+    headers = [header for header, _, _ in COLUMNS]
+    assert [e for e in entries if e in headers] == headers, f"docs/glossary.md lacks {[h for h in headers if h not in entries]} or reorders"
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    table = next(line for line in readme.splitlines() if line.startswith("| run | train |"))
+    assert [cell.strip() for cell in table.strip("|").split("|")][1:] == [h for h in headers if h != "wall s"], table
+
+
 def test_the_command_line_page_names_every_field_flag_and_preset():
     """docs/command-line.md promises every config field: each field of the dataclasses, each shorthand flag and each preset."""
     text = (REPO_ROOT / "docs" / "command-line.md").read_text(encoding="utf-8")
@@ -309,6 +321,16 @@ def test_the_test_command_ends_with_its_count_and_each_skip_with_its_reason(tmp_
         lines = proc.stdout.strip().splitlines()
         assert proc.returncode == 0 and re.search(r"\b1 passed, 1 skipped\b", lines[-1]), (extra, proc.stdout[-1000:])
         assert any("SKIPPED" in line and "needs a thing this machine lacks" in line for line in lines), (extra, proc.stdout[-1000:])
+
+
+def test_every_folder_a_doc_command_writes_into_is_ignored_by_git():
+    """What the commands write (runs, exported models, downloads) never shows up as a change to commit."""
+    lines = (REPO_ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    ignored = {line.strip().strip("/") for line in lines if line.strip() and not line.startswith("#")}
+    flags = ("--out", "--local-dir", "--runs-dir", "--train.runs_dir")
+    written = {c.argv[i + 1].split("/")[0]: str(c) for c in COMMANDS for i, arg in enumerate(c.argv[:-1]) if arg in flags}
+    assert "exported" in written and "runs" in written, written
+    assert not set(written) - ignored, f"folders the docs' commands write that .gitignore lacks: {set(written) - ignored}"
 
 
 def test_dry_parse_rejects_an_unknown_flag(monkeypatch, capsys):
