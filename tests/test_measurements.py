@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -288,6 +289,28 @@ def test_heatmaps_outline_the_diagonal_or_the_answer_and_carry_a_colour_bar(caus
         assert outlined == cells
     (colorbar,) = [ax for ax in fig.axes if not ax.images]
     assert colorbar.get_ylabel() == f"weight; red: {label}" and colorbar.get_ylim() == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_attention_page_marks_in_red_the_diagonal_or_the_answer(tmp_path, causal):
+    """circuitsvis colours a cell by its value alone (blue above 0, red below): the page hands it negated the cells the
+    PNG heatmaps outline, t+1 without the mask (a head that reads the answer shows a red line, not a blue one that looks
+    like the diagonal) and t under it (a previous-token head's blue line runs beside the red diagonal)."""
+    T = 6
+    scores = torch.randn(2, 2, T, T, generator=torch.Generator().manual_seed(0))  # 2 layers of (H, T, T)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    weights = scores.softmax(dim=-1)
+    page = harness.pictures.heatmaps.attention_page(list(weights), list("abcdef"), "page", causal, tmp_path / "attention.html").read_text()
+    props = json.loads(re.search(r"CircuitsVis\.AttentionHeads,\s*(\{.*\})\s*\)", page).group(1))
+    shown = torch.tensor(props["attention"])  # (n_layer * H, T, T)
+    marked = torch.eye(T, dtype=torch.bool) if causal else torch.eye(T, dtype=torch.bool).roll(1, dims=1).triu()  # (t, t) or (t, t+1)
+    assert (props["negativeColor"], props["positiveColor"], props["minValue"], props["maxValue"]) == ("red", "blue", -1.0, 1.0)
+    assert props["maskUpperTri"] is causal and props["attentionHeadNames"] == ["L0H0", "L0H1", "L1H0", "L1H1"]
+    expected = weights.reshape(4, T, T)
+    assert_close(shown, torch.where(marked, -expected, expected), atol=1e-6)
+    assert int(marked.sum()) == (T if causal else T - 1) and ("the diagonal" if causal else "the weight on t+1") in page
+    assert (shown[:, marked] < 0).all() and (shown[:, ~marked] >= 0).all()
 
 
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
