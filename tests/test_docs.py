@@ -356,6 +356,62 @@ def test_python_block_imports_exist(doc, block):
             assert not missing, f"{doc}: {node.module} has no {missing}"
 
 
+# --- which test runs each command, or why none can -------------------------------------------------
+
+
+def pretrained_from_the_hub(argv: list[str]) -> bool:
+    """A command that reads OpenAI's GPT-2 (gpt2, gpt2-medium, ...) by name: from the Hugging Face hub."""
+    named = argv[argv.index("--pretrained") + 1] if "--pretrained" in argv else None
+    fine_tune = "gpt2-finetune" in argv and "--init-from" not in argv  # the preset starts from the hub's gpt2
+    return (named is not None and named.startswith("gpt2")) or fine_tune
+
+
+NOT_RUN = [  # (which commands, why the suite cannot run them); test_docs still parses each one's flags
+    (pretrained_from_the_hub, "reads OpenAI's GPT-2 from the Hugging Face hub, over the network; the suite runs the same "
+     "path on a small random GPT-2 it saves itself (tests/test_pretrained.py, tests/test_real_gpt2.py)"),
+    (lambda argv: argv[0] == "hf", "downloads from the Hugging Face hub, over the network"),
+    (lambda argv: argv[0] == "pip", "installs from PyPI, over the network; .ci/run installs what README says in a fresh clone"),
+    (lambda argv: argv[0] == "torchrun", "needs 4 GPUs, or 2 machines of 8; tests/test_distributed.py runs train.py as 2 CPU "
+     "processes that sum their gradients as these would"),
+    (lambda argv: argv[:3] == ["python", "-m", "pytest"], "is the suite itself"),
+    (lambda argv: argv[0] == "tensorboard", "starts a server that runs until it is stopped; its flags are parsed here"),
+]  # fmt: skip
+
+
+TEST_TEXTS = {p.name: p.read_text(encoding="utf-8") for p in (REPO_ROOT / "tests").glob("test_*.py") if p.name != "test_docs.py"}
+
+
+def tests_running(script: str) -> list[str]:
+    """The text of each test file that runs script.py: it imports the script or names it."""
+    stem = script.removesuffix(".py")
+    return [text for text in TEST_TEXTS.values() if script in text or re.search(rf"^\s*(import {stem}\b|from {stem} import)", text, re.M)]
+
+
+def test_every_doc_command_is_run_by_a_test_or_listed_with_the_reason_it_cannot_be():
+    """A command in NOT_RUN cannot run here (the network, GPUs). Any other runs in the suite in a small form (the tiny
+    preset, a small text, a small run of the test's own): some test runs its script, and every flag of the script's own
+    that the command gives appears in a test that runs it. Config keys (--section.field) go to the config loader,
+    which every script shares, and which tests/test_config.py tests key by key."""
+    unrun = []
+    for command in COMMANDS:
+        argv = command.argv
+        if any(matches(argv) for matches, _ in NOT_RUN):
+            continue
+        if argv[1] == "-m":  # a module's command: a test imports what it runs, or runs it
+            runs = re.compile(rf"(python -m |from |import ){re.escape(argv[2])}\b")
+            if not any(runs.search(text) for text in TEST_TEXTS.values()):
+                unrun.append(f"{command}: no test runs {argv[2]}")
+            continue
+        runners = tests_running(argv[1])
+        flags = {a.split("=")[0] for a in argv[2:] if a.startswith("--") and "." not in a.split("=")[0]}
+        missing = sorted(f for f in flags if not any(f in text for text in runners))
+        if not runners or missing:
+            unrun.append(f"{command}: {'no test runs it' if not runners else 'no test that runs it gives ' + ', '.join(missing)}")
+    assert not unrun, "run these in a test, on a small scale, or list them in NOT_RUN with the reason:\n" + "\n".join(unrun)
+    reasons = [reason for _, reason in NOT_RUN]
+    assert all(any(matches(c.argv) for c in COMMANDS) for matches, _ in NOT_RUN) and all(reasons), reasons  # no stale entry
+
+
 # --- commands that run in seconds on the tiny preset -------------------------------------------------
 
 

@@ -325,6 +325,12 @@ def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, on
     table = [line for line in printed.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(table) == 4  # 2 layers x 2 heads
     assert all(float(line.split("|")[6]) > 0 for line in table)  # future mass of an unmasked model
+    repeated = inspect_attention.main(
+        ["--run", "tiny-no-mask", "--runs-dir", str(tmp_path / "runs"), "--repeated", "--out", str(tmp_path / "r")]
+    )
+    printed = capsys.readouterr().out
+    assert f", {load_config(argv).model.block_size} tokens; heatmaps in {repeated}/" in printed  # random tokens, as many as the context
+    assert "induction heads (weight above 0.3):" in printed and (repeated / "attention.html").is_file()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: checks bf16 autocast and torch.compile")
