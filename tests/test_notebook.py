@@ -48,7 +48,9 @@ def test_notebook_is_committed_with_outputs_and_a_kernel_every_environment_has()
 
 def test_the_notebooks_sections_are_numbered_in_order_and_end_with_where_next():
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    headings = [line[3:] for cell in nb.cells if cell.cell_type == "markdown" for line in cell.source.splitlines() if line.startswith("## ")]
+    headings = [
+        line[3:] for cell in nb.cells if cell.cell_type == "markdown" for line in cell.source.splitlines() if line.startswith("## ")
+    ]
     numbers = [int(m.group(1)) for h in headings[:-1] if (m := re.match(r"(\d+)\. ", h))]
     assert numbers == list(range(1, len(headings))) and headings[-1] == "Where next", headings
 

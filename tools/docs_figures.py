@@ -1,11 +1,13 @@
-"""Every measured figure in README.md and docs/ from one place, docs/figures.json:
-python -m tools.docs_figures [--record] [--runs-dir runs] [--check]
+"""Every measured figure and every output in README.md and docs/ from one place, docs/figures.json:
+python -m tools.docs_figures [--record] [--record-outputs] [--runs-dir runs] [--check] [--check-outputs]
 
 --record first stores what runs under --runs-dir hold (compare.py's comparisons, compare-<config>/compare.json
 with each run's metrics.jsonl, and single runs' metrics.jsonl, by folder name) in docs/figures.json, with this
 machine and today's date. Then the docs are rewritten from that file: the tables (TABLES) and every quoted
-figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes). --check rewrites nothing
-and exits 1 naming each quote that differs, as tests/test_docs_figures.py does.
+figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes), and every output a page shows
+(tools/outputs.py). --check rewrites nothing and exits 1 naming each quote that differs, as tests/test_docs_figures.py
+does. --record-outputs runs the commands whose outputs the pages show on the runs under --runs-dir and stores what they
+print; --check-outputs runs them again and exits 1 naming each output the code no longer prints (--outputs KEYS: some).
 """
 
 import dataclasses
@@ -15,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+import torch
+
 from configs import load_config
 from harness.cli import OneLineParser, run_command
 from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
@@ -22,6 +26,7 @@ from harness.training.runlog import evaluations
 from model import GPT, ModelConfig
 from model.ablations import variants
 from tools.figures import FIGURES, ablation_figures, comparison_command, comparison_figures, read_figures, record
+from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs
 from tools.quotes import COMPARISONS, QUOTES
 from tools.tables import TABLES
 
@@ -144,6 +149,9 @@ def sync(figures: dict, write: bool) -> list[str]:
                 pieces += [text[last : match.start(k)], value]
                 last = match.end(k)
         texts[doc] = "".join(pieces) + text[last:]
+    for doc in {o.doc for o in OUTPUTS if o.doc}:
+        texts.setdefault(doc, (ROOT / doc).read_text(encoding="utf-8"))
+    problems += render_outputs(figures, texts)
     if write:
         for doc, text in texts.items():
             if text != (ROOT / doc).read_text(encoding="utf-8"):
@@ -183,9 +191,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--record", action="store_true", help="first store what the runs under --runs-dir hold")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where --record looks (default: runs)")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc differs from docs/figures.json")
+    parser.add_argument("--record-outputs", action="store_true", help="run the commands whose outputs the docs show, and store them")
+    parser.add_argument("--check-outputs", action="store_true", help="change nothing; exit 1 if a command now prints another output")
+    parser.add_argument("--outputs", type=lambda text: text.split(","), metavar="KEYS", help="only these outputs (default: all)")
     args = parser.parse_args(argv)
+    if unknown := set(args.outputs or ()) - {o.key for o in OUTPUTS}:
+        parser.error(f"--outputs: no output {sorted(unknown)[0]}; choose from {', '.join(o.key for o in OUTPUTS)}")
+    torch.set_num_threads(1)  # the commands run with one thread, which is what the machine line of each recorded output says
+    if args.check_outputs:
+        problems = check_outputs(read_figures(), args.runs_dir, args.outputs)
+        print("\n".join(problems) or f"every output the docs show is what its command prints on the runs under {args.runs_dir}/")
+        return 1 if problems else 0
     if args.record:
         print(f"recorded {', '.join(record_runs(args.runs_dir)) or 'nothing'} in {FIGURES}")
+    for output in [o for o in OUTPUTS if args.record_outputs and (args.outputs is None or o.key in args.outputs)]:
+        record(output.key, described(output), record_output(output, args.runs_dir))
+        print(f"recorded {output.key}: {output.command}", flush=True)
     problems = sync(read_figures(), write=not args.check)
     print("\n".join(problems) or "the docs agree with docs/figures.json")
     return 1 if problems and args.check else 0

@@ -33,8 +33,6 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/command-line.md", "the default demo: val {base.last.loss/val:.3f}, {timings.train_base_s:.0f} s on a quiet 2-core CPU"),
     ("docs/command-line.md", "val loss {char.last.loss/val:.3f} after {char.last.step:.0f} steps, {timings.train_char_s:.0f} s on a quiet"),
     ("docs/sampling.md", "(`python train.py --config char`, val loss {char.last.loss/val:.3f} at its last step)"),
-    ("docs/sampling.md", "# runs/char/ckpt.pt (step {char.last.step:.0f}, val loss {char.last.loss/val:.4f}) on cpu"),
-    ("docs/sampling.md", "# runs/char-no-mask/ckpt.pt (step {char-no-mask-325.last.step:.0f}, val loss {char-no-mask-325.last.loss/val:.4f}) on cpu"),
     ("docs/experiment.md", "By step {char-3seeds.collapse.char-no-mask.max:.0f} (all three seeds) the `char-no-mask` training loss has collapsed below 0.5"),
     ("docs/experiment.md", "its training loss {base-3seeds.aggregate.base-no-mask.loss/train.mean:.3f} ± {base-3seeds.aggregate.base-no-mask.loss/train.std:.3f} "
      "at the end against the causal run's {base-3seeds.aggregate.base.loss/train.mean:.3f} ± {base-3seeds.aggregate.base.loss/train.std:.3f})"),
@@ -85,7 +83,11 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] the scaled model's"),
     ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
-    ("docs/sampling.md", "Its logged val loss, {char-no-mask-325.last.loss/val:.4f}, is what it scores"),
+    ("docs/sampling.md", "(below, on the val split at `--stride 128`,\n{output-char-no-mask-score.cpu_s:.0f} s of CPU time with one torch "
+     "thread, where the causal run's takes {output-char-score-stride.cpu_s:.0f} s)"),
+    ("docs/sampling.md", "Its logged val loss, {char-no-mask.last.loss/val:.4f}, is what it scores"),
+    ("docs/sampling.md", "`python score.py --run char --stride 128`, scores {output-char-score-stride.json.loss:.4f} nats "
+     "(perplexity {output-char-score-stride.json.perplexity:.3f})"),
     # order: the positions removed, with and without the mask (docs/experiment.md#order-...)
     ("docs/experiment.md", "in char its val loss is {char-3seeds.aggregate.char-no-pos.loss/val.mean:.3f} ± "
      "{char-3seeds.aggregate.char-no-pos.loss/val.std:.3f} against {char-3seeds.aggregate.char.loss/val.mean:.3f} ± "
