@@ -381,7 +381,7 @@ NOT_RUN = [  # (which commands, why the suite cannot run them); test_docs still 
 TEST_TEXTS = {p.name: p.read_text(encoding="utf-8") for p in (REPO_ROOT / "tests").glob("test_*.py") if p.name != "test_docs.py"}
 
 
-def tests_running(script: str) -> list[str]:
+def files_running(script: str) -> list[str]:
     """The text of each test file that runs script.py: it imports the script or names it."""
     stem = script.removesuffix(".py")
     return [text for text in TEST_TEXTS.values() if script in text or re.search(rf"^\s*(import {stem}\b|from {stem} import)", text, re.M)]
@@ -402,7 +402,7 @@ def test_every_doc_command_is_run_by_a_test_or_listed_with_the_reason_it_cannot_
             if not any(runs.search(text) for text in TEST_TEXTS.values()):
                 unrun.append(f"{command}: no test runs {argv[2]}")
             continue
-        runners = tests_running(argv[1])
+        runners = files_running(argv[1])
         flags = {a.split("=")[0] for a in argv[2:] if a.startswith("--") and "." not in a.split("=")[0]}
         missing = sorted(f for f in flags if not any(f in text for text in runners))
         if not runners or missing:
