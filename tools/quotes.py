@@ -146,6 +146,9 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "final val than nanoGPT's ({yardstick-char.pairs.1.ours_val:.3f} against {yardstick-char.pairs.1.nanogpt_val:.3f})"),
     ("README.md", "(`char` reaches val {yardstick-char.pairs.1.ours_val:.3f} in {yardstick-char.ratio.median:.2f} of the wall time nanoGPT's CPU "
      "recipe takes to {yardstick-char.pairs.1.nanogpt_val:.3f}: median of 3 pairs run in turns on a quiet 2-core Intel Xeon with bfloat16 units)"),
+    ("README.md", "`python train.py --config char --model.attention=manual --run-name char-manual`\ntakes "
+     "{attention-manual-char.cpu_ratio.median:.2f}x the CPU time (median of 3 runs in turns, one torch thread) and ends at val "
+     "{attention-manual-char.val.manual:.3f} instead of\n{attention-manual-char.val.sdpa:.3f}"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),
