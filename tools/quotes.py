@@ -83,6 +83,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] the scaled model's"),
     ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
+    ("docs/sampling.md", "(`char` ends at val {yardstick-char.pairs.1.ours_val:.3f} with two threads, {char.last.loss/val:.3f} with one)"),
     ("docs/sampling.md", "(below, on the val split at `--stride 128`,\n{output-char-no-mask-score.cpu_s:.0f} s of CPU time with one torch "
      "thread, where the causal run's takes {output-char-score-stride.cpu_s:.0f} s)"),
     ("docs/sampling.md", "Its logged val loss, {char-no-mask.last.loss/val:.4f}, is what it scores"),
