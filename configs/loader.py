@@ -13,7 +13,6 @@ set from the command line with its dotted name:
 Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
 """
 
-import dataclasses
 import difflib
 import tomllib
 from pathlib import Path
@@ -110,7 +109,9 @@ def shape_suffix(preset: dict, model) -> str:
     """What a run's default name gets for the model sizes the command line changed from its preset's: "-n_layer1", ...
 
     `--config induction --model.n_layer=1` then trains runs/induction-n_layer1 beside runs/induction, instead of moving
-    the two-layer run aside; a size the preset already has adds nothing, and --run-name always wins."""
+    the two-layer run aside; a size the preset already has adds nothing, and --run-name always wins. It is kept apart
+    from the run name (Config.shape), so that variants derived from the config (compare.py's, the notebook's) keep it
+    under names of their own."""
     changed = [key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)]
     return "".join(f"-{key}{getattr(model, key)}" for key in changed)
 
@@ -174,9 +175,7 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         section, _, key = dotted.partition(".")
         values[section][key] = convert(dotted, value)
     try:
-        cfg = Config(name=path.stem, **{s: cls(**values[s]) for s, cls in SECTIONS.items()})
-        if (suffix := shape_suffix(preset, cfg.model)) and not cfg.train.run_name:
-            cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, run_name=cfg.run_name + suffix))
-        return cfg
+        sections = {s: cls(**values[s]) for s, cls in SECTIONS.items()}
+        return Config(name=path.stem, **sections, shape=shape_suffix(preset, sections["model"]))
     except ValueError as e:
         raise ConfigError(str(e)) from None
