@@ -49,7 +49,7 @@ OUTPUTS = [
         f"{SAMPLE} --prompt-file prompt.txt --max-new-tokens 80 --temperature 0.6",
         "char",
         files=(("prompt.txt", "KING RICHARD II:\nNow is the"),),
-    ),  # fmt: skip
+    ),
     Output("output-base-sample", "docs/sampling.md", "python sample.py --max-new-tokens 100", "base", body=True),
     Output("output-char-score", "docs/sampling.md", "python score.py --run char --top 5", "char"),
     Output("output-char-no-mask-score", "docs/sampling.md", "python score.py --run char-no-mask --stride 128", "char-no-mask", stderr=True),
