@@ -3,6 +3,7 @@ data/prepare.py (streaming, documents, the split, bad input, interruption, memor
 
 import base64
 import codecs
+import importlib.util
 import json
 import os
 import random
@@ -170,6 +171,8 @@ def bad(tmp_path: Path, name: str, content: bytes) -> Path:
     ids=["broken-json", "missing-field", "not-a-string", "jsonl-not-utf8", "txt-not-utf8", "binary", "not-parquet"],
 )
 def test_bad_input_is_one_line_naming_the_file(tmp_path, name, content, needles):
+    if name.endswith(".parquet") and importlib.util.find_spec("pyarrow") is None:  # pyarrow is optional (requirements-dev.txt):
+        needles = [name, "needs pyarrow: pip install pyarrow"]  # without it the file is never opened, and the line says what to install
     folder = bad(tmp_path, name, content)
     with pytest.raises(DataError) as e:
         load_corpus(cfg(tmp_path, folder))

@@ -930,7 +930,7 @@ def weights_only(path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "damage", "needles"),
     [
-        (["--model.n_embd=64"], None, ["trained with another model config", "n_embd 32 vs 64", "resume with the run's own flags"]),
+        (["--model.n_embd=64", "--run-name=tiny"], None, ["another model config", "n_embd 32 vs 64", "resume with the run's own flags"]),
         ([], None, ["already finished at step 60", "raise --train.max_steps"]),
         (["--train.max_steps=70"], weights_only, ["holds weights only"]),
         (["--train.max_steps=70", "--data-file", "OTHER"], None, ["trained on another text", "same --data-file"]),

@@ -35,7 +35,8 @@ from harness.training.runlog import read_metrics
 from model import GPT
 from model.measurements import honest_positions
 
-LONG_EVAL = ("--model.block_size=1024", "--train.eval_batches=100", "--train.max_steps=5")  # an evaluation of a minute or so
+# an evaluation of a minute or so; named tiny still (the changed context would name it tiny-block_size1024)
+LONG_EVAL = ("--model.block_size=1024", "--train.eval_batches=100", "--train.max_steps=5", "--run-name=tiny")
 QUICK = ("--train.max_steps=100000", "--train.eval_interval=10", "--train.eval_batches=1", "--train.honest_batches=1")
 
 

@@ -106,7 +106,7 @@ def test_settings_too_degenerate_to_measure_induction_are_refused(flags, needle)
 
 SMALL = ["--model.n_embd=16", "--model.n_head=2", "--model.block_size=16", "--data.max_segment=8", "--data.min_segment=3",
          "--train.batch_size=4", "--train.max_steps=8", "--train.eval_interval=4", "--train.eval_batches=1",
-         "--train.honest_batches=1", "--train.log_interval=1", "--device=cpu"]  # fmt: skip
+         "--train.honest_batches=1", "--train.log_interval=1", "--device=cpu", "--run-name=induction"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,15 @@
-"""Every measured figure in README.md and docs/ from one place, docs/figures.json:
-python -m tools.docs_figures [--record] [--runs-dir runs] [--check] [--probe-cost KEY REPORT...]
+"""Every measured figure and every output in README.md and docs/ from one place, docs/figures.json:
+python -m tools.docs_figures [--record] [--record-outputs] [--runs-dir runs] [--check] [--check-outputs] [--probe-cost KEY REPORT...]
 
 --record first stores what runs under --runs-dir hold (compare.py's comparisons, compare-<config>/compare.json
 with each run's metrics.jsonl, and single runs' metrics.jsonl, by folder name) in docs/figures.json, with this
 machine and today's date. Then the docs are rewritten from that file: the tables (TABLES) and every quoted
-figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes). --check rewrites nothing
-and exits 1 naming each quote that differs, as tests/test_docs_figures.py does. --probe-cost KEY REPORT... stores under
-KEY what the probe costs a whole run (tools/figures.py: probe_cost), from `bench.py --whole-run --json` reports (files)
-of one preset with the probe and without it (--train.probes=0), run in turns.
+figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes), and every output a page shows
+(tools/outputs.py). --check rewrites nothing and exits 1 naming each quote that differs, as tests/test_docs_figures.py
+does. --record-outputs runs the commands whose outputs the pages show on the runs under --runs-dir and stores what they
+print; --check-outputs runs them again and exits 1 naming each output the code no longer prints (--outputs KEYS: some).
+--probe-cost KEY REPORT... stores under KEY what the probe costs a whole run (tools/figures.py: probe_cost), from
+`bench.py --whole-run --json` reports (files) of one preset with the probe and without it (--train.probes=0), run in turns.
 """
 
 import dataclasses
@@ -16,6 +18,8 @@ import math
 import re
 import sys
 from pathlib import Path
+
+import torch
 
 from configs import load_config
 from data.chunks import FORCE_AFTER, FORCED_CHARS
@@ -39,6 +43,7 @@ from tools.figures import (
     read_figures,
     record,
 )
+from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs
 from tools.quotes import COMPARISONS, QUOTES
 from tools.tables import TABLES
 
@@ -165,6 +170,9 @@ def sync(figures: dict, write: bool) -> list[str]:
                 pieces += [text[last : match.start(k)], value]
                 last = match.end(k)
         texts[doc] = "".join(pieces) + text[last:]
+    for doc in {o.doc for o in OUTPUTS if o.doc}:
+        texts.setdefault(doc, (ROOT / doc).read_text(encoding="utf-8"))
+    problems += render_outputs(figures, texts)
     if write:
         for doc, text in texts.items():
             if text != (ROOT / doc).read_text(encoding="utf-8"):
@@ -209,8 +217,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--record", action="store_true", help="first store what the runs under --runs-dir hold")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where --record looks (default: runs)")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc differs from docs/figures.json")
+    parser.add_argument("--record-outputs", action="store_true", help="run the commands whose outputs the docs show, and store them")
+    parser.add_argument("--check-outputs", action="store_true", help="change nothing; exit 1 if a command now prints another output")
+    parser.add_argument("--outputs", type=lambda text: text.split(","), metavar="KEYS", help="only these outputs (default: all)")
     parser.add_argument("--probe-cost", nargs="+", metavar=("KEY", "REPORT"), help="record bench.py --whole-run --json reports under KEY")
     args = parser.parse_args(argv)
+    if unknown := set(args.outputs or ()) - {o.key for o in OUTPUTS}:
+        parser.error(f"--outputs: no output {sorted(unknown)[0]}; choose from {', '.join(o.key for o in OUTPUTS)}")
+    torch.set_num_threads(1)  # the commands run with one thread, which is what the machine line of each recorded output says
+    if args.check_outputs:
+        problems = check_outputs(read_figures(), args.runs_dir, args.outputs)
+        print("\n".join(problems) or f"every output the docs show is what its command prints on the runs under {args.runs_dir}/")
+        return 1 if problems else 0
     if args.probe_cost:
         key, *reports = args.probe_cost
         value = probe_cost([json.loads(Path(path).read_text(encoding="utf-8")) for path in reports])
@@ -218,6 +236,9 @@ def main(argv: list[str]) -> int:
         print(f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most")
     if args.record:
         print(f"recorded {', '.join(record_runs(args.runs_dir)) or 'nothing'} in {FIGURES}")
+    for output in [o for o in OUTPUTS if args.record_outputs and (args.outputs is None or o.key in args.outputs)]:
+        record(output.key, described(output), record_output(output, args.runs_dir))
+        print(f"recorded {output.key}: {output.command}", flush=True)
     problems = sync(read_figures(), write=not args.check)
     print("\n".join(problems) or "the docs agree with docs/figures.json")
     return 1 if problems and args.check else 0

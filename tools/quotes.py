@@ -34,8 +34,6 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/command-line.md", "the default demo: val {base.last.loss/val:.3f}, {timings.train_base_s:.0f} s on a quiet 2-core CPU"),
     ("docs/command-line.md", "val loss {char.last.loss/val:.3f} after {char.last.step:.0f} steps, {timings.train_char_s:.0f} s on a quiet"),
     ("docs/sampling.md", "(`python train.py --config char`, val loss {char.last.loss/val:.3f} at its last step)"),
-    ("docs/sampling.md", "# runs/char/ckpt.pt (step {char.last.step:.0f}, val loss {char.last.loss/val:.4f}) on cpu"),
-    ("docs/sampling.md", "# runs/char-no-mask/ckpt.pt (step {char-no-mask-325.last.step:.0f}, val loss {char-no-mask-325.last.loss/val:.4f}) on cpu"),
     ("docs/experiment.md", "By step {char-3seeds.collapse.char-no-mask.max:.0f} (all three seeds) the `char-no-mask` training loss has collapsed below 0.5"),
     ("docs/experiment.md", "its training loss {base-3seeds.aggregate.base-no-mask.loss/train.mean:.3f} ± {base-3seeds.aggregate.base-no-mask.loss/train.std:.3f} "
      "at the end against the causal run's {base-3seeds.aggregate.base.loss/train.mean:.3f} ± {base-3seeds.aggregate.base.loss/train.std:.3f})"),
@@ -86,7 +84,12 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] the scaled model's"),
     ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
-    ("docs/sampling.md", "Its logged val loss, {char-no-mask-325.last.loss/val:.4f}, is what it scores"),
+    ("docs/sampling.md", "(`char` ends at val {yardstick-char.pairs.1.ours_val:.3f} with two threads, {char.last.loss/val:.3f} with one)"),
+    ("docs/sampling.md", "(below, on the val split at `--stride 128`,\n{output-char-no-mask-score.cpu_s:.0f} s of CPU time with one torch "
+     "thread, where the causal run's takes {output-char-score-stride.cpu_s:.0f} s)"),
+    ("docs/sampling.md", "Its logged val loss, {char-no-mask.last.loss/val:.4f}, is what it scores"),
+    ("docs/sampling.md", "`python score.py --run char --stride 128`, scores {output-char-score-stride.json.loss:.4f} nats "
+     "(perplexity {output-char-score-stride.json.perplexity:.3f})"),
     # order: the positions removed, with and without the mask (docs/experiment.md#order-...)
     ("docs/experiment.md", "in char its val loss is {char-3seeds.aggregate.char-no-pos.loss/val.mean:.3f} ± "
      "{char-3seeds.aggregate.char-no-pos.loss/val.std:.3f} against {char-3seeds.aggregate.char.loss/val.mean:.3f} ± "
@@ -207,6 +210,18 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      'against {char-contexts.char-rope.4x.64-127.mean:.2f} at 64-127, while the model without positions, worse '
      'everywhere, rises less ({char-contexts.char-no-pos.4x.64-127.mean:.2f} to '
      '{char-contexts.char-no-pos.4x.256-511.mean:.2f}), and a learned table has no row there at all'),
+    # the time-to-quality yardstick against nanoGPT, in docs/performance.md and README
+    ("docs/performance.md", "**The 3 x 410 preset, on a quiet machine: {yardstick-char.ratio.median:.3f} of nanoGPT's wall time.**"),
+    *(("docs/performance.md", f"| {pair} | {{yardstick-char.pairs.{pair}.ours_s:.1f}} | {{yardstick-char.pairs.{pair}.ours_val:.3f}} | "
+       f"{{yardstick-char.pairs.{pair}.nanogpt_s:.1f}} | {{yardstick-char.pairs.{pair}.nanogpt_val:.3f}} | {{yardstick-char.pairs.{pair}.ratio:.3f}} |")
+      for pair in (1, 2, 3)),
+    ("docs/performance.md", "Median {yardstick-char.ratio.median:.3f} ({yardstick-char.ratio.min:.3f} to {yardstick-char.ratio.max:.3f}), at a lower "
+     "final val than nanoGPT's ({yardstick-char.pairs.1.ours_val:.3f} against {yardstick-char.pairs.1.nanogpt_val:.3f})"),
+    ("README.md", "(`char` reaches val {yardstick-char.pairs.1.ours_val:.3f} in {yardstick-char.ratio.median:.2f} of the wall time nanoGPT's CPU "
+     "recipe takes to {yardstick-char.pairs.1.nanogpt_val:.3f}: median of 3 pairs run in turns on a quiet 2-core Intel Xeon with bfloat16 units)"),
+    ("README.md", "`python train.py --config char --model.attention=manual --run-name char-manual`\ntakes "
+     "{attention-manual-char.cpu_ratio.median:.2f}x the CPU time (median of 3 runs in turns, one torch thread) and ends at val "
+     "{attention-manual-char.val.manual:.3f} instead of\n{attention-manual-char.val.sdpa:.3f}"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),
