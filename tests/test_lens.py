@@ -148,8 +148,8 @@ def char_runs(tmp_path_factory, lens) -> dict:
     The text ends with every printable character, so that the docs page's text reads in its vocabulary."""
     root = tmp_path_factory.mktemp("lens")
     text = write_corpus(root / "text", text=make_corpus_text() + string.printable)
-    for flags in RUNS.values():
-        train.train(load_config(["--config", "char", "--data-file", str(text), "--data.cache_dir", str(root / "cache"),
+    for run, flags in RUNS.items():
+        train.train(load_config(["--config", "char", f"--run-name={run}", "--data-file", str(text), "--data.cache_dir", str(root / "cache"),
                                  "--runs-dir", str(root / "runs"), "--device", "cpu", "--model.n_layer=2", "--model.n_embd=32",
                                  "--model.block_size=96", "--train.batch_size=4", "--train.max_steps=6", "--train.eval_interval=6",
                                  "--train.eval_batches=1", "--train.honest_batches=1", *flags]))  # fmt: skip

@@ -399,7 +399,8 @@ def test_resume_skips_any_damaged_line_in_metrics_jsonl_alike(tmp_path, referenc
     assert summary["stopped_at"] is None
     lines = (run_dir / "metrics.jsonl").read_bytes().splitlines()
     assert not set(DAMAGED_LINES) & set(lines)  # the resumed run keeps the intact lines up to its checkpoint, then appends
-    assert [json.loads(line)["step"] for line in lines] == [m["step"] for m in reference["metrics"]] + [62, 62]  # loss line, evaluation
+    appended = [62, 62, 62]  # the loss line, the probe and the evaluation of step 62
+    assert [json.loads(line)["step"] for line in lines] == [m["step"] for m in reference["metrics"]] + appended
 
 
 # 1b. Every optimizer a preset uses: AdamW, and Muon with AdamW beside it (the char and base presets)

@@ -182,9 +182,10 @@ def test_inspect_attention_refuses_a_repeated_sequence_too_short_to_tell_roles_f
     import inspect_attention
 
     root = tmp_path / "two"
-    train.train(load_config(tiny_argv(root, write_corpus(root / "text"), "--model.block_size=2", "--train.max_steps=1")))
+    cfg = load_config(tiny_argv(root, write_corpus(root / "text"), "--model.block_size=2", "--train.max_steps=1"))
+    train.train(cfg)
     capsys.readouterr()  # the run's own lines
-    argv = ["--checkpoint", str(root / "runs" / "tiny" / "ckpt.pt"), "--repeated", "--out", str(tmp_path / "out")]
+    argv = ["--checkpoint", str(cfg.run_dir / "ckpt.pt"), "--repeated", "--out", str(tmp_path / "out")]
     assert_one_line_error(
         error_of(inspect_attention.main, argv, capsys), "a context of 2 tokens is too short to tell heads' roles from chance (it takes 7)"
     )
