@@ -4,6 +4,11 @@ Prints how well the model predicts the text: the tokens scored, the mean loss in
 the perplexity and the bits per byte. Without --file it scores the val split of the run's corpus
 (of Tiny Shakespeare for a pretrained GPT-2). A text longer than the model's context is read in
 sliding windows with a stride; harness/scoring.py says how, and why each token is scored once.
+
+--contexts 0.5,1,2,4 scores the text at contexts of those multiples of the model's block_size instead,
+each in separate windows, and prints the loss per context and per position bucket (0-63, 64-127, ...
+at block_size 128); contexts.json in the model's folder holds them, with the loss at every position.
+A model with a learned position table is refused contexts past its block_size; harness/lengths.py says why.
 """
 
 from harness.stopping import StopFlag, exit_on_signal
@@ -16,9 +21,13 @@ import json
 import sys
 from pathlib import Path
 
-from harness.arguments import positive_int
+from data.files import write_atomically
+from harness.arguments import context_factors, positive_int
 from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
+from harness.folders import writable_folder
+from harness.lengths import buckets, check_contexts, context_lengths, factor_label, score_contexts
 from harness.scoring import score_ids, surprises, text_ids
+from harness.training.budget import duration, measured_speed
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -27,16 +36,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--file", type=Path, metavar="PATH", help="a UTF-8 text file (default: the val split of the run's corpus)")
     parser.add_argument("--stride", type=positive_int, help="tokens between window starts, at most the context (default: half of it)")
     parser.add_argument("--top", type=positive_int, metavar="N", help="also list the N tokens that surprised the model most")
+    parser.add_argument(
+        "--contexts",
+        type=context_factors,
+        metavar="FACTORS",
+        help="score at these multiples of the model's block_size instead, comma-separated (0.5,1,2,4): the loss per context "
+        "and per position bucket, also written to contexts.json beside the checkpoint",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object: tokens, loss, perplexity, bits_per_byte (and top)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.contexts and (args.stride or args.top):
+        parser.error("--contexts reads each context in separate windows of its own length; leave out --stride and --top")
+    return args
 
 
 def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     device = device_of(args.device)
-    model, tokenizer, described, _, checkpoint = load_model_source(args, device)
+    model, tokenizer, described, folder, checkpoint = load_model_source(args, device)
     ids, what = text_ids(tokenizer, args.file, checkpoint)
+    if args.contexts:
+        return score_at_contexts(args, model, ids, device, f"# {described} on {device}\n# {what}", folder)
     stride = args.stride or max(1, model.cfg.block_size // 2)
     if not model.cfg.causal:
         print(
@@ -62,6 +83,31 @@ def main(argv: list[str]) -> dict:
         print(f"the {len(result['top'])} tokens that surprised the model most (loss, line, the text before, the token):")
     for row in result.get("top", []):
         print(f"{row['loss']:7.3f} nats  line {row['line']:<6} {row['context']!r} -> {row['token']!r}")
+    return result
+
+
+def score_at_contexts(args: argparse.Namespace, model, ids: list[int], device, header: str, folder: Path) -> dict:
+    """--contexts: refusals and the estimate first, then the loss per context and per position bucket, printed and
+    kept in contexts.json."""
+    lengths = context_lengths(args.contexts, model.cfg, len(ids))
+    seconds = check_contexts(model.cfg, lengths, len(ids), device, measured_speed(device))
+    out = writable_folder(folder, "the model's folder")  # before the work: a folder that cannot take the result costs nothing
+    print(f"scoring {len(args.contexts)} contexts: about {duration(seconds)} (estimated)", file=sys.stderr)
+    with StopFlag() as stop:
+        result = score_contexts(model, ids, args.contexts, stop.poll)
+    write_atomically(out / "contexts.json", json.dumps(result).encode())
+    if args.json:
+        print(json.dumps(result))
+        return result
+    contexts = result["contexts"].values()
+    names = [f"{first}-{last}" for first, last in buckets(lengths)]
+    print(f"{header}: separate windows of each context; trained at {model.cfg.block_size} tokens, positions {model.cfg.positions}")
+    print("# loss in nats per token: over all of each context's windows, then at the positions of a window that each column names")
+    print(f"{'context':>8} {'tokens':>7} {'scored':>9} {'loss':>7} |" + "".join(f"{n:>10}" for n in names))
+    for c in contexts:
+        cells = "".join(f"{c['buckets'][n]['loss']:10.4f}" if n in c["buckets"] else " " * 10 for n in names)
+        print(f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f} |{cells}".rstrip())
+    print(f"contexts.json: {out / 'contexts.json'}")
     return result
 
 

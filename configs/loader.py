@@ -34,6 +34,7 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--init-from": ("train.init_from", None),
 }
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
+SHAPE = ("n_layer", "n_head", "n_embd", "block_size")  # a model of another size is another run, named for it: shape_suffix
 
 
 class ConfigError(ValueError):
@@ -124,6 +125,17 @@ def converted(dotted: str, value):
     return value
 
 
+def shape_suffix(preset: dict, model) -> str:
+    """What a run's default name gets for the model sizes the command line changed from its preset's: "-n_layer1", ...
+
+    `--config induction --model.n_layer=1` then trains runs/induction-n_layer1 beside runs/induction, instead of moving
+    the two-layer run aside; a size the preset already has adds nothing, and --run-name always wins. It is kept apart
+    from the run name (Config.shape), so that variants derived from the config (compare.py's, the notebook's) keep it
+    under names of their own."""
+    changed = [key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)]
+    return "".join(f"-{key}{getattr(model, key)}" for key in changed)
+
+
 def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
     """Return the config name (`default` unless --config gives one) and the (dotted key, string value) overrides, in order."""
     name, overrides, spelled, i = default, [], [], 0  # spelled: each override as it was typed
@@ -191,11 +203,13 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         for key, value in body.items():
             check_key(f"{section}.{key}")
             values[section][key] = convert(f"{section}.{key}", value)
+    preset = dict(values["model"])
     for dotted, value in overrides:
         check_key(dotted)
         section, _, key = dotted.partition(".")
         values[section][key] = convert(dotted, value)
     try:
-        return Config(name=path.stem, **{s: cls(**values[s]) for s, cls in SECTIONS.items()})
+        sections = {s: cls(**values[s]) for s, cls in SECTIONS.items()}
+        return Config(name=path.stem, **sections, shape=shape_suffix(preset, sections["model"]))
     except ValueError as e:
         raise ConfigError(str(e)) from None

@@ -151,6 +151,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    shape: str = ""  # the model sizes the command line changed from the preset's, as run names end: "-n_layer1" (configs/loader.py)
 
     def __post_init__(self) -> None:
         if self.data.source != "text":
@@ -163,8 +164,8 @@ class Config:
 
     @property
     def run_name(self) -> str:
-        """`base`, `base-no-mask`, `base-no-scale`, ... unless train.run_name says otherwise."""
-        return self.train.run_name or self.name + name_suffix(self.model)
+        """`base`, `base-no-mask`, `base-no-scale`, ..., then the changed sizes (`char-n_layer6`), unless train.run_name says otherwise."""
+        return self.train.run_name or self.name + name_suffix(self.model) + self.shape
 
     @property
     def run_dir(self) -> Path:

@@ -122,3 +122,20 @@ def learning_rates(text: str) -> list[float]:
             raise argparse.ArgumentTypeError(f"takes each learning rate once, got {rate_name(lr)} twice in {text!r}")
         rates.append(lr)
     return sorted(rates)
+
+
+def context_factors(text: str) -> list[float]:
+    """Contexts as multiples of a model's block_size, comma-separated ("0.5,1,2,4"): positive, finite, each once; sorted."""
+    wanted = f"takes positive multiples of the model's block_size, comma-separated (0.5,1,2,4); got {text!r}"
+    factors = []
+    for part in text.split(","):
+        try:
+            factor = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(wanted) from None
+        if not 0 < factor < float("inf"):
+            raise argparse.ArgumentTypeError(f"{wanted}, and {part.strip()} is not above 0 and finite")
+        factors.append(factor)
+    if len(set(factors)) < len(factors):
+        raise argparse.ArgumentTypeError(f"names a context twice in {text!r}; give each once")
+    return sorted(factors)

@@ -71,19 +71,28 @@ def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
 
 
 @torch.no_grad()
-def token_losses(model: GPT, ids: torch.Tensor, stride: int, honest: bool, between: Callable[[int], None] | None = None) -> torch.Tensor:
+def token_losses(
+    model: GPT,
+    ids: torch.Tensor,
+    stride: int,
+    honest: bool,
+    between: Callable[[int], None] | None = None,
+    context: int | None = None,
+) -> torch.Tensor:
     """The loss in nats of every token after the first of ids (N,): losses (N - 1,), losses[i] for ids[i + 1].
 
     honest scores each target from its prefix in the window alone, one pass per target; otherwise one
     pass per window scores all of its targets (teacher forcing, exact for a causal model). `between` is
     called before each pass with the number of targets it scores (a progress bar, and a chance to stop).
+    `context` is the windows' length in inputs: the model's block_size unless given (longer only for a model
+    whose positions run past it, harness/lengths.py).
     """
     between = between or (lambda n: None)
     model.eval()
     device = model.lm_head.weight.device
     out = torch.empty(len(ids) - 1)  # filled window by window: no small tensor per window outlives its logits
     done = 0
-    todo, start = windows(len(ids), model.cfg.block_size, stride), 0
+    todo, start = windows(len(ids), context or model.cfg.block_size, stride), 0
     while start < len(todo):  # windows of one shape (length and first target) go through the model together
         length, first = todo[start].end - todo[start].begin, todo[start].first
         most = max(1, LOGITS_PER_BATCH // (length * model.cfg.vocab_size))

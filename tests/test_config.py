@@ -438,3 +438,14 @@ def test_differences_name_each_changed_key_once_nested_sections_dotted():
     wanted = {"model": {"n_layer": 4, "causal": True, "positions": True}, "train": {"lr": 1e-3, "run_name": "x"}}
     assert config_differences(saved, wanted, ignore=("run_name",)) == ["model.n_layer 2 vs 4", "model.positions None vs True"]
     assert config_differences(saved["model"], saved["model"]) == []
+
+
+def test_a_model_of_another_size_gets_a_run_name_of_its_own():
+    """A control (`--model.n_layer=1`) or a wider model trains beside the preset's run, not in its place; the name says
+    what changed from the preset, after the ablations; a size the preset already has, or --run-name, changes nothing."""
+    assert load_config(["--config", "induction", "--model.n_layer=1"]).run_name == "induction-n_layer1"
+    assert load_config(["--config", "char", "--no-mask", "--model.n_layer", "6"]).run_name == "char-no-mask-n_layer6"
+    assert load_config(["--config", "char", "--model.block_size=64", "--model.n_embd=64"]).run_name == "char-n_embd64-block_size64"
+    assert load_config(["--config", "char", "--model.n_layer=3", "--train.lr=1e-3"]).run_name == "char"  # 3 is char's own
+    assert load_config(["--config", "char", "--model.n_layer=6", "--run-name", "wide"]).run_name == "wide"
+    assert load_config(["--model.n_head=8"]).run_name == "base-n_head8"

@@ -11,6 +11,7 @@ as they change and never keeps a list of its own.
 import argparse
 import ast
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -18,6 +19,7 @@ import runpy
 import shlex
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +30,7 @@ import configs
 from harness.cli import OneLineParser
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
-PROGRAMS = ("python", "torchrun", "tensorboard", "pip")  # what a code block's command may start with
+PROGRAMS = ("python", "torchrun", "tensorboard", "pip", "hf")  # what a code block's command may start with
 
 
 def doc_id(path: Path) -> str:
@@ -125,11 +127,11 @@ def block_commands(block: str) -> list[list[str]] | None:
 
 
 def inline_commands(text: str) -> list[list[str]]:
-    """Inline code that is a command: `python script.py ...` or `python -m ...`, possibly wrapped over lines.
+    """Inline code that is a command: `python script.py ...`, `python -m ...` or `hf ...`, possibly wrapped over lines.
 
     A "..." stands for arguments left out, and is dropped."""
     spans = [s.replace("\n", " ") for s in re.findall(r"`([^`]+)`", prose(text))]
-    return [[a for a in shlex.split(s) if a != "..."] for s in spans if re.match(r"python (-m \S+|\S+\.py)( |$)", s)]
+    return [[a for a in shlex.split(s) if a != "..."] for s in spans if re.match(r"(python (-m \S+|\S+\.py)|hf \S+)( |$)", s)]
 
 
 def all_commands() -> list[Command]:
@@ -182,6 +184,18 @@ def test_readme_fits_on_a_few_screens():
     assert n_lines <= 210, f"README.md has {n_lines} lines; move the detail into a page under docs/"
 
 
+def test_the_glossary_explains_every_column_in_the_tables_order():
+    """README says the glossary explains every column of its table; compare.py prints the same columns and wall s."""
+    from harness.experiments.stats import COLUMNS
+
+    entries = re.findall(r"^- \*\*([^*]+)\*\*", (REPO_ROOT / "docs" / "glossary.md").read_text(encoding="utf-8"), flags=re.MULTILINE)
+    headers = [header for header, _, _ in COLUMNS]
+    assert [e for e in entries if e in headers] == headers, f"docs/glossary.md lacks {[h for h in headers if h not in entries]} or reorders"
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    table = next(line for line in readme.splitlines() if line.startswith("| run | train |"))
+    assert [cell.strip() for cell in table.strip("|").split("|")][1:] == [h for h in headers if h != "wall s"], table
+
+
 def test_the_command_line_page_names_every_field_flag_and_preset():
     """docs/command-line.md promises every config field: each field of the dataclasses, each shorthand flag and each preset."""
     text = (REPO_ROOT / "docs" / "command-line.md").read_text(encoding="utf-8")
@@ -231,8 +245,8 @@ def check_python(argv: list[str], monkeypatch, capsys) -> None:
     if argv[1] == "-m":
         assert importlib.util.find_spec(argv[2]) is not None, f"no module {argv[2]}"
         return
-    script = REPO_ROOT / argv[1]
-    assert script.is_file(), f"no script {argv[1]} in the repository"
+    script = (REPO_ROOT / argv[1]).resolve()
+    assert script.is_relative_to(REPO_ROOT) and script.is_file(), f"no script {argv[1]} in the repository (all a user has)"
     dry_parse(script, argv[2:], monkeypatch, capsys)
 
 
@@ -248,8 +262,30 @@ def check_command(argv: list[str], monkeypatch, capsys) -> None:
         from tensorboard import program
 
         program.TensorBoard().configure(argv=[None, *argv[1:]])  # its own flag parser: exits 2 on an unknown flag
+    elif argv[0] == "hf":
+        check_hf(argv)
     else:  # pip install -r FILE
         assert (REPO_ROOT / argv[argv.index("-r") + 1]).is_file(), f"no requirements file in {argv}"
+
+
+def check_hf(argv: list[str]) -> None:
+    """huggingface_hub's command line (requirements.txt) exists and parses argv with its own click parser; nothing runs."""
+    scripts = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == "hf"]
+    assert scripts, "the installed huggingface_hub has no `hf` command (0.34 brought it; requirements.txt asks for it)"
+    app = getattr(importlib.import_module(scripts[0].module), "app", None)
+    if not hasattr(app, "make_context"):
+        version = importlib.metadata.version("huggingface_hub")
+        pytest.skip(f"huggingface_hub {version} builds `hf` without click; its flags are checked with huggingface_hub 1.0 or newer")
+    import click
+
+    try:
+        ctx = app.make_context("hf", argv[1:])
+        with warnings.catch_warnings():  # click 8.2 keeps the subcommand in protected_args still, and warns on reading it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            name, command, rest = app.resolve_command(ctx, [*ctx.protected_args, *ctx.args])
+        command.make_context(name, rest, parent=ctx)
+    except click.UsageError as e:
+        pytest.fail(f"{shlex.join(argv)}: {e.format_message()}")
 
 
 COMMANDS = all_commands()
@@ -265,12 +301,46 @@ def test_command_names_a_script_and_flags_it_accepts(command, monkeypatch, capsy
     check_command(command.argv, monkeypatch, capsys)
 
 
+def test_no_command_reaches_outside_the_repository():
+    """A user has the repository and nothing beside it: no command names a path above its root."""
+    outside = [str(c) for c in COMMANDS if any(a.startswith("../") or "/../" in a or a.startswith("~") for a in c.argv)]
+    assert not outside, f"commands that name paths outside the repository: {outside}"
+    with pytest.raises(AssertionError, match="no script ../yardstick.py in the repository"):
+        check_python(["python", "../yardstick.py"], None, None)
+
+
+def test_the_test_command_ends_with_its_count_and_each_skip_with_its_reason(tmp_path):
+    """README's `python -m pytest`, with or without a user's own -q, ends with the count line and lists each skip with its
+    reason (pyproject.toml's addopts): a -q there would make a user's -q hide the count."""
+    (tmp_path / "test_one.py").write_text("import pytest\n\ndef test_a():\n    assert 2 + 2 == 4\n\n"
+                                          "def test_b():\n    pytest.skip('needs a thing this machine lacks')\n")  # fmt: skip
+    for extra in ([], ["-q"]):
+        config = ["-c", str(REPO_ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-p", "no:cacheprovider"]
+        argv = [sys.executable, "-m", "pytest", *config, *extra, str(tmp_path / "test_one.py")]
+        proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        lines = proc.stdout.strip().splitlines()
+        assert proc.returncode == 0 and re.search(r"\b1 passed, 1 skipped\b", lines[-1]), (extra, proc.stdout[-1000:])
+        assert any("SKIPPED" in line and "needs a thing this machine lacks" in line for line in lines), (extra, proc.stdout[-1000:])
+
+
+def test_every_folder_a_doc_command_writes_into_is_ignored_by_git():
+    """What the commands write (runs, exported models, downloads) never shows up as a change to commit."""
+    lines = (REPO_ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    ignored = {line.strip().strip("/") for line in lines if line.strip() and not line.startswith("#")}
+    flags = ("--out", "--local-dir", "--runs-dir", "--train.runs_dir")
+    written = {c.argv[i + 1].split("/")[0]: str(c) for c in COMMANDS for i, arg in enumerate(c.argv[:-1]) if arg in flags}
+    assert "exported" in written and "runs" in written, written
+    assert not set(written) - ignored, f"folders the docs' commands write that .gitignore lacks: {set(written) - ignored}"
+
+
 def test_dry_parse_rejects_an_unknown_flag(monkeypatch, capsys):
     """The check above can fail: a flag that no parser knows is caught, for config flags and argparse flags alike."""
     with pytest.raises(pytest.fail.Exception, match="did you mean train.lr"):
         check_command(["python", "train.py", "--train.learning_rate=3e-4"], monkeypatch, capsys)
     with pytest.raises(pytest.fail.Exception, match="unrecognized arguments: --top-q"):
         check_command(["python", "sample.py", "--top-q", "5"], monkeypatch, capsys)
+    with pytest.raises(pytest.fail.Exception, match=r"No such option:? '?--local"):
+        check_command(["hf", "download", "gpt2", "--local", "folder"], monkeypatch, capsys)
     cfg = dry_parse(REPO_ROOT / "compare.py", ["--config", "char", "--seeds", "3", "--model.n_layer", "6"], monkeypatch, capsys)
     assert (cfg.name, cfg.model.n_layer) == ("char", 6)
 
@@ -286,6 +356,62 @@ def test_python_block_imports_exist(doc, block):
             module = importlib.import_module(node.module)
             missing = [a.name for a in node.names if not hasattr(module, a.name)]
             assert not missing, f"{doc}: {node.module} has no {missing}"
+
+
+# --- which test runs each command, or why none can -------------------------------------------------
+
+
+def pretrained_from_the_hub(argv: list[str]) -> bool:
+    """A command that reads OpenAI's GPT-2 (gpt2, gpt2-medium, ...) by name: from the Hugging Face hub."""
+    named = argv[argv.index("--pretrained") + 1] if "--pretrained" in argv else None
+    fine_tune = "gpt2-finetune" in argv and "--init-from" not in argv  # the preset starts from the hub's gpt2
+    return (named is not None and named.startswith("gpt2")) or fine_tune
+
+
+NOT_RUN = [  # (which commands, why the suite cannot run them); test_docs still parses each one's flags
+    (pretrained_from_the_hub, "reads OpenAI's GPT-2 from the Hugging Face hub, over the network; the suite runs the same "
+     "path on a small random GPT-2 it saves itself (tests/test_pretrained.py, tests/test_real_gpt2.py)"),
+    (lambda argv: argv[0] == "hf", "downloads from the Hugging Face hub, over the network"),
+    (lambda argv: argv[0] == "pip", "installs from PyPI, over the network; .ci/run installs what README says in a fresh clone"),
+    (lambda argv: argv[0] == "torchrun", "needs 4 GPUs, or 2 machines of 8; tests/test_distributed.py runs train.py as 2 CPU "
+     "processes that sum their gradients as these would"),
+    (lambda argv: argv[:3] == ["python", "-m", "pytest"], "is the suite itself"),
+    (lambda argv: argv[0] == "tensorboard", "starts a server that runs until it is stopped; its flags are parsed here"),
+]  # fmt: skip
+
+
+TEST_TEXTS = {p.name: p.read_text(encoding="utf-8") for p in (REPO_ROOT / "tests").glob("test_*.py") if p.name != "test_docs.py"}
+
+
+def files_running(script: str) -> list[str]:
+    """The text of each test file that runs script.py: it imports the script or names it."""
+    stem = script.removesuffix(".py")
+    return [text for text in TEST_TEXTS.values() if script in text or re.search(rf"^\s*(import {stem}\b|from {stem} import)", text, re.M)]
+
+
+def test_every_doc_command_is_run_by_a_test_or_listed_with_the_reason_it_cannot_be():
+    """A command in NOT_RUN cannot run here (the network, GPUs). Any other runs in the suite in a small form (the tiny
+    preset, a small text, a small run of the test's own): some test runs its script, and every flag of the script's own
+    that the command gives appears in a test that runs it. Config keys (--section.field) go to the config loader,
+    which every script shares, and which tests/test_config.py tests key by key."""
+    unrun = []
+    for command in COMMANDS:
+        argv = command.argv
+        if any(matches(argv) for matches, _ in NOT_RUN):
+            continue
+        if argv[1] == "-m":  # a module's command: a test imports what it runs, or runs it
+            runs = re.compile(rf"(python -m |from |import ){re.escape(argv[2])}\b")
+            if not any(runs.search(text) for text in TEST_TEXTS.values()):
+                unrun.append(f"{command}: no test runs {argv[2]}")
+            continue
+        runners = files_running(argv[1])
+        flags = {a.split("=")[0] for a in argv[2:] if a.startswith("--") and "." not in a.split("=")[0]}
+        missing = sorted(f for f in flags if not any(f in text for text in runners))
+        if not runners or missing:
+            unrun.append(f"{command}: {'no test runs it' if not runners else 'no test that runs it gives ' + ', '.join(missing)}")
+    assert not unrun, "run these in a test, on a small scale, or list them in NOT_RUN with the reason:\n" + "\n".join(unrun)
+    reasons = [reason for _, reason in NOT_RUN]
+    assert all(any(matches(c.argv) for c in COMMANDS) for matches, _ in NOT_RUN) and all(reasons), reasons  # no stale entry
 
 
 # --- commands that run in seconds on the tiny preset -------------------------------------------------

@@ -22,10 +22,12 @@ def test_every_quoted_figure_agrees_with_docs_figures_json_and_the_code():
 
 def test_a_figure_that_drifts_is_caught():
     figures = copy.deepcopy(read_figures())
-    figures["char"]["value"]["last"]["loss/val"] += 0.01  # docs/sampling.md and README quote it
+    figures["char"]["value"]["last"]["loss/val"] += 0.01  # docs/sampling.md and README quote it; the outputs come from that run
     figures["base-3seeds"]["value"]["aggregate"]["base-no-mask"]["loss/val_honest"]["mean"] = 7.0  # README's table
     problems = sync(figures, write=False)
-    assert any(p.startswith("docs/sampling.md: says '# runs/char/ckpt.pt") for p in problems), problems
+    assert any(p.startswith("README.md: says 'run of `python train.py --config char` (val loss 1.862") and p.endswith("gives 1.872")
+               for p in problems), problems  # fmt: skip
+    assert any(p.startswith("output-char-greedy was recorded on a char run (step 410, val 1.8618) other than") for p in problems)
     assert any(p.startswith("README.md: its table") for p in problems), problems
 
 
@@ -111,6 +113,7 @@ def test_a_comparison_and_its_head_ablations_become_the_docs_tables(tmp_path, co
     assert ablations["summary"]["L0"]["min"] <= ablations["summary"]["L0"]["max"]
 
     monkeypatch.setattr(tables, "COMPARISONS", ("tiny-2seeds",))
+    monkeypatch.setattr(tables, "MORE_ROWS", ())
     figures = {"tiny-2seeds": {"value": value}, "tiny-ablation": {"value": ablations}}
     order = tables.order_table(figures).splitlines()
     assert [row.split(" | ")[0] for row in order[2:]] == ["| tiny", "| tiny-no-pos", "| tiny-no-mask", "| tiny-no-mask-no-pos"]
@@ -158,3 +161,69 @@ def test_the_probes_cost_is_its_phase_of_each_run_and_the_ratio_of_medians():
     assert cost["cpu_ratio"] == 22.5 / 19.0 and cost["without"]["val"] == [1.8618]
     with pytest.raises(ConfigError, match="without it"):
         probe_cost([report(1.0, 40.0, 20.0)])
+
+
+def test_a_positions_comparison_scored_at_contexts_becomes_its_entries_tables_and_picture(
+    tmp_path, corpus_file, one_cpu_thread, monkeypatch
+):
+    """The path of the figures past the training length: compare.py with rope and no-pos, score.py --contexts on each run
+    (a learned one up to 1x), read back by tools/figures.py, recorded apart from the ablations' comparison, rendered by
+    tools/tables.py (README's table gains the rope row among the preset's) and drawn by harness/pictures/curves.py."""
+    import compare
+    import score
+    import train
+    from harness.experiments.comparison import Children
+    from harness.pictures.curves import plot_positions
+    from tools import figures as recorder
+    from tools import tables
+
+    monkeypatch.setattr(Children, "run", lambda self, command: train.main(command[2:]))  # each run in this process
+    argv = tiny_argv(tmp_path, corpus_file, "--seeds=2", "--variants=rope,no-pos", "--train.max_steps=2")
+    compare.main([*argv, "--train.eval_interval=2", "--train.warmup_steps=1"])
+    folder = tmp_path / "runs" / "compare-tiny"
+    for variant, factors in (("tiny", "0.5,1"), ("tiny-no-pos", "0.5,1,2,4"), ("tiny-rope", "0.5,1,2,4")):
+        for seed in (1337, 1338):
+            score.main(["--runs-dir", str(folder), "--run", f"{variant}-s{seed}", "--device", "cpu", "--contexts", factors])
+    value = recorder.comparison_figures(folder)
+    assert recorder.comparison_key("tiny", value) == "tiny-2seeds-rope"  # beside, not over, the ablations' tiny-2seeds
+    assert recorder.comparison_command("tiny", value) == "python compare.py --config tiny --seeds 2 --variants no-pos,rope"
+
+    contexts = recorder.context_figures(folder, "tiny")
+    scored = {(v, s): json.loads((folder / f"{v}-s{s}" / "contexts.json").read_text(encoding="utf-8"))["contexts"]
+              for v in ("tiny", "tiny-no-pos", "tiny-rope") for s in (1337, 1338)}  # fmt: skip
+    rope = [scored["tiny-rope", s]["4x"]["buckets"]["64-127"]["loss"] for s in (1337, 1338)]
+    assert contexts["tiny-rope"]["4x"]["64-127"]["mean"] == pytest.approx(sum(rope) / 2)
+    assert contexts["tiny-rope"]["4x"]["64-127"]["low"] < sum(rope) / 2 < contexts["tiny-rope"]["4x"]["64-127"]["high"]
+    paired = [scored["tiny-rope", s]["1x"]["loss"] - scored["tiny", s]["1x"]["loss"] for s in (1337, 1338)]
+    assert contexts["differences"]["tiny-rope"]["tiny"]["1x"]["loss"]["mean"] == pytest.approx(sum(paired) / 2)
+    assert list(contexts["differences"]["tiny-rope"]["tiny"]) == ["0.5x", "1x"]  # the learned table has no 2x or 4x
+    assert list(contexts["differences"]["tiny-rope"]["tiny-no-pos"]) == ["0.5x", "1x", "2x", "4x"]
+    curve = contexts["tiny-no-pos"]["curve"]
+    assert (curve["context"], curve["first"]) == ("4x", list(range(0, 128, recorder.CURVE_BIN)))
+    positions = [scored["tiny-no-pos", s]["4x"]["by_position"][: recorder.CURVE_BIN] for s in (1337, 1338)]
+    assert curve["mean"][0] == pytest.approx(sum(map(sum, positions)) / (2 * recorder.CURVE_BIN))
+    assert curve["min"][0] == pytest.approx(min(sum(p) / recorder.CURVE_BIN for p in positions))
+    assert recorder.factors_said(contexts) == "0.5,1 for tiny; 0.5,1,2,4 for tiny-no-pos, tiny-rope"
+
+    figures = json.loads(json.dumps({"tiny-contexts": {"value": contexts}}, sort_keys=True))  # as docs/figures.json keeps it
+    table = tables.contexts_table(figures, "tiny-contexts").splitlines()
+    assert table[0] == "| run | positions | 0.5x: 16 tokens | 1x: 32 tokens | 2x: 64 tokens | 4x: 128 tokens |"
+    assert [row.split(" | ")[:2] for row in table[2:]] == [["| tiny", "learned"], ["| tiny-no-pos", "none"], ["| tiny-rope", "rope"]]
+    assert table[2].endswith("| no row past 1x | no row past 1x |")
+    loss = contexts["tiny-rope"]["2x"]["loss"]
+    assert f"| {loss['mean']:.3f} [{loss['low']:.3f}, {loss['high']:.3f}] |" in table[4]
+    buckets = tables.buckets_table(figures, "tiny-contexts").splitlines()
+    assert buckets[0] == "| run, along its longest context | positions 0-15 | positions 16-31 | positions 32-63 | positions 64-127 |"
+    assert buckets[2].startswith("| tiny (1x) | ") and buckets[2].endswith(" |  |  |") and buckets[4].startswith("| tiny-rope (4x) | ")
+
+    ablations = {**value, "aggregate": {name: value["aggregate"][name] for name in ("tiny", "tiny-no-pos")}}
+    ablations["aggregate"]["tiny"] = {**ablations["aggregate"]["tiny"], "loss/val": {"mean": 9.999, "std": 0.0, "n": 2}}
+    monkeypatch.setattr(tables, "COMPARISONS", ("tiny-2seeds",))
+    monkeypatch.setattr(tables, "MORE_ROWS", ("tiny-2seeds-rope",))
+    readme = tables.readme_table({"tiny-2seeds": {"value": ablations}, "tiny-2seeds-rope": {"value": value}}).splitlines()
+    assert [row.split(" | ")[0] for row in readme[2:]] == ["| tiny", "| tiny-no-pos", "| tiny-rope"]
+    assert "| 9.999 ± 0.000 |" in readme[2]  # a variant both comparisons hold keeps the first one's figures
+
+    picture = tmp_path / "contexts-tiny.png"
+    plot_positions(contexts, picture, recorder.positions_title("tiny", contexts))
+    assert picture.read_bytes().startswith(b"\x89PNG") and picture.stat().st_size > 10_000

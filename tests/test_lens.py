@@ -1,10 +1,11 @@
 """Tests for harness/lens.py: every run opens in TransformerLens computing what ours computes.
 
-Against TransformerLens's own HookedTransformer: the logits of every variant (each combination of the ablations,
-with and without the MLP, GPT-2's switches) within 1e-4, on random weights and after a short Muon run; every head's
-cached attention pattern equal to attention_weights(); its head detector naming the heads that inspect_attention.py's
-role table names on an induction run; a variant it cannot express refused in one line. TransformerLens is a
-test-only dependency (requirements-dev.txt): without it these tests skip, or fail under TINYGPT_REQUIRE_ALL_TESTS=1.
+Against TransformerLens's own HookedTransformer: the logits of every variant (each combination of the ablations, the
+cures and the position kinds, with and without the MLP, GPT-2's switches) within 1e-4, on random weights and after a
+short Muon run; every head's cached attention pattern equal to attention_weights(); its head detector naming the heads
+that inspect_attention.py's role table names on an induction run; a variant it cannot express refused in one line.
+TransformerLens is a test-only dependency (requirements-dev.txt): without it these tests skip, or fail under
+TINYGPT_REQUIRE_ALL_TESTS=1.
 """
 
 import dataclasses
@@ -19,11 +20,11 @@ from conftest import assert_close, gpt2_encoding_or_skip, import_or_skip, make_c
 
 import train
 from configs import load_config
-from data.tokenizer import CharTokenizer, GPT2Tokenizer
+from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError
 from harness.lens import INSTALL, LensError, hf_tokenizer, load_hooked, to_hooked
 from harness.training.checkpoints import load_model
 from model import GPT, ModelConfig
-from model.ablations import ABLATIONS, JOIN
+from model.ablations import CHANGES, JOIN, name_suffix, variant_changes
 from model.gpt import lm_loss
 from model.heads import ablate_heads
 from model.measurements import INDUCTION_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles, next_token_weight
@@ -41,17 +42,27 @@ def lens():
     return transformer_lens
 
 
-SHAPES = {  # ModelConfig settings that change what the network computes, besides the ablations
+SHAPES = {  # ModelConfig settings that change what the network computes, besides the changes of model/ablations.py
     "char": {"vocab_size": 65},
     "attention-only": {"vocab_size": 65, "mlp": False},  # the induction preset's blocks
     "gpt2": {"vocab_size": 50257, "qkv_bias": True, "gelu": "tanh"},  # what --pretrained loads
 }
-SWITCHES = list(itertools.product((True, False), repeat=len(ABLATIONS)))  # every combination of the ablations
+CAP = 2.0  # the softcap of these tests: on their random weights scores reach several units, so it changes the logits
+# Every variant: for each field that the table of changes sets, the field as it is or one change that sets it (positions:
+# learned, no-pos or rope), named as compare.py's --variants names them ("no-scale+qk-norm"), "base" for none.
+GROUPS = [[c for c in CHANGES if c.field == field] for field in dict.fromkeys(c.field for c in CHANGES)]  # by the field they set
+EVERY = [JOIN.join(c.name for c in picked if c) or "base" for picked in itertools.product(*([None, *group] for group in GROUPS))]
+# The other shapes take a sample: each change alone, all the ablations, and combinations of cures, ablations and rope.
+SAMPLE = ["base", *(c.name for c in CHANGES), "no-mask+no-scale+no-pos", "no-scale+qk-norm", "rope+qk-norm+softcap", "no-mask+rope",
+          "no-mask+no-scale+rope+qk-norm+softcap"]  # fmt: skip
+VARIANTS = [("char", name) for name in EVERY] + [(shape, name) for shape in SHAPES if shape != "char" for name in SAMPLE]
 
 
-def variant(shape: str, switches: tuple[bool, ...]) -> ModelConfig:
+def variant(shape: str, name: str) -> ModelConfig:
+    """The shape's small model with the changes a variant name spells (the softcap at CAP)."""
     cfg = ModelConfig(n_layer=2, n_head=4, n_embd=32, block_size=24, attention="manual", **SHAPES[shape])
-    return dataclasses.replace(cfg, **{a.switch: on for a, on in zip(ABLATIONS, switches, strict=True)})
+    changes = variant_changes(name) if name != "base" else []
+    return dataclasses.replace(cfg, **{c.field: CAP if c.takes_value else c.value for c in changes})
 
 
 def random_model(cfg: ModelConfig, seed: int = 0) -> GPT:
@@ -65,58 +76,101 @@ def random_model(cfg: ModelConfig, seed: int = 0) -> GPT:
 
 
 def assert_same_model(model: GPT, hooked, idx: torch.Tensor) -> None:
-    """The same logits, and every layer's cached pattern equal to attention_weights(), within 1e-4 (float32 rounding of
+    """The same logits, and every head's cached pattern equal to attention_weights(), within 1e-4 (float32 rounding of
     scores in the hundreds without the scale)."""
     logits, cache = hooked.run_with_cache(idx)
     assert_close(logits, model(idx)[0], atol=1e-4, msg="logits")
-    for layer, weights in enumerate(model.attention_weights(idx)):
+    for layer, weights in enumerate(model.attention_weights(idx)):  # (B, H, T, T): every head of the layer
         assert_close(cache["pattern", layer], weights, atol=1e-4, msg=f"layer {layer}'s attention pattern")
 
 
-def switched_off(switches: tuple[bool, ...]) -> str:
-    """A test id: the ablations a combination applies, as compare.py names a variant ("no-mask+no-pos"), or base."""
-    return JOIN.join(a.name for a, on in zip(ABLATIONS, switches, strict=True) if not on) or "base"
+def test_the_variants_are_every_combination_of_the_changes_and_the_sample_covers_each():
+    assert len(EVERY) == 2 * 2 * 3 * 2 * 2 == len(set(EVERY))  # mask, scale, positions (learned, none, rope), QK-norm, softcap
+    assert {c.name for c in CHANGES} <= set(SAMPLE) <= set(EVERY)
 
 
-@pytest.mark.parametrize("switches", SWITCHES, ids=switched_off)
-@pytest.mark.parametrize("shape", SHAPES)
-def test_every_variant_gives_our_logits_and_attention_in_transformer_lens(lens, shape, switches):
-    model = random_model(variant(shape, switches))
+@pytest.mark.parametrize(("shape", "name"), VARIANTS, ids=[f"{shape}-{name}" for shape, name in VARIANTS])
+def test_every_variant_gives_our_logits_and_attention_in_transformer_lens(lens, shape, name):
+    model = random_model(variant(shape, name))
+    cfg = model.cfg
     hooked = to_hooked(model)
     assert isinstance(hooked, lens.HookedTransformer)
-    assert hooked.cfg.attention_dir == ("causal" if model.cfg.causal else "bidirectional")
-    assert hooked.cfg.use_attn_scale == model.cfg.scaled
-    idx = torch.randint(model.cfg.vocab_size, (3, model.cfg.block_size), generator=torch.Generator().manual_seed(1))
+    assert hooked.cfg.attention_dir == ("causal" if cfg.causal else "bidirectional")
+    assert hooked.cfg.use_attn_scale == cfg.scaled and hooked.cfg.use_qk_norm == cfg.qk_norm
+    assert hooked.cfg.positional_embedding_type == ("rotary" if cfg.positions == "rope" else "standard")
+    idx = torch.randint(cfg.vocab_size, (3, cfg.block_size), generator=torch.Generator().manual_seed(1))
     assert_same_model(model, hooked, idx)
     assert_same_model(model, hooked, idx[:, :7])  # a shorter sequence: the mask and positions cut to its length
-    if not model.cfg.positions:
+    if cfg.positions == "none":
         assert not hooked.pos_embed.W_pos.any(), "no positions: the table TransformerLens adds holds zeros"
+    if cfg.positions == "rope":
+        assert hooked.cfg.rotary_dim == cfg.head_size, "rope turns the whole head"
+    if cfg.softcap:  # the cap is no identity on these weights: without it the logits differ
+        uncapped = GPT(dataclasses.replace(cfg, softcap=0.0)).eval()
+        uncapped.load_state_dict(model.state_dict())
+        assert (uncapped(idx)[0] - model(idx)[0]).abs().max() > 0.01
+    what_ours_does_not_learn = {"pos_embed.W_pos"} if cfg.positions == "none" else set()
+    what_ours_does_not_learn |= {f"blocks.{i}.attn.{n}_norm.w" for i in range(cfg.n_layer) for n in "qk"} if cfg.qk_norm else set()
+    assert {n for n, p in hooked.named_parameters() if not p.requires_grad} == what_ours_does_not_learn
+
+
+@pytest.mark.parametrize("positions", ["rope", "none"])
+def test_a_rope_or_none_run_opens_longer_than_its_block_size_as_ours_reads(lens, positions):
+    model = random_model(variant("char", "rope" if positions == "rope" else "no-pos"))
+    hooked = to_hooked(model, context=3 * model.cfg.block_size)
+    idx = torch.randint(65, (2, 3 * model.cfg.block_size), generator=torch.Generator().manual_seed(2))
+    assert_same_model(model, hooked, idx)
+
+
+RUNS = {"char": [], "char-no-mask": ["--no-mask"], "char-qk-norm": ["--qk-norm"], "char-rope": ["--rope"],
+        "char-qk-norm-softcap2-rope": ["--rope", "--qk-norm", "--softcap=2"]}  # fmt: skip
+
+
+def test_its_hooks_hold_the_queries_and_keys_before_the_qk_norm_and_after_the_turn(lens):
+    """hook_q and hook_k: the projections, before the QK-norm; hook_rot_q and hook_rot_k: what our split_heads gives the
+    scores, normalised and turned. Each layer's input is ours, from TransformerLens's residual stream."""
+    model = random_model(variant("char", "rope+qk-norm"))
+    _, cache = to_hooked(model).run_with_cache(torch.randint(65, (2, 24), generator=torch.Generator().manual_seed(3)))
+    B, T, C = cache["resid_pre", 0].shape
+    H, D = model.cfg.n_head, model.cfg.head_size
+    for layer, block in enumerate(model.blocks):
+        x = block.ln1(cache["resid_pre", layer])  # (B, T, C)
+        projected = block.attn.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        turned = block.attn.split_heads(x)  # 3 x (B, H, T, D)
+        for kind, raw, ready in zip("qk", projected, turned, strict=False):
+            assert_close(cache[kind, layer], raw.view(B, T, H, D), atol=1e-5, msg=f"layer {layer}'s hook_{kind}")
+            assert_close(cache[f"rot_{kind}", layer], ready.transpose(1, 2), atol=1e-5, msg=f"layer {layer}'s hook_rot_{kind}")
 
 
 @pytest.fixture(scope="module")
 def char_runs(tmp_path_factory, lens) -> dict:
-    """The char preset's optimizer (Muon) and tokenizer, small: 6 steps, with the mask and without, in runs/ under one
-    folder. The text ends with every printable character, so that the docs page's text reads in its vocabulary."""
+    """The char preset's optimizer (Muon) and tokenizer, small: 6 steps of each of RUNS, in runs/ under one folder.
+    The text ends with every printable character, so that the docs page's text reads in its vocabulary."""
     root = tmp_path_factory.mktemp("lens")
     text = write_corpus(root / "text", text=make_corpus_text() + string.printable)
-    for flags in ([], ["--no-mask"]):
-        train.train(load_config(["--config", "char", "--data-file", str(text), "--data.cache_dir", str(root / "cache"),
+    for run, flags in RUNS.items():
+        train.train(load_config(["--config", "char", f"--run-name={run}", "--data-file", str(text), "--data.cache_dir", str(root / "cache"),
                                  "--runs-dir", str(root / "runs"), "--device", "cpu", "--model.n_layer=2", "--model.n_embd=32",
                                  "--model.block_size=96", "--train.batch_size=4", "--train.max_steps=6", "--train.eval_interval=6",
                                  "--train.eval_batches=1", "--train.honest_batches=1", *flags]))  # fmt: skip
-    return {"root": root, "char": root / "runs" / "char" / "ckpt.pt", "char-no-mask": root / "runs" / "char-no-mask" / "ckpt.pt"}
+    return {"root": root} | {run: root / "runs" / run / "ckpt.pt" for run in RUNS}
 
 
-@pytest.mark.parametrize("run", ["char", "char-no-mask"])
+@pytest.mark.parametrize("run", RUNS)
 def test_a_short_muon_run_opens_from_its_checkpoint_reading_strings_with_its_own_ids(char_runs, run):
     model, tokenizer, checkpoint = load_model(char_runs[run])
-    assert checkpoint["step"] == 6 and model.cfg.causal == (run == "char")
+    assert checkpoint["step"] == 6 and "char" + name_suffix(model.cfg) == run, "the run has the changes its flags ask"
     hooked = load_hooked(char_runs[run])
     prompt = make_corpus_text()[:95]
     tokens = hooked.to_tokens(prompt)
     assert tokens.tolist() == [tokenizer.encode(prompt)], "TransformerLens reads a string with the run's own ids"
     assert hooked.to_str_tokens(prompt) == list(prompt)
     assert_same_model(model, hooked, tokens)
+    with pytest.raises(TokenizerError, match=r"^1 character\(s\) not in the training vocabulary: 'é'; use only"):
+        hooked.to_tokens(prompt + "é")
+    if model.cfg.positions == "rope":  # any length, as ours reads it: here twice its block_size
+        longer = make_corpus_text()[: 2 * model.cfg.block_size]
+        assert_same_model(model, load_hooked(char_runs[run], context=len(longer)), torch.tensor([tokenizer.encode(longer)]))
 
 
 def test_the_docs_page_runs_as_written_and_finds_what_our_measurements_find(char_runs, capsys):
@@ -143,12 +197,22 @@ def test_the_docs_page_runs_as_written_and_finds_what_our_measurements_find(char
 
 def test_the_char_tokenizer_gives_our_ids_and_pads_past_the_vocabulary():
     import_or_skip("transformers", f"the tokenizer is a Hugging Face one: {INSTALL}")
-    ours = CharTokenizer.from_text(make_corpus_text())
+    ours = CharTokenizer.from_text(make_corpus_text() + string.printable)
     theirs = hf_tokenizer(ours)
-    text = make_corpus_text(2000, seed=1)
-    assert theirs(text)["input_ids"] == ours.encode(text)
+    text = make_corpus_text(2000, seed=1) + "<|endoftext|>"  # the padding token's name, read as the characters it is
+    assert theirs(text)["input_ids"] == theirs.encode(text) == ours.encode(text)
     assert theirs.decode(ours.encode(text)) == text
     assert theirs.pad_token_id == ours.vocab_size, "no character stands in for padding"
+    assert theirs(["ab", "abc"], padding=True)["input_ids"] == [ours.encode("ab") + [ours.vocab_size], ours.encode("abc")]
+
+
+def test_a_character_outside_a_char_runs_vocabulary_is_named_in_one_line():
+    import_or_skip("transformers", f"the tokenizer is a Hugging Face one: {INSTALL}")
+    theirs = hf_tokenizer(CharTokenizer(list("abc ")))
+    message = r"^2 character\(s\) not in the training vocabulary: 'xé'; use only characters of the training text$"
+    for read in (theirs, theirs.encode, theirs.tokenize, lambda text: theirs(["abc", text], padding=True)):
+        with pytest.raises(TokenizerError, match=message):
+            read("a béx")
 
 
 def test_the_gpt2_tokenizer_gives_tiktokens_ids(monkeypatch):
@@ -156,7 +220,7 @@ def test_the_gpt2_tokenizer_gives_tiktokens_ids(monkeypatch):
     gpt2_encoding_or_skip()
     ours = GPT2Tokenizer()
     theirs = hf_tokenizer(ours)
-    text = make_corpus_text(20_000) + " naïve café, 日本語 🤖 x's we'll   \n\n 12345 <eot>"
+    text = make_corpus_text(20_000) + " naïve café, 日本語 🤖 x's we'll   \n\n 12345 <eot> <|endoftext|>"
     assert theirs(text)["input_ids"] == ours.encode(text)
     assert theirs.decode(ours.encode(text)) == text
     assert theirs.eos_token_id == ours.end_of_text[0] == 50256
@@ -173,21 +237,34 @@ def test_without_transformer_lens_the_error_says_how_to_install_it(monkeypatch):
 class LaterConfig(ModelConfig):
     """A config with a field the lens does not know yet, as a new variant brings one."""
 
-    softcap: float = 30.0
+    window: int = 16
 
 
-def test_a_variant_the_lens_does_not_know_is_refused_in_one_line(lens):
-    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11))
-    model.cfg = LaterConfig(**vars(model.cfg))
-    with pytest.raises(LensError, match=r"^model\.softcap has no TransformerLens counterpart in harness/lens\.py yet"):
-        to_hooked(model)
-    model.cfg = dataclasses.replace(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11), positions="rope")
-    with pytest.raises(LensError, match=r"^model\.positions = 'rope' has no TransformerLens counterpart"):
-        to_hooked(model)
-    model.cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11)
-    model.blocks[0].attn.q_norm = nn.RMSNorm(8)  # a tensor no table maps
-    with pytest.raises(LensError, match=r"^our tensor blocks\.0\.attn\.q_norm\.weight has no place in TransformerLens"):
-        to_hooked(model)
+def test_what_transformer_lens_cannot_take_is_refused_in_one_line_naming_it(lens):
+    small = ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11)
+    refused = {}  # what is changed -> the start of the one line that refuses it
+    model = GPT(small)
+    model.cfg = LaterConfig(**vars(small))
+    refused["a field"] = (model, r"^model\.window has no TransformerLens counterpart in harness/lens\.py yet")
+    model = GPT(small)
+    model.cfg = dataclasses.replace(small)
+    object.__setattr__(model.cfg, "positions", "alibi")  # a kind of positions the lens has no entry for
+    refused["a value"] = (model, r"^model\.positions = 'alibi' has no TransformerLens counterpart in harness/lens\.py yet")
+    model = GPT(small)
+    model.blocks[0].attn.q_norm = nn.RMSNorm(8)  # a tensor no table maps: a QK-norm gain, which ours does not have
+    refused["a tensor"] = (model, r"^our tensor blocks\.0\.attn\.q_norm\.weight has no place in TransformerLens")
+    model = GPT(dataclasses.replace(small, qk_norm=True))
+    for norm in (m for m in model.modules() if isinstance(m, nn.LayerNorm)):
+        norm.eps = 1e-6  # TransformerLens's RMSNorm takes the LayerNorms' eps, and ours keeps its own
+    refused["an eps"] = (model, r"^the model's LayerNorms and QK-norm use eps \[1e-06, 1e-05\], and TransformerLens takes one")
+    for what, (model, message) in refused.items():
+        with pytest.raises(LensError, match=message) as e:
+            to_hooked(model)
+        assert "\n" not in str(e.value), what
+    for positions, context, message in (("learned", 9, r"^context = 9: give 1 to 8, the rows of the run's learned position table$"),
+                                        ("rope", 0, r"^context = 0: give 1 or more$")):  # fmt: skip
+        with pytest.raises(LensError, match=message):
+            to_hooked(GPT(dataclasses.replace(small, positions=positions)), context=context)
 
 
 # The induction circuit, set by hand. Training the induction preset to its phase change takes about a thousand Muon

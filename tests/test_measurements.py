@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -291,6 +292,28 @@ def test_heatmaps_outline_the_diagonal_or_the_answer_and_carry_a_colour_bar(caus
     assert colorbar.get_ylabel() == f"weight; red: {label}" and colorbar.get_ylim() == (0.0, 1.0)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_attention_page_marks_in_red_the_diagonal_or_the_answer(tmp_path, causal):
+    """circuitsvis colours a cell by its value alone (blue above 0, red below): the page hands it negated the cells the
+    PNG heatmaps outline, t+1 without the mask (a head that reads the answer shows a red line, not a blue one that looks
+    like the diagonal) and t under it (a previous-token head's blue line runs beside the red diagonal)."""
+    T = 6
+    scores = torch.randn(2, 2, T, T, generator=torch.Generator().manual_seed(0))  # 2 layers of (H, T, T)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    weights = scores.softmax(dim=-1)
+    page = harness.pictures.heatmaps.attention_page(list(weights), list("abcdef"), "page", causal, tmp_path / "attention.html").read_text()
+    props = json.loads(re.search(r"CircuitsVis\.AttentionHeads,\s*(\{.*\})\s*\)", page).group(1))
+    shown = torch.tensor(props["attention"])  # (n_layer * H, T, T)
+    marked = torch.eye(T, dtype=torch.bool) if causal else torch.eye(T, dtype=torch.bool).roll(1, dims=1).triu()  # (t, t) or (t, t+1)
+    assert (props["negativeColor"], props["positiveColor"], props["minValue"], props["maxValue"]) == ("red", "blue", -1.0, 1.0)
+    assert props["maskUpperTri"] is causal and props["attentionHeadNames"] == ["L0H0", "L0H1", "L1H0", "L1H1"]
+    expected = weights.reshape(4, T, T)
+    assert_close(shown, torch.where(marked, -expected, expected), atol=1e-6)
+    assert int(marked.sum()) == (T if causal else T - 1) and ("the diagonal" if causal else "the weight on t+1") in page
+    assert (shown[:, marked] < 0).all() and (shown[:, ~marked] >= 0).all()
+
+
 def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, one_cpu_thread, capsys):
     argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=5", "--train.eval_interval=5", "--no-mask")
     train.train(load_config(argv))
@@ -303,6 +326,12 @@ def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, on
     table = [line for line in printed.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(table) == 4  # 2 layers x 2 heads
     assert all(float(line.split("|")[6]) > 0 for line in table)  # future mass of an unmasked model
+    repeated = inspect_attention.main(
+        ["--run", "tiny-no-mask", "--runs-dir", str(tmp_path / "runs"), "--repeated", "--out", str(tmp_path / "r")]
+    )
+    printed = capsys.readouterr().out
+    assert f", {load_config(argv).model.block_size} tokens; heatmaps in {repeated}/" in printed  # random tokens, as many as the context
+    assert "induction heads (weight above 0.3):" in printed and (repeated / "attention.html").is_file()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: checks bf16 autocast and torch.compile")

@@ -9,13 +9,16 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, import_or_skip
 
+from configs.loader import SHAPE
 from model import ModelConfig
 from model.ablations import flags_label, variants
 
-nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat and nbclient (pip install -r requirements-dev.txt)")
-nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbformat and nbclient (pip install -r requirements-dev.txt)")
+NEEDS = "the notebook test needs nbformat, nbclient and ipykernel (pip install -r requirements-dev.txt)"
+nbformat = import_or_skip("nbformat", NEEDS)
+nbclient = import_or_skip("nbclient", NEEDS)
+import_or_skip("ipykernel", NEEDS)  # the python3 kernel the notebook runs in
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "attention.ipynb"
 
@@ -44,6 +47,15 @@ def test_notebook_is_committed_with_outputs_and_a_kernel_every_environment_has()
     assert len(images) >= 5, "the hand-made head, the curves and one heatmap per trained model"
 
 
+def test_the_notebooks_sections_are_numbered_in_order_and_end_with_where_next():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    headings = [
+        line[3:] for cell in nb.cells if cell.cell_type == "markdown" for line in cell.source.splitlines() if line.startswith("## ")
+    ]
+    numbers = [int(m.group(1)) for h in headings[:-1] if (m := re.match(r"(\d+)\. ", h))]
+    assert numbers == list(range(1, len(headings))) and headings[-1] == "Where next", headings
+
+
 def test_notebook_runs_top_to_bottom_on_a_small_text(tmp_path, corpus_file, monkeypatch):
     before = NOTEBOOK.read_bytes()
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -69,6 +81,7 @@ def test_notebook_runs_top_to_bottom_on_a_small_text(tmp_path, corpus_file, monk
     forced, honest = losses[no_mask]
     assert honest > forced + 1.0, f"the model without the mask must be caught: honest {honest}, teacher-forced {forced}"
     assert "next-token" in printed, "the role table names the next-token heads of the model without the mask"
-    runs = [p.name for p in tmp_path.glob("attention-notebook-*/*") if p.is_dir()]
-    assert {"tiny", "tiny-no-mask", "tiny-no-scale"} <= set(runs)
+    runs = [p.name for p in tmp_path.glob("attention-notebook-*/*") if (p / "ckpt.pt").is_file()]
+    sizes = re.compile(rf"(-({'|'.join(SHAPE)})\d+)*$")  # the sizes the notebook changes from tiny's end each run's name
+    assert sorted(sizes.sub("", name) for name in runs) == ["tiny", "tiny-no-mask", "tiny-no-scale"], runs  # three runs, none moved aside
     assert not (Path(REPO_ROOT) / "notebooks" / "runs").exists()

@@ -3,6 +3,7 @@ data/prepare.py (streaming, documents, the split, bad input, interruption, memor
 
 import base64
 import codecs
+import importlib.util
 import json
 import os
 import random
@@ -170,6 +171,8 @@ def bad(tmp_path: Path, name: str, content: bytes) -> Path:
     ids=["broken-json", "missing-field", "not-a-string", "jsonl-not-utf8", "txt-not-utf8", "binary", "not-parquet"],
 )
 def test_bad_input_is_one_line_naming_the_file(tmp_path, name, content, needles):
+    if name.endswith(".parquet") and importlib.util.find_spec("pyarrow") is None:  # pyarrow is optional (requirements-dev.txt):
+        needles = [name, "needs pyarrow: pip install pyarrow"]  # without it the file is never opened, and the line says what to install
     folder = bad(tmp_path, name, content)
     with pytest.raises(DataError) as e:
         load_corpus(cfg(tmp_path, folder))
@@ -441,6 +444,24 @@ def test_forced_cuts_fall_where_tiktoken_splits_else_at_the_limit():
     whole, cut = enc.encode_ordinary(dna), sum((enc.encode_ordinary(p) for p in pieces), [])
     assert spans_far_from(whole, enc, pieces) == spans_far_from(cut, enc, pieces)  # the same tokens away from the cuts
     assert whole != cut
+
+
+def test_the_forced_cuts_tool_counts_the_ids_each_cut_changes(monkeypatch, capsys):
+    """python -m tools.forced_cuts (docs/own-text.md) on texts of the test's own, 300,000 characters cut 1,000 a task past
+    the limit: base64 keeps every id of the whole text's encoding, one run of letters changes a few next to each cut."""
+    import tools.forced_cuts
+
+    gpt2_encoding_or_skip()
+    encoded = base64.b64encode(random.Random(2).randbytes(225_000)).decode()
+    monkeypatch.setattr(tools.forced_cuts, "texts", lambda: {"base64": encoded, "letters_only": line_of(300_000, "acgt")})
+    found = tools.forced_cuts.main(["--chunk-chars", "1000"])
+    assert found["base64"]["cuts"] >= 30 and found["base64"]["differ_whole"] == found["base64"]["differ_cut"] == 0
+    letters = found["letters_only"]
+    assert letters["cuts"] >= 30 and 0 < letters["cuts_changing_ids"] <= letters["cuts"]
+    assert 0 < letters["differ_cut"] <= 10 * letters["cuts"]
+    assert letters["differ_per_cut"] == letters["differ_cut"] / letters["cuts"]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1].startswith(f"letters_only: 300,000 characters, {letters['cuts']} cuts ({letters['cuts_changing_ids']} change ids)")
 
 
 def spans_far_from(ids: list[int], enc, pieces: list[str], margin: int = 24) -> list[tuple[int, int]]:

@@ -31,6 +31,9 @@ SMALL = ["--model.n_layer=1", "--model.n_head=2", "--model.n_embd=64", "--model.
          "--train.eval_batches=2", "--train.honest_batches=1", "--train.log_interval=2", "--train.optimizer=muon"]  # fmt: skip
 
 
+VARIANTS = {"char": [], "char-no-mask": ["--no-mask"], "char-no-probe": ["--train.probes=0", "--run-name=char-no-probe"]}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, one_cpu_thread) -> dict:
     """A comparison in small, as compare.py trains it: the preset as it is and without the mask, then as it is with no probe."""
@@ -38,9 +41,12 @@ def runs(tmp_path_factory, one_cpu_thread) -> dict:
     argv = [*tiny_argv(root, write_corpus(root / "text")), "--config", "char", *SMALL]
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(said):
         mp.setattr(harness.training.evaluation, "HEATMAP_MAX_TOKENS", 4)  # the pictures are not under test
-        for extra in ([], ["--no-mask"], ["--train.probes=0", "--run-name=char-no-probe"]):
-            train.train(load_config([*argv, *extra]))
-    return {**{name: root / "runs" / name for name in ("char", "char-no-mask", "char-no-probe")}, "said": said.getvalue()}
+        folders = {}
+        for name, extra in VARIANTS.items():
+            cfg = load_config([*argv, *extra])
+            train.train(cfg)
+            folders[name] = cfg.run_dir  # the preset's name and the sizes this test changes (Config.shape)
+    return {**folders, "said": said.getvalue()}
 
 
 def events(run_dir):

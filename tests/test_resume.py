@@ -399,7 +399,8 @@ def test_resume_skips_any_damaged_line_in_metrics_jsonl_alike(tmp_path, referenc
     assert summary["stopped_at"] is None
     lines = (run_dir / "metrics.jsonl").read_bytes().splitlines()
     assert not set(DAMAGED_LINES) & set(lines)  # the resumed run keeps the intact lines up to its checkpoint, then appends
-    assert [json.loads(line)["step"] for line in lines] == [m["step"] for m in reference["metrics"]] + [62, 62]  # loss line, evaluation
+    appended = [62, 62, 62]  # the loss line, the probe and the evaluation of step 62
+    assert [json.loads(line)["step"] for line in lines] == [m["step"] for m in reference["metrics"]] + appended
 
 
 # 1b. Every optimizer a preset uses: AdamW, and Muon with AdamW beside it (the char and base presets)
@@ -930,7 +931,7 @@ def weights_only(path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "damage", "needles"),
     [
-        (["--model.n_embd=64"], None, ["trained with another model config", "n_embd 32 vs 64", "resume with the run's own flags"]),
+        (["--model.n_embd=64", "--run-name=tiny"], None, ["another model config", "n_embd 32 vs 64", "resume with the run's own flags"]),
         ([], None, ["already finished at step 60", "raise --train.max_steps"]),
         (["--train.max_steps=70"], weights_only, ["holds weights only"]),
         (["--train.max_steps=70", "--data-file", "OTHER"], None, ["trained on another text", "same --data-file"]),

@@ -32,9 +32,11 @@ from harness.training.budget import check_affordable, forward_flops, prefix_flop
 from harness.training.checkpoints import CheckpointError, save_checkpoint
 from harness.training.evaluation import cap_prefix_work, evaluation_flops, make_eval_set
 from harness.training.runlog import read_metrics
+from model import GPT
 from model.measurements import honest_positions
 
-LONG_EVAL = ("--model.block_size=1024", "--train.eval_batches=100", "--train.max_steps=5")  # an evaluation of a minute or so
+# an evaluation of a minute or so; named tiny still (the changed context would name it tiny-block_size1024)
+LONG_EVAL = ("--model.block_size=1024", "--train.eval_batches=100", "--train.max_steps=5", "--run-name=tiny")
 QUICK = ("--train.max_steps=100000", "--train.eval_interval=10", "--train.eval_batches=1", "--train.honest_batches=1")
 
 
@@ -168,6 +170,24 @@ def test_a_huge_context_is_refused_in_one_line_with_its_cost(monkeypatch, tmp_pa
     with pytest.raises(ConfigError, match=r"needs about \d+ GiB, and this cpu has 1 GiB"):
         check_affordable(cfg, torch.device("cpu"))
     assert check_affordable(config("--config", "tiny"), torch.device("cpu")) == 20e9
+
+
+def test_measuring_the_speed_leaves_the_weights_to_the_seed(tmp_path, monkeypatch):
+    """train.py measures the device's speed after seeding and before building the model: the measurement draws from its
+    own generator, so the initial weights stay those of torch.manual_seed(seed), then GPT (as before it measured)."""
+    made = {}
+
+    def recording(model_cfg):
+        model = GPT(model_cfg)
+        made.update(cfg=model_cfg, state={k: v.clone() for k, v in model.state_dict().items()})
+        return model
+
+    monkeypatch.setattr(harness.training.starting_weights, "GPT", recording)
+    train.main(tiny_argv(tmp_path, write_corpus(tmp_path / "t"), "--train.max_steps=1", "--train.seed=7"))
+    torch.manual_seed(7)
+    seeded = GPT(made["cfg"]).state_dict()
+    assert made["state"].keys() == seeded.keys()
+    assert all(torch.equal(made["state"][k], seeded[k]) for k in seeded), "the speed measurement moved the seeded weights"
 
 
 @pytest.mark.parametrize(

@@ -106,7 +106,7 @@ def test_settings_too_degenerate_to_measure_induction_are_refused(flags, needle)
 
 SMALL = ["--model.n_embd=16", "--model.n_head=2", "--model.block_size=16", "--data.max_segment=8", "--data.min_segment=3",
          "--train.batch_size=4", "--train.max_steps=8", "--train.eval_interval=4", "--train.eval_batches=1",
-         "--train.honest_batches=1", "--train.log_interval=1", "--device=cpu"]  # fmt: skip
+         "--train.honest_batches=1", "--train.log_interval=1", "--device=cpu", "--run-name=induction"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -182,9 +182,10 @@ def test_inspect_attention_refuses_a_repeated_sequence_too_short_to_tell_roles_f
     import inspect_attention
 
     root = tmp_path / "two"
-    train.train(load_config(tiny_argv(root, write_corpus(root / "text"), "--model.block_size=2", "--train.max_steps=1")))
+    cfg = load_config(tiny_argv(root, write_corpus(root / "text"), "--model.block_size=2", "--train.max_steps=1"))
+    train.train(cfg)
     capsys.readouterr()  # the run's own lines
-    argv = ["--checkpoint", str(root / "runs" / "tiny" / "ckpt.pt"), "--repeated", "--out", str(tmp_path / "out")]
+    argv = ["--checkpoint", str(cfg.run_dir / "ckpt.pt"), "--repeated", "--out", str(tmp_path / "out")]
     assert_one_line_error(
         error_of(inspect_attention.main, argv, capsys), "a context of 2 tokens is too short to tell heads' roles from chance (it takes 7)"
     )

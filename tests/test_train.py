@@ -258,7 +258,7 @@ def test_the_gpu_preset_trains_its_first_steps_on_a_cpu(tmp_path, corpus_file, o
     assert (cfg.model.n_head, cfg.model.dropout, cfg.data.tokenizer, cfg.train.optimizer) == (6, 0.2, "char", "muon")
     summary = train.train(cfg)
     assert "optimizer Muon (Newton-Schulz in" in capsys.readouterr().out
-    metrics = [json.loads(line) for line in (tmp_path / "runs" / "char-gpu" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()]
     first, last = [m for m in metrics if "loss/val" in m]
     assert first["step"] == 0 and last["step"] == 8
     assert last["loss/train"] < first["loss/train"] - 0.1, (first["loss/train"], last["loss/train"])  # 8 steps, warming up

@@ -1,13 +1,14 @@
-"""Every measured figure in README.md and docs/ from one place, docs/figures.json:
-python -m tools.docs_figures [--record] [--runs-dir runs] [--check] [--probe-cost KEY REPORT...]
+"""Every measured figure and every output in README.md and docs/ from one place, docs/figures.json:
+python -m tools.docs_figures [--record] [--record-outputs] [--runs-dir runs] [--check] [--check-outputs] [--probe-cost KEY REPORT...]
 
---record first stores what runs under --runs-dir hold (compare.py's comparisons, compare-<config>/compare.json
-with each run's metrics.jsonl; sweep.py's sweeps, sweep-<config>/sweep.json; single runs' metrics.jsonl, by folder
-name) in docs/figures.json, with this machine and today's date. Then the docs are rewritten from that file: the tables
-(TABLES) and every quoted figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes). --check rewrites nothing
-and exits 1 naming each quote that differs, as tests/test_docs_figures.py does. --probe-cost KEY REPORT... stores under
-KEY what the probe costs a whole run (tools/figures.py: probe_cost), from `bench.py --whole-run --json` reports (files)
-of one preset with the probe and without it (--train.probes=0), run in turns.
+--record stores what --runs-dir holds (compare-<config>/compare.json with its runs' metrics.jsonl, sweep-<config>/sweep.json,
+single runs' metrics.jsonl by folder name) in docs/figures.json, with this machine and today's date; then the docs are
+rewritten from that file: the tables (TABLES), each quoted figure (QUOTES: a doc's sentence with {name:format} where a
+figure goes), each output a page shows (tools/outputs.py). --check rewrites nothing and exits 1 naming each quote that
+differs. --record-outputs runs the commands whose outputs the pages show on the runs under --runs-dir and stores what they
+print; --check-outputs runs them again and exits 1 naming each output the code no longer prints (--outputs KEYS: some).
+--probe-cost KEY REPORT... stores under KEY what the probe costs a whole run (tools/figures.py: probe_cost), from
+`bench.py --whole-run --json` reports of one preset with the probe and without it (--train.probes=0), run in turns.
 """
 
 import dataclasses
@@ -17,10 +18,13 @@ import re
 import sys
 from pathlib import Path
 
+import torch
+
 from configs import load_config
 from data.chunks import FORCE_AFTER, FORCED_CHARS
 from data.sources import CHUNK_CHARS
 from harness.cli import OneLineParser, run_command
+from harness.pictures.curves import plot_positions
 from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
 from harness.training.runlog import evaluations
 from model import GPT, ModelConfig
@@ -30,12 +34,17 @@ from tools.figures import (
     ablation_figures,
     comparison_command,
     comparison_figures,
+    comparison_key,
+    context_figures,
+    factors_said,
+    positions_title,
     probe_cost,
     read_figures,
     record,
     sweep_command,
     sweep_figures,
 )
+from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs
 from tools.quotes import COMPARISONS, QUOTES
 from tools.tables import TABLES
 
@@ -93,10 +102,8 @@ def named_values(figures: dict) -> dict[str, float]:
         out.setdefault(f"{stem}.low", out[f"{stem}.mean"] - out[name])
         out.setdefault(f"{stem}.high", out[f"{stem}.mean"] + out[name])
     unscaled = next(suffix for suffix, model_cfg in variants(ModelConfig()).items() if not model_cfg.scaled)  # model/ablations.py
-    for key in COMPARISONS:
-        base = key.split("-")[0]
-        spread = out[f"{key}.aggregate.{base}{unscaled}.attn/score_std.mean"] / out[f"{key}.aggregate.{base}.attn/score_std.mean"]
-        out[f"{key}.score_spread"] = spread
+    for key, stats in ((key, f"{key}.aggregate.{key.split('-')[0]}") for key in COMPARISONS):
+        out[f"{key}.score_spread"] = out[f"{stats}{unscaled}.attn/score_std.mean"] / out[f"{stats}.attn/score_std.mean"]
     for key, entry in figures.items():
         if key.startswith("score-gradient-"):
             for when, lines in entry["value"].items():
@@ -162,6 +169,9 @@ def sync(figures: dict, write: bool) -> list[str]:
                 pieces += [text[last : match.start(k)], value]
                 last = match.end(k)
         texts[doc] = "".join(pieces) + text[last:]
+    for doc in {o.doc for o in OUTPUTS if o.doc}:
+        texts.setdefault(doc, (ROOT / doc).read_text(encoding="utf-8"))
+    problems += render_outputs(figures, texts)
     if write:
         for doc, text in texts.items():
             if text != (ROOT / doc).read_text(encoding="utf-8"):
@@ -180,16 +190,20 @@ def record_runs(runs_dir: Path) -> list[str]:
     for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and ".old-" not in p.name):
         if (folder / "compare.json").is_file() and "aggregate" in json.loads((folder / "compare.json").read_text(encoding="utf-8")):
             value, config = comparison_figures(folder), folder.name.removeprefix("compare-")
-            key, command = f"{config}-{len(value['seeds'])}seeds", comparison_command(config, value)
+            key, command = comparison_key(config, value), comparison_command(config, value)
             record(key, command, value)
             if ablations := ablation_figures(folder):
                 recorded.append(f"{config}-ablation")
                 record(recorded[-1], f"python inspect_attention.py --runs-dir {folder} --run RUN --ablate next-token, "
                        f"for each --no-mask RUN of {command}", ablations)  # fmt: skip
+            if contexts := context_figures(folder, config):
+                recorded.append(f"{config}-contexts")
+                record(recorded[-1], f"python score.py --runs-dir {folder} --run RUN --contexts FACTORS, for each RUN of {command} "
+                       f"(FACTORS: {factors_said(contexts)})", contexts)  # fmt: skip
+                plot_positions(contexts, ROOT / "docs" / f"contexts-{config}.png", positions_title(config, contexts))
         elif (folder / "sweep.json").is_file() and "aggregate" in json.loads((folder / "sweep.json").read_text(encoding="utf-8")):
-            value, config = sweep_figures(folder), folder.name.removeprefix("sweep-")
-            key = f"{config}-sweep"
-            record(key, sweep_command(config, value), value)
+            key, value = f"{folder.name.removeprefix('sweep-')}-sweep", sweep_figures(folder)
+            record(key, sweep_command(key.removesuffix("-sweep"), value), value)
         elif folder.name in quoted_runs() and (folder / "metrics.jsonl").is_file() and (rows := evaluations(folder)):
             key = folder.name
             last = {tag: rows[-1][tag] for tag in ("step", "loss/train", "loss/val", "loss/val_honest") if tag in rows[-1]}
@@ -205,8 +219,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--record", action="store_true", help="first store what the runs under --runs-dir hold")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where --record looks (default: runs)")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc differs from docs/figures.json")
+    parser.add_argument("--record-outputs", action="store_true", help="run the commands whose outputs the docs show, and store them")
+    parser.add_argument("--check-outputs", action="store_true", help="change nothing; exit 1 if a command now prints another output")
+    parser.add_argument("--outputs", type=lambda text: text.split(","), metavar="KEYS", help="only these outputs (default: all)")
     parser.add_argument("--probe-cost", nargs="+", metavar=("KEY", "REPORT"), help="record bench.py --whole-run --json reports under KEY")
     args = parser.parse_args(argv)
+    if unknown := set(args.outputs or ()) - {o.key for o in OUTPUTS}:
+        parser.error(f"--outputs: no output {sorted(unknown)[0]}; choose from {', '.join(o.key for o in OUTPUTS)}")
+    torch.set_num_threads(1)  # the commands run with one thread, which is what the machine line of each recorded output says
+    if args.check_outputs:
+        problems = check_outputs(read_figures(), args.runs_dir, args.outputs)
+        print("\n".join(problems) or f"every output the docs show is what its command prints on the runs under {args.runs_dir}/")
+        return 1 if problems else 0
     if args.probe_cost:
         key, *reports = args.probe_cost
         value = probe_cost([json.loads(Path(path).read_text(encoding="utf-8")) for path in reports])
@@ -214,6 +238,9 @@ def main(argv: list[str]) -> int:
         print(f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most")
     if args.record:
         print(f"recorded {', '.join(record_runs(args.runs_dir)) or 'nothing'} in {FIGURES}")
+    for output in [o for o in OUTPUTS if args.record_outputs and (args.outputs is None or o.key in args.outputs)]:
+        record(output.key, described(output), record_output(output, args.runs_dir))
+        print(f"recorded {output.key}: {output.command}", flush=True)
     problems = sync(read_figures(), write=not args.check)
     print("\n".join(problems) or "the docs agree with docs/figures.json")
     return 1 if problems and args.check else 0

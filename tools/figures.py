@@ -4,8 +4,8 @@ Each entry is the result of one command, with that command, the machine it ran o
 torch threads and version, the load average when it was recorded) and the date. tools/docs_figures.py
 renders the docs' tables and quoted numbers from it, and tests/test_docs_figures.py fails when a doc
 quotes a figure that this file does not hold. The readers below turn what runs leave behind (a
-comparison's compare.json and its runs' metrics.jsonl, inspect_attention.py's ablation.json, bench.py --whole-run's
-reports) into entries.
+comparison's compare.json and its runs' metrics.jsonl, inspect_attention.py's ablation.json, score.py --contexts's
+contexts.json, bench.py --whole-run's reports) into entries.
 """
 
 import json
@@ -16,13 +16,14 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from configs import ConfigError
 from data.files import write_atomically
-from harness.experiments.stats import half_width, spread, to_json
+from harness.experiments.stats import half_width, paired_difference, spread, to_json
 from harness.training.runlog import read_metrics
-from model.ablations import ABLATIONS, JOIN
+from model.ablations import ABLATIONS, CHANGES, JOIN
 from tools.tables import in_table_order, removed
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures.json"
@@ -78,6 +79,14 @@ def comparison_figures(folder: Path) -> dict:
             "collapse": collapse}  # fmt: skip
 
 
+def comparison_key(config: str, value: dict) -> str:
+    """Where a comparison is recorded: <config>-<N>seeds, followed by the cures and positions it trains beside the
+    ablations ("char-3seeds-rope"), so that recording such a comparison leaves the ablations' entry as it is."""
+    trained = {name for variant in value["aggregate"] for name in removed(variant, config)}
+    others = [c.name for c in CHANGES if c.name in trained and c not in ABLATIONS]
+    return f"{config}-{len(value['seeds'])}seeds" + "".join(f"-{name}" for name in others)
+
+
 def comparison_command(config: str, value: dict) -> str:
     """The compare.py command that trained these variants: --variants only when they are not the default, each ablation alone."""
     picked = [JOIN.join(removed(variant, config)) for variant in in_table_order(value["aggregate"], config)][1:]
@@ -98,11 +107,10 @@ def ablation_figures(folder: Path) -> dict | None:
         }
     if not runs:
         return None
-    summary = {}
-    for name, key in (("closed", "closed_fraction"), ("random", "random_closed_fraction")):
-        s = spread([r[key] for r in runs.values()])
-        half = half_width(s) or 0.0
-        summary[name] = {"mean": s.mean, "std": s.std, "n": s.n, "low": s.mean - half, "high": s.mean + half}
+    summary = {
+        name: interval([r[key] for r in runs.values()])
+        for name, key in (("closed", "closed_fraction"), ("random", "random_closed_fraction"))
+    }
     heads = [f for r in runs.values() for f in r["each_head"].values()]
     summary["each_head"] = {"min": min(heads), "max": max(heads)}
     for layer in next(iter(runs.values()))["each_layer"]:
@@ -147,3 +155,80 @@ def probe_cost(reports: list[dict]) -> dict:
         "cpu_ratio": median(probed, "cpu_s") / median(bare, "cpu_s"),
         "load_avg_1min": [r.get("load_avg_1min") for r in reports],
     }
+
+
+def interval(values: list[float]) -> dict:
+    """Mean, sd, count and the 95% interval's ends (Student's t; the mean itself with one value)."""
+    s = spread(values)
+    half = half_width(s) or 0.0
+    return {"mean": s.mean, "std": s.std, "n": s.n, "low": s.mean - half, "high": s.mean + half}
+
+
+CURVE_BIN = 16  # positions per point of the loss-against-position picture
+
+
+def context_figures(folder: Path, config: str) -> dict | None:
+    """What score.py --contexts wrote for the runs of a comparison (each one's contexts.json), per variant over its seeds:
+    at each context the loss and each position bucket's loss (interval); along its longest context the loss in bins of
+    CURVE_BIN positions, mean, min and max over the seeds (the picture's line and band); and under "differences", each
+    variant minus each one before it in table order, paired by seed, at the contexts both were scored at."""
+    found: dict[str, dict[str, dict]] = {}  # variant -> seed -> contexts.json
+    for path in sorted(folder.glob("*/contexts.json")):
+        variant, seed = re.fullmatch(r"(.+?)(?:-s(\d+))?", path.parent.name).groups()
+        found.setdefault(variant, {})[seed] = json.loads(path.read_text(encoding="utf-8"))
+    if not found:
+        return None
+    order = in_table_order(found, config)
+    out: dict = {"block_size": next(iter(next(iter(found.values())).values()))["block_size"], "differences": {}}
+    for variant in order:
+        runs = list(found[variant].values())
+        entry = out[variant] = {"positions": runs[0]["positions"], "seeds": len(runs)}
+        for label, first in runs[0]["contexts"].items():
+            scored = [r["contexts"][label] for r in runs]
+            entry[label] = {"length": first["length"], "loss": interval([c["loss"] for c in scored])}
+            entry[label] |= {name: interval([c["buckets"][name]["loss"] for c in scored]) for name in first["buckets"]}
+        longest = list(runs[0]["contexts"])[-1]
+        bins = np.array([binned(r["contexts"][longest]["by_position"]) for r in runs])  # (seeds, bins)
+        entry["curve"] = {"context": longest, "bin": CURVE_BIN, "first": list(range(0, len(bins[0]) * CURVE_BIN, CURVE_BIN)),
+                          "mean": bins.mean(0).tolist(), "min": bins.min(0).tolist(), "max": bins.max(0).tolist()}  # fmt: skip
+        for reference in order[: order.index(variant)]:
+            seeds = sorted(set(found[variant]) & set(found[reference]))
+            shared = [label for label in runs[0]["contexts"] if label in found[reference][seeds[0]]["contexts"]] if seeds else []
+            for label in shared:
+                mine, theirs = ([found[v][s]["contexts"][label] for s in seeds] for v in (variant, reference))
+                cells = {"loss": [(a["loss"], b["loss"]) for a, b in zip(mine, theirs, strict=True)]}  # buckets: those both cut
+                cells |= {name: [(a["buckets"][name]["loss"], b["buckets"][name]["loss"]) for a, b in zip(mine, theirs, strict=True)]
+                          for name in mine[0]["buckets"] if name in theirs[0]["buckets"]}  # fmt: skip
+                out["differences"].setdefault(variant, {}).setdefault(reference, {})[label] = {
+                    name: difference(pairs) for name, pairs in cells.items()
+                }
+    return out
+
+
+def binned(losses: list[float]) -> list[float]:
+    """The mean loss of each CURVE_BIN positions in turn (the last bin may hold fewer)."""
+    return [float(np.mean(losses[i : i + CURVE_BIN])) for i in range(0, len(losses), CURVE_BIN)]
+
+
+def difference(pairs: list[tuple[float, float]]) -> dict:
+    """a - b paired by seed: mean, the 95% interval's ends (the mean itself with one pair) and the count."""
+    d = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+    half = d.half_width or 0.0
+    return {"mean": d.mean, "low": d.mean - half, "high": d.mean + half, "n": d.n}
+
+
+def factors_said(contexts: dict) -> str:
+    """The --contexts each variant was scored at, from context_figures' entry: "0.5,1 for char; 0.5,1,2,4 for char-no-pos, char-rope"."""
+    by_factors: dict[str, list[str]] = {}
+    for name, entry in contexts.items():
+        if isinstance(entry, dict) and "curve" in entry:
+            factors = ",".join(f"{c['length'] / contexts['block_size']:g}" for c in entry.values() if isinstance(c, dict) and "length" in c)
+            by_factors.setdefault(factors, []).append(name)
+    return "; ".join(f"{factors} for {', '.join(names)}" for factors, names in by_factors.items())
+
+
+def positions_title(config: str, contexts: dict) -> str:
+    """The title of the loss-against-position picture."""
+    seeds = max(entry["seeds"] for entry in contexts.values() if isinstance(entry, dict) and "curve" in entry)
+    return (f"{config}: the loss at each position of a window, trained at {contexts['block_size']} tokens (score.py --contexts)\n"
+            f"mean over {seeds} seeds, band from the lowest to the highest, {CURVE_BIN} positions a point")  # fmt: skip

@@ -9,6 +9,7 @@ python -m tools.docs_figures fills them in.
 
 COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
 SWEEPS = ("char-sweep",)  # the learning-rate sweeps: their cure rows at the preset's rate join the tables of their config
+MORE_ROWS = ("char-3seeds-rope",)  # later comparisons whose variants README's table shows too, among their preset's rows
 
 QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a placeholder
     ("README.md", "first: the environment is then {install.venv_cpu_gb:.1f} GB with no CUDA package."),
@@ -34,8 +35,6 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/command-line.md", "the default demo: val {base.last.loss/val:.3f}, {timings.train_base_s:.0f} s on a quiet 2-core CPU"),
     ("docs/command-line.md", "val loss {char.last.loss/val:.3f} after {char.last.step:.0f} steps, {timings.train_char_s:.0f} s on a quiet"),
     ("docs/sampling.md", "(`python train.py --config char`, val loss {char.last.loss/val:.3f} at its last step)"),
-    ("docs/sampling.md", "# runs/char/ckpt.pt (step {char.last.step:.0f}, val loss {char.last.loss/val:.4f}) on cpu"),
-    ("docs/sampling.md", "# runs/char-no-mask/ckpt.pt (step {char-no-mask-325.last.step:.0f}, val loss {char-no-mask-325.last.loss/val:.4f}) on cpu"),
     ("docs/experiment.md", "By step {char-3seeds.collapse.char-no-mask.max:.0f} (all three seeds) the `char-no-mask` training loss has collapsed below 0.5"),
     ("docs/experiment.md", "its training loss {base-3seeds.aggregate.base-no-mask.loss/train.mean:.3f} ± {base-3seeds.aggregate.base-no-mask.loss/train.std:.3f} "
      "at the end against the causal run's {base-3seeds.aggregate.base.loss/train.mean:.3f} ± {base-3seeds.aggregate.base.loss/train.std:.3f})"),
@@ -86,7 +85,12 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] the scaled model's"),
     ("README.md", "weights get no less gradient without the scale: {score-gradient-char.init.qk.mean:.1f}x the scaled model's at step 0, "
      "{score-gradient-char.end.qk.mean:.2f}x [{score-gradient-char.end.qk.low:.2f}, {score-gradient-char.end.qk.high:.2f}] at the end"),
-    ("docs/sampling.md", "Its logged val loss, {char-no-mask-325.last.loss/val:.4f}, is what it scores"),
+    ("docs/sampling.md", "(`char` ends at val {yardstick-char.pairs.1.ours_val:.3f} with two threads, {char.last.loss/val:.3f} with one)"),
+    ("docs/sampling.md", "(below, on the val split at `--stride 128`,\n{output-char-no-mask-score.cpu_s:.0f} s of CPU time with one torch "
+     "thread, where the causal run's takes {output-char-score-stride.cpu_s:.0f} s)"),
+    ("docs/sampling.md", "Its logged val loss, {char-no-mask.last.loss/val:.4f}, is what it scores"),
+    ("docs/sampling.md", "`python score.py --run char --stride 128`, scores {output-char-score-stride.json.loss:.4f} nats "
+     "(perplexity {output-char-score-stride.json.perplexity:.3f})"),
     # order: the positions removed, with and without the mask (docs/experiment.md#order-...)
     ("docs/experiment.md", "in char its val loss is {char-3seeds.aggregate.char-no-pos.loss/val.mean:.3f} ± "
      "{char-3seeds.aggregate.char-no-pos.loss/val.std:.3f} against {char-3seeds.aggregate.char.loss/val.mean:.3f} ± "
@@ -158,9 +162,67 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     # the no-mask run's next-token heads, found with TransformerLens (docs/transformer-lens.md, recorded by tools/lens_page.py)
     ("docs/transformer-lens.md", "put most of their weight on the answer: L0H0 {lens-char-no-mask.scores.L0H0:.3f}, L0H2 "
      "{lens-char-no-mask.scores.L0H2:.3f} and L0H1 {lens-char-no-mask.scores.L0H1:.3f} of it, on the {lens-char-no-mask.tokens:.0f} characters"),
+    *(("docs/transformer-lens.md", f"layer {layer}: " + "  ".join(f"H{h} {{lens-char-no-mask.scores.L{layer}H{h}:.3f}}" for h in range(4)))
+      for layer in range(3)),  # what the page's Python prints, as the page shows it
+    ("docs/transformer-lens.md", "loss {lens-char-no-mask.loss:.5f}; without the next-token heads (L0H0, L0H1, L0H2) "
+     "{lens-char-no-mask.without:.3f}; without L2H2, L1H3, L1H2 {lens-char-no-mask.control:.5f}"),
     ("docs/transformer-lens.md", "its loss on the text is {lens-char-no-mask.loss:.5f} nats per character. Without the three next-token heads "
      "it is {lens-char-no-mask.without:.3f}, worse than a uniform guess over the {code.char_vocab:.0f} characters ({code.ln_char_vocab:.2f})"),
     ("docs/transformer-lens.md", "look least at t+1 leaves it at {lens-char-no-mask.control:.5f}."),
+    # rotary positions, and the loss past the training length (docs/experiment.md#rotary-positions-and-past-the-training-length)
+    ("docs/experiment.md", 'Rotary positions end at val {char-3seeds-rope.aggregate.char-rope.loss/val.mean:.3f} ± '
+     "{char-3seeds-rope.aggregate.char-rope.loss/val.std:.3f} against the learned table's "
+     '{char-3seeds-rope.aggregate.char.loss/val.mean:.3f} ± {char-3seeds-rope.aggregate.char.loss/val.std:.3f}, '
+     'a difference of {char-3seeds-rope.differences.char-rope.loss/val.mean:+.3f} nats '
+     '[{char-3seeds-rope.differences.char-rope.loss/val.low:.3f}, '
+     '{char-3seeds-rope.differences.char-rope.loss/val.high:.3f}] (paired by seed, every seed lower), and read more '
+     'order (order use {char-3seeds-rope.aggregate.char-rope.loss/order_use.mean:.3f} ± '
+     '{char-3seeds-rope.aggregate.char-rope.loss/order_use.std:.3f} against '
+     '{char-3seeds-rope.aggregate.char.loss/order_use.mean:.3f} ± '
+     '{char-3seeds-rope.aggregate.char.loss/order_use.std:.3f})'),
+    ("docs/experiment.md", 'At 1x, over the whole val split, rope scores {char-contexts.char-rope.1x.loss.mean:.3f} against the learned '
+     "table's {char-contexts.char.1x.loss.mean:.3f} ({char-contexts.differences.char-rope.char.1x.loss.mean:+.3f} "
+     '[{char-contexts.differences.char-rope.char.1x.loss.low:.3f}, '
+     '{char-contexts.differences.char-rope.char.1x.loss.high:.3f}], paired by seed), in both buckets'),
+    ("docs/experiment.md", "Rope's loss is {char-contexts.char-rope.4x.64-127.mean:.3f} at positions 64-127, "
+     '{char-contexts.char-rope.4x.128-255.mean:.3f} [{char-contexts.char-rope.4x.128-255.low:.3f}, '
+     '{char-contexts.char-rope.4x.128-255.high:.3f}] at 128-255 and {char-contexts.char-rope.4x.256-511.mean:.3f} '
+     '[{char-contexts.char-rope.4x.256-511.low:.3f}, {char-contexts.char-rope.4x.256-511.high:.3f}] at 256-511, '
+     'where the seeds spread widely; the picture shows it level a little past 128, then climbing. Over the whole '
+     'window its 2x context ({char-contexts.char-rope.2x.loss.mean:.3f} [{char-contexts.char-rope.2x.loss.low:.3f}, '
+     "{char-contexts.char-rope.2x.loss.high:.3f}]) still scores below the learned table's 1x; its 4x context "
+     '({char-contexts.char-rope.4x.loss.mean:.3f} [{char-contexts.char-rope.4x.loss.low:.3f}, '
+     '{char-contexts.char-rope.4x.loss.high:.3f}]) no longer does'),
+    ("docs/experiment.md", 'no break at the trained length.** {char-contexts.char-no-pos.4x.0-63.mean:.3f} at positions 0-63, '
+     '{char-contexts.char-no-pos.4x.64-127.mean:.3f} at 64-127, {char-contexts.char-no-pos.4x.128-255.mean:.3f} at '
+     '128-255 and {char-contexts.char-no-pos.4x.256-511.mean:.3f} at 256-511: unlike the'),
+    ("docs/experiment.md", "here they degrade less past the length than rotary positions (from positions 64-127 to 256-511 none goes "
+     "from {char-contexts.char-no-pos.4x.64-127.mean:.3f} to {char-contexts.char-no-pos.4x.256-511.mean:.3f}, rope from "
+     "{char-contexts.char-rope.4x.64-127.mean:.3f} to {char-contexts.char-rope.4x.256-511.mean:.3f}), but their loss is higher in every "
+     "bucket, by a margin that shrinks: at 256-511 rope minus none is {char-contexts.differences.char-rope.char-no-pos.4x.256-511.mean:+.3f} "
+     "[{char-contexts.differences.char-rope.char-no-pos.4x.256-511.low:.3f}, {char-contexts.differences.char-rope.char-no-pos.4x.256-511.high:.3f}], "
+     "an interval that reaches 0"),
+    ("README.md", '`--rope` ends at char val {char-3seeds-rope.aggregate.char-rope.loss/val.mean:.3f} ± '
+     '{char-3seeds-rope.aggregate.char-rope.loss/val.std:.3f}, '
+     '{char-3seeds-rope.differences.char-rope.loss/val.mean:+.3f} nats '
+     '[{char-3seeds-rope.differences.char-rope.loss/val.low:.3f}, '
+     '{char-3seeds-rope.differences.char-rope.loss/val.high:.3f}] paired by seed.'),
+    ("README.md", 'at positions 256-511 of a 512-character window rope scores {char-contexts.char-rope.4x.256-511.mean:.2f} '
+     'against {char-contexts.char-rope.4x.64-127.mean:.2f} at 64-127, while the model without positions, worse '
+     'everywhere, rises less ({char-contexts.char-no-pos.4x.64-127.mean:.2f} to '
+     '{char-contexts.char-no-pos.4x.256-511.mean:.2f}), and a learned table has no row there at all'),
+    # the time-to-quality yardstick against nanoGPT, in docs/performance.md and README
+    ("docs/performance.md", "**The 3 x 410 preset, on a quiet machine: {yardstick-char.ratio.median:.3f} of nanoGPT's wall time.**"),
+    *(("docs/performance.md", f"| {pair} | {{yardstick-char.pairs.{pair}.ours_s:.1f}} | {{yardstick-char.pairs.{pair}.ours_val:.3f}} | "
+       f"{{yardstick-char.pairs.{pair}.nanogpt_s:.1f}} | {{yardstick-char.pairs.{pair}.nanogpt_val:.3f}} | {{yardstick-char.pairs.{pair}.ratio:.3f}} |")
+      for pair in (1, 2, 3)),
+    ("docs/performance.md", "Median {yardstick-char.ratio.median:.3f} ({yardstick-char.ratio.min:.3f} to {yardstick-char.ratio.max:.3f}), at a lower "
+     "final val than nanoGPT's ({yardstick-char.pairs.1.ours_val:.3f} against {yardstick-char.pairs.1.nanogpt_val:.3f})"),
+    ("README.md", "(`char` reaches val {yardstick-char.pairs.1.ours_val:.3f} in {yardstick-char.ratio.median:.2f} of the wall time nanoGPT's CPU "
+     "recipe takes to {yardstick-char.pairs.1.nanogpt_val:.3f}: median of 3 pairs run in turns on a quiet 2-core Intel Xeon with bfloat16 units)"),
+    ("README.md", "`python train.py --config char --model.attention=manual --run-name char-manual`\ntakes "
+     "{attention-manual-char.cpu_ratio.median:.2f}x the CPU time (median of 3 runs in turns, one torch thread) and ends at val "
+     "{attention-manual-char.val.manual:.3f} instead of\n{attention-manual-char.val.sdpa:.3f}"),
     # figures of the code itself (code.*), computed when checked
     ("README.md", "The `char` model has {code.char_params_m:.1f} million parameters (`base` has {code.base_params_m:.1f} million, "
      "{code.base_embedding_m:.1f} of them"),

@@ -5,24 +5,31 @@ fails when a doc's table differs from what this file renders. A variant is named
 name: the comparison's config, then the ablations it applies ("char-no-mask-no-pos").
 """
 
+import re
 from collections.abc import Callable
 
 from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table
-from model.ablations import ABLATIONS, CURE, JOIN, variant_changes, variant_order
-from tools.quotes import COMPARISONS, SWEEPS
+from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, variant_changes, variant_order
+from tools.quotes import COMPARISONS, MORE_ROWS, SWEEPS
 
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")  # what positions change
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
+NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"  # a change's value as a run name spells it ({:g}: 50, 1.5, 1e+06)
 REMOVES = {a.field: a.name for a in ABLATIONS}  # the ablation that turns each switch off: REMOVES["causal"] is no-mask
 
 
 def removed(variant: str, config: str) -> tuple[str, ...]:
-    """The ablations a variant's name applies, in table order: ("no-mask", "no-pos") for "char-no-mask-no-pos"."""
-    suffix = variant.removeprefix(config)
-    found = tuple(a.name for a in ABLATIONS if f"-{a.name}" in suffix)
-    if "".join(f"-{name}" for name in found) != suffix:
-        raise ValueError(f"{variant!r} is not {config!r} with ablations of model/ablations.py")
-    return found
+    """The changes a variant's name applies, in table order: ("no-mask", "no-pos") for "char-no-mask-no-pos", ("rope",)
+    for "char-rope", ("no-scale", "softcap") for "char-no-scale-softcap50" (a change that takes a number spells it after its name)."""
+    rest, found = variant.removeprefix(config) if variant.startswith(config) else None, []
+    for change in CHANGES:  # run names spell their changes in the table's order (model/ablations.py's name_suffix)
+        spelled = rest and re.match(rf"-{re.escape(change.name)}{NUMBER if change.takes_value else ''}(?=-|$)", rest)
+        if spelled:
+            found.append(change.name)
+            rest = rest[spelled.end() :]
+    if rest != "":
+        raise ValueError(f"{variant!r} is not {config!r} with changes of model/ablations.py")
+    return tuple(found)
 
 
 def in_table_order(names, config: str) -> list[str]:
@@ -38,9 +45,14 @@ def in_table_order(names, config: str) -> list[str]:
     return sorted(names, key=key)
 
 
+def config_of(key: str) -> str:
+    """The preset a comparison's entry measured: "char" for "char-3seeds" and for "char-3seeds-rope"."""
+    return re.fullmatch(r"(.+?)-\d+seeds(?:-.+)?", key)[1]
+
+
 def comparisons(figures: dict) -> list[tuple[str, dict]]:
     """README's comparisons, in its order, as (config, the entry's value)."""
-    return [(key.rsplit("-", 1)[0], figures[key]["value"]) for key in COMPARISONS]
+    return [(config_of(key), figures[key]["value"]) for key in COMPARISONS]
 
 
 def cured(figures: dict, config: str) -> dict[str, str]:
@@ -66,16 +78,20 @@ def cell(difference: dict) -> str:
 
 
 def readme_table(figures: dict) -> str:
-    """README's table: the preset and each ablation alone, then each cure the sweep trained at the preset's rate, mean ± sd
-    over seeds (wall time left out: it is the machine's)."""
+    """README's table: the preset and each change alone, mean ± sd over seeds (wall time left out: it is the machine's).
+    Its comparisons (COMPARISONS) give the rows first; a further comparison (MORE_ROWS) adds the variants they lack,
+    and each cure the sweep trained at the preset's rate (SWEEPS) joins too, each among its preset's rows in the table's order."""
+    shown: dict[str, dict[str, dict]] = {}  # config -> variant -> its aggregate, the first comparison's
+    for config, value in comparisons(figures) + [(config_of(key), figures[key]["value"]) for key in MORE_ROWS]:
+        for variant, stats in value["aggregate"].items():
+            if len(removed(variant, config)) <= 1:
+                shown.setdefault(config, {}).setdefault(variant, stats)
+        for variant in cured(figures, config):  # the cures, from the sweep's runs at the preset's rate
+            shown[config].setdefault(variant, at_preset_rate(figures, config)["aggregate"][variant])
     rows = {}
-    for config, value in comparisons(figures):
-        shown = [v for v in in_table_order(value["aggregate"], config) if len(removed(v, config)) <= 1]
-        cures = list(cured(figures, config))  # then the cures, from the sweep's runs at the preset's rate
-        for variant, aggregates in [(v, value["aggregate"]) for v in shown] + [
-            (v, at_preset_rate(figures, config)["aggregate"]) for v in cures
-        ]:
-            rows[variant] = {tag: None if s is None else Spread(s["mean"], s["std"], s["n"]) for tag, s in aggregates[variant].items()}
+    for config, variants in shown.items():
+        for variant in in_table_order(variants, config):
+            rows[variant] = {tag: None if s is None else Spread(s["mean"], s["std"], s["n"]) for tag, s in variants[variant].items()}
     recorded = [c for c in COLUMNS if c[1] != "wall_s" and any(row.get(c[1]) for row in rows.values())]  # columns the runs measured
     return format_table(rows, recorded)
 
@@ -167,6 +183,52 @@ def first_steps_table(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def scored_variants(value: dict, config: str) -> dict[str, list[str]]:
+    """A context_figures entry's variants in table order, each with the contexts it was scored at, shortest first
+    (docs/figures.json keeps its keys sorted)."""
+    names = in_table_order([name for name, entry in value.items() if isinstance(entry, dict) and "curve" in entry], config)
+    return {name: sorted((label for label, c in value[name].items() if isinstance(c, dict) and "length" in c),
+                         key=lambda label: value[name][label]["length"]) for name in names}  # fmt: skip
+
+
+def bucket_names(scored: dict) -> list[str]:
+    """The position buckets of one variant's context ("0-63", "64-127", ...), in order of position."""
+    return sorted((name for name in scored if name[0].isdigit()), key=lambda name: int(name.split("-")[0]))
+
+
+def contexts_table(figures: dict, key: str = "char-contexts") -> str:
+    """docs/experiment.md's table of contexts: each variant's loss over the val split at each context, mean [95% interval]
+    over seeds; past 1x a learned table has no row to give (score.py refuses)."""
+    value = figures[key]["value"]
+    variants = scored_variants(value, key.removesuffix("-contexts"))
+    labels = max(variants.values(), key=len)
+    lengths = {label: value[name][label]["length"] for name, scored in variants.items() for label in scored}
+    lines = ["| run | positions | " + " | ".join(f"{label}: {lengths[label]} tokens" for label in labels) + " |",
+             "|---|---|" + "---:|" * len(labels)]  # fmt: skip
+    for name, scored in variants.items():
+        cells = [interval_cell(value[name][label]["loss"]) if label in scored else "no row past 1x" for label in labels]
+        lines.append(f"| {name} | {value[name]['positions']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def buckets_table(figures: dict, key: str = "char-contexts") -> str:
+    """docs/experiment.md's table of positions: each variant's loss at each bucket of positions, along the longest context
+    it was scored at, mean [95% interval] over seeds."""
+    value = figures[key]["value"]
+    longest = {
+        name: (scored[-1], value[name][scored[-1]]) for name, scored in scored_variants(value, key.removesuffix("-contexts")).items()
+    }
+    names = max((bucket_names(entry) for _, entry in longest.values()), key=len)
+    lines = ["| run, along its longest context | " + " | ".join(f"positions {n}" for n in names) + " |", "|---|" + "---:|" * len(names)]
+    for name, (label, entry) in longest.items():
+        lines.append(f"| {name} ({label}) | " + " | ".join(interval_cell(entry[n]) if n in entry else "" for n in names) + " |")
+    return "\n".join(lines)
+
+
+def interval_cell(s: dict) -> str:
+    return f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
+
+
 TABLES: list[tuple[str, Callable[[dict], str]]] = [
     ("README.md", readme_table),
     ("docs/experiment.md", differences_table),
@@ -174,5 +236,7 @@ TABLES: list[tuple[str, Callable[[dict], str]]] = [
     ("docs/experiment.md", order_differences_table),
     ("docs/experiment.md", ablation_table),
     ("docs/experiment.md", sweep_table),
+    ("docs/experiment.md", contexts_table),
+    ("docs/experiment.md", buckets_table),
     ("docs/performance.md", first_steps_table),
 ]

@@ -115,3 +115,38 @@ def plot_sweep(summary: dict, path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_positions(figures: dict, path: Path, title: str) -> None:
+    """The loss at each position of a window (tools/figures.py's context_figures): per variant, along the longest context
+    it was scored at, the mean over seeds as a line and min to max as a band; the contexts' lengths marked, 1x solid."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt  # imported here: only recording the figures draws
+
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    variants = [name for name, entry in figures.items() if isinstance(entry, dict) and "curve" in entry]
+    lengths = sorted(
+        {entry["length"] for name in variants for entry in figures[name].values() if isinstance(entry, dict) and "length" in entry}
+    )
+    for name, color in zip(variants, itertools.cycle(COLORS), strict=False):
+        curve = figures[name]["curve"]
+        middle = [first + (curve["bin"] - 1) / 2 for first in curve["first"]]  # each bin drawn at its middle position
+        ax.plot(middle, curve["mean"], "-o", markersize=3, color=color, label=f"{name} (positions {figures[name]['positions']})")
+        if figures[name]["seeds"] > 1:
+            ax.fill_between(middle, curve["min"], curve["max"], color=color, alpha=0.2, linewidth=0)
+    for length in lengths:
+        trained = length == figures["block_size"]
+        ax.axvline(length, color="black", linestyle="-" if trained else ":", linewidth=1.2 if trained else 0.8)
+        ax.annotate(f"{length / figures['block_size']:g}x" + (": trained" if trained else ""), (length, 1), xycoords=("data", "axes fraction"),
+                    xytext=(-3, -12), textcoords="offset points", ha="right", fontsize=9)  # fmt: skip
+    ax.set_xlabel("position in the window (the prediction at position p reads p + 1 tokens)")
+    ax.set_ylabel("loss, nats per token")
+    ax.set_xlim(0, max(lengths))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

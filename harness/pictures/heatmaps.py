@@ -174,16 +174,38 @@ def attention_page(weights_per_layer: list[torch.Tensor], tokens: list[str], tit
     All heads go into one widget because each widget inlines CircuitsVis's 1.3 MB of JavaScript:
     that inlined copy (`local_src`, never the CDN version that str() gives) is what makes the page
     work offline.
+
+    A line one cell off the diagonal reads, in a thumbnail, as attention to itself: without the mask a head that
+    reads the answer (t+1), under it a previous-token head (t-1). So the page marks the cell the PNG heatmaps
+    outline in red, t+1 without the mask and t under it: CircuitsVis colours a cell by its value alone, blue above
+    0 and red below, so those cells go in negated and show in red, and the page says that their sign is only the colour.
     """
     import circuitsvis.attention  # imported here, by the scripts that write pages: training runs never need it
 
     heads = torch.cat([w.float().cpu() for w in weights_per_layer])  # n_layer x (H, T, T) -> (n_layer * H, T, T)
+    offset = 0 if causal else 1  # the marked cells, as HeatmapGrid outlines them: (t, t) under the mask, (t, t+1) without it
+    t = torch.arange(heads.shape[-1] - offset)
+    heads[:, t, t + offset] *= -1  # drawn in the negative colour
     names = [head_name(layer, head) for layer, w in enumerate(weights_per_layer) for head in range(w.shape[0])]
-    widget = circuitsvis.attention.attention_heads(attention=heads, tokens=tokens, attention_head_names=names, mask_upper_tri=causal)
+    widget = circuitsvis.attention.attention_heads(
+        attention=heads, tokens=tokens, attention_head_names=names, mask_upper_tri=causal,
+        min_value=-1.0, max_value=1.0, negative_color="red", positive_color="blue",
+    )  # fmt: skip
+    legend = (
+        "<b style='color:red'>Red</b>: the weight each position t puts on itself, the diagonal; blue: on every other key it "
+        "may see, darker for more; grey: the future, hidden by the mask. A blue line just left of the diagonal is a head "
+        "reading the previous token (t-1). A red cell's hover value shows a minus sign: the sign only makes it red."
+        if causal
+        else "<b>No causal mask</b>: every query may read the tokens after it. <b style='color:red'>Red</b>: the weight on t+1, "
+        "the token position t is asked to predict; blue: the weight on every other key, darker for more. A dark red line "
+        "just right of the diagonal is a head reading the answer (a next-token head), not a head attending to itself. "
+        "A red cell's hover value shows a minus sign: the sign only makes it red."
+    )
     page = (
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>\n"
         f"<body style='font-family: sans-serif'><h2>{html.escape(title)}</h2>\n"
         "<p>Click a head (L = layer, H = head) to enlarge it; hover a token to see where it looks (rows: queries, columns: keys).</p>\n"
+        f"<p>{legend}</p>\n"
         f"{widget.local_src}\n</body></html>\n"
     )
     path.write_text(page, encoding="utf-8")

@@ -148,8 +148,12 @@ def timed(fn, device: torch.device) -> tuple[float, object]:
 
 
 def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> float:
-    """Operations per second of an (n, n) @ (n, n) float32 product on the device, timed after one warm-up."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    """Operations per second of an (n, n) @ (n, n) float32 product on the device, timed after one warm-up.
+
+    Its numbers come from a generator of its own: train.py measures after seeding, and a draw from the global
+    generator here would change the initial weights that the seed gives (torch.manual_seed(seed), then GPT)."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(n, n, device=device, generator=gen) for _ in range(2))
     a @ b
     seconds, _ = timed(lambda: [a @ b for _ in range(repeats)], device)
     return repeats * 2.0 * n**3 / max(seconds, 1e-9)
