@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,9 +39,9 @@ from tools.figures import (
     context_figures,
     factors_said,
     positions_title,
-    probe_cost,
     read_figures,
     record,
+    record_probe_cost,
     sweep_command,
     sweep_figures,
 )
@@ -54,10 +55,11 @@ PLACEHOLDER = re.compile(r"\{([\w./-]+):([^{}\s]*)\}")  # {name:format}; format 
 
 
 def flatten(value, name: str, out: dict[str, float]) -> None:
-    """Every number inside value, under its dotted path: {"a": {"b": 1.0}} under "x" gives out["x.a.b"] = 1.0."""
+    """Every number inside value, under its dotted path: {"a": {"b": 1.0}} under "x" gives out["x.a.b"] = 1.0. A name
+    has no spaces: a difference's label "a − b" (harness/experiments/stats.py's MINUS) is a-minus-b there."""
     if isinstance(value, dict):
         for key, inner in value.items():
-            flatten(inner, f"{name}.{key}", out)
+            flatten(inner, f"{name}.{key.replace(' − ', '-minus-')}", out)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         out[name] = float(value)
 
@@ -204,6 +206,7 @@ def record_runs(runs_dir: Path) -> list[str]:
         elif (folder / "sweep.json").is_file() and "aggregate" in json.loads((folder / "sweep.json").read_text(encoding="utf-8")):
             key, value = f"{folder.name.removeprefix('sweep-')}-sweep", sweep_figures(folder)
             record(key, sweep_command(key.removesuffix("-sweep"), value), value)
+            shutil.copyfile(folder / "sweep.png", ROOT / "docs" / f"{folder.name}.png")  # the picture docs/experiment.md shows
         elif folder.name in quoted_runs() and (folder / "metrics.jsonl").is_file() and (rows := evaluations(folder)):
             key = folder.name
             last = {tag: rows[-1][tag] for tag in ("step", "loss/train", "loss/val", "loss/val_honest") if tag in rows[-1]}
@@ -232,10 +235,7 @@ def main(argv: list[str]) -> int:
         print("\n".join(problems) or f"every output the docs show is what its command prints on the runs under {args.runs_dir}/")
         return 1 if problems else 0
     if args.probe_cost:
-        key, *reports = args.probe_cost
-        value = probe_cost([json.loads(Path(path).read_text(encoding="utf-8")) for path in reports])
-        record(key, "bench.py --whole-run --json, with the probe and without, in turns: " + "; ".join(value["commands"]), value)
-        print(f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most")
+        print(record_probe_cost(*args.probe_cost))
     if args.record:
         print(f"recorded {', '.join(record_runs(args.runs_dir)) or 'nothing'} in {FIGURES}")
     for output in [o for o in OUTPUTS if args.record_outputs and (args.outputs is None or o.key in args.outputs)]:

@@ -44,9 +44,9 @@ def learned_gain():
         build(self, n_embd, n_head, *args, **kwargs)
         self.q_gain, self.k_gain = nn.Parameter(torch.ones(n_embd // n_head)), nn.Parameter(torch.ones(n_embd // n_head))
 
-    def split_heads(self, x, start=0):
-        q, k, v = split(self, x, start)  # (B, H, T, D) each, normalised
-        return q * self.q_gain, k * self.k_gain, v  # (B, H, T, D) * (D,)
+    def split_heads(self, x, start=0, raw=False):
+        q, k, v = split(self, x, start, raw)  # (B, H, T, D) each, normalised unless raw
+        return (q, k, v) if raw else (q * self.q_gain, k * self.k_gain, v)  # (B, H, T, D) * (D,)
 
     MultiHead.__init__, MultiHead.split_heads = __init__, split_heads
     try:

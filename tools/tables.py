@@ -80,14 +80,15 @@ def cell(difference: dict) -> str:
 def readme_table(figures: dict) -> str:
     """README's table: the preset and each change alone, mean ± sd over seeds (wall time left out: it is the machine's).
     Its comparisons (COMPARISONS) give the rows first; a further comparison (MORE_ROWS) adds the variants they lack,
-    and each cure the sweep trained at the preset's rate (SWEEPS) joins too, each among its preset's rows in the table's order."""
+    and each cure alone that the sweep trained at the preset's rate (SWEEPS) joins too, each among its preset's rows in the table's order."""
     shown: dict[str, dict[str, dict]] = {}  # config -> variant -> its aggregate, the first comparison's
     for config, value in comparisons(figures) + [(config_of(key), figures[key]["value"]) for key in MORE_ROWS]:
         for variant, stats in value["aggregate"].items():
             if len(removed(variant, config)) <= 1:
                 shown.setdefault(config, {}).setdefault(variant, stats)
-        for variant in cured(figures, config):  # the cures, from the sweep's runs at the preset's rate
-            shown[config].setdefault(variant, at_preset_rate(figures, config)["aggregate"][variant])
+        for variant, spelled in cured(figures, config).items():  # each cure alone, from the sweep's runs at the preset's rate
+            if JOIN not in spelled:
+                shown[config].setdefault(variant, at_preset_rate(figures, config)["aggregate"][variant])
     rows = {}
     for config, variants in shown.items():
         for variant in in_table_order(variants, config):
@@ -105,7 +106,9 @@ def differences_table(figures: dict) -> str:
         rows = [(label, value) for label in in_table_order(value["differences"], config)
                 if MINUS not in label and removed(label, config) in ((REMOVES["causal"],), (REMOVES["scaled"],))]  # fmt: skip
         cures, preset = cured(figures, config), at_preset_rate(figures, config) if cured(figures, config) else {}
-        rows += [(label, preset) for label in preset.get("differences", {}) if label.partition(f" {MINUS} ")[0] in cures]
+        rows += [
+            (label, preset) for label in in_table_order(preset.get("differences", {}), config) if label.partition(f" {MINUS} ")[0] in cures
+        ]
         for label, source in rows:
             lines.append(f"| {label} | " + " | ".join(cell(source["differences"][label][tag]) for tag in tags) + " |")
     return "\n".join(lines)
@@ -119,7 +122,8 @@ def sweep_table(figures: dict) -> str:
     for key in SWEEPS:
         value = figures[key]["value"]
         for lr in value["lrs"]:
-            for variant, by_lr in value["aggregate"].items():
+            for variant in in_table_order(value["aggregate"], key.rsplit("-", 1)[0]):
+                by_lr = value["aggregate"][variant]
                 cells = [by_lr[lr][tag] for _, tag, _ in columns]
                 lines.append(
                     f"| {lr} | {variant} | "
