@@ -36,4 +36,7 @@ CURE_QUOTES = [
      + paired(f"{S}.preset.differences.char-no-scale-qk-norm-minus-char-qk-norm.loss/val") + " from QK-norm with the scale and no "
      "better than `no-scale` alone (" + paired(f"{S}.preset.differences.char-no-scale-qk-norm-minus-char-no-scale.loss/val") + ")."),
     ("docs/experiment.md", f"it ends at {{{BOTH}.1.2e-1.loss/val.mean:.3f}} against `no-scale`'s {{{S}.aggregate.char-no-scale.1.2e-1.loss/val.mean:.3f}}"),
+    ("docs/experiment.md", "with the gain val changes by " + paired("qk-norm-gain-char.1.2e-2.gain_minus_none.loss/val") + " nats at the preset's rate and "
+     + paired("qk-norm-gain-char.1.2e-1.gain_minus_none.loss/val") + " at ten times it."),
+    ("docs/experiment.md", "the largest grows from {qk-norm-gain-char.1.2e-1.none.attn/score_max.mean:.1f} to {qk-norm-gain-char.1.2e-1.gain.attn/score_max.mean:.1f} at ten times the rate"),
 ]  # fmt: skip
