@@ -35,34 +35,13 @@ if __name__ == "__main__":  # first, before the imports below take their second:
 import argparse
 import sys
 
-from configs import MAX_SEED, ConfigError
+from harness.arguments import EVERY, seed_count, variant_names
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import run_comparison
+from harness.experiments.comparison import check_experiment, run_comparison
 from harness.experiments.stats import format_differences, format_table
-from model.ablations import ABLATIONS, CHANGES, JOIN, applied, variant_changes, variant_order
+from model.ablations import ABLATIONS
 
-MAX_SEEDS = 100  # a training run per variant each: more would run for weeks
 ALL = ",".join(a.name for a in ABLATIONS)
-EVERY = ", ".join(c.name for c in CHANGES)
-
-
-def seed_count(text: str) -> int:
-    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_SEEDS:
-        raise argparse.ArgumentTypeError(f"takes the number of seeds per variant, 1 to {MAX_SEEDS}, got {text!r}")
-    return int(text)
-
-
-def variant_names(text: str) -> list[str]:
-    """--variants no-pos,no-mask+no-pos,no-mask -> ["no-mask", "no-pos", "no-mask+no-pos"]: single changes first,
-    each in model/ablations.py's order (a variant with several written in that order too), none twice."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"takes variant names, comma-separated, from {EVERY} (or several joined by +); got {text!r}")
-    try:
-        spelled = {JOIN.join(c.name for c in variant_changes(name)) for name in names}
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return sorted(spelled, key=variant_order)
 
 
 def main(argv: list[str]) -> dict[str, dict] | int:
@@ -76,13 +55,7 @@ def main(argv: list[str]) -> dict[str, dict] | int:
         help=f"the variants to train, comma-separated, from {EVERY}; several at once joined by + (default: {ALL}, each alone)",
     )
     args, cfg = parser.parse_with_config(argv)
-    if applied(cfg.model):
-        flags = ", ".join(c.flag for c in applied(cfg.model))
-        raise ConfigError(f"compare.py trains the changed variants itself ({flags} given); leave those flags out, and pick with --variants")
-    if cfg.train.seed + args.seeds - 1 > MAX_SEED:
-        raise ConfigError(
-            f"--seeds {args.seeds} from train.seed {cfg.train.seed} would pass the largest seed, {MAX_SEED}; lower train.seed"
-        )
+    check_experiment(cfg, args.seeds, "compare.py")
     comparison = run_comparison(cfg, args.config_name, args.overrides, args.seeds, args.variants)
     if isinstance(comparison, int):
         return comparison  # a run failed or was stopped, and has said so

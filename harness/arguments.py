@@ -5,9 +5,14 @@ OneLineParser (harness/cli.py) prints it as "error: argument --flag: ..." with e
 """
 
 import argparse
+import math
 import os
 
 from configs import MAX_SEED
+from model.ablations import CHANGES, JOIN, variant_changes, variant_order
+
+MAX_SEEDS = 100  # an experiment's training runs per variant: more would run for weeks
+EVERY = ", ".join(c.name for c in CHANGES)
 
 
 def whole_number(text: str, least: int) -> int:
@@ -73,6 +78,50 @@ def seed(text: str) -> int:
     if value > MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED} (2**63 - 1), got {text}")
     return value
+
+
+def seed_count(text: str) -> int:
+    """An experiment's seeds per variant (compare.py, sweep.py --seeds)."""
+    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"takes the number of seeds per variant, 1 to {MAX_SEEDS}, got {text!r}")
+    return int(text)
+
+
+def variant_names(text: str) -> list[str]:
+    """--variants no-pos,no-mask+no-pos,no-mask -> ["no-mask", "no-pos", "no-mask+no-pos"]: single changes first,
+    each in model/ablations.py's order (a variant with several written in that order too), none twice."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"takes variant names, comma-separated, from {EVERY} (or several joined by +); got {text!r}")
+    try:
+        spelled = {JOIN.join(c.name for c in variant_changes(name)) for name in names}
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return sorted(spelled, key=variant_order)
+
+
+def rate_name(lr: float) -> str:
+    """A learning rate as run names and sweep.py spell it: 0.12 -> "1.2e-1", 0.004 -> "4e-3" (six significant digits at most)."""
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def learning_rates(text: str) -> list[float]:
+    """--lrs 1.2e-2,4e-3,1.2e-1 -> [0.004, 0.012, 0.12]: positive finite numbers, smallest first, none twice."""
+    rates = []
+    for part in text.split(","):
+        try:
+            lr = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"takes learning rates, comma-separated (4e-3,1.2e-2), got {part.strip()!r} in {text!r}"
+            ) from None
+        if not 0 < lr < math.inf:
+            raise argparse.ArgumentTypeError(f"takes learning rates above 0, comma-separated, got {part.strip()!r} in {text!r}")
+        if rate_name(lr) in map(rate_name, rates):
+            raise argparse.ArgumentTypeError(f"takes each learning rate once, got {rate_name(lr)} twice in {text!r}")
+        rates.append(lr)
+    return sorted(rates)
 
 
 def context_factors(text: str) -> list[float]:

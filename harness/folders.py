@@ -27,7 +27,7 @@ except ImportError:  # Windows: no POSIX locks, so run folders go unguarded ther
     fcntl = None
 
 LOCK_NAME = ".lock"
-RUN_FILES = ("metrics.jsonl", "ckpt.pt", "best.pt", "compare.json", LOCK_NAME)  # any of them marks a folder as a run's
+RUN_FILES = ("metrics.jsonl", "ckpt.pt", "best.pt", "compare.json", "sweep.json", LOCK_NAME)  # any of them marks a folder as a run's
 
 
 class OutputError(Exception):

@@ -89,8 +89,8 @@ def rms_norm(x: torch.Tensor) -> torch.Tensor:
 
     A score is then at most D times the scale however large the query and key weights grow, so a learning rate that
     inflates them cannot push the softmax into one-hot rows. There is no learned gain: measured on the char preset over
-    three seeds, a per-dimension gain (as TransformerLens's RMSNorm has) ended at a higher val loss, at the preset's
-    learning rate and at ten times it, and let the scores spread wider again (docs/experiment.md). Nor does it add a parameter.
+    three seeds (python -m tools.qk_gain), a per-dimension gain (as OLMo 2 and Qwen 3 have) ended at a higher val loss at
+    the preset's learning rate and no lower at ten times it, and let the largest scores grow again (docs/experiment.md).
     """
     x32 = x.float()  # float32 under a bfloat16 autocast too; the result goes back to x's dtype
     return (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + QK_NORM_EPS)).to(x.dtype)  # (..., D) * (..., 1)

@@ -214,3 +214,29 @@ def gpt2_encoding_or_skip():
         where = f"in {folder}" if folder else "(TIKTOKEN_CACHE_DIR is empty: caching off)"
         skip_or_fail(f"tiktoken's gpt2 BPE files ({', '.join(missing)}) are not {where}; set TIKTOKEN_CACHE_DIR to a folder holding them")
     return tiktoken.get_encoding("gpt2")
+
+
+class EndedChild:
+    """A train.py child that has ended already, with its exit code, as harness/experiments/children.py waits on one."""
+
+    def __init__(self, returncode: int):
+        self.returncode = returncode
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode
+
+
+def train_in_process(monkeypatch) -> None:
+    """compare.py's and sweep.py's children run as train.main in this process, one at a time: the same arguments,
+    without a new interpreter per run (each takes seconds to import torch)."""
+    import train
+    from harness.experiments.children import Children
+
+    def start(self, command, output=None):
+        self.running.append(EndedChild(train.main(command[2:])))
+        return self.running[-1]
+
+    monkeypatch.setattr(Children, "start", start)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv
+from conftest import REPO_ROOT, EndedChild, assert_one_line_error, error_of, tiny_argv, train_in_process
 
 import compare
 import train
 from configs import ConfigError, load_config, parse_args
 from harness.experiments import comparison, stats
-from harness.experiments.comparison import Children
+from harness.experiments.children import Children
 from harness.experiments.stats import Difference
 from harness.pictures import curves
 from harness.training.runlog import read_metrics
@@ -243,14 +243,9 @@ def test_each_run_is_the_users_command_with_its_own_flags_last():
     assert comparison.train_argv(*parse_args([*argv, "--resume", "--no-mask"]), resumed)[-1] == "--train.resume=true"
 
 
-def in_process(monkeypatch):
-    """compare.py's children run as train.main in this process: the same arguments, without a new interpreter per run."""
-    monkeypatch.setattr(comparison.Children, "run", lambda self, command: train.main(command[2:]))
-
-
 def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_starts_the_rest(tmp_path, corpus_file, one_cpu_thread, monkeypatch, capsys):
     """A stopped comparison used to fail at its first finished run with --resume, and to retrain everything without it."""
-    in_process(monkeypatch)
+    train_in_process(monkeypatch)
     argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=4", "--train.eval_interval=2", "--train.log_interval=1")
     pick = ["--variants=no-mask,no-scale"]  # two of the ablations are enough to show it
     first = compare.main([*argv, *pick])
@@ -310,16 +305,17 @@ def test_a_second_ctrl_c_says_which_finished_runs_are_kept(tmp_path, corpus_file
     """A second Ctrl-C during the second run said "nothing was saved" while the first run's ckpt.pt was on disk."""
     calls = []
 
-    def run(self, command):  # the first run trains (in this process), the second gets Ctrl-C twice
+    def start(self, command, output=None):  # the first run trains (in this process), the second gets Ctrl-C twice
         calls.append(command)
         if len(calls) == 1:
             train.train(load_config(command[2:]))
-            return 0
+            self.running.append(EndedChild(0))
+            return self.running[-1]
         os.kill(os.getpid(), signal.SIGINT)  # the comparison stops after this run...
         os.kill(os.getpid(), signal.SIGINT)  # ...and the second aborts at once, raised by the handler here
         raise AssertionError("the second Ctrl-C did not abort")
 
-    monkeypatch.setattr(comparison.Children, "run", run)
+    monkeypatch.setattr(Children, "start", start)
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
     try:
         proc = error_of(compare.main, [*tiny_argv(tmp_path, corpus_file, "--train.max_steps=2"), "--variants=no-mask"], capsys)
@@ -337,14 +333,14 @@ def test_ctrl_c_passed_on_while_train_py_starts_waits_for_its_one_line(tmp_path,
     """compare.py passed a Ctrl-C on to a train.py whose interpreter was still starting: it stopped with "Fatal Python
     error: init_import_site" and a traceback (or a KeyboardInterrupt in its imports). Here the Ctrl-C comes the moment
     the child exists, as it would from a terminal while the process is being started."""
-    real = comparison.subprocess.Popen
+    real = subprocess.Popen
 
     def popen(*args, **kwargs):
         child = real(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGINT)
         return child
 
-    monkeypatch.setattr(comparison.subprocess, "Popen", popen)
+    monkeypatch.setattr(subprocess, "Popen", popen)
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
     try:
         with Children() as children:
@@ -386,7 +382,7 @@ def test_sighup_is_passed_on_to_the_child_once(tmp_path):
 
 def test_the_cures_compare_end_to_end_and_an_older_finished_run_is_kept(tmp_path, corpus_file, one_cpu_thread, monkeypatch, capsys):
     """compare.py --variants qk-norm,no-scale+qk-norm: the cure without the scale is measured from base and from the cure."""
-    in_process(monkeypatch)
+    train_in_process(monkeypatch)
     argv = tiny_argv(tmp_path, corpus_file, "--train.max_steps=2", "--train.eval_interval=2", "--variants=no-scale+qk-norm,qk-norm")
     results = compare.main(argv)
     assert list(results) == ["tiny", "tiny-qk-norm", "tiny-no-scale-qk-norm"]

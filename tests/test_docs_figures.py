@@ -7,9 +7,9 @@ import json
 import re
 
 import pytest
-from conftest import REPO_ROOT, tiny_argv
+from conftest import REPO_ROOT, tiny_argv, train_in_process
 
-from tools.docs_figures import code_values, fill, pattern, sync
+from tools.docs_figures import code_values, fill, named_values, pattern, sync
 from tools.figures import read_figures
 from tools.quotes import QUOTES
 from tools.tables import in_table_order
@@ -42,6 +42,16 @@ def test_a_sentence_matches_across_line_breaks_and_finds_placeholders_left_unfil
     assert pattern(sentence).search("val loss {char.last.loss/val:.3f} after 390 steps").group(1) == "{char.last.loss/val:.3f}"
     assert fill(sentence, ["1.868", "390"]) == "val loss 1.868 after 390 steps"
     assert pattern("scores {x:,.0f}, and").search("scores 15,360, and").group(1) == "15,360"
+
+
+def test_a_difference_between_two_variants_is_quoted_by_a_name_without_spaces():
+    """compare.py labels a difference "a − b"; a placeholder holds no spaces, so the name reads a-minus-b."""
+    label = "char-no-scale-qk-norm − char-qk-norm"
+    figures = {"x": {"value": {"preset": {"differences": {label: {"loss/val": {"mean": 0.5, "half_width": 0.1}}}}}}}
+    values = named_values(read_figures() | figures)  # beside the recorded ones, which the derived figures read
+    stem = "x.preset.differences.char-no-scale-qk-norm-minus-char-qk-norm.loss/val"
+    assert (values[f"{stem}.mean"], values[f"{stem}.low"], values[f"{stem}.high"]) == pytest.approx((0.5, 0.4, 0.6))
+    assert not [name for name in values if " " in name]
 
 
 def test_code_figures_are_the_models_own():
@@ -94,12 +104,10 @@ def test_a_comparison_and_its_head_ablations_become_the_docs_tables(tmp_path, co
     inspect_attention.py --ablate on each no-mask run, read back by tools/figures.py and rendered by tools/tables.py."""
     import compare
     import inspect_attention
-    import train
-    from harness.experiments.comparison import Children
     from tools import tables
     from tools.figures import ablation_figures, comparison_command, comparison_figures
 
-    monkeypatch.setattr(Children, "run", lambda self, command: train.main(command[2:]))  # each run in this process
+    train_in_process(monkeypatch)  # each run in this process
     argv = tiny_argv(tmp_path, corpus_file, "--seeds=2", "--variants=no-pos,no-mask+no-pos,no-mask", "--train.max_steps=2")
     compare.main([*argv, "--train.eval_interval=2", "--train.warmup_steps=1"])
     folder = tmp_path / "runs" / "compare-tiny"

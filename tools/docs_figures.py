@@ -1,21 +1,21 @@
 """Every measured figure and every output in README.md and docs/ from one place, docs/figures.json:
 python -m tools.docs_figures [--record] [--record-outputs] [--runs-dir runs] [--check] [--check-outputs] [--probe-cost KEY REPORT...]
 
---record first stores what runs under --runs-dir hold (compare.py's comparisons, compare-<config>/compare.json
-with each run's metrics.jsonl, and single runs' metrics.jsonl, by folder name) in docs/figures.json, with this
-machine and today's date. Then the docs are rewritten from that file: the tables (TABLES) and every quoted
-figure (QUOTES: a doc, and its sentence with {name:format} where a figure goes), and every output a page shows
-(tools/outputs.py). --check rewrites nothing and exits 1 naming each quote that differs, as tests/test_docs_figures.py
-does. --record-outputs runs the commands whose outputs the pages show on the runs under --runs-dir and stores what they
+--record stores what --runs-dir holds (compare-<config>/compare.json with its runs' metrics.jsonl, sweep-<config>/sweep.json,
+single runs' metrics.jsonl by folder name) in docs/figures.json, with this machine and today's date; then the docs are
+rewritten from that file: the tables (TABLES), each quoted figure (QUOTES: a doc's sentence with {name:format} where a
+figure goes), each output a page shows (tools/outputs.py). --check rewrites nothing and exits 1 naming each quote that
+differs. --record-outputs runs the commands whose outputs the pages show on the runs under --runs-dir and stores what they
 print; --check-outputs runs them again and exits 1 naming each output the code no longer prints (--outputs KEYS: some).
 --probe-cost KEY REPORT... stores under KEY what the probe costs a whole run (tools/figures.py: probe_cost), from
-`bench.py --whole-run --json` reports (files) of one preset with the probe and without it (--train.probes=0), run in turns.
+`bench.py --whole-run --json` reports of one preset with the probe and without it (--train.probes=0), run in turns.
 """
 
 import dataclasses
 import json
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -39,9 +39,11 @@ from tools.figures import (
     context_figures,
     factors_said,
     positions_title,
-    probe_cost,
     read_figures,
     record,
+    record_probe_cost,
+    sweep_command,
+    sweep_figures,
 )
 from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs
 from tools.quotes import COMPARISONS, QUOTES
@@ -53,10 +55,11 @@ PLACEHOLDER = re.compile(r"\{([\w./-]+):([^{}\s]*)\}")  # {name:format}; format 
 
 
 def flatten(value, name: str, out: dict[str, float]) -> None:
-    """Every number inside value, under its dotted path: {"a": {"b": 1.0}} under "x" gives out["x.a.b"] = 1.0."""
+    """Every number inside value, under its dotted path: {"a": {"b": 1.0}} under "x" gives out["x.a.b"] = 1.0. A name
+    has no spaces: a difference's label "a − b" (harness/experiments/stats.py's MINUS) is a-minus-b there."""
     if isinstance(value, dict):
         for key, inner in value.items():
-            flatten(inner, f"{name}.{key}", out)
+            flatten(inner, f"{name}.{key.replace(' − ', '-minus-')}", out)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         out[name] = float(value)
 
@@ -101,10 +104,8 @@ def named_values(figures: dict) -> dict[str, float]:
         out.setdefault(f"{stem}.low", out[f"{stem}.mean"] - out[name])
         out.setdefault(f"{stem}.high", out[f"{stem}.mean"] + out[name])
     unscaled = next(suffix for suffix, model_cfg in variants(ModelConfig()).items() if not model_cfg.scaled)  # model/ablations.py
-    for key in COMPARISONS:
-        base = key.split("-")[0]
-        spread = out[f"{key}.aggregate.{base}{unscaled}.attn/score_std.mean"] / out[f"{key}.aggregate.{base}.attn/score_std.mean"]
-        out[f"{key}.score_spread"] = spread
+    for key, stats in ((key, f"{key}.aggregate.{key.split('-')[0]}") for key in COMPARISONS):
+        out[f"{key}.score_spread"] = out[f"{stats}{unscaled}.attn/score_std.mean"] / out[f"{stats}.attn/score_std.mean"]
     for key, entry in figures.items():
         if key.startswith("score-gradient-"):
             for when, lines in entry["value"].items():
@@ -202,6 +203,10 @@ def record_runs(runs_dir: Path) -> list[str]:
                 record(recorded[-1], f"python score.py --runs-dir {folder} --run RUN --contexts FACTORS, for each RUN of {command} "
                        f"(FACTORS: {factors_said(contexts)})", contexts)  # fmt: skip
                 plot_positions(contexts, ROOT / "docs" / f"contexts-{config}.png", positions_title(config, contexts))
+        elif (folder / "sweep.json").is_file() and "aggregate" in json.loads((folder / "sweep.json").read_text(encoding="utf-8")):
+            key, value = f"{folder.name.removeprefix('sweep-')}-sweep", sweep_figures(folder)
+            record(key, sweep_command(key.removesuffix("-sweep"), value), value)
+            shutil.copyfile(folder / "sweep.png", ROOT / "docs" / f"{folder.name}.png")  # the picture docs/experiment.md shows
         elif folder.name in quoted_runs() and (folder / "metrics.jsonl").is_file() and (rows := evaluations(folder)):
             key = folder.name
             last = {tag: rows[-1][tag] for tag in ("step", "loss/train", "loss/val", "loss/val_honest") if tag in rows[-1]}
@@ -230,10 +235,7 @@ def main(argv: list[str]) -> int:
         print("\n".join(problems) or f"every output the docs show is what its command prints on the runs under {args.runs_dir}/")
         return 1 if problems else 0
     if args.probe_cost:
-        key, *reports = args.probe_cost
-        value = probe_cost([json.loads(Path(path).read_text(encoding="utf-8")) for path in reports])
-        record(key, "bench.py --whole-run --json, with the probe and without, in turns: " + "; ".join(value["commands"]), value)
-        print(f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most")
+        print(record_probe_cost(*args.probe_cost))
     if args.record:
         print(f"recorded {', '.join(record_runs(args.runs_dir)) or 'nothing'} in {FIGURES}")
     for output in [o for o in OUTPUTS if args.record_outputs and (args.outputs is None or o.key in args.outputs)]:

@@ -121,6 +121,26 @@ def ablation_figures(folder: Path) -> dict | None:
     return {"runs": runs, "summary": summary}
 
 
+def record_probe_cost(key: str, *reports: str) -> str:
+    """Store under key what the probe costs a whole run (probe_cost), from bench.py --whole-run --json reports (files)."""
+    value = probe_cost([json.loads(Path(path).read_text(encoding="utf-8")) for path in reports])
+    record(key, "bench.py --whole-run --json, with the probe and without, in turns: " + "; ".join(value["commands"]), value)
+    return f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most"
+
+
+def sweep_figures(folder: Path) -> dict:
+    """What sweep.py found (its sweep.json), less the runs' own summaries: per variant and rate the aggregates, the
+    differences from base, the growth of the largest score, its course at the highest rate, and the preset rate's table."""
+    saved = json.loads((folder / "sweep.json").read_text(encoding="utf-8"))
+    return {key: value for key, value in saved.items() if key != "runs"}
+
+
+def sweep_command(config: str, value: dict) -> str:
+    """The sweep.py command that trained these runs (--jobs aside: it changes no figure)."""
+    return (f"python sweep.py --config {config} --seeds {len(value['seeds'])} --lrs {','.join(value['lrs'])} "
+            f"--variants {','.join(value['variants'].values())}")  # fmt: skip
+
+
 def probe_cost(reports: list[dict]) -> dict:
     """What the probe costs a whole run, from `bench.py --whole-run --json` reports of one preset, some with the probe and
     some without (--train.probes=0), run in turns: per run with it, the probe's share of the run's wall and CPU time

@@ -7,7 +7,10 @@ wrap anywhere there. A doc may also hold a sentence with its placeholders still 
 python -m tools.docs_figures fills them in.
 """
 
+from tools.quotes_cures import CURE_QUOTES
+
 COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
+SWEEPS = ("char-sweep",)  # the learning-rate sweeps: their cure rows at the preset's rate join the tables of their config
 MORE_ROWS = ("char-3seeds-rope",)  # later comparisons whose variants README's table shows too, among their preset's rows
 
 QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a placeholder
@@ -235,3 +238,4 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/tensorboard.md", 'for example "{code.sample_tokens_shown:.0f} tokens, all whitespace"'),
     ("docs/experiment.md", 'says "{code.sample_tokens_shown:.0f} tokens, all whitespace": a one-token prompt and {code.sample_tokens:.0f} generated'),
 ]  # fmt: skip
+QUOTES += CURE_QUOTES  # the learning-rate sweep's, kept apart

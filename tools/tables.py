@@ -9,8 +9,8 @@ import re
 from collections.abc import Callable
 
 from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table
-from model.ablations import ABLATIONS, CHANGES, JOIN, variant_order
-from tools.quotes import COMPARISONS, MORE_ROWS
+from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, variant_changes, variant_order
+from tools.quotes import COMPARISONS, MORE_ROWS, SWEEPS
 
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")  # what positions change
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
@@ -55,6 +55,22 @@ def comparisons(figures: dict) -> list[tuple[str, dict]]:
     return [(config_of(key), figures[key]["value"]) for key in COMPARISONS]
 
 
+def cured(figures: dict, config: str) -> dict[str, str]:
+    """The sweeps' variants of this config that apply a cure, each with its --variants spelling ({"char-qk-norm": "qk-norm"}),
+    in the sweep's order: their rows at the preset's rate join the config's rows in the tables."""
+    out = {}
+    for key in SWEEPS:
+        if key.rsplit("-", 1)[0] == config:
+            spelled = figures[key]["value"]["variants"]
+            out |= {variant: name for variant, name in spelled.items() if any(c.kind == CURE for c in variant_changes(name))}
+    return out
+
+
+def at_preset_rate(figures: dict, config: str) -> dict:
+    """The sweep's table at the preset's rate (compare.json's aggregate and differences of those runs), for this config."""
+    return next(figures[key]["value"]["preset"] for key in SWEEPS if key.rsplit("-", 1)[0] == config)
+
+
 def cell(difference: dict) -> str:
     low = difference.get("low", difference["mean"] - (difference.get("half_width") or 0.0))
     high = difference.get("high", difference["mean"] + (difference.get("half_width") or 0.0))
@@ -64,12 +80,15 @@ def cell(difference: dict) -> str:
 def readme_table(figures: dict) -> str:
     """README's table: the preset and each change alone, mean ± sd over seeds (wall time left out: it is the machine's).
     Its comparisons (COMPARISONS) give the rows first; a further comparison (MORE_ROWS) adds the variants they lack,
-    each among its preset's rows in the table's order."""
+    and each cure alone that the sweep trained at the preset's rate (SWEEPS) joins too, each among its preset's rows in the table's order."""
     shown: dict[str, dict[str, dict]] = {}  # config -> variant -> its aggregate, the first comparison's
     for config, value in comparisons(figures) + [(config_of(key), figures[key]["value"]) for key in MORE_ROWS]:
         for variant, stats in value["aggregate"].items():
             if len(removed(variant, config)) <= 1:
                 shown.setdefault(config, {}).setdefault(variant, stats)
+        for variant, spelled in cured(figures, config).items():  # each cure alone, from the sweep's runs at the preset's rate
+            if JOIN not in spelled:
+                shown[config].setdefault(variant, at_preset_rate(figures, config)["aggregate"][variant])
     rows = {}
     for config, variants in shown.items():
         for variant in in_table_order(variants, config):
@@ -79,13 +98,38 @@ def readme_table(figures: dict) -> str:
 
 
 def differences_table(figures: dict) -> str:
-    """docs/experiment.md's first table: no mask and no scale, each minus base, paired by seed, mean [95% interval]."""
+    """docs/experiment.md's first table: no mask and no scale, each minus base, then the cures at the preset's rate (from the
+    sweep's runs; a cure beside an ablation also minus each variant with one change fewer), paired by seed, mean [95% interval]."""
     tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
-    lines = ["| ablation | val | val honest | entropy | saturated |", "|---|---:|---:|---:|---:|"]
+    lines = ["| variant | val | val honest | entropy | saturated |", "|---|---:|---:|---:|---:|"]
     for config, value in comparisons(figures):
-        for label in in_table_order(value["differences"], config):
-            if MINUS not in label and removed(label, config) in ((REMOVES["causal"],), (REMOVES["scaled"],)):
-                lines.append(f"| {label} | " + " | ".join(cell(value["differences"][label][tag]) for tag in tags) + " |")
+        rows = [(label, value) for label in in_table_order(value["differences"], config)
+                if MINUS not in label and removed(label, config) in ((REMOVES["causal"],), (REMOVES["scaled"],))]  # fmt: skip
+        cures, preset = cured(figures, config), at_preset_rate(figures, config) if cured(figures, config) else {}
+        rows += [
+            (label, preset) for label in in_table_order(preset.get("differences", {}), config) if label.partition(f" {MINUS} ")[0] in cures
+        ]
+        for label, source in rows:
+            lines.append(f"| {label} | " + " | ".join(cell(source["differences"][label][tag]) for tag in tags) + " |")
+    return "\n".join(lines)
+
+
+def sweep_table(figures: dict) -> str:
+    """docs/experiment.md's sweep: per learning rate and variant, at the end of training, mean ± the 95% interval's half width."""
+    columns = (("val", "loss/val", ".3f"), ("largest score", "attn/score_max", ".1f"), ("entropy", "attn/entropy", ".3f"),
+               ("saturated", "attn/saturated_frac", ".3f"))  # fmt: skip
+    lines = ["| lr | run | " + " | ".join(h for h, _, _ in columns) + " |", "|---|---|" + "---:|" * len(columns)]
+    for key in SWEEPS:
+        value = figures[key]["value"]
+        for lr in value["lrs"]:
+            for variant in in_table_order(value["aggregate"], key.rsplit("-", 1)[0]):
+                by_lr = value["aggregate"][variant]
+                cells = [by_lr[lr][tag] for _, tag, _ in columns]
+                lines.append(
+                    f"| {lr} | {variant} | "
+                    + " | ".join(f"{c['mean']:{f}} ± {c['half_width']:{f}}" for c, (_, _, f) in zip(cells, columns, strict=True))
+                    + " |"
+                )
     return "\n".join(lines)
 
 
@@ -195,6 +239,7 @@ TABLES: list[tuple[str, Callable[[dict], str]]] = [
     ("docs/experiment.md", order_table),
     ("docs/experiment.md", order_differences_table),
     ("docs/experiment.md", ablation_table),
+    ("docs/experiment.md", sweep_table),
     ("docs/experiment.md", contexts_table),
     ("docs/experiment.md", buckets_table),
     ("docs/performance.md", first_steps_table),

@@ -1,6 +1,8 @@
-"""What the experiment scripts run: compare.py's variants over seeds, and bench.py's measurements.
+"""What the experiment scripts run: compare.py's variants over seeds, sweep.py's rates, and bench.py's measurements.
 
 comparison.py   the variants at each seed, one train.py process each, --resume
+children.py     those train.py processes, one or several at a time, with every stop signal passed on
+sweep.py        sweep.py's learning rates x variants x seeds, and what each rate does at the end of training
 stats.py        spreads and paired differences over seeds, and the tables of variants
 benchmark.py    what bench.py measures: the training step, sampling, each attention backend
 data_bench.py   what bench.py --data-mb measures: the corpus's preparation against tiktoken's batch encoding

@@ -1,41 +1,41 @@
 """The experiment of compare.py: the preset as it is and with each ablation, at one or more seeds, each run a
-`python train.py ...` process, one at a time, with Ctrl-C, SIGTERM and SIGHUP passed on and --resume continuing a stopped one."""
+`python train.py ...` process (harness/experiments/children.py), with Ctrl-C, SIGTERM and SIGHUP passed on and --resume
+continuing a stopped one. train_runs, the loop that trains a list of runs that way, serves sweep.py's experiment too."""
 
-import contextlib
 import dataclasses
 import json
-import signal
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from configs import SECTIONS, Config, ConfigError
+from configs import MAX_SEED, SECTIONS, Config, ConfigError
 from configs.schema import config_differences
 from data.files import write_atomically
+from harness.experiments.children import STOPPED_CODES, Children
 from harness.experiments.stats import aggregate, differences, to_json
-from harness.folders import claim_run_folder, read_json
+from harness.folders import FolderLock, claim_run_folder, read_json
 from harness.pictures.curves import plot_runs
-from harness.stopping import LOST_OUTPUT, Aborted, StopFlag
 from harness.training.runlog import evaluations
 from model import ModelConfig
 from model.ablations import CHANGES, applied, name_suffix, undone, variants
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
-STOPPED_CODES = {128 + sig for sig in (*StopFlag.SIGNALS, LOST_OUTPUT)}  # train.py's exit codes after a stop (129, 130, 141, 143)
 SET_PER_RUN = {"train.runs_dir", "train.run_name", "train.seed", "train.resume", *(f"model.{c.field}" for c in CHANGES)}
 
 
-def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None = None) -> dict[str, list[Config]]:
+def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None = None, tag: str = "") -> dict[str, list[Config]]:
     """The runs, keyed by variant name (char, char-no-mask, ...): the preset as given and with the mask, the scale or the
     positions removed, or a cure or rope added (model/ablations.py; `names` picks some, "no-mask+no-pos" removes both, None takes
-    each ablation alone), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares base's seed-s init and batches."""
+    each ablation alone), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares base's seed-s init and batches.
+    `tag` follows the variant's name in its key and run names (sweep.py's learning rate: char-qk-norm-lr1.2e-1-s1337)."""
     out = {}
     for model_cfg in variants(cfg.model, names).values():
         one = dataclasses.replace(cfg, model=model_cfg, train=dataclasses.replace(cfg.train, runs_dir=str(runs_dir), run_name=""))
+        name = one.run_name + tag
         seeds = [cfg.train.seed + i for i in range(n_seeds)]
-        out[one.run_name] = [
-            one if n_seeds == 1 else dataclasses.replace(one, train=dataclasses.replace(one.train, seed=s, run_name=f"{one.run_name}-s{s}"))
+        out[name] = [
+            dataclasses.replace(one, train=dataclasses.replace(one.train, seed=s, run_name=name if n_seeds == 1 else f"{name}-s{s}"))
             for s in seeds
         ]
     return out
@@ -53,12 +53,14 @@ def measured_from(plan: dict[str, list[Config]]) -> dict[str, list[str]]:
     return out
 
 
-def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config) -> list[str]:
+def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config, also: tuple[str, ...] = ()) -> list[str]:
     """train.py's arguments for one run: the user's preset and overrides (as the config loader read them, dotted),
-    less the keys compare.py sets per run, then the run's own."""
-    kept = [f"--{key}={value}" for key, value in overrides if key not in SET_PER_RUN]
+    less the keys compare.py sets per run (and `also`, dotted keys an experiment sets per run too: "train.lr"), then
+    the run's own."""
+    kept = [f"--{key}={value}" for key, value in overrides if key not in SET_PER_RUN | set(also)]
     own = {
         **{f"model.{c.field}": getattr(cfg.model, c.field) for c in CHANGES},
+        **{key: getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]) for key in also},
         "train.seed": cfg.train.seed,
         "train.runs_dir": cfg.train.runs_dir,
         "train.run_name": cfg.run_name,
@@ -70,84 +72,6 @@ def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config) 
         *kept,
         *(f"--{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in own.items()),
     ]
-
-
-@contextlib.contextmanager
-def blocked(signum: int):
-    """The signal held pending (not lost) in this thread for the block, and in the processes it starts meanwhile."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-class Children:
-    """Runs train.py processes one at a time, and passes every stop signal (Ctrl-C, SIGTERM, SIGHUP) on to the one running.
-
-    Each child runs in a process group of its own, so a terminal's Ctrl-C reaches it once, through this
-    process (harness/stopping.py's StopFlag, as in train.py): the child stops at its next safe point and
-    saves a checkpoint, and this process waits for that. A second Ctrl-C reaches the child too, which
-    aborts at once; so does this process, once the child has ended.
-    """
-
-    def __init__(self):
-        self.child: subprocess.Popen | None = None
-        self.told = False  # whether the running child was passed a signal
-        self.flag = StopFlag(on_signal=self.pass_on)
-
-    @property
-    def signum(self) -> int | None:
-        return self.flag.signum if self.flag.signum != LOST_OUTPUT else None  # lost output: the child sees it in its own writes
-
-    def __enter__(self):
-        self.flag.__enter__()
-        return self
-
-    def pass_on(self, signum: int) -> None:
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
-            self.told = True
-
-    def run(self, command: list[str]) -> int:
-        """Start the command and wait for it to end; its exit code (not started if a stop was asked for already).
-
-        The child starts with SIGINT blocked (it inherits this process's mask): a Ctrl-C passed on while its interpreter
-        starts then waits until train.py can answer it in one line (harness/stopping.py's exit_on_signal unblocks it),
-        where Python would stop with "Fatal Python error: init_import_site". Only SIGINT: the one Python turns into an
-        exception while it starts; SIGTERM and SIGHUP end a starting child quietly, and a child of another kind keeps them.
-        """
-        self.told = False
-        try:
-            with blocked(signal.SIGINT):  # here too: a Ctrl-C meanwhile is handled once the child exists, and passed on
-                if self.signum is not None:
-                    return 128 + self.signum
-                self.child = subprocess.Popen(command, process_group=0)
-            if self.signum is not None and not self.told:  # SIGTERM or SIGHUP while the child was being started
-                self.child.send_signal(self.signum)
-            code = self.child.wait()
-        except Aborted:  # a second signal: the child got it too and aborts; wait for it, briefly
-            if self.child is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.child.wait(timeout=5)
-                self.child.kill()
-            raise
-        self.child = None
-        return code
-
-    def __exit__(self, *exc) -> None:
-        self.flag.__exit__(*exc)
-
-
-def train_run(train_args: list[str], children: Children, cfg: Config) -> dict:
-    """`python train.py ...` in its own process, as a user would type it; its last evaluation and the process's wall time."""
-    command = [sys.executable, str(TRAIN_PY), *train_args]
-    print("$ python train.py " + " ".join(command[2:]), flush=True)
-    started = time.perf_counter()
-    code = children.run(command)
-    if code != 0:
-        return {"exit_code": code}
-    return {**evaluations(cfg.run_dir)[-1], "wall_s": time.perf_counter() - started, "exit_code": 0}
 
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
@@ -178,18 +102,100 @@ def write_json(path: Path, value: dict) -> None:
     write_atomically(path, json.dumps(value, indent=2).encode())
 
 
-def read_saved_runs(runs_dir: Path) -> dict:
-    """The runs an earlier comparison recorded in compare.json (it is rewritten after each run), by run name."""
-    saved = read_json(runs_dir / "compare.json")
+def read_saved_runs(saved: Path) -> dict:
+    """The runs an earlier experiment recorded in its compare.json or sweep.json (rewritten after each run), by run name."""
+    saved = read_json(saved)
     runs = saved.get("runs") if isinstance(saved, dict) else None
     return runs if isinstance(runs, dict) else {}
 
 
 def kept(results: dict, runs_dir: Path) -> str:
-    """What a second Ctrl-C leaves, for its abort line: the runs that finished (the one under way says what it kept)."""
+    """What a second Ctrl-C leaves of the experiment, for its abort line: the runs that finished (those under way
+    say for themselves what they kept)."""
     finished = [name for name, result in results.items() if result.get("exit_code") == 0]
     done = f"finished and kept in {runs_dir}: {', '.join(finished)}" if finished else "no run had finished"
     return f"{done}; continue with the same command plus --resume"
+
+
+def check_experiment(cfg: Config, n_seeds: int, script: str) -> None:
+    """Refuse, in one line, what an experiment's command line cannot mean: a change it trains itself, too many seeds."""
+    if applied(cfg.model):
+        flags = ", ".join(c.flag for c in applied(cfg.model))
+        raise ConfigError(f"{script} trains the changed variants itself ({flags} given); leave those flags out, and pick with --variants")
+    if cfg.train.seed + n_seeds - 1 > MAX_SEED:
+        raise ConfigError(f"--seeds {n_seeds} from train.seed {cfg.train.seed} would pass the largest seed, {MAX_SEED}; lower train.seed")
+
+
+def claim_folder(folder: Path, resume: bool, what: str) -> FolderLock:
+    """An experiment's folder, locked: to resume, one that exists; afresh, an earlier one there moved aside as a whole."""
+    if resume and not folder.is_dir():
+        raise ConfigError(f"nothing to resume: no {what} at {folder}; start it without --resume")
+    lock, moved = claim_run_folder(folder, resume)
+    if moved:
+        print(f"the earlier {what} in {folder} moved to {moved}")
+    return lock
+
+
+def train_runs(
+    todo: list[tuple[str, Config]],
+    train_args: Callable[[Config], list[str]],
+    saved: Path,
+    header: dict,
+    resume: bool,
+    jobs: int = 1,
+    what: str = "comparison",
+) -> dict | int:
+    """Train each (label, run config) of `todo` in its own `python train.py <train_args(config)>` process, as a user would
+    type it, `jobs` at a time, in todo's order; returns each run's last evaluation and wall time by run name.
+
+    After each run, `saved` (the folder's compare.json or sweep.json) holds `header` and the runs so far. With resume,
+    a run that finished with these settings is kept as it is, a stopped one resumes, the rest start. A run that fails
+    or is stopped ends it: no run starts after it, those under way finish (or stop, given the signal too), and its exit
+    code is returned. With jobs > 1 each run writes its terminal output to <run name>.log beside its folder. `what` names
+    the experiment in its lines.
+    """
+    folder, results, active, failed = saved.parent, {}, {}, 0
+    saved_runs = read_saved_runs(saved) if resume else {}
+    queue = list(enumerate(todo, start=1))
+    with Children() as children:
+        children.flag.saved = kept(results, folder)
+        while queue or active:
+            while queue and len(active) < jobs and not failed and children.signum is None:
+                number, (label, run_cfg) = queue.pop(0)
+                line = f"run {number} of {len(todo)}: {label}: {run_cfg.run_name}"  # the experiment's progress
+                if (done := finished_run(run_cfg, saved_runs) if resume else None) is not None:
+                    print(f"\n=== {line} finished already ===", flush=True)
+                    results[run_cfg.run_name] = done
+                    children.flag.saved = kept(results, folder)
+                    continue
+                started = resume and (run_cfg.run_dir / "ckpt.pt").is_file()
+                run_cfg = dataclasses.replace(run_cfg, train=dataclasses.replace(run_cfg.train, resume=started))
+                argv = train_args(run_cfg)
+                print(f"\n=== {line} ===\n$ python train.py {' '.join(argv)}", flush=True)
+                log = None if jobs == 1 else (folder / f"{run_cfg.run_name}.log").open("ab")
+                child = children.start([sys.executable, str(TRAIN_PY), *argv], log)
+                if child is None:
+                    break
+                active[child] = (run_cfg, time.perf_counter(), log)
+            if not active:
+                break
+            child, code = children.wait()
+            run_cfg, started, log = active.pop(child)
+            if log is not None:
+                log.close()
+                print(f"{run_cfg.run_name} ended (exit code {code}); its output is in {log.name}", flush=True)
+            results[run_cfg.run_name] = (
+                {**evaluations(run_cfg.run_dir)[-1], "wall_s": time.perf_counter() - started, "exit_code": 0}
+                if code == 0
+                else {"exit_code": code}
+            )
+            children.flag.saved = kept(results, folder)
+            write_json(saved, {**header, "runs": {c.run_name: results[c.run_name] for _, c in todo if c.run_name in results}})
+            failed = failed or code
+    if children.signum is not None or failed in STOPPED_CODES:  # stopped by a signal or lost output, after saving a checkpoint
+        print(f"{what} stopped; continue it with the same command plus --resume", file=sys.stderr)
+        return 128 + children.signum if children.signum else failed
+    return failed or {c.run_name: results[c.run_name] for _, c in todo}  # a failed run's train.py has said why
 
 
 def run_comparison(
@@ -202,38 +208,16 @@ def run_comparison(
     stopped comparison: finished runs are kept as they are, a stopped run resumes, runs not yet begun start.
     """
     runs_dir = Path(cfg.train.runs_dir) / f"compare-{cfg.name}"
-    if cfg.train.resume and not runs_dir.is_dir():
-        raise ConfigError(f"nothing to resume: no comparison at {runs_dir}; start it without --resume")
-    lock, moved = claim_run_folder(runs_dir, cfg.train.resume)  # afresh: an earlier comparison moves aside as a whole
-    if moved:
-        print(f"the earlier comparison in {runs_dir} moved to {moved}")
+    lock = claim_folder(runs_dir, cfg.train.resume, "comparison")
     plan = plan_runs(cfg, runs_dir, n_seeds, names)
     seeds = [c.train.seed for c in next(iter(plan.values()))]
-    saved_runs = read_saved_runs(runs_dir) if cfg.train.resume else {}
-    results = {}
-    with Children() as children:
-        children.flag.saved = kept(results, runs_dir)
-        for i in range(n_seeds):  # seed by seed: stopped early, the finished rounds are still complete pairs
-            for variant, configs in plan.items():
-                run_cfg, number = configs[i], f"run {len(results) + 1} of {n_seeds * len(plan)}"  # the comparison's progress
-                done = finished_run(run_cfg, saved_runs) if cfg.train.resume else None
-                if done is not None:
-                    print(f"\n=== {number}: {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} finished already ===", flush=True)
-                    results[run_cfg.run_name] = done
-                    children.flag.saved = kept(results, runs_dir)
-                    continue
-                started = cfg.train.resume and (run_cfg.run_dir / "ckpt.pt").is_file()
-                run_cfg = dataclasses.replace(run_cfg, train=dataclasses.replace(run_cfg.train, resume=started))
-                print(f"\n=== {number}: {variant}, seed {run_cfg.train.seed}: {run_cfg.run_name} ===", flush=True)
-                results[run_cfg.run_name] = train_run(train_argv(config_name, overrides, run_cfg), children, run_cfg)
-                children.flag.saved = kept(results, runs_dir)
-                write_json(runs_dir / "compare.json", {"seeds": seeds, "runs": results})
-                code = results[run_cfg.run_name]["exit_code"]
-                if children.signum is not None or code in STOPPED_CODES:  # stopped by a signal or lost output, after saving a checkpoint
-                    print("comparison stopped; continue it with the same command plus --resume", file=sys.stderr)
-                    return 128 + children.signum if children.signum else code
-                if code != 0:
-                    return code  # train.py has said why
+    # seed by seed: stopped early, the finished rounds are still complete pairs
+    todo = [(f"{variant}, seed {seed}", configs[i]) for i, seed in enumerate(seeds) for variant, configs in plan.items()]
+    results = train_runs(
+        todo, lambda run: train_argv(config_name, overrides, run), runs_dir / "compare.json", {"seeds": seeds}, cfg.train.resume
+    )
+    if isinstance(results, int):
+        return results
     by_variant = {variant: [results[c.run_name] for c in configs] for variant, configs in plan.items()}
     band = f"{n_seeds} seeds per variant: line the mean, band min to max" if n_seeds > 1 else "same seed"
     plot_runs({v: [c.run_dir for c in configs] for v, configs in plan.items()}, runs_dir / "compare.png",

@@ -64,6 +64,59 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+SWEEP_PANELS = [  # (title, tag, log scale): each quantity at the end of training against the learning rate
+    ("val loss at the end", "loss/val", False),
+    ("largest attention score at the end (log scale)", "attn/score_max", True),
+    ("attention entropy at the end (1 = uniform)", "attn/entropy", False),
+]
+
+
+def plot_sweep(summary: dict, path: Path, title: str) -> None:
+    """sweep.py's picture, from its summary alone (sweep.json, or docs/figures.json's record of it): per variant, each
+    quantity against the learning rate, the mean over seeds with its 95% interval as error bars; then the largest score
+    during training at the highest rate, the mean over seeds with min to max as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(21, 5))
+    colors = dict(zip(summary["aggregate"], itertools.cycle(COLORS)))
+    rates = {lr: float(lr) for lr in summary["lrs"]}
+    for ax, (panel, tag, log) in zip(axes, SWEEP_PANELS, strict=False):
+        plotted = False  # runs logged before a tag existed have none
+        for i, (name, by_lr) in enumerate(summary["aggregate"].items()):
+            apart = 1 + 0.03 * (i - (len(colors) - 1) / 2)  # each variant a little to the side, so that the bars do not hide each other
+            points = [(rates[lr] * apart, by_lr[lr][tag]) for lr in summary["lrs"] if tag in by_lr.get(lr, {})]
+            plotted = plotted or bool(points)
+            x, cells = [p[0] for p in points], [p[1] for p in points]
+            ax.errorbar(x, [c["mean"] for c in cells], yerr=[c["half_width"] or 0.0 for c in cells], color=colors[name],
+                        marker="o", capsize=3, label=name)  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_yscale("log" if log and plotted else "linear")
+        ax.set_xticks(list(rates.values()), list(rates))  # the rates as the sweep spells them, and no other ticks
+        ax.set_xticks([], minor=True)
+        ax.set_title(panel, fontsize=10)
+        ax.set_xlabel("learning rate")
+        ax.grid(alpha=0.3)
+    last = axes[len(SWEEP_PANELS)]
+    for name, line in summary["over_time"].items():
+        last.plot(line["steps"], line["mean"], color=colors[name], label=name)
+        last.fill_between(line["steps"], line["low"], line["high"], color=colors[name], alpha=0.2, linewidth=0)
+        last.set_title(f"largest attention score during training, lr {line['lr']} (log scale)", fontsize=10)
+    if summary["over_time"]:
+        last.set_yscale("log")
+    else:  # runs that logged no probe (--train.probes=0)
+        last.text(0.5, 0.5, "no run logged the probe's largest score", ha="center", va="center", transform=last.transAxes)
+    last.set_xlabel("step")
+    last.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def plot_positions(figures: dict, path: Path, title: str) -> None:
     """The loss at each position of a window (tools/figures.py's context_figures): per variant, along the longest context
     it was scored at, the mean over seeds as a line and min to max as a band; the contexts' lengths marked, 1x solid."""

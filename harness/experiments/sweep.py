@@ -1,0 +1,139 @@
+"""The experiment of sweep.py: learning rates x variants x seeds, each run a `python train.py ...` process (comparison.py's
+train_runs: Ctrl-C passed on, --resume), and what each rate does to each variant at the end of training.
+
+A learning rate too high for the model makes the queries and keys grow, the attention scores grow with their product,
+and the softmax goes one-hot: the saturation that --no-scale brings on at any rate, here with the scale in place. The
+sweep shows it as the final val loss and the largest attention score (attn/score_max) against the learning rate, with
+and without a cure, as Wortsman et al. (2023, "Small-scale proxies for large-scale Transformer training instabilities",
+Fig. 1) draw it. Every point is a mean over seeds with its 95% interval (Student's t); each variant's difference from
+the preset as it is, at the same rate, is paired by seed (the same initialisation and batches).
+"""
+
+import dataclasses
+from pathlib import Path
+
+from configs import Config, ConfigError
+from harness.arguments import rate_name
+from harness.experiments.comparison import claim_folder, measured_from, plan_runs, train_argv, train_runs, write_json
+from harness.experiments.stats import aggregate, differences, half_width, paired_difference, spread, to_json
+from harness.pictures.curves import curve, mean_band, plot_sweep
+from harness.training.runlog import evaluations, read_metrics
+
+TAGS = (
+    "loss/val",
+    "loss/val_honest",
+    "attn/score_max",
+    "attn/entropy",
+    "attn/saturated_frac",
+    "attn/score_std",
+    "attn/q_norm",
+    "attn/k_norm",
+)
+DIFFERENCE_TAGS = ("loss/val", "attn/score_max", "attn/entropy")  # what the cures are about
+LARGEST = "attn/score_max"
+OVER_TIME = "probe/score_max"  # the largest score every few steps (the probe): the sweep draws it at its highest rate
+
+
+def plan_sweep(cfg: Config, folder: Path, n_seeds: int, lrs: list[float], names: list[str]) -> dict[str, dict[str, list[Config]]]:
+    """{variant: {rate: its runs over the seeds}}, variants as compare.py names them (char, char-qk-norm), rates as
+    rate_name spells them; run names carry both (char-qk-norm-lr1.2e-1-s1337). A rate train.lr's checks refuse (below
+    train.min_lr) is one line."""
+    out: dict[str, dict[str, list[Config]]] = {}
+    for lr in lrs:
+        try:
+            at = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=lr))
+        except ValueError as e:
+            raise ConfigError(f"--lrs {rate_name(lr)}: {e}; lower train.min_lr or leave that rate out") from None
+        tag = f"-lr{rate_name(lr)}"
+        for name, configs in plan_runs(at, folder, n_seeds, names, tag).items():
+            out.setdefault(name.removesuffix(tag), {})[rate_name(lr)] = configs
+    return out
+
+
+def interval(values: list[float]) -> dict:
+    """Mean, sample sd and the 95% interval's half width (None with one value) of a quantity over seeds."""
+    s = spread(values)
+    return {"mean": s.mean, "std": s.std, "n": s.n, "half_width": half_width(s)}
+
+
+def summarise(plan: dict[str, dict[str, list[Config]]], preset_lr: str | None) -> dict:
+    """What the sweep found, from its runs' logs: per variant and rate, each tag at the last evaluation ("aggregate") and the
+    largest score at the first ("first"); the difference from base at the same rate, paired by seed ("differences"); how
+    many times the largest score grew, per seed, from the first evaluation and from the preset's rate ("growth"); at the
+    highest rate the largest score during training, mean with min and max over seeds ("over_time"); and at the preset's
+    rate the table compare.py would print of these runs ("preset": compare.json's aggregate and differences)."""
+    logs = {v: {lr: [evaluations(c.run_dir) for c in configs] for lr, configs in by_lr.items()} for v, by_lr in plan.items()}
+    base = next(iter(plan))
+    out = {**{key: {v: {} for v in plan} for key in ("aggregate", "first", "differences", "growth")}, "over_time": {}}
+    for v, by_lr in logs.items():
+        for lr, rows in by_lr.items():
+            ends, starts = [runs[-1] for runs in rows], [runs[0] for runs in rows]
+            out["aggregate"][v][lr] = {t: interval([end[t] for end in ends]) for t in TAGS if all(t in end for end in ends)}
+            if all(LARGEST in end for end in ends):
+                out["first"][v][lr] = {LARGEST: interval([start[LARGEST] for start in starts])}
+                growth = {"from_start": interval([end[LARGEST] / start[LARGEST] for end, start in zip(ends, starts, strict=True)])}
+                if preset_lr in by_lr:
+                    at_preset = [runs[-1][LARGEST] for runs in by_lr[preset_lr]]
+                    growth["from_preset_lr"] = interval([end[LARGEST] / b for end, b in zip(ends, at_preset, strict=True)])
+                out["growth"][v][lr] = growth
+            if v != base:
+                theirs = [runs[-1] for runs in logs[base][lr]]
+                out["differences"][v][lr] = {
+                    t: to_json(paired_difference([e[t] for e in ends], [e[t] for e in theirs]))
+                    for t in DIFFERENCE_TAGS
+                    if t in out["aggregate"][v][lr]
+                }
+        top = list(plan[v])[-1]  # the highest rate: rates are planned smallest first
+        curves = [curve(read_metrics(c.run_dir), OVER_TIME) for c in plan[v][top]]
+        if all(steps for steps, _ in curves):
+            steps, mean, low, high = mean_band(curves)
+            out["over_time"][v] = {"lr": top, "steps": steps, "mean": mean.tolist(), "low": low.tolist(), "high": high.tolist()}
+    if preset_lr is not None:
+        by_variant = {v: [runs[-1] for runs in logs[v][preset_lr]] for v in plan}
+        also = measured_from({v: by_lr[preset_lr] for v, by_lr in plan.items()})
+        out["preset"] = to_json(
+            {"aggregate": {v: aggregate(runs) for v, runs in by_variant.items()}, "differences": differences(by_variant, also)}
+        )
+    return out
+
+
+def format_sweep(summary: dict) -> str:
+    """A table: per rate and variant, the val loss, the largest score and the entropy at the end, mean ± 95% half width."""
+    columns = (("val", "loss/val", ".3f"), ("largest score", "attn/score_max", ".1f"), ("entropy", "attn/entropy", ".3f"))
+    lines = ["| lr | run | " + " | ".join(h for h, _, _ in columns) + " |", "|---|---|" + "---:|" * len(columns)]
+    for lr in summary["lrs"]:
+        for variant, by_lr in summary["aggregate"].items():
+            cells = [by_lr[lr].get(tag) for _, tag, _ in columns]
+            text = [
+                "n/a" if c is None else f"{c['mean']:{fmt}}" + (f" ± {c['half_width']:{fmt}}" if c["half_width"] is not None else "")
+                for c, (_, _, fmt) in zip(cells, columns, strict=True)
+            ]
+            lines.append(f"| {lr} | {variant} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
+
+
+def run_sweep(
+    cfg: Config, config_name: str, overrides: list[tuple[str, str]], n_seeds: int, lrs: list[float], names: list[str], jobs: int = 1
+) -> dict | int:
+    """Train every variant (base and those `names` picks) at every rate and seed into runs/sweep-<config>/, then save
+    sweep.json (the runs and their summary) and draw sweep.png. Seed by seed, and within a seed rate by rate, so that a
+    sweep stopped early holds complete rounds. Returns the summary (with its folder), or the exit code of a run that
+    failed or was stopped; cfg.train.resume continues a stopped sweep."""
+    folder = Path(cfg.train.runs_dir) / f"sweep-{cfg.name}"
+    plan = plan_sweep(cfg, folder, n_seeds, lrs, names)  # before the folder is claimed: a refused rate moves nothing
+    lock = claim_folder(folder, cfg.train.resume, "sweep")
+    rates = [rate_name(lr) for lr in lrs]
+    seeds = [c.train.seed for c in plan[next(iter(plan))][rates[0]]]
+    todo = [(f"{v}, lr {lr}, seed {s}", plan[v][lr][i]) for i, s in enumerate(seeds) for lr in rates for v in plan]
+    spelled = dict(zip(list(plan)[1:], names, strict=True))  # each variant's run name and how --variants spells it
+    header = {"seeds": seeds, "lrs": rates, "variants": spelled, "preset_lr": rate_name(cfg.train.lr)}
+    results = train_runs(todo, lambda run: train_argv(config_name, overrides, run, ("train.lr",)), folder / "sweep.json", header,
+                         cfg.train.resume, jobs, "sweep")  # fmt: skip
+    if isinstance(results, int):
+        return results
+    summary = {**header, **summarise(plan, header["preset_lr"] if header["preset_lr"] in rates else None)}
+    write_json(folder / "sweep.json", {**summary, "runs": results})
+    title = f"{cfg.name}: {n_seeds} seeds per point (mean, 95% interval), {cfg.train.max_steps} steps, {cfg.train.optimizer}"
+    plot_sweep(summary, folder / "sweep.png", title)
+    lock.release()
+    return {**summary, "folder": folder}

@@ -1,0 +1,72 @@
+"""tools/qk_gain.py: QK-norm with a learned gain patched in, as the tool trains it, and its measurement over seeds
+checked against the runs' own logs by hand."""
+
+import pytest
+import torch
+from conftest import EndedChild, tiny_argv, write_corpus
+
+import tools.qk_gain
+import train
+from harness.experiments.children import Children
+from harness.experiments.stats import paired_difference
+from harness.training.checkpoints import read_checkpoint
+from harness.training.runlog import evaluations
+from model import GPT, ModelConfig
+
+SHORT = ["--train.optimizer=muon", "--train.max_steps=4", "--train.eval_interval=2", "--train.warmup_steps=1", "--train.probes=2"]
+
+
+def test_the_gain_starts_at_one_changes_nothing_until_it_trains_and_leaves_the_raw_projections_alone():
+    """Inside learned_gain every MultiHead has q_gain and k_gain, and its forward pass uses them; outside, none has."""
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, qk_norm=True, dropout=0.0)
+    torch.manual_seed(0)
+    plain = GPT(cfg)
+    x = torch.randint(11, (2, 8), generator=torch.Generator().manual_seed(1))
+    h = torch.randn(2, 8, 16)
+    expected = plain(x)[0], plain.blocks[1].attn.split_heads(h), plain.blocks[1].attn.split_heads(h, raw=True)
+    with tools.qk_gain.learned_gain():
+        gained = GPT(cfg)
+        missing = gained.load_state_dict(plain.state_dict(), strict=False).missing_keys
+        assert sorted(missing) == sorted(f"blocks.{i}.attn.{kind}_gain" for i in range(2) for kind in "qk")
+        torch.testing.assert_close(gained(x)[0], expected[0], rtol=0, atol=0)  # a gain of ones multiplies by one
+        attn = gained.blocks[1].attn
+        torch.testing.assert_close(attn.split_heads(h, raw=True), expected[2])  # the projections, before norm and gain
+        with torch.no_grad():
+            attn.q_gain.fill_(2.0)
+        q, k, v = attn.split_heads(h)
+        torch.testing.assert_close((q, k, v), (2 * expected[1][0], expected[1][1], expected[1][2]))
+        assert not torch.equal(gained(x)[0], expected[0])
+    assert not hasattr(GPT(cfg).blocks[0].attn, "q_gain"), "the patch ends with the block"
+
+
+def test_the_gain_is_measured_against_no_gain_paired_by_seed(tmp_path, one_cpu_thread, monkeypatch, capsys):
+    """Two seeds at one rate, each run trained in this process as the tool's children are: the plain ones as train.py,
+    the others as `python -m tools.qk_gain --train` (train.py with the gain patched in)."""
+
+    def start(self, command, output=None):
+        program, argv = (command[1:4], command[4:]) if command[1] == "-m" else (command[1:2], command[2:])
+        if program == ["-m", "tools.qk_gain", "--train"]:
+            with tools.qk_gain.learned_gain():
+                code = train.main(argv)
+        else:
+            code = train.main(argv)
+        self.running.append(EndedChild(code))
+        return self.running[-1]
+
+    monkeypatch.setattr(Children, "start", start)
+    corpus = write_corpus(tmp_path / "text")
+    result = tools.qk_gain.main(tiny_argv(tmp_path, corpus, "--seeds", "2", "--lrs", "3e-2", *SHORT))
+    folder = tmp_path / "runs" / "qk-gain-tiny"
+    ends = {kind: [evaluations(folder / f"tiny-qk-norm{kind}-lr3e-2-s{s}") for s in (1337, 1338)] for kind in ("", "-gain")}
+    for plain, gained in zip(ends[""], ends["-gain"], strict=True):
+        assert plain[0]["loss/val"] == gained[0]["loss/val"], "at step 0 the gain of ones changes nothing"
+        assert plain[-1]["step"] == gained[-1]["step"] == 4 and plain[-1]["loss/val"] != gained[-1]["loss/val"]
+    state = read_checkpoint(folder / "tiny-qk-norm-gain-lr3e-2-s1337" / "ckpt.pt")["model"]
+    assert state["blocks.0.attn.q_gain"].shape == (16,) and not torch.equal(state["blocks.0.attn.q_gain"], torch.ones(16))
+    assert "blocks.0.attn.q_gain" not in read_checkpoint(folder / "tiny-qk-norm-lr3e-2-s1337" / "ckpt.pt")["model"]
+    row = result["3e-2"]
+    for tag in tools.qk_gain.TAGS:
+        by_hand = paired_difference([runs[-1][tag] for runs in ends["-gain"]], [runs[-1][tag] for runs in ends[""]])
+        assert row["gain_minus_none"][tag]["mean"] == pytest.approx(by_hand.mean)
+        assert row["none"][tag]["mean"] == pytest.approx(sum(runs[-1][tag] for runs in ends[""]) / 2)
+    assert "lr 3e-2, 2 seeds: mean [95% interval of the gain's difference, paired by seed]" in capsys.readouterr().out

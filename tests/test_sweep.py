@@ -1,0 +1,219 @@
+"""sweep.py and harness/experiments/sweep.py: rates spelled and refused, a tiny Muon sweep end to end (its summary checked
+against the runs' own logs by hand), resume after a stop, runs two at a time, the picture, and its record for the docs."""
+
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import os
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO_ROOT, assert_one_line_error, tiny_argv, train_in_process, write_corpus
+
+import sweep
+import train
+from configs import load_config, parse_args
+from harness.arguments import learning_rates, rate_name
+from harness.experiments.children import Children
+from harness.experiments.comparison import train_argv
+from harness.experiments.stats import t_975
+from harness.experiments.sweep import plan_sweep
+from harness.training.runlog import evaluations, read_metrics
+from tools.figures import sweep_command, sweep_figures
+
+SHORT = ["--train.optimizer=muon", "--train.max_steps=4", "--train.eval_interval=4", "--train.warmup_steps=1", "--train.probes=4"]
+
+
+@pytest.mark.parametrize(
+    ("lr", "spelled"), [(0.12, "1.2e-1"), (0.004, "4e-3"), (0.036000000000000004, "3.6e-2"), (1.0, "1e0"), (3e-4, "3e-4")]
+)
+def test_a_rate_is_spelled_as_a_short_power_of_ten(lr, spelled):
+    assert rate_name(lr) == spelled
+
+
+def test_rates_are_read_smallest_first_and_default_to_the_presets_around_its_own(monkeypatch):
+    assert learning_rates("1.2e-1, 4e-3,1.2e-2") == [0.004, 0.012, 0.12]
+    calls = []
+    monkeypatch.setattr(
+        sweep, "run_sweep", lambda cfg, name, overrides, seeds, lrs, names, jobs: calls.append((lrs, names, seeds, jobs)) or 1
+    )
+    assert sweep.main(["--config", "char"]) == 1
+    assert calls[-1] == ([0.004, 0.012, 0.036, 0.12], ["qk-norm"], 3, 1)  # char's lr 1.2e-2 / 3, x 1, x 3, x 10
+    sweep.main(["--config", "tiny", "--lrs=1e-2,3e-3", "--variants", "softcap,no-scale+qk-norm,no-scale", "--seeds=2", "--jobs=2"])
+    assert calls[-1] == ([0.003, 0.01], ["no-scale", "softcap", "no-scale+qk-norm"], 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--lrs", "0"], "argument --lrs: takes learning rates above 0"),
+        (["--lrs=-1e-3"], "above 0"),
+        (["--lrs", "1e-2,,3e-2"], "got '' in '1e-2,,3e-2'"),
+        (["--lrs", "fast"], "comma-separated (4e-3,1.2e-2), got 'fast'"),
+        (["--lrs", "inf"], "above 0"),
+        (["--lrs", "nan"], "above 0"),
+        (["--lrs", "1e-2,0.01"], "each learning rate once, got 1e-2 twice"),
+        (["--lrs", "1e-5,1e-2"], "--lrs 1e-5: train.min_lr must be between 0 and train.lr (1e-05), got 0.0003; lower train.min_lr"),
+        (["--train.lr=1e-2"], "sweep.py sets train.lr itself, from --lrs; leave --train.lr out"),
+        (["--qk-norm"], "sweep.py trains the changed variants itself (--qk-norm given)"),
+        (["--variants", "qk-norms"], "unknown variant 'qk-norms'"),
+        (["--seeds", "0"], "--seeds"),
+        (["--jobs", "0"], "argument --jobs: must be at least 1"),
+        (["--jobs", "100000"], "--jobs 100000 is more than this machine's"),
+    ],
+)
+def test_bad_sweep_arguments_are_a_one_line_error(args, needle, tmp_path, corpus_file, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["sweep.py", *tiny_argv(tmp_path, corpus_file, *args)])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(REPO_ROOT / "sweep.py"), run_name="__main__")
+    out, err = capsys.readouterr()
+    assert_one_line_error(subprocess.CompletedProcess(["sweep.py"], stop.value.code, out, err), needle)
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory, one_cpu_thread):
+    """2 rates x (base, qk-norm) x 2 seeds of the tiny preset with Muon, each run 4 steps, trained in this process."""
+    root = tmp_path_factory.mktemp("sweep")
+    corpus = write_corpus(root / "text")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        train_in_process(monkeypatch)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            result = sweep.main(tiny_argv(root, corpus, "--lrs", "3e-3,3e-2", "--variants", "qk-norm", "--seeds", "2", *SHORT))
+    return root / "runs" / "sweep-tiny", result, out.getvalue()
+
+
+def test_a_tiny_sweep_end_to_end(tiny_sweep):
+    folder, result, out = tiny_sweep
+    names = [f"tiny{v}-lr{lr}-s{s}" for s in (1337, 1338) for lr in ("3e-3", "3e-2") for v in ("", "-qk-norm")]
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == sorted(names)
+    assert json.loads((folder / "tiny-qk-norm-lr3e-2-s1338" / "config.json").read_text())["train"]["lr"] == 0.03
+    assert json.loads((folder / "tiny-qk-norm-lr3e-2-s1338" / "config.json").read_text())["model"]["qk_norm"] is True
+    saved = json.loads((folder / "sweep.json").read_text())
+    assert list(saved["runs"]) == names and saved["lrs"] == ["3e-3", "3e-2"] and saved["variants"] == {"tiny-qk-norm": "qk-norm"}
+    ends = {name: evaluations(folder / name)[-1] for name in names}
+    starts = {name: evaluations(folder / name)[0] for name in names}
+    # the mean and 95% interval of two seeds, by hand: half width t_{0.975,1} * sd / sqrt(2) = 12.706 * |a - b| / 2
+    a, b = ends["tiny-qk-norm-lr3e-2-s1337"]["loss/val"], ends["tiny-qk-norm-lr3e-2-s1338"]["loss/val"]
+    cell = saved["aggregate"]["tiny-qk-norm"]["3e-2"]["loss/val"]
+    assert cell["mean"] == pytest.approx((a + b) / 2) and cell["half_width"] == pytest.approx(12.706 * abs(a - b) / 2)
+    assert t_975(1) == 12.706
+    # qk-norm minus base at the same rate, paired by seed
+    d = [ends[f"tiny-qk-norm-lr3e-2-s{s}"]["attn/entropy"] - ends[f"tiny-lr3e-2-s{s}"]["attn/entropy"] for s in (1337, 1338)]
+    assert saved["differences"]["tiny-qk-norm"]["3e-2"]["attn/entropy"]["mean"] == pytest.approx(sum(d) / 2)
+    assert saved["differences"]["tiny-qk-norm"]["3e-2"]["attn/entropy"]["half_width"] == pytest.approx(12.706 * abs(d[0] - d[1]) / 2)
+    # how many times the largest score grew: from step 0, and from the preset's rate (tiny's 3e-3)
+    grew = [ends[f"tiny-lr3e-2-s{s}"]["attn/score_max"] / starts[f"tiny-lr3e-2-s{s}"]["attn/score_max"] for s in (1337, 1338)]
+    assert saved["growth"]["tiny"]["3e-2"]["from_start"]["mean"] == pytest.approx(sum(grew) / 2)
+    over = [ends[f"tiny-lr3e-2-s{s}"]["attn/score_max"] / ends[f"tiny-lr3e-3-s{s}"]["attn/score_max"] for s in (1337, 1338)]
+    assert saved["growth"]["tiny"]["3e-2"]["from_preset_lr"]["mean"] == pytest.approx(sum(over) / 2)
+    assert saved["growth"]["tiny"]["3e-3"]["from_preset_lr"]["mean"] == 1.0
+    # under QK-norm each query and key has length sqrt(head_size) = sqrt(32 / 2) = 4, so a scaled score is below 4 / 4 * 4 = 4
+    assert all(ends[f"tiny-qk-norm-lr{lr}-s{s}"]["attn/score_max"] < 4.0 for lr in ("3e-3", "3e-2") for s in (1337, 1338))
+    # the probe's largest score over training at the highest rate, mean and range over the seeds
+    line = saved["over_time"]["tiny-qk-norm"]
+    per_seed = [
+        [row["probe/score_max"] for row in read_metrics(folder / f"tiny-qk-norm-lr3e-2-s{s}") if "probe/score_max" in row]
+        for s in (1337, 1338)
+    ]
+    assert line["lr"] == "3e-2" and line["steps"] == [0, 1, 2, 3, 4]
+    assert line["mean"] == pytest.approx([(x + y) / 2 for x, y in zip(*per_seed, strict=True)])
+    assert line["high"] == [max(x, y) for x, y in zip(*per_seed, strict=True)]
+    # at the preset's rate, the table compare.py --variants qk-norm would print of these runs
+    assert saved["preset"]["aggregate"]["tiny"]["loss/val"]["mean"] == pytest.approx(
+        (ends["tiny-lr3e-3-s1337"]["loss/val"] + ends["tiny-lr3e-3-s1338"]["loss/val"]) / 2
+    )
+    assert list(saved["preset"]["differences"]) == ["tiny-qk-norm"]
+    assert (folder / "sweep.png").stat().st_size > 20_000
+    assert result["folder"] == folder and result["aggregate"] == saved["aggregate"]
+    assert "| 3e-2 | tiny-qk-norm | " in out and f"picture: {folder / 'sweep.png'}" in out
+
+
+def test_the_sweep_is_recorded_for_the_docs_with_its_command(tiny_sweep):
+    folder, _, _ = tiny_sweep
+    value = sweep_figures(folder)
+    assert "runs" not in value and value["aggregate"] == json.loads((folder / "sweep.json").read_text())["aggregate"]
+    assert sweep_command("tiny", value) == "python sweep.py --config tiny --seeds 2 --lrs 3e-3,3e-2 --variants qk-norm"
+
+
+def test_the_picture_draws_a_summary_without_the_probe_and_a_single_seed(tmp_path):
+    from harness.pictures.curves import plot_sweep
+
+    cell = {"mean": 2.0, "std": None, "n": 1, "half_width": None}
+    summary = {"lrs": ["1e-2", "1e-1"], "over_time": {}, "aggregate": {"char": {"1e-2": {"loss/val": cell}, "1e-1": {"loss/val": cell}}}}
+    plot_sweep(summary, tmp_path / "sweep.png", "older runs: no largest score logged")
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
+
+
+def test_resume_keeps_finished_runs_resumes_the_stopped_one_and_ends_where_an_unbroken_sweep_does(
+    tmp_path, corpus_file, one_cpu_thread, monkeypatch, capsys
+):
+    train_in_process(monkeypatch)
+    preset = tiny_argv(tmp_path, corpus_file, *SHORT, "--train.eval_interval=2")
+    argv = [*preset, "--lrs", "3e-3,3e-2", "--variants", "softcap", "--seeds", "1"]
+    first = sweep.main(argv)
+    folder = tmp_path / "runs" / "sweep-tiny"
+    kept = (folder / "tiny-lr3e-3" / "metrics.jsonl").read_bytes()
+    shutil.rmtree(folder / "tiny-softcap50-lr3e-2")  # never begun
+    shutil.rmtree(folder / "tiny-lr3e-2")  # stopped at step 2, with its checkpoint
+    planned = plan_sweep(load_config(preset), folder, 1, [3e-3, 3e-2], ["softcap"])["tiny"]["3e-2"][0]
+    stopped = load_config(train_argv(*parse_args(preset), planned, ("train.lr",)))  # what train.py builds of the sweep's command
+    train.train(dataclasses.replace(stopped, train=dataclasses.replace(stopped.train, max_steps=2)))
+    capsys.readouterr()
+    second = sweep.main([*argv, "--resume"])
+    out = capsys.readouterr().out
+    assert "=== run 1 of 4: tiny, lr 3e-3, seed 1337: tiny-lr3e-3 finished already ===" in out
+    assert f"resuming {folder / 'tiny-lr3e-2'} from step 2" in out
+    assert (folder / "tiny-lr3e-3" / "metrics.jsonl").read_bytes() == kept
+    assert [row["step"] for row in evaluations(folder / "tiny-lr3e-2")] == [0, 2, 4]
+    assert second["aggregate"] == first["aggregate"]  # the stopped run, resumed, ends where the unbroken one did
+
+
+def test_two_runs_at_a_time_each_get_the_ctrl_c_once(tmp_path):
+    """--jobs 2: both children run at once, and a Ctrl-C reaches each of them once, through this process."""
+    ready = [tmp_path / f"ready{i}" for i in range(2)]
+    child = (
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGINT, lambda s, f: (open(sys.argv[2], 'a').write('INT '), sys.exit(130)))\n"
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"  # started with it blocked, as train.py unblocks it
+        "pathlib.Path(sys.argv[1]).touch()\n"
+        "time.sleep(60)\n"
+    )
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    try:
+        with Children() as children:
+            started = [children.start([sys.executable, "-c", child, str(ready[i]), str(tmp_path / f"got{i}")]) for i in range(2)]
+            deadline = time.monotonic() + 60
+            while not all(path.exists() for path in ready):
+                assert time.monotonic() < deadline, "the children never started"
+                time.sleep(0.01)
+            assert [c.poll() for c in started] == [None, None]  # both at once
+            os.kill(os.getpid(), signal.SIGINT)
+            ended = dict([children.wait(), children.wait()])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert ended == {started[0]: 130, started[1]: 130} and children.signum == signal.SIGINT and not children.running
+    assert [(tmp_path / f"got{i}").read_text() for i in range(2)] == ["INT ", "INT "]
+
+
+def test_a_sweep_two_runs_at_a_time_as_a_user_runs_it(tmp_path, corpus_file):
+    """python sweep.py --jobs 2: two train.py processes, each writing its output to <run name>.log."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = tiny_argv(tmp_path, corpus_file, "--lrs", "3e-3", "--variants", "qk-norm", "--seeds", "1", "--jobs", "2", *SHORT)
+    proc = subprocess.run([sys.executable, "sweep.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / "runs" / "sweep-tiny"
+    for name in ("tiny-lr3e-3", "tiny-qk-norm-lr3e-3"):
+        assert f"{name} ended (exit code 0); its output is in {folder / name}.log" in proc.stdout
+        assert "val" in (folder / f"{name}.log").read_text()
+        assert evaluations(folder / name)[-1]["step"] == 4
+    assert math.isfinite(json.loads((folder / "sweep.json").read_text())["aggregate"]["tiny-qk-norm"]["3e-3"]["loss/val"]["mean"])
