@@ -47,10 +47,11 @@ def read_figures(path: Path = FIGURES) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def record(key: str, command: str, value, path: Path = FIGURES) -> Path:
-    """Store `value`, the result of `command`, under `key` with this machine and today's date; returns the file."""
+def record(key: str, command: str, value, path: Path = FIGURES, ran_on: str | None = None) -> Path:
+    """Store `value`, the result of `command`, under `key` with the machine it ran on (this one unless `ran_on` says) and
+    today's date; returns the file."""
     figures = read_figures(path) if path.is_file() else {}
-    figures[key] = {"command": command, "machine": machine(), "date": time.strftime("%Y-%m-%d"), "value": value}
+    figures[key] = {"command": command, "machine": ran_on or machine(), "date": time.strftime("%Y-%m-%d"), "value": value}
     write_atomically(path, (json.dumps(figures, indent=1, sort_keys=True) + "\n").encode())
     return path
 
@@ -123,8 +124,10 @@ def ablation_figures(folder: Path) -> dict | None:
 
 def record_probe_cost(key: str, *reports: str) -> str:
     """Store under key what the probe costs a whole run (probe_cost), from bench.py --whole-run --json reports (files)."""
-    value = probe_cost([json.loads(Path(path).read_text(encoding="utf-8")) for path in reports])
-    record(key, "bench.py --whole-run --json, with the probe and without, in turns: " + "; ".join(value["commands"]), value)
+    runs = [json.loads(Path(path).read_text(encoding="utf-8")) for path in reports]
+    value = probe_cost(runs)
+    ran_on = "; ".join(sorted({f"{r['machine']}, {r['torch_threads']} torch threads, torch {r['torch_version']}" for r in runs}))
+    record(key, "bench.py --whole-run --json, with the probe and without, in turns: " + "; ".join(value["commands"]), value, ran_on=ran_on)
     return f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most"
 
 

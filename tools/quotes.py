@@ -239,3 +239,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/experiment.md", 'says "{code.sample_tokens_shown:.0f} tokens, all whitespace": a one-token prompt and {code.sample_tokens:.0f} generated'),
 ]  # fmt: skip
 QUOTES += CURE_QUOTES  # the learning-rate sweep's, kept apart
+QUOTES += [  # what the probe costs a whole run (docs/performance.md)
+    ("docs/performance.md", "the probe took {probe-cost-char.wall_ratio:.3f} times the wall time of one without it (the medians; CPU time "
+     "{probe-cost-char.cpu_ratio:.3f} times), a `base` run {probe-cost-base.wall_ratio:.3f} times (CPU time {probe-cost-base.cpu_ratio:.3f} times)"),
+]  # fmt: skip
