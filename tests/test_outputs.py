@@ -8,6 +8,7 @@ checkpoint line, its notes and the rules between samples; numbers, paths and quo
 one: a change to what sample.py or score.py prints fails here until the outputs are recorded again.
 """
 
+import concurrent.futures
 import copy
 import json
 
@@ -66,8 +67,10 @@ def test_an_output_that_drifts_or_comes_from_another_run_is_caught():
 
 def test_the_commands_still_print_the_frame_of_the_recorded_outputs(small_runs):
     figures = read_figures()
-    for output in OUTPUTS:
-        recorded, printed = figures[output.key]["value"]["text"], run_output(output, small_runs, timeout=300)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two commands at a time, each with one torch thread (run_output)
+        outputs = list(pool.map(lambda output: run_output(output, small_runs, timeout=300), OUTPUTS))
+    for output, printed in zip(OUTPUTS, outputs, strict=True):
+        recorded = figures[output.key]["value"]["text"]
         assert frame(output, printed) == frame(output, recorded), f"{output.command}: record the outputs again"
         if output.lines:
             assert printed.count("\n") + 1 == output.lines == recorded.count("\n") + 1, printed
