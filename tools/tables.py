@@ -9,6 +9,8 @@ import re
 from collections.abc import Callable
 
 from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table
+from harness.experiments.sweep import COLUMNS as SWEEP_COLUMNS
+from harness.experiments.sweep import format_sweep
 from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, variant_changes, variant_order
 from tools.quotes import COMPARISONS, MORE_ROWS, SWEEPS
 
@@ -55,20 +57,17 @@ def comparisons(figures: dict) -> list[tuple[str, dict]]:
     return [(config_of(key), figures[key]["value"]) for key in COMPARISONS]
 
 
+def sweep_of(figures: dict, config: str) -> dict:
+    """This config's learning-rate sweep (SWEEPS: "char-sweep" for char), the entry's value; {} if it has none."""
+    return next((figures[key]["value"] for key in SWEEPS if key.rsplit("-", 1)[0] == config), {})
+
+
 def cured(figures: dict, config: str) -> dict[str, str]:
-    """The sweeps' variants of this config that apply a cure, each with its --variants spelling ({"char-qk-norm": "qk-norm"}),
-    in the sweep's order: their rows at the preset's rate join the config's rows in the tables."""
-    out = {}
-    for key in SWEEPS:
-        if key.rsplit("-", 1)[0] == config:
-            spelled = figures[key]["value"]["variants"]
-            out |= {variant: name for variant, name in spelled.items() if any(c.kind == CURE for c in variant_changes(name))}
-    return out
-
-
-def at_preset_rate(figures: dict, config: str) -> dict:
-    """The sweep's table at the preset's rate (compare.json's aggregate and differences of those runs), for this config."""
-    return next(figures[key]["value"]["preset"] for key in SWEEPS if key.rsplit("-", 1)[0] == config)
+    """The sweep's variants of this config that apply a cure, each with its --variants spelling ({"char-qk-norm": "qk-norm"}),
+    in the sweep's order: their rows at the preset's rate (the sweep's "preset": compare.json's aggregate and differences
+    of those runs) join the config's rows in the tables."""
+    spelled = sweep_of(figures, config).get("variants", {})
+    return {variant: name for variant, name in spelled.items() if any(c.kind == CURE for c in variant_changes(name))}
 
 
 def cell(difference: dict) -> str:
@@ -88,7 +87,7 @@ def readme_table(figures: dict) -> str:
                 shown.setdefault(config, {}).setdefault(variant, stats)
         for variant, spelled in cured(figures, config).items():  # each cure alone, from the sweep's runs at the preset's rate
             if JOIN not in spelled:
-                shown[config].setdefault(variant, at_preset_rate(figures, config)["aggregate"][variant])
+                shown[config].setdefault(variant, sweep_of(figures, config)["preset"]["aggregate"][variant])
     rows = {}
     for config, variants in shown.items():
         for variant in in_table_order(variants, config):
@@ -105,7 +104,7 @@ def differences_table(figures: dict) -> str:
     for config, value in comparisons(figures):
         rows = [(label, value) for label in in_table_order(value["differences"], config)
                 if MINUS not in label and removed(label, config) in ((REMOVES["causal"],), (REMOVES["scaled"],))]  # fmt: skip
-        cures, preset = cured(figures, config), at_preset_rate(figures, config) if cured(figures, config) else {}
+        cures, preset = cured(figures, config), sweep_of(figures, config).get("preset", {})
         rows += [
             (label, preset) for label in in_table_order(preset.get("differences", {}), config) if label.partition(f" {MINUS} ")[0] in cures
         ]
@@ -115,22 +114,10 @@ def differences_table(figures: dict) -> str:
 
 
 def sweep_table(figures: dict) -> str:
-    """docs/experiment.md's sweep: per learning rate and variant, at the end of training, mean ± the 95% interval's half width."""
-    columns = (("val", "loss/val", ".3f"), ("largest score", "attn/score_max", ".1f"), ("entropy", "attn/entropy", ".3f"),
-               ("saturated", "attn/saturated_frac", ".3f"))  # fmt: skip
-    lines = ["| lr | run | " + " | ".join(h for h, _, _ in columns) + " |", "|---|---|" + "---:|" * len(columns)]
-    for key in SWEEPS:
-        value = figures[key]["value"]
-        for lr in value["lrs"]:
-            for variant in in_table_order(value["aggregate"], key.rsplit("-", 1)[0]):
-                by_lr = value["aggregate"][variant]
-                cells = [by_lr[lr][tag] for _, tag, _ in columns]
-                lines.append(
-                    f"| {lr} | {variant} | "
-                    + " | ".join(f"{c['mean']:{f}} ± {c['half_width']:{f}}" for c, (_, _, f) in zip(cells, columns, strict=True))
-                    + " |"
-                )
-    return "\n".join(lines)
+    """docs/experiment.md's sweep (SWEEPS' first, char's): per learning rate and variant, at the end of training, mean ± the
+    95% interval's half width."""
+    value, config = figures[SWEEPS[0]]["value"], SWEEPS[0].rsplit("-", 1)[0]
+    return format_sweep(value, (*SWEEP_COLUMNS, ("saturated", "attn/saturated_frac", ".3f")), in_table_order(value["aggregate"], config))
 
 
 def order_variants(config: str) -> list[str]:

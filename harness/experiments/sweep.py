@@ -97,13 +97,16 @@ def summarise(plan: dict[str, dict[str, list[Config]]], preset_lr: str | None) -
     return out
 
 
-def format_sweep(summary: dict) -> str:
-    """A table: per rate and variant, the val loss, the largest score and the entropy at the end, mean ± 95% half width."""
-    columns = (("val", "loss/val", ".3f"), ("largest score", "attn/score_max", ".1f"), ("entropy", "attn/entropy", ".3f"))
+COLUMNS = (("val", "loss/val", ".3f"), ("largest score", "attn/score_max", ".1f"), ("entropy", "attn/entropy", ".3f"))
+
+
+def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | None = None) -> str:
+    """A table: per rate and variant (`variants`, in their order; all the summary's by default), each column's tag at the
+    end (by default the val loss, the largest score and the entropy), mean ± 95% half width."""
     lines = ["| lr | run | " + " | ".join(h for h, _, _ in columns) + " |", "|---|---|" + "---:|" * len(columns)]
     for lr in summary["lrs"]:
-        for variant, by_lr in summary["aggregate"].items():
-            cells = [by_lr[lr].get(tag) for _, tag, _ in columns]
+        for variant in variants or summary["aggregate"]:
+            cells = [summary["aggregate"][variant][lr].get(tag) for _, tag, _ in columns]
             text = [
                 "n/a" if c is None else f"{c['mean']:{fmt}}" + (f" ± {c['half_width']:{fmt}}" if c["half_width"] is not None else "")
                 for c, (_, _, fmt) in zip(cells, columns, strict=True)
