@@ -53,6 +53,32 @@ def test_bfloat16_is_bit_identical_to_torch_muon(nesterov, adjust_lr_fn):
         assert torch.equal(muon.state[p]["momentum_buffer"], reference.state[p_ref]["momentum_buffer"]), name
 
 
+STACKED = [(24, 40)] * 3 + [(40, 24)] * 2 + [(24, 24)]  # a model's blocks repeat shapes: Muon's step stacks each shape's matrices
+
+
+def step_both(device: torch.device, shapes=STACKED, steps: int = 6) -> tuple[list, list, list]:
+    """torch.optim.Muon and ours (bfloat16) from the same matrices on `device`, stepped on the same gradients: (start, theirs, ours)."""
+    gen = torch.Generator().manual_seed(7)
+    start = [torch.randn(*shape, generator=gen) for shape in shapes]
+    theirs, ours = ([p.to(device, copy=True).requires_grad_() for p in start] for _ in range(2))
+    kwargs = dict(lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw")
+    reference, muon = torch.optim.Muon(theirs, **kwargs), Muon(ours, **kwargs, ns_dtype=torch.bfloat16)
+    for _ in range(steps):
+        for p_ref, p in zip(theirs, ours, strict=True):
+            p_ref.grad = torch.randn(p.shape, generator=gen).to(device)
+            p.grad = p_ref.grad.clone()
+        reference.step()
+        muon.step()
+    return start, theirs, ours
+
+
+def test_matrices_of_one_shape_stepped_together_get_the_library_s_bits():
+    """Our step orthogonalises every matrix of a shape in one stacked Newton-Schulz; the library, one at a time."""
+    for i, (p0, p_ref, p) in enumerate(zip(*step_both(torch.device("cpu")), strict=True)):
+        assert (p_ref - p0).abs().max() > 0.01, f"matrix {i}: the reference did not move, so the comparison shows nothing"
+        assert torch.equal(p, p_ref), f"matrix {i} {tuple(p.shape)}: max abs diff {(p - p_ref).abs().max():.3e} after 6 steps"
+
+
 @pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
 def test_newton_schulz_in_bfloat16_is_the_librarys(shape):
     from torch.optim._muon import _zeropower_via_newtonschulz

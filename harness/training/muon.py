@@ -73,33 +73,36 @@ def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
 def zeropower_via_newtonschulz(
     grad: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int, eps: float, dtype: torch.dtype
 ) -> torch.Tensor:
-    """torch.optim.Muon's Newton-Schulz orthogonalisation, in `dtype` instead of bfloat16 always.
+    """torch.optim.Muon's Newton-Schulz orthogonalisation, in `dtype` instead of bfloat16 always, of one (rows, cols)
+    matrix or of a stack of them (N, rows, cols), each orthogonalised on its own.
 
     The quintic iteration pushes every singular value of the (normalised) update towards 1, so the
     step moves each direction of the matrix by a similar amount. It works on the wide orientation
     (rows <= columns), where the Gram matrix X X^T is the smaller one.
 
-    The cast may return the caller's own tensor (`grad.to(dtype)` does when grad is already in
-    dtype: the momentum buffer itself when nesterov is off), so the normalisation divides out of
-    place; the library's in-place `div_` gives the same bits on its own copy.
+    A stack runs in the launches of one matrix: a GPU's time for small matrices goes to launching
+    kernels, not to arithmetic. Each matrix of the stack gets the bits it gets alone (tests/test_muon.py).
+    The cast may return the caller's own tensor, so the normalisation divides out of place.
     """
     if ns_steps >= 100:
         raise ValueError("Number of steps must be less than 100 for computational efficiency")
-    if grad.dim() != 2:
-        raise ValueError("Input tensor gradient must be a 2D matrix")
+    if grad.dim() not in (2, 3):
+        raise ValueError("Input tensor gradient must be a 2D matrix, or a stack of them")
     if len(ns_coefficients) != 3:
         raise ValueError("Coefficients must be a tuple of exactly 3 values")
     a, b, c = ns_coefficients
-    tall = grad.size(0) > grad.size(1)
-    x = grad.to(dtype)
+    one = grad.dim() == 2
+    x = grad.to(dtype)[None] if one else grad.to(dtype)  # (N, rows, cols)
+    tall = x.size(-2) > x.size(-1)
     if tall:
-        x = x.T  # (rows, cols) -> (cols, rows): the wide orientation
-    x = x / x.norm().clamp(min=eps)  # Frobenius norm 1 bounds the spectral norm by 1
+        x = x.mT  # (N, rows, cols) -> (N, cols, rows): the wide orientation
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)  # Frobenius norm 1 bounds the spectral norm by 1
     for _ in range(ns_steps):
-        gram = x @ x.T
-        gram_update = torch.addmm(gram, gram, gram, beta=b, alpha=c)  # b X X^T + c (X X^T)^2
-        x = torch.addmm(x, gram_update, x, beta=a)  # a X + (b X X^T + c (X X^T)^2) X
-    return x.T if tall else x
+        gram = x @ x.mT  # (N, rows, rows)
+        gram_update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b X X^T + c (X X^T)^2
+        x = torch.baddbmm(x, gram_update, x, beta=a)  # a X + (b X X^T + c (X X^T)^2) X
+    x = x.mT if tall else x
+    return x[0] if one else x
 
 
 class Muon(torch.optim.Muon):
@@ -117,7 +120,7 @@ class Muon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One optimization step, as torch.optim.Muon's, with Newton-Schulz in ns_dtype."""
+        """One optimization step, as torch.optim.Muon's, with Newton-Schulz in ns_dtype, over all matrices of a shape at once."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -125,6 +128,7 @@ class Muon(torch.optim.Muon):
         for group in self.param_groups:
             lr, momentum = group["lr"], group["momentum"]
             lr = lr.item() if isinstance(lr, torch.Tensor) else lr
+            by_shape = {}  # shape -> [(param, its update before orthogonalising)]
             for param in group["params"]:
                 grad = param.grad
                 if grad is None:
@@ -136,8 +140,12 @@ class Muon(torch.optim.Muon):
                     state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
                 buf = state["momentum_buffer"]
                 buf.lerp_(grad, 1 - momentum)
-                update = grad.lerp(buf, momentum) if group["nesterov"] else buf
-                update = zeropower_via_newtonschulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype)
-                param.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay
-                param.add_(update, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], param.shape))
+                by_shape.setdefault(param.shape, []).append((param, grad.lerp(buf, momentum) if group["nesterov"] else buf))
+            for shape, pairs in by_shape.items():  # the library orthogonalises one matrix at a time; the same bits, stacked
+                stack = torch.stack([update for _, update in pairs])  # (N, rows, cols)
+                orthogonal = zeropower_via_newtonschulz(stack, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype)
+                step_size = adjusted_lr(lr, group["adjust_lr_fn"], shape)
+                for (param, _), update in zip(pairs, orthogonal, strict=True):
+                    param.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay
+                    param.add_(update, alpha=-step_size)
         return loss
