@@ -65,6 +65,13 @@ def test_an_output_that_drifts_or_comes_from_another_run_is_caught():
     assert page[start:end] == "out\nput"
 
 
+def test_the_frame_leaves_out_the_device_a_sample_ran_on():
+    """The docs' outputs were recorded on a CPU: on a GPU (or a Mac) the header line names cuda (or mps), the frame the same."""
+    sample = Output("sample", None, "python sample.py", "char")
+    on_a_card = frame(sample, "# runs/x/ckpt.pt (step 4, val loss 3.2) on cuda:0\ntext")
+    assert on_a_card == frame(sample, "# runs/y/ckpt.pt (step 9, val loss 1.5) on cpu\nmore") == ["# PATH (step #, val loss #) on DEVICE"]
+
+
 def test_the_commands_still_print_the_frame_of_the_recorded_outputs(small_runs):
     figures = read_figures()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two commands at a time, each with one torch thread (run_output)

@@ -166,8 +166,10 @@ QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")  # a Python rep
 
 
 def frame(output: Output, text: str) -> list[str]:
-    """The lines that frame an output's text, their numbers, paths and quoted strings blanked: every line of a score,
-    a sample's "# <checkpoint> ..." and "note:" lines and the rules between samples (the sampled text is the model's)."""
+    """The lines that frame an output's text, their numbers, paths, quoted strings and device blanked: every line of a
+    score, a sample's "# <checkpoint> ... on cpu" and "note:" lines and the rules between samples (the sampled text is the
+    model's). The docs' outputs were recorded on a CPU; on a GPU or a Mac the same lines end "on cuda" or "on mps"."""
     kept = [line for line in text.split("\n") if "score.py" in output.command or line.startswith(("# ", "note:", "----"))]
+    kept = [re.sub(r" on (cpu|cuda|mps)(:\d+)?$", " on DEVICE", line) for line in kept]
     blanked = [re.sub(r"[-+]?\d+(?:[.,]\d+)*", "#", re.sub(r"\S*/\S*", "PATH", QUOTED.sub("Q", line))) for line in kept]
     return [" ".join(line.split()) for line in blanked]
