@@ -213,17 +213,11 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
      'against {char-contexts.char-rope.4x.64-127.mean:.2f} at 64-127, while the model without positions, worse '
      'everywhere, rises less ({char-contexts.char-no-pos.4x.64-127.mean:.2f} to '
      '{char-contexts.char-no-pos.4x.256-511.mean:.2f}), and a learned table has no row there at all'),
-    # the GPU preset against nanoGPT's recipe on one H200, in README and docs/performance.md
     ("README.md", "with Muon, to val {gpu-char-gpu.ours.to_target_val:.3f} in {gpu-char-gpu.ours.wall_s:.0f} s on an H200, where nanoGPT's own "
      "recipe, next on the same card, never reached 1.47: its best, {gpu-char-gpu.nanogpt.best_val:.4f}, came at {gpu-char-gpu.nanogpt.best_s:.1f} s"),
     ("docs/performance.md", "| **first evaluation at val 1.47 or below** | **step {gpu-char-gpu.ours.to_target_step:.0f}, "
      "{gpu-char-gpu.ours.to_target_s:.1f} s** | **none in 5000 steps** |"),
-    ("docs/performance.md", "| the whole run | {gpu-char-gpu.ours.wall_s:.1f} s | {gpu-char-gpu.nanogpt.wall_s:.1f} s |"),
-    ("docs/performance.md", "| a step (evaluations left out) | {gpu-char-gpu.ours.ms_per_step:.1f} ms, eager, Muon | "
-     "{gpu-char-gpu.nanogpt.ms_per_iter:.1f} ms, compiled, AdamW |"),
     ("docs/performance.md", "before the stacking: {gpu-bench-124m.mfu_percent:.1f}% of the H200's 989 TFLOP/s"),
-    ("docs/performance.md", "The resumed run differs from them by as much and no more: {gpu-resume.train_step_max_diff.resumed:.4f} and "
-     "{gpu-resume.val_max_diff.resumed:.4f}"),
     # the time-to-quality yardstick against nanoGPT, in docs/performance.md and README
     ("docs/performance.md", "**The 3 x 410 preset, on a quiet machine: {yardstick-char.ratio.median:.3f} of nanoGPT's wall time.**"),
     *(("docs/performance.md", f"| {pair} | {{yardstick-char.pairs.{pair}.ours_s:.1f}} | {{yardstick-char.pairs.{pair}.ours_val:.3f}} | "
