@@ -1,47 +1,50 @@
-"""Our GPT opened in TransformerLens: a HookedTransformer with the same logits, built from a run's own config and weights.
+"""Our GPT opened in TransformerLens with the same logits, built from a run's own config and weights: a HookedTransformer
+under TransformerLens 3.x, a TransformerBridge under 4.x.
 
 TransformerLens, the library of the ARENA exercises, reads a model through hooks: run_with_cache keeps every
 activation (cache["pattern", layer] holds a layer's attention weights), run_with_hooks changes any of them, and
-transformer_lens.head_detector scores heads against a pattern. HookedTransformerConfig has a switch for each of
+transformer_lens.head_detector scores heads against a pattern. Its config has a switch for each of
 ours, so a model trained without its mask, scale or positions, with QK-norm or a softcap, or with rotary positions,
 opens there computing exactly what it computes here.
 Nothing is downloaded: the config and weights are the run's, and the tokenizer is ours, rebuilt as the Hugging
 Face tokenizer with the same ids that TransformerLens reads strings with.
 
 Two tables hold the whole correspondence, and each is the one place a new variant is added: FIELDS (each field of
-our ModelConfig -> HookedTransformerConfig's fields) and `lens_weights` (each of our tensors -> its tensor). Each
+our ModelConfig -> the config's fields) and the weights (harness/lens_weights.py: each of our tensors -> its tensor). Each
 refuses in one line what it cannot express: a config field or value it has no entry for, a tensor left over. A
 new variant is refused until it is mapped here, never opened computing something else.
 
-TransformerLens 3.x: 4.0 removed HookedTransformer (its TransformerBridge wraps Hugging Face models instead).
+Both majors open a run. TransformerLens 3.x builds a HookedTransformer from a HookedTransformerConfig; 4.0 removed
+both, and 4.x opens it as a TransformerBridge around the library's own native model (NativeModel, built from a
+TransformerBridgeConfig that takes the same fields). Two of ours the native model lacks, and they are added here to
+its attention modules: an unscaled score (its scale is set to 1) and QK-norm (its query and key projections divide
+each head by its RMS, ours). The tensors go to each model under its own names: lens_weights (3.x), native_weights (4.x).
 """
 
 import json
 import warnings
 from collections.abc import Callable, Hashable
 from dataclasses import fields
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
+from harness.lens_weights import HeadRMSNorm, LensError, lens_weights, native_weights
 from harness.training.checkpoints import load_model
 from model import GPT
 from model.attention import QK_NORM_EPS, ROPE_BASE
 
-LENS_VERSIONS = ">=3.0,<4"  # 3.0 has every HookedTransformerConfig field used here; 4.0 removed HookedTransformer
-INSTALL = f'pip install -r requirements-dev.txt (or pip install "transformer-lens{LENS_VERSIONS}")'
+LENS_VERSIONS = ">=3.0"  # 3.0 has every config field used here; 3.x and 4.x are both opened (tests/test_lens.py runs under each)
+INSTALL = "pip install -r requirements-dev.txt (or pip install transformer-lens)"
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token, which TransformerLens pads with
 GPT2_FILES = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"  # tiktoken's gpt2 files, kept in its cache
 
 
-class LensError(ValueError):
-    """A model that TransformerLens cannot take as it is, or TransformerLens missing: the message says what to do."""
-
-
 def one_of(table: dict) -> Callable:
-    """A field that takes a few values: each value's HookedTransformerConfig fields, None (refused) for any other."""
+    """A field that takes a few values: each value's config fields, None (refused) for any other."""
     return lambda value: table.get(value) if isinstance(value, Hashable) else None
 
 
@@ -50,16 +53,16 @@ def anything(value) -> dict:
     return {}
 
 
-POSITIONS = {  # each kind of our positions -> HookedTransformerConfig's fields
+POSITIONS = {  # each kind of our positions -> the config's fields
     "learned": {"positional_embedding_type": "standard"},
     "none": {"positional_embedding_type": "standard"},  # a table holding zeros (lens_weights): hook_pos_embed shows it adds nothing
-    # Adjacent pairs turned as ours turns them, over the whole head (rotary_dim defaults to d_head), after the QK-norm.
+    # Adjacent pairs turned as ours turns them, over the whole head (lens_config sets rotary_dim to d_head), after the QK-norm.
     "rope": {"positional_embedding_type": "rotary", "rotary_adjacent_pairs": True, "rotary_base": ROPE_BASE},
 }
 
-# Each field of our ModelConfig -> the HookedTransformerConfig fields it sets (d_head, d_mlp and the LayerNorms are
-# set by lens_config). A field missing here, or a value its table lacks, is refused: map it here, and its tensors in
-# lens_weights, to open such runs.
+# Each field of our ModelConfig -> the config fields it sets, named alike in 3.x's HookedTransformerConfig and 4.x's
+# TransformerBridgeConfig (d_head, d_mlp and the LayerNorms are set by lens_config). A field missing here, or a value
+# its table lacks, is refused: map it here, and its tensors in harness/lens_weights.py, to open such runs.
 FIELDS: dict[str, Callable] = {
     "n_layer": lambda n: {"n_layers": n},
     "n_head": lambda n: {"n_heads": n},
@@ -81,17 +84,23 @@ FIELDS: dict[str, Callable] = {
 
 
 def import_lens():
-    """The transformer_lens module, or a LensError saying how to install a version that has HookedTransformer."""
+    """The transformer_lens module, or a LensError saying how to install it."""
     try:
         import transformer_lens
-        from transformer_lens import HookedTransformer  # noqa: F401  (4.0 removed it)
     except ImportError:
-        raise LensError(f"TransformerLens 3.x is not installed: {INSTALL}") from None
+        raise LensError(f"TransformerLens is not installed: {INSTALL}") from None
     return transformer_lens
 
 
-def lens_config(model: GPT, context: int | None = None):
-    """The HookedTransformerConfig of our model: every ModelConfig field mapped through FIELDS, or a LensError naming it.
+def has_bridge(lens) -> bool:
+    """Whether this TransformerLens opens models as a TransformerBridge (4.x) rather than a HookedTransformer (3.x): 4.0
+    removed HookedTransformer (asking 4.x for it raises an ImportError that names its replacement)."""
+    return int(version("transformer-lens").split(".")[0]) >= 4
+
+
+def lens_config(model: GPT, context: int | None = None) -> dict:
+    """The config fields of our model, as both TransformerLens configs name them: every ModelConfig field mapped
+    through FIELDS, or a LensError naming it.
 
     context: the longest input it takes (its n_ctx), block_size unless given; a rope or none run, which has no table
     that ends at block_size, takes a longer one, as ours does.
@@ -114,82 +123,66 @@ def lens_config(model: GPT, context: int | None = None):
             raise LensError(f"model.{field.name} = {value!r} has no TransformerLens counterpart in harness/lens.py yet")
         mapped |= lens
     mapped["n_ctx"] = context or cfg.block_size
+    if cfg.positions == "rope":
+        mapped["rotary_dim"] = cfg.head_size
     parameter = next(model.parameters())
-    return import_lens().HookedTransformerConfig(
-        **mapped, default_prepend_bos=False, init_weights=False, device=str(parameter.device), dtype=parameter.dtype
-    )
+    return mapped | {"default_prepend_bos": False, "init_weights": False, "device": str(parameter.device), "dtype": parameter.dtype}
 
 
-def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under HookedTransformer's names and shapes, or a LensError naming a tensor that has no place there.
-    (context: as lens_config's, the rows of the position table.)
+def transformer_bridge(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
+    """TransformerLens 4.x: our model as a TransformerBridge around the library's NativeModel, with our weights, our
+    unscaled scores and our QK-norm where the run has them."""
+    from transformer_lens.model_bridge.sources import build_bridge_from_module
+    from transformer_lens.model_bridge.sources.native import NativeModel
 
-    Ours keep every head's query, key and value in one (3C, C) matrix, rows h*D .. h*D + D - 1 for head h;
-    TransformerLens keeps W_Q, W_K, W_V as (H, C, D) and W_O as (H, D, C), multiplying from the right.
-    """
-    cfg, C, H, D = model.cfg, model.cfg.n_embd, model.cfg.n_head, model.cfg.head_size
-    if model.lm_head.weight is not model.tok_emb.weight:
-        raise LensError("the output head is not tied to the token embedding, and lens_weights maps only a tied one")
-    ours = {name: p.detach() for name, p in model.named_parameters()}  # the tied head is listed once, as tok_emb.weight
-
-    def take(name: str) -> torch.Tensor:
-        if name not in ours:
-            raise LensError(f"our model has no tensor {name}, which harness/lens.py maps: map the model as it is now")
-        return ours.pop(name)
-
-    zeros = torch.zeros_like
-    out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)
-    out |= {"unembed.W_U": out["embed.W_E"].T, "unembed.b_U": zeros(out["embed.W_E"][:, 0])}  # (C, V), (V,): tied, no bias
-    n_ctx = context or cfg.block_size
-    if cfg.positions == "learned":
-        out["pos_embed.W_pos"] = take("pos_emb.weight")[:n_ctx]  # (n_ctx, C)
-    elif cfg.positions == "none":
-        out["pos_embed.W_pos"] = out["embed.W_E"].new_zeros(n_ctx, C)  # (n_ctx, C): a table that adds nothing
-    # rope: queries and keys turned by their positions, and no table on either side
-    for block in (f"blocks.{i}." for i in range(cfg.n_layer)):  # each block's prefix, the same on both sides
-        out[block + "ln1.w"], out[block + "ln1.b"] = take(block + "ln1.weight"), take(block + "ln1.bias")
-        qkv = take(block + "attn.qkv.weight")  # (3C, C)
-        qkv_bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else zeros(qkv[:, 0])  # (3C,)
-        for kind, weight, bias in zip("QKV", qkv.split(C), qkv_bias.split(C), strict=True):
-            out[f"{block}attn.W_{kind}"] = weight.view(H, D, C).transpose(1, 2)  # (C, C) -> (H, D, C) -> (H, C, D)
-            out[f"{block}attn.b_{kind}"] = bias.view(H, D)  # (C,) -> (H, D)
-        if cfg.qk_norm:  # ours divides by the RMS alone; TransformerLens's RMSNorm then multiplies by its gains, ones here
-            out[block + "attn.q_norm.w"], out[block + "attn.k_norm.w"] = qkv.new_ones(D), qkv.new_ones(D)
-        out[block + "attn.W_O"] = take(block + "attn.proj.weight").view(C, H, D).permute(1, 2, 0)  # (C, H*D) -> (H, D, C)
-        out[block + "attn.b_O"] = take(block + "attn.proj.bias")
-        if cfg.mlp:
-            out[block + "ln2.w"], out[block + "ln2.b"] = take(block + "ln2.weight"), take(block + "ln2.bias")
-            out[block + "mlp.W_in"], out[block + "mlp.b_in"] = take(block + "mlp.fc.weight").T, take(block + "mlp.fc.bias")  # (C, 4C)
-            out[block + "mlp.W_out"], out[block + "mlp.b_out"] = take(block + "mlp.proj.weight").T, take(block + "mlp.proj.bias")  # (4C, C)
-    out["ln_final.w"], out["ln_final.b"] = take("ln_f.weight"), take("ln_f.bias")
-    if ours:
-        raise LensError(f"our tensor {next(iter(ours))} has no place in TransformerLens's model in harness/lens.py yet")
-    return out
+    config = config | {"act_fn": NATIVE_ACTIVATIONS[config["act_fn"]], "tokenizer_prepends_bos": False}
+    bridge_config = lens.TransformerBridgeConfig(**{k: v for k, v in config.items() if k != "device"})
+    native = NativeModel(bridge_config).to(device=config["device"], dtype=config["dtype"])
+    native.load_state_dict(native_weights(model, context))  # strict: each of its tensors gets one of ours
+    for layer in native.layers:
+        if not model.cfg.scaled:
+            layer.attn.scale = 1.0  # its scores are divided by this: sqrt(d_head) whatever use_attn_scale says
+        if model.cfg.qk_norm:
+            layer.attn.q, layer.attn.k = HeadRMSNorm(layer.attn.q, model.cfg.head_size), HeadRMSNorm(layer.attn.k, model.cfg.head_size)
+    if model.cfg.positions == "none":
+        native.pos.weight.requires_grad_(False)  # no positions: the table stays at zero when the model is trained there
+    return build_bridge_from_module(native, "TransformerLensNative", tl_config=bridge_config, tokenizer=tokenizer, device=config["device"])
 
 
-def to_hooked(model: GPT, tokenizer: Tokenizer | None = None, context: int | None = None):
-    """Our model as a transformer_lens.HookedTransformer that computes the same logits, in eval mode on model's device.
+NATIVE_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_new"}  # 3.x's act_fn names -> 4.x's native ones, the same functions
 
-    Given the model's tokenizer, the HookedTransformer reads strings too (to_tokens, to_str_tokens, the head detector),
-    with the same ids; without it, it reads token ids only. context: the longest input, block_size unless given (a
-    longer one for rope and none runs only): TransformerLens cuts a longer string to it, and fails on longer token ids.
-    """
-    with warnings.catch_warnings():  # 3.x's notice that 4.0 removes HookedTransformer: LENS_VERSIONS stays below 4
+
+def hooked_transformer(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
+    """TransformerLens 3.x: our model as a HookedTransformer with our weights."""
+    with warnings.catch_warnings():  # 3.x's notice that 4.0 removes HookedTransformer: 4.x opens runs as a TransformerBridge
         warnings.filterwarnings("ignore", "HookedTransformer is deprecated", DeprecationWarning)
-        lens = import_lens().HookedTransformer(lens_config(model, context))
-    lens.load_state_dict(lens.state_dict() | lens_weights(model, context))  # its buffers (the IGNORE value, mask caches) stay its own
-    frozen = [lens.pos_embed.W_pos] if model.cfg.positions == "none" else []  # no positions: the table stays at zero
-    frozen += [norm.w for block in lens.blocks for norm in (block.attn.q_norm, block.attn.k_norm)] if model.cfg.qk_norm else []
+        hooked = lens.HookedTransformer(lens.HookedTransformerConfig(**config))
+    hooked.load_state_dict(hooked.state_dict() | lens_weights(model, context))  # its buffers (the IGNORE value, mask caches) stay its own
+    frozen = [hooked.pos_embed.W_pos] if model.cfg.positions == "none" else []  # no positions: the table stays at zero
+    frozen += [norm.w for block in hooked.blocks for norm in (block.attn.q_norm, block.attn.k_norm)] if model.cfg.qk_norm else []
     for tensor in frozen:  # what ours does not learn stays as it is when the model is trained there
         tensor.requires_grad_(False)
     if tokenizer is not None:
-        lens.set_tokenizer(hf_tokenizer(tokenizer))
-    return lens.eval()
+        hooked.set_tokenizer(tokenizer)
+    return hooked
+
+
+def to_hooked(model: GPT, tokenizer: Tokenizer | None = None, context: int | None = None):
+    """Our model in TransformerLens, computing the same logits, in eval mode on model's device: a HookedTransformer under
+    3.x, a TransformerBridge under 4.x (each has run_with_cache, run_with_hooks, to_tokens and the cfg its version documents).
+
+    Given the model's tokenizer, it reads strings too (to_tokens, to_str_tokens, the head detector), with the same ids;
+    without it, it reads token ids only. context: the longest input, block_size unless given (a longer one for rope and
+    none runs only): TransformerLens cuts a longer string to it, and fails on longer token ids.
+    """
+    lens = import_lens()
+    build = transformer_bridge if has_bridge(lens) else hooked_transformer
+    return build(lens, model, lens_config(model, context), context, hf_tokenizer(tokenizer) if tokenizer is not None else None).eval()
 
 
 def load_hooked(path: str | Path, device: str | torch.device = "cpu", context: int | None = None):
-    """A run's checkpoint (runs/<run>/ckpt.pt) as a HookedTransformer that reads strings with the run's own tokenizer
-    (context: the longest input, as to_hooked's)."""
+    """A run's checkpoint (runs/<run>/ckpt.pt) in TransformerLens (as to_hooked: a HookedTransformer under 3.x, a
+    TransformerBridge under 4.x), reading strings with the run's own tokenizer (context: the longest input, as to_hooked's)."""
     model, tokenizer, _ = load_model(Path(path), device)
     return to_hooked(model, tokenizer, context)
 
