@@ -3,6 +3,8 @@ for 4.x's NativeModel (which harness/lens.py wraps in a TransformerBridge), and 
 model, which has none. Each refuses in one line a tensor it has no place for, or one it expects and ours lacks.
 """
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 
@@ -14,6 +16,21 @@ class LensError(ValueError):
     """A model that TransformerLens cannot take as it is, or TransformerLens missing: the message says what to do."""
 
 
+def our_tensors(model: GPT) -> tuple[dict[str, torch.Tensor], Callable[[str], torch.Tensor]]:
+    """Our tensors by name (the tied head listed once, as tok_emb.weight), and take(name), which hands each out once:
+    what is left after a table has taken its share has no place in that model. A LensError for a name ours lacks."""
+    if model.lm_head.weight is not model.tok_emb.weight:
+        raise LensError("the output head is not tied to the token embedding, and harness/lens_weights.py maps only a tied one")
+    ours = {name: p.detach() for name, p in model.named_parameters()}
+
+    def take(name: str) -> torch.Tensor:
+        if name not in ours:
+            raise LensError(f"our model has no tensor {name}, which harness/lens_weights.py maps: map the model as it is now")
+        return ours.pop(name)
+
+    return ours, take
+
+
 def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
     """Our tensors under HookedTransformer's names and shapes, or a LensError naming a tensor that has no place there.
     (context: as lens_config's, the rows of the position table.)
@@ -22,14 +39,7 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
     TransformerLens keeps W_Q, W_K, W_V as (H, C, D) and W_O as (H, D, C), multiplying from the right.
     """
     cfg, C, H, D = model.cfg, model.cfg.n_embd, model.cfg.n_head, model.cfg.head_size
-    if model.lm_head.weight is not model.tok_emb.weight:
-        raise LensError("the output head is not tied to the token embedding, and lens_weights maps only a tied one")
-    ours = {name: p.detach() for name, p in model.named_parameters()}  # the tied head is listed once, as tok_emb.weight
-
-    def take(name: str) -> torch.Tensor:
-        if name not in ours:
-            raise LensError(f"our model has no tensor {name}, which harness/lens.py maps: map the model as it is now")
-        return ours.pop(name)
+    ours, take = our_tensors(model)
 
     zeros = torch.zeros_like
     out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)
@@ -69,14 +79,7 @@ def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Te
     h*D .. h*D + D - 1 for head h on both sides; its output head has no bias, and takes the token embedding, as ours.
     """
     cfg, C = model.cfg, model.cfg.n_embd
-    if model.lm_head.weight is not model.tok_emb.weight:
-        raise LensError("the output head is not tied to the token embedding, and native_weights maps only a tied one")
-    ours = {name: p.detach() for name, p in model.named_parameters()}  # the tied head is listed once, as tok_emb.weight
-
-    def take(name: str) -> torch.Tensor:
-        if name not in ours:
-            raise LensError(f"our model has no tensor {name}, which harness/lens.py maps: map the model as it is now")
-        return ours.pop(name)
+    ours, take = our_tensors(model)
 
     out = {"tok_embed.weight": take("tok_emb.weight")}  # (V, C)
     out["head.weight"] = out["tok_embed.weight"]
