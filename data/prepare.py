@@ -130,7 +130,8 @@ def encode_task(tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_tex
 
 @contextmanager
 def stopped_by_signals():
-    """Ctrl-C, SIGTERM and SIGHUP raise Interrupted (once: a second signal while cleaning up is ignored) in the main thread."""
+    """Ctrl-C, SIGTERM and SIGHUP raise Interrupted (once: a second signal while cleaning up is ignored) in the main thread;
+    one that the launcher ignores (nohup's SIGHUP) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -141,7 +142,7 @@ def stopped_by_signals():
             raised.append(signum)
             raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:

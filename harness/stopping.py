@@ -14,6 +14,9 @@ SIGHUP (the terminal or the ssh session closed) stops like SIGTERM. So does outp
 longer be written (`| head`, a closed stderr, a full disk behind stdout): `guarded_output` turns
 the failed write into a SIGPIPE, which the flag records like any signal, and the process stops
 quietly with exit code 141 (128 + SIGPIPE), as Unix programs do on a closed pipe.
+
+A signal the process was started ignoring stays ignored (`answered_signals`), in it and in the processes it starts:
+under `nohup`, the closed terminal's SIGHUP leaves the run going.
 """
 
 import contextlib
@@ -72,7 +75,7 @@ class StopFlag:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
-            self.previous = {sig: signal.signal(sig, self.handle) for sig in (*self.SIGNALS, LOST_OUTPUT)}
+            self.previous = {sig: signal.signal(sig, self.handle) for sig in (*answered_signals(), LOST_OUTPUT)}
         return self
 
     def handle(self, signum, frame) -> None:
@@ -119,6 +122,13 @@ class StopFlag:
             signal.signal(sig, handler)
 
 
+def answered_signals() -> list[int]:
+    """The stop signals this process answers: all but those its launcher set to be ignored (nohup ignores SIGHUP, a shell
+    script's `command &` SIGINT), so that the command outlives them; such a signal stays ignored, and so it is in the
+    processes this one starts (exec keeps an ignored signal ignored). Nothing here sets SIG_IGN: shut_down's handler does nothing."""
+    return [sig for sig in StopFlag.SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+
+
 def exit_on_signal(message: str = NOTHING_SAVED) -> None:
     """A script's first act, before its imports (torch's take a second or more): until run_command takes over, Ctrl-C,
     SIGTERM or SIGHUP ends the process at once with `message` on stderr and exit code 128 + the signal's number, where
@@ -131,9 +141,8 @@ def exit_on_signal(message: str = NOTHING_SAVED) -> None:
             os.write(2, f"{message}\n".encode())
         os._exit(128 + signum)
 
-    for sig in StopFlag.SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, handle)
+    for sig in answered_signals():
+        signal.signal(sig, handle)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, StopFlag.SIGNALS)
 
 
@@ -152,9 +161,8 @@ def interrupt_on_signal() -> None:
             interrupt.signum = signum
             raise interrupt
 
-    for sig in StopFlag.SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, handle)
+    for sig in answered_signals():
+        signal.signal(sig, handle)
 
 
 class GuardedStream:

@@ -13,7 +13,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +28,7 @@ from configs import ConfigError, load_config
 from data.corpus import DataError, load_corpus
 from data.tokenizer import CharTokenizer, TokenizerError
 from harness.arguments import positive_int, typed_text
+from harness.experiments.children import Children
 from harness.scoring import text_ids
 from harness.stopping import GuardedStream
 from harness.training.budget import check_affordable, forward_flops, prefix_flops, step_flops
@@ -70,11 +73,34 @@ def test_sigterm_inside_an_evaluation_stops_within_seconds_and_saves(tmp_path):
     assert f"stopped at step 0; checkpoint saved to {run_dir / 'ckpt.pt'}" in out
 
 
+@pytest.fixture
+def own_signals():
+    """The stop signals' handlers put back after the test, whatever it set or a stop flag it ran left behind."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
 def signals_as_a_terminal_gives_them() -> None:
-    """In the child, before it runs Python: the stop signals at their defaults. A command run by this suite earlier leaves
-    them ignored here (run_command's end), and an ignored signal stays ignored across exec, as nohup relies on."""
+    """In the child, before it runs Python: the stop signals at their defaults, whatever this suite was started with (an
+    ignored signal stays ignored across exec, as nohup relies on)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def as_nohup_starts_it() -> None:
+    """In the child, before it runs Python: the terminal's signals, with SIGHUP ignored, as `nohup` leaves it."""
+    signals_as_a_terminal_gives_them()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def wait_until(ready, proc: subprocess.Popen, log: Path) -> None:
+    """Wait until ready() holds while proc runs: a subprocess waits for what it writes, never for a time."""
+    deadline = time.monotonic() + 240  # only against a hang
+    while not ready():
+        assert proc.poll() is None and time.monotonic() < deadline, f"exit code {proc.poll()}:\n{log.read_text()[-2000:]}"
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "sighup"])
@@ -112,7 +138,7 @@ def test_every_script_answers_a_signal_during_its_imports():
         assert ast.unparse(guard.body[0]).startswith("exit_on_signal("), f"{path.name}: {ast.unparse(guard)}"
 
 
-def test_sighup_stops_like_sigterm_with_a_checkpoint(tmp_path, monkeypatch, capsys):
+def test_sighup_stops_like_sigterm_with_a_checkpoint(tmp_path, monkeypatch, capsys, own_signals):
     """The terminal or the ssh session closed (SIGHUP, here during step 13): the run used to die with nothing saved."""
     real, calls = train.draw_micro_batches, [0]
 
@@ -123,13 +149,60 @@ def test_sighup_stops_like_sigterm_with_a_checkpoint(tmp_path, monkeypatch, caps
         return real(*args, **kwargs)
 
     monkeypatch.setattr(train, "draw_micro_batches", draw)
-    try:
-        code = train.main(tiny_argv(tmp_path, write_corpus(tmp_path / "t"), *QUICK))
-    finally:
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal gives it, even to a suite run under nohup
+    code = train.main(tiny_argv(tmp_path, write_corpus(tmp_path / "t"), *QUICK))
     ckpt = tmp_path / "runs" / "tiny" / "ckpt.pt"
     assert code == 129 and torch.load(ckpt, weights_only=True)["step"] == 13
     assert f"stopped at step 13; checkpoint saved to {ckpt}" in capsys.readouterr().out
+
+
+def test_a_run_started_under_nohup_trains_on_after_the_terminal_closes(tmp_path):
+    """`nohup python train.py &`: the closed terminal's SIGHUP stopped the run with exit 129, the stop flag's handler
+    replacing the ignore that nohup had set. Now the run trains on through it, and SIGTERM still stops it with a checkpoint."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "train.py", *tiny_argv(tmp_path, write_corpus(tmp_path / "text"), *QUICK)]
+    run_dir, out_path, err_path = tmp_path / "runs" / "tiny", tmp_path / "out", tmp_path / "err"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=out, stderr=err, env=env, preexec_fn=as_nohup_starts_it)
+    try:
+        wait_until(lambda: "tiny:   0%" in err_path.read_text(), proc, err_path)  # the bar: the stop flag is in place
+        proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: any(row["step"] >= 20 for row in read_metrics(run_dir)), proc, err_path)  # two evaluations later
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    said = out_path.read_text() + err_path.read_text()
+    assert proc.returncode == 143 and "Traceback" not in said, said[-2000:]
+    assert "SIGTERM: stopping after this step" in said and "SIGHUP" not in said
+    assert torch.load(run_dir / "ckpt.pt", weights_only=True)["step"] >= 20
+
+
+def test_an_experiment_started_under_nohup_starts_its_runs_ignoring_sighup(tmp_path, own_signals):
+    """`nohup python sweep.py ...` (or compare.py): the experiment's stop flag took SIGHUP over from nohup, passed the
+    terminal's on to its train.py, and started that with SIGHUP at its default. Now neither answers it: the child starts
+    ignoring it, and a later SIGTERM still reaches the child through the experiment."""
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = (
+        "import pathlib, signal, sys, time\n"
+        "hup = 'ignored' if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else 'answered'\n"
+        f"signal.signal(signal.SIGTERM, lambda s, f: (open({str(got)!r}, 'a').write(hup + ' TERM'), sys.exit(143)))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(60)\n"
+    )
+
+    def hang_up_then_terminate():
+        while not ready.exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGHUP)  # the terminal closes
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts the experiment
+    with Children() as children:
+        threading.Thread(target=hang_up_then_terminate, daemon=True).start()
+        code = children.run([sys.executable, "-c", child])
+    assert code == 143 and children.signum == signal.SIGTERM
+    assert got.read_text() == "ignored TERM"
 
 
 class Pipe(io.StringIO):

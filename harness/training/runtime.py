@@ -17,7 +17,7 @@ import torch
 from configs import Config, ConfigError, TrainConfig
 from data.corpus import Corpus, check_split_lengths, load_corpus
 from data.synthetic import SyntheticCorpus, load_synthetic
-from harness.stopping import StopFlag
+from harness.stopping import StopFlag, answered_signals
 
 
 @dataclass(frozen=True)
@@ -230,8 +230,9 @@ def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
 
 
 def shut_down() -> None:
-    """The process is ending: a late Ctrl-C must not print a traceback, and torchrun's group is left."""
-    for sig in StopFlag.SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
+    """The process is ending: a late Ctrl-C must not print a traceback (its handler does nothing, where SIG_IGN would read as
+    the launcher's, harness/stopping.py's answered_signals, to a command run again in this process), and torchrun's group is left."""
+    for sig in answered_signals():
+        signal.signal(sig, lambda signum, frame: None)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
