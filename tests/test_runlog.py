@@ -1,9 +1,21 @@
 """harness/training/runlog.py: what reaches TensorBoard's text tab and custom-scalars layout, and reading metrics.jsonl back."""
 
+import builtins
+import errno
+import io
+import os
 import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
+import torch
+from conftest import REPO_ROOT, tiny_argv, write_corpus
 
+import train
 from harness.training.runlog import INDUCTION, STORY, UNSMOOTHED, RunLogger, parse_step, read_metrics, sample_markdown, story_layout
 
 
@@ -80,7 +92,6 @@ def test_the_induction_heads_tell_how_to_read_few_points_unsmoothed():
     """TensorBoard smooths by 0.6 by default: the induction section (a point per evaluation) says to set it to 0, and gives
     the address that does. The story has a point every few steps (the probe) and reads as TensorBoard opens."""
     import zipfile
-    from pathlib import Path
 
     import tensorboard
 
@@ -119,3 +130,64 @@ def test_every_layer_shares_one_heatmap_grid_and_each_picture_is_its_own(tmp_pat
         own = HeatmapGrid(2, labels, title=f"layer {layer} at step 1000000 (causal)").pixels(w[0], f"layer {layer} at step 300 (causal)")
         assert (pictures[f"heatmaps/L{layer}"] == own).all(), f"layer {layer}'s picture differs from its own grid's"
     assert len(pictures) == 2 and logger.heatmap_grid is not None
+
+
+# A run folder that is lost mid-run: removed or moved away, made read-only. Each run saves at step 0 or 20, then logs
+# every step: TensorBoard's writer thread is the first to write into the folder again.
+EVERY_STEP = ("--train.log_interval=1", "--train.eval_batches=1")
+
+
+def test_a_run_folder_moved_away_mid_run_is_one_line_and_its_checkpoint_goes_with_it(tmp_path):
+    """`mv runs/tiny elsewhere` while train.py ran: a traceback from TensorBoard's writer thread, then train.py's own."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    steps = ("--train.max_steps=100000", "--train.eval_interval=100000", *EVERY_STEP)
+    argv = [sys.executable, "train.py", *tiny_argv(tmp_path, write_corpus(tmp_path / "text"), *steps)]
+    run_dir, moved = tmp_path / "runs" / "tiny", tmp_path / "runs" / "moved"
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=out, stderr=err, env=env)
+    try:
+        deadline = time.monotonic() + 240  # only against a hang; the cue is a training step logged after the first save
+        while not ((run_dir / "ckpt.pt").is_file() and any("loss/train_step" in row for row in read_metrics(run_dir))):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "err").read_text()[-2000:]
+            time.sleep(0.01)
+        run_dir.rename(moved)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    err = (tmp_path / "err").read_text()
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("tiny:")]  # the bar's lines aside
+    assert proc.returncode == 2 and "Traceback" not in err and "Exception in thread" not in err, err[-3000:]
+    assert lines == [f"error: could not write into the run folder {run_dir}: No such file or directory; the folder is gone "
+                     "(removed or moved away), with what it held"]  # fmt: skip
+    assert not run_dir.exists()  # nothing made again in its place
+    assert torch.load(moved / "ckpt.pt", weights_only=True)["step"] == 0  # the checkpoint went with the folder, whole
+
+
+def test_a_run_folder_turned_read_only_mid_run_is_one_line_naming_its_checkpoint(tmp_path, monkeypatch, capsys):
+    """A read-only folder: TensorBoard's writer thread's traceback, then `could not save b'.../events.out.tfevents...':
+    Read-only file system; free some space`, a bytes repr and a full disk's advice. From step 25 on, every file opened for
+    writing in the folder fails as on a file system remounted read-only; metrics.jsonl, open already, still takes lines."""
+    run_dir, real_open, real_draw, calls = tmp_path / "runs" / "tiny", builtins.open, train.draw_micro_batches, [0]
+
+    def read_only_open(file, mode="r", *args, **kwargs):
+        if calls[0] > 25 and not isinstance(file, int) and set(mode) & set("wax+") and run_dir in Path(os.fsdecode(file)).parents:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), file)  # TensorBoard names its file in bytes
+        return real_open(file, mode, *args, **kwargs)
+
+    def draw(*args, **kwargs):
+        calls[0] += 1
+        return real_draw(*args, **kwargs)
+
+    failed_threads = []
+    monkeypatch.setattr(threading, "excepthook", failed_threads.append)  # what reaches it would be printed as a traceback
+    monkeypatch.setattr(builtins, "open", read_only_open)
+    monkeypatch.setattr(io, "open", read_only_open)
+    monkeypatch.setattr(train, "draw_micro_batches", draw)
+    code = train.main(tiny_argv(tmp_path, write_corpus(tmp_path / "text"), "--train.max_steps=60", "--train.eval_interval=20", *EVERY_STEP))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("tiny:")]
+    assert code == 2 and "Traceback" not in err and failed_threads == [], err[-3000:]
+    assert lines == [f"error: could not write into the run folder {run_dir}: Read-only file system; {run_dir / 'ckpt.pt'} holds step 20, "
+                     "the last one saved"]  # fmt: skip
+    assert torch.load(run_dir / "ckpt.pt", weights_only=True)["step"] == 20
+    assert max(row["step"] for row in read_metrics(run_dir)) >= 25  # every step logged before the folder turned read-only

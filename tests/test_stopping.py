@@ -371,6 +371,17 @@ def test_d7_a_first_checkpoint_that_cannot_be_written_says_none_was_saved(tmp_pa
         save_checkpoint(tmp_path / "ckpt.pt", {"model": {}})
 
 
+def test_a_save_into_a_run_folder_that_is_gone_says_so(tmp_path):
+    """The run folder removed or moved away mid-run: the save said "no checkpoint was saved", though one may have been."""
+    with pytest.raises(CheckpointError) as e:
+        save_checkpoint(tmp_path / "gone" / "ckpt.pt", {"model": {}})
+    assert str(e.value) == (
+        f"could not save {tmp_path / 'gone' / 'ckpt.pt'}: No such file or directory; its folder {tmp_path / 'gone'} is gone "
+        "(removed or moved away), with what it held"
+    )
+    assert not (tmp_path / "gone").exists()
+
+
 def test_d8_a_run_whose_corpus_moved_names_score_pys_flag(tmp_path):
     checkpoint = {"config": {"data": {"path": str(tmp_path / "gone.txt"), "tokenizer": "char"}}, "source_sha256": "0"}
     with pytest.raises(DataError, match=r"the run's corpus .*gone.txt no longer exists; score its text with --file PATH"):

@@ -34,6 +34,8 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
     earlier = "the previous checkpoint there is intact" if path.is_file() else "no checkpoint was saved"
+    if not path.parent.is_dir():  # removed, or moved away while the run wrote into it
+        earlier = f"its folder {path.parent} is gone (removed or moved away), with what it held"
     try:
         with atomic_file(path, one_writer=True) as f:  # the run folder's lock makes this process its only writer
             torch.save(payload, f)
@@ -45,15 +47,15 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         raise CheckpointError(f"could not save {path}: {reason}; {earlier}") from None
 
 
-def read_checkpoint(path: Path, map_location="cpu") -> dict:
-    """torch.load with weights_only=True, turning every way it can fail into one CheckpointError."""
+def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
+    """torch.load with weights_only=True, turning every way it can fail into one CheckpointError; mmap: tensors read on use."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(
             f"no checkpoint at {path}; train one first (python train.py --config base) or pass --run NAME / --checkpoint PATH"
         )
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
         if unsafe:  # a pickle that asks to import and call something: it could run code

@@ -9,8 +9,10 @@ the share of saturated rows, the mass on the future, the spread and the largest 
 query and key norms. A run that measures induction heads (docs/induction.md) adds a section for them.
 """
 
+import contextlib
 import json
 import textwrap
+import threading
 from pathlib import Path
 
 import torch
@@ -20,6 +22,7 @@ from configs import Config
 from data.files import write_atomically
 from harness.folders import FolderLock, OutputError, claim_run_folder, parse_json
 from harness.pictures.heatmaps import HeatmapGrid
+from harness.training.checkpoints import CheckpointError, read_checkpoint
 from harness.training.evaluation import HONEST_POSITIONS, Evaluation
 from harness.training.probe import PROBE_ROWS
 from harness.training.runtime import Runtime, preset_advice
@@ -131,30 +134,63 @@ def sample_markdown(text: str, n_tokens: int) -> str:
     return note + "\n\n" + "\n".join("    " + line for line in textwrap.wrap(visible, 100) or [""])
 
 
+def what_is_saved(run_dir: Path) -> str:
+    """What a run folder that can no longer be written still holds, read from the disk: its checkpoint, or none, or nothing."""
+    checkpoint = run_dir / "ckpt.pt"
+    if not checkpoint.is_file():
+        return "no checkpoint was saved there" if run_dir.is_dir() else "the folder is gone (removed or moved away), with what it held"
+    try:
+        return f"{checkpoint} holds step {read_checkpoint(checkpoint, mmap=True)['step']}, the last one saved"
+    except CheckpointError:
+        return f"{checkpoint} is there but cannot be read back"
+
+
 class RunLogger:
-    """The one place metrics go: TensorBoard, runs/<name>/metrics.jsonl, and the console."""
+    """The one place metrics go: TensorBoard, runs/<name>/metrics.jsonl, and the console.
+
+    A write that fails (the run folder removed or moved away, made read-only, or full) ends the run in one line (`writing`).
+    TensorBoard's own thread, which writes its events, fails without a traceback: TensorBoard raises the same error again
+    at the logger's next write, where it becomes that line."""
 
     def __init__(self, run_dir: Path, resume_step: int | None = None, induction: bool = False):
         from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
 
-        path = run_dir / "metrics.jsonl"
+        self.run_dir, path = run_dir, run_dir / "metrics.jsonl"
         if resume_step is not None and path.is_file():  # drop what an interrupted run logged after its checkpoint
             kept = [line for line, row in metric_lines(path) if row["step"] <= resume_step]
             write_atomically(path, b"".join(line + b"\n" for line in kept))
         purge = None if resume_step is None else resume_step + 1  # TensorBoard hides later events of the old run
+        before = set(threading.enumerate())
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
+        self.writer_threads = set(threading.enumerate()) - before  # TensorBoard's, which writes the events file
         self.writer.add_custom_scalars(story_layout(induction))
         try:
             self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held open for the run's life)
         except OSError as e:  # a folder, or a file without write permission, in its place
             raise OutputError(f"cannot append to {path}: {e.strerror}; move it out of the way, or choose another --run-name") from None
+        self.other_threads_failed, threading.excepthook = threading.excepthook, self.thread_failed
         self.heatmap_grid = None  # one HeatmapGrid for every layer (same heads, same labels), laid out at the first evaluation
 
+    def thread_failed(self, args: threading.ExceptHookArgs) -> None:
+        """threading.excepthook while the logger is open: TensorBoard's writer thread fails quietly, any other as before."""
+        if args.thread not in self.writer_threads:
+            self.other_threads_failed(args)
+
+    @contextlib.contextmanager
+    def writing(self):
+        """A write into the run folder: if it fails, one line that says what the folder still holds, and ends the run."""
+        try:
+            yield
+        except OSError as e:
+            threading.excepthook, reason = self.other_threads_failed, e.strerror or e
+            raise OutputError(f"could not write into the run folder {self.run_dir}: {reason}; {what_is_saved(self.run_dir)}") from None
+
     def log(self, step: int, console: bool = False, **metrics: float) -> None:
-        for tag, value in metrics.items():
-            self.writer.add_scalar(tag, value, step)
-        self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
-        self.jsonl.flush()
+        with self.writing():
+            for tag, value in metrics.items():
+                self.writer.add_scalar(tag, value, step)
+            self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
+            self.jsonl.flush()
         if console:
             shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
             tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4g}" for name, value in shown))
@@ -162,7 +198,8 @@ class RunLogger:
     def log_evaluation(self, step: int, evaluation: Evaluation, flags: str, causal: bool = True) -> None:
         """An evaluation's heatmaps (of a model with the mask when causal), sample and scalars (the scalars also on the console)."""
         self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags, causal)
-        self.writer.add_text("samples", sample_markdown(evaluation.sample, evaluation.sample_tokens), step)
+        with self.writing():
+            self.writer.add_text("samples", sample_markdown(evaluation.sample, evaluation.sample_tokens), step)
         self.log(step, console=True, **evaluation.metrics)
 
     def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str, causal: bool = True) -> None:
@@ -180,11 +217,14 @@ class RunLogger:
             self.heatmap_grid = HeatmapGrid(weights_per_layer[0].shape[1], labels, title=last, causal=causal)
         for layer, weights in enumerate(weights_per_layer):
             picture = self.heatmap_grid.pixels(weights[0], title(layer, step))  # (height, width, 3)
-            self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")
+            with self.writing():
+                self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")
 
     def close(self) -> None:
-        self.writer.close()
-        self.jsonl.close()
+        with self.writing():
+            self.writer.close()
+            self.jsonl.close()
+        threading.excepthook = self.other_threads_failed
 
 
 def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
