@@ -6,6 +6,7 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 
 import argparse
 import errno
+import os
 import re
 import signal
 import sys
@@ -163,7 +164,8 @@ def one_line_failures(command: Callable[[list[str]], object], argv: list[str], i
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
                 raise
-            print(f"error: could not save {e.filename or 'a file'}: {e.strerror}; free some space or write elsewhere", file=sys.stderr)
+            advice = "write elsewhere" if e.errno == errno.EROFS else "free some space or write elsewhere"  # a full disk or quota
+            print(f"error: could not save {os.fsdecode(e.filename or 'a file')}: {e.strerror}; {advice}", file=sys.stderr)
             return 1
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
             if not is_out_of_memory(e):

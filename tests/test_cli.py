@@ -1,5 +1,7 @@
 """harness/cli.py and the scripts' doors: a mistake in what was typed is one `error:` line and exit code 2, help is help."""
 
+import errno
+import os
 import subprocess
 
 import pytest
@@ -113,6 +115,21 @@ def test_running_out_of_memory_is_one_line(capsys):
 
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # anything else is a bug: its traceback stays
         run_command(a_bug, [])
+
+
+@pytest.mark.parametrize(
+    "code, advice", [(errno.ENOSPC, "free some space or write elsewhere"), (errno.EROFS, "write elsewhere")], ids=["full", "read-only"]
+)
+def test_a_file_that_cannot_be_saved_is_one_line_with_its_path_as_typed(capsys, code, advice):
+    """A write that fails on a full or read-only disk, wherever no module says it better. A library's error may name its file in
+    bytes (TensorBoard's did: `could not save b'runs/tiny/events...'`), and a read-only disk was told to free some space."""
+
+    def write_on_a_disk_that_refuses(argv):
+        raise OSError(code, os.strerror(code), b"runs/tiny/events.out.tfevents")
+
+    assert run_command(write_on_a_disk_that_refuses, []) == 1
+    line = capsys.readouterr().err.strip()
+    assert line == f"error: could not save runs/tiny/events.out.tfevents: {os.strerror(code)}; {advice}"
 
 
 def test_cpp_bad_alloc_is_out_of_memory_too(capsys):
