@@ -130,7 +130,7 @@ def claim_folder(folder: Path, resume: bool, what: str) -> FolderLock:
     """An experiment's folder, locked: to resume, one that exists; afresh, an earlier one there moved aside as a whole."""
     if resume and not folder.is_dir():
         raise ConfigError(f"nothing to resume: no {what} at {folder}; start it without --resume")
-    lock, moved = claim_run_folder(folder, resume)
+    lock, moved = claim_run_folder(folder, resume, choose="--runs-dir")  # the folder is named for the preset: --runs-dir moves it
     if moved:
         print(f"the earlier {what} in {folder} moved to {moved}")
     return lock
