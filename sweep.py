@@ -6,7 +6,8 @@ Trains the preset as it is and with each variant (a cure, an ablation, several j
 char-qk-norm-lr1.2e-1-s1337; `tensorboard --logdir runs/sweep-<config>` overlays them). Then it prints, per rate and
 variant, the val loss, the largest attention score and the attention entropy at the end of training, each a mean over
 the seeds with its 95% interval, and draws them against the learning rate into sweep.png, beside the largest score
-during training at the highest rate.
+during training at the highest rate. A run whose loss or gradient stops being finite is a result: recorded as diverged
+(its step and last training loss), shown so in the table and the picture, and the sweep goes on with the others.
 
 The default rates are the preset's train.lr divided by 3, times 1, 3 and 10 (char: 4e-3, 1.2e-2, 3.6e-2, 1.2e-1),
 enough to see a scaled model saturate when the rate is too high, and the cure keep its scores bounded (docs/experiment.md

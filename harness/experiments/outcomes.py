@@ -1,0 +1,76 @@
+"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished (its log), or diverged
+(the record train.py's non-finite check leaves)."""
+
+import dataclasses
+from pathlib import Path
+
+from configs import SECTIONS, Config, ConfigError
+from configs.schema import config_differences
+from harness.folders import read_json
+from harness.training.runlog import evaluations, read_metrics
+from harness.training.step import DIVERGED
+from model import ModelConfig
+
+WHERE_NOT_WHAT = ("run_name", "resume", "vocab_size")  # how a run was named or started, derived
+
+
+def read_saved_runs(saved: Path) -> dict:
+    """The runs an earlier experiment recorded in its compare.json or sweep.json (rewritten after each run), by run name."""
+    saved = read_json(saved)
+    runs = saved.get("runs") if isinstance(saved, dict) else None
+    return runs if isinstance(runs, dict) else {}
+
+
+def settings(config: dict) -> dict:
+    """A run's config (as config.json and checkpoints hold it) as an experiment compares it: the model section read as a
+    checkpoint's is (older records, positions true/false, upgraded). Damage raises."""
+    return {**config, "model": dataclasses.asdict(ModelConfig(**config["model"]))}
+
+
+def check_settings(cfg: Config, recorded) -> None:
+    """Refuse a finished run whose recorded settings are not these: a comparison resumed with other flags."""
+    try:
+        recorded = settings(recorded)
+    except (ValueError, TypeError, KeyError, AttributeError):  # a damaged record: no settings, so every one differs
+        recorded = {}
+    differs = config_differences(recorded, settings({section: cfg.to_dict()[section] for section in SECTIONS}), ignore=WHERE_NOT_WHAT)
+    if differs:
+        raise ConfigError(
+            f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "
+            "resume with the comparison's own flags, or start it afresh without --resume"
+        )
+
+
+def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
+    """What a run of an earlier, stopped experiment gave, if it already finished with these settings (a checkpoint and an
+    evaluation at max_steps); else None. Its numbers come from compare.json or sweep.json (with its wall time), or else
+    its metrics.jsonl."""
+    if not (cfg.run_dir / "ckpt.pt").is_file() or not (cfg.run_dir / "metrics.jsonl").is_file():
+        return None
+    last = (evaluations(cfg.run_dir) or [{}])[-1]
+    if last.get("step") != cfg.train.max_steps:
+        return None
+    check_settings(cfg, read_json(cfg.run_dir / "config.json"))
+    saved = saved_runs.get(cfg.run_name, {})
+    return saved if saved.get("step") == last["step"] and saved.get("exit_code") == 0 else {**last, "exit_code": 0}
+
+
+def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict | None:
+    """What an earlier attempt at this run left that --resume keeps: a finished run, or (diverged_too) one that diverged
+    with these settings; else None, and the run resumes or starts."""
+    done = finished_run(cfg, saved_runs)
+    if done is None and diverged_too and (done := diverged_run(cfg.run_dir)) is not None:
+        check_settings(cfg, read_json(cfg.run_dir / "config.json"))
+    return done
+
+
+def diverged_run(run_dir: Path) -> dict | None:
+    """A run whose loss or gradient stopped being finite, as its folder records it: the step, and the last training loss
+    it logged (finite: the check stops a run before it logs a non-finite one) with that loss's step; None if it did not."""
+    record = read_json(run_dir / DIVERGED)
+    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        return None
+    rows = [row for row in read_metrics(run_dir) if "loss/train_step" in row or "loss/train" in row]
+    last = rows[-1] if rows else {}
+    loss = last.get("loss/train_step", last.get("loss/train"))
+    return {"exit_code": 1, "diverged": {"step": record["step"], "last_loss": loss, "last_loss_step": last.get("step")}}
