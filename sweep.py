@@ -33,7 +33,7 @@ import sys
 from configs import ConfigError
 from harness.arguments import EVERY, learning_rates, positive_int, rate_name, seed_count, variant_names
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import check_experiment
+from harness.experiments.comparison import check_experiment, summing_up
 from harness.experiments.sweep import format_sweep, run_sweep
 from model.ablations import CURES
 
@@ -70,8 +70,9 @@ def main(argv: list[str]) -> dict | int:
     sweep = run_sweep(cfg, args.config_name, args.overrides, args.seeds, lrs, args.variants, args.jobs)
     if isinstance(sweep, int):
         return sweep  # a run failed or was stopped, and has said so
-    print(f"\nat the end of training, mean ± 95% half width over {args.seeds} seeds:\n{format_sweep(sweep)}")
-    print(f"\npicture: {sweep['folder'] / 'sweep.png'}; TensorBoard: tensorboard --logdir {sweep['folder']}")
+    with summing_up(sweep["folder"], "sweep"):  # every run is saved: a Ctrl-C now says so
+        print(f"\nat the end of training, mean ± 95% half width over {args.seeds} seeds:\n{format_sweep(sweep)}")
+        print(f"\npicture: {sweep['folder'] / 'sweep.png'}; TensorBoard: tensorboard --logdir {sweep['folder']}")
     return sweep
 
 

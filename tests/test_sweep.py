@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO_ROOT, assert_one_line_error, tiny_argv, train_in_process, write_corpus
+from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv, train_in_process, write_corpus
 
 import sweep
 import train
@@ -284,3 +284,36 @@ def test_format_sweep_says_how_many_seeds_diverged_and_where():
         == "| 1e-1 | char | 2.000 ± 0.900 | 1 of 3 seeds: s3 at step 40, last loss 2.500 |"
     )
     assert format_sweep({**summary, "diverged": {}}, COLUMNS[:1]).splitlines()[2] == "| 1e-1 | char | 2.000 ± 0.900 |"
+
+
+def test_ctrl_c_while_the_sweep_is_drawn_says_every_run_is_saved_and_leaves_the_picture_whole(diverged_sweep, monkeypatch, capsys):
+    """Ctrl-C while the sweep summarised or drew said "interrupted; nothing was saved", and could leave sweep.png empty."""
+    import matplotlib.figure
+
+    folder, argv, _, _ = diverged_sweep
+    picture = (folder / "sweep.png").read_bytes()
+    real = matplotlib.figure.Figure.savefig
+
+    def savefig(self, fname, *args, **kwargs):  # the Ctrl-C comes while the file is written: after it was opened
+        with open(fname, "wb") if isinstance(fname, str | os.PathLike) else contextlib.nullcontext(fname) as f:
+            real(self, io.BytesIO(), *args, **kwargs)
+            f.write(b"\x89PNG half a picture")
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        raise AssertionError("the Ctrl-C never came")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    train_in_process(monkeypatch)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a process starts (an earlier command's end ignores it)
+        proc = error_of(sweep.main, [*argv, "--resume"], capsys)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert proc.returncode == 130
+    assert proc.stderr.strip().splitlines() == [
+        f"interrupted while summarising the sweep; every run is saved in {folder}, and the same command plus --resume summarises it"
+    ]
+    assert (folder / "sweep.png").read_bytes() == picture  # the earlier picture, whole
+    assert not list(folder.glob("sweep.png.tmp*"))

@@ -2,17 +2,19 @@
 `python train.py ...` process (harness/experiments/children.py), with Ctrl-C, SIGTERM and SIGHUP passed on and --resume
 continuing a stopped one. train_runs, the loop that trains a list of runs that way, serves sweep.py's experiment too."""
 
+import contextlib
 import dataclasses
 import json
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from configs import MAX_SEED, Config, ConfigError
 from data.files import write_atomically
 from harness.experiments.children import STOPPED_CODES, Children
-from harness.experiments.outcomes import diverged_run, earlier_outcome, read_saved_runs
+from harness.experiments.outcomes import diverged_run, earlier_outcome, killed_from_outside, read_saved_runs
 from harness.experiments.stats import aggregate, differences, to_json
 from harness.folders import FolderLock, claim_run_folder
 from harness.pictures.curves import plot_runs
@@ -104,6 +106,20 @@ def claim_folder(folder: Path, resume: bool, what: str) -> FolderLock:
     return lock
 
 
+@contextlib.contextmanager
+def summing_up(folder: Path, what: str) -> Iterator[None]:
+    """The summary, table and picture of an experiment whose every run is saved: a signal meanwhile (run_command's
+    KeyboardInterrupt, with its number) says so in its line, where run_command would say that nothing was saved."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        interrupted = KeyboardInterrupt(
+            f"interrupted while summarising the {what}; every run is saved in {folder}, and the same command plus --resume summarises it"
+        )
+        interrupted.signum = getattr(e, "signum", signal.SIGINT)
+        raise interrupted from None
+
+
 def train_runs(
     todo: list[tuple[str, Config]],
     train_args: Callable[[Config], list[str]],
@@ -120,11 +136,12 @@ def train_runs(
     After each run, `saved` (the folder's compare.json or sweep.json) holds `header` and the runs so far. With resume,
     a run that finished with these settings is kept as it is, a stopped one resumes, the rest start. A run that fails
     or is stopped ends it: no run starts after it, those under way finish (or stop, given the signal too), and its exit
-    code is returned. With keep_diverged (sweep.py) a run whose loss or gradient stopped being finite is a result, not a
-    failure: recorded as diverged (outcomes.diverged_run), the runs after it go on, and resume keeps it. With jobs > 1
-    each run writes its terminal output to <run name>.log beside its folder. `what` names the experiment in its lines.
+    code is returned; a run ended from outside by a signal (SIGKILL) is one line naming it, and exit code 1. With
+    keep_diverged (sweep.py) a run whose loss or gradient stopped being finite is a result, not a failure: recorded as
+    diverged (outcomes.diverged_run), the runs after it go on, and resume keeps it. With jobs > 1 each run writes its
+    terminal output to <run name>.log beside its folder. `what` names the experiment in its lines.
     """
-    folder, results, active, failed = saved.parent, {}, {}, 0
+    folder, results, active, failed, died = saved.parent, {}, {}, 0, None
     saved_runs = read_saved_runs(saved) if resume else {}
     queue = list(enumerate(todo, start=1))
     with Children() as children:
@@ -162,12 +179,16 @@ def train_runs(
                 results[run_cfg.run_name] = diverged or {"exit_code": code}
             if diverged is not None:
                 print(f"{run_cfg.run_name} diverged at step {diverged['diverged']['step']}; the {what} goes on", flush=True)
+            elif children.signum is None and died is None:
+                died = killed_from_outside(code, run_cfg.run_name, what)
             children.flag.saved = kept(results, folder)
             write_json(saved, {**header, "runs": {c.run_name: results[c.run_name] for _, c in todo if c.run_name in results}})
-            failed = failed or (0 if diverged else code)
+            failed = failed or (0 if diverged else 1 if code < 0 else code)
     if children.signum is not None or failed in STOPPED_CODES:  # stopped by a signal or lost output, after saving a checkpoint
         print(f"{what} stopped; continue it with the same command plus --resume", file=sys.stderr)
         return 128 + children.signum if children.signum else failed
+    if died is not None:  # the run could say nothing: after its progress bar on the terminal, or alone when it wrote to its log
+        print(f"\n{died}" if jobs == 1 else died, file=sys.stderr)
     return failed or {c.run_name: results[c.run_name] for _, c in todo}  # a failed run's train.py has said why
 
 
@@ -193,14 +214,15 @@ def run_comparison(
         return results
     by_variant = {variant: [results[c.run_name] for c in configs] for variant, configs in plan.items()}
     band = f"{n_seeds} seeds per variant: line the mean, band min to max" if n_seeds > 1 else "same seed"
-    plot_runs({v: [c.run_dir for c in configs] for v, configs in plan.items()}, runs_dir / "compare.png",
-              f"{cfg.name}: {band}, {cfg.train.max_steps} steps")  # fmt: skip
-    comparison = {
-        "seeds": seeds,
-        "runs": results,
-        "aggregate": {variant: aggregate(runs) for variant, runs in by_variant.items()},
-        "differences": differences(by_variant, measured_from(plan)),
-    }
-    write_json(runs_dir / "compare.json", {**comparison, **{key: to_json(comparison[key]) for key in ("aggregate", "differences")}})
+    with summing_up(runs_dir, "comparison"):
+        plot_runs({v: [c.run_dir for c in configs] for v, configs in plan.items()}, runs_dir / "compare.png",
+                  f"{cfg.name}: {band}, {cfg.train.max_steps} steps")  # fmt: skip
+        comparison = {
+            "seeds": seeds,
+            "runs": results,
+            "aggregate": {variant: aggregate(runs) for variant, runs in by_variant.items()},
+            "differences": differences(by_variant, measured_from(plan)),
+        }
+        write_json(runs_dir / "compare.json", {**comparison, **{key: to_json(comparison[key]) for key in ("aggregate", "differences")}})
     lock.release()
     return {**comparison, "folder": runs_dir}

@@ -1,7 +1,8 @@
-"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished (its log), or diverged
-(the record train.py's non-finite check leaves)."""
+"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished (its log), diverged (the
+record train.py's non-finite check leaves), or ended from outside by a signal."""
 
 import dataclasses
+import signal
 from pathlib import Path
 
 from configs import SECTIONS, Config, ConfigError
@@ -74,3 +75,19 @@ def diverged_run(run_dir: Path) -> dict | None:
     last = rows[-1] if rows else {}
     loss = last.get("loss/train_step", last.get("loss/train"))
     return {"exit_code": 1, "diverged": {"step": record["step"], "last_loss": loss, "last_loss_step": last.get("step")}}
+
+
+def killed_from_outside(code: int, run_name: str, what: str) -> str | None:
+    """The line for a run whose process a signal ended before it could save or say anything (a negative exit code:
+    SIGKILL, as the kernel's out-of-memory killer sends it), or None for a run that ended by itself."""
+    if code >= 0:
+        return None
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    why = " (as the kernel's out-of-memory killer does)" if -code == signal.SIGKILL else ""
+    return (
+        f"error: {run_name} was ended by {name} from outside{why}; every checkpoint it saved is kept: "
+        f"the same command plus --resume continues the {what}, that run from its last checkpoint"
+    )

@@ -1,10 +1,12 @@
 """The picture of a comparison: each logged quantity per variant, the mean over seeds as a line and min to max as a band."""
 
+import io
 import itertools
 from pathlib import Path
 
 import numpy as np
 
+from data.files import write_atomically
 from harness.training.runlog import read_metrics
 
 PANELS = [  # (title, [(tag, line style)])
@@ -37,6 +39,19 @@ def mean_band(curves: list[tuple[list[int], list[float]]]) -> tuple[list[int], n
     return steps, values.mean(0), values.min(0), values.max(0)
 
 
+def save_figure(fig, path: Path) -> None:
+    """fig as a PNG at path, whole or not at all (data/files.py): drawn into memory first, so that a picture cut short (a
+    Ctrl-C while it is written) never leaves an empty or half file where an earlier one was."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    write_atomically(path, buffer.getvalue())
+
+
 def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     """One panel per quantity; per variant the mean over its seeds as a line, min to max over seeds as a band."""
     import matplotlib
@@ -60,8 +75,7 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     axes.flat[0].legend()
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 SWEEP_PANELS = [  # (title, tag, log scale): each quantity at the end of training against the learning rate
@@ -73,11 +87,7 @@ SWEEP_PANELS = [  # (title, tag, log scale): each quantity at the end of trainin
 
 def plot_sweep(summary: dict, path: Path, title: str) -> None:
     """sweep.py's picture (sweep_figure) into path."""
-    import matplotlib.pyplot as plt
-
-    fig = sweep_figure(summary, title)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(sweep_figure(summary, title), path)
 
 
 def sweep_figure(summary: dict, title: str):
@@ -165,5 +175,4 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
     ax.legend()
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
