@@ -13,8 +13,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv, train_in_process, write_corpus
 
 import sweep
@@ -317,3 +319,31 @@ def test_ctrl_c_while_the_sweep_is_drawn_says_every_run_is_saved_and_leaves_the_
     ]
     assert (folder / "sweep.png").read_bytes() == picture  # the earlier picture, whole
     assert not list(folder.glob("sweep.png.tmp*"))
+
+
+def test_a_moved_copied_or_relatively_named_sweep_resumes_and_a_finished_run_without_its_log_is_kept(
+    diverged_sweep, tmp_path, monkeypatch, capsys
+):
+    """A finished sweep copied or renamed, or named by a relative path from elsewhere, was refused ("finished with other
+    settings (train.runs_dir ...)"); and a finished run whose metrics.jsonl was deleted was trained again, which train.py
+    refused, ending the sweep."""
+    folder, argv, result, _ = diverged_sweep
+    shutil.copytree(folder.parent, tmp_path / "copy")
+    shutil.move(tmp_path / "copy", tmp_path / "moved")
+    (tmp_path / "moved" / "sweep-tiny" / "tiny-qk-norm-lr3e-3" / "metrics.jsonl").unlink()
+    monkeypatch.chdir(tmp_path)  # and both folders named from here, relatively
+    where = {"--runs-dir": "moved", "--data-file": os.path.relpath(argv[argv.index("--data-file") + 1])}
+    moved = [where.get(argv[i - 1], arg) if i else arg for i, arg in enumerate(argv)]
+    train_in_process(monkeypatch)
+    monkeypatch.setattr(train, "main", lambda argv: pytest.fail(f"--resume trained a run again: {argv}"))
+    again = sweep.main([*moved, "--resume"])
+    out = capsys.readouterr().out
+    assert out.count(" finished already ===") == 3 and out.count(" diverged at step 3 already ===") == 1
+    assert again["aggregate"] == result["aggregate"] and again["folder"] == Path("moved/sweep-tiny")
+    (tmp_path / "moved" / "sweep-tiny" / "sweep.json").unlink()  # nor its numbers in sweep.json: its checkpoint says what it can
+    again = sweep.main([*moved, "--resume"])
+    kept = torch.load(folder / "tiny-qk-norm-lr3e-3" / "ckpt.pt", weights_only=True)
+    saved = json.loads((tmp_path / "moved" / "sweep-tiny" / "sweep.json").read_text())
+    assert saved["runs"]["tiny-qk-norm-lr3e-3"] == {"step": 4, "loss/val": kept["val_loss"], "exit_code": 0}
+    assert again["aggregate"]["tiny-qk-norm"]["3e-3"] == {"loss/val": {"mean": kept["val_loss"], "std": None, "n": 1, "half_width": None}}
+    assert "| 3e-3 | tiny-qk-norm | " + f"{kept['val_loss']:.3f} | n/a | n/a |  |" in capsys.readouterr().out

@@ -1,18 +1,26 @@
-"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished (its log), diverged (the
-record train.py's non-finite check leaves), or ended from outside by a signal."""
+"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished (its log, or else its
+checkpoint), diverged (the record train.py's non-finite check leaves), or ended from outside by a signal.
+
+A run is what its settings are, not where its folder lies: a finished comparison moved, copied, or named by a relative
+path from another directory is the same comparison, so the folders in a run's config (train.runs_dir, data.cache_dir) are
+not compared, and its texts (data.path, data.val_path) are compared as the files they name.
+"""
 
 import dataclasses
+import os
 import signal
 from pathlib import Path
 
 from configs import SECTIONS, Config, ConfigError
 from configs.schema import config_differences
 from harness.folders import read_json
+from harness.training.checkpoints import CheckpointError, read_checkpoint
 from harness.training.runlog import evaluations, read_metrics
 from harness.training.step import DIVERGED
 from model import ModelConfig
 
-WHERE_NOT_WHAT = ("run_name", "resume", "vocab_size")  # how a run was named or started, derived
+WHERE_NOT_WHAT = ("runs_dir", "cache_dir", "run_name", "resume", "vocab_size")  # where a run lies or how it was started, derived
+TEXTS = ("path", "val_path")  # data's files: one file may be typed several ways
 
 
 def read_saved_runs(saved: Path) -> dict:
@@ -24,8 +32,9 @@ def read_saved_runs(saved: Path) -> dict:
 
 def settings(config: dict) -> dict:
     """A run's config (as config.json and checkpoints hold it) as an experiment compares it: the model section read as a
-    checkpoint's is (older records, positions true/false, upgraded). Damage raises."""
-    return {**config, "model": dataclasses.asdict(ModelConfig(**config["model"]))}
+    checkpoint's is (older records, positions true/false, upgraded) and data's files as absolute paths. Damage raises."""
+    texts = {key: os.path.abspath(value) for key, value in config["data"].items() if key in TEXTS and value}
+    return {**config, "model": dataclasses.asdict(ModelConfig(**config["model"])), "data": {**config["data"], **texts}}
 
 
 def check_settings(cfg: Config, recorded) -> None:
@@ -42,16 +51,31 @@ def check_settings(cfg: Config, recorded) -> None:
         )
 
 
+def finished_checkpoint(cfg: Config) -> dict | None:
+    """The run's ckpt.pt when it says that the run finished (evaluated at max_steps), else None (a damaged file included:
+    train.py, resuming it, says what is wrong with it)."""
+    try:
+        checkpoint = read_checkpoint(cfg.run_dir / "ckpt.pt")
+    except CheckpointError:
+        return None
+    return checkpoint if checkpoint["step"] == cfg.train.max_steps and checkpoint.get("evaluated", True) else None
+
+
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
-    """What a run of an earlier, stopped experiment gave, if it already finished with these settings (a checkpoint and an
-    evaluation at max_steps); else None. Its numbers come from compare.json or sweep.json (with its wall time), or else
-    its metrics.jsonl."""
-    if not (cfg.run_dir / "ckpt.pt").is_file() or not (cfg.run_dir / "metrics.jsonl").is_file():
+    """What a run of an earlier, stopped experiment gave, if it already finished with these settings: a checkpoint and an
+    evaluation at max_steps in its metrics.jsonl, or else a checkpoint that says it finished (its log deleted or cut short);
+    else None. Its numbers come from compare.json or sweep.json (with its wall time), or else its log, or else the
+    checkpoint's val loss."""
+    if not (cfg.run_dir / "ckpt.pt").is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]
+    recorded = read_json(cfg.run_dir / "config.json")
     if last.get("step") != cfg.train.max_steps:
-        return None
-    check_settings(cfg, read_json(cfg.run_dir / "config.json"))
+        checkpoint = finished_checkpoint(cfg)
+        if checkpoint is None:
+            return None
+        last, recorded = {"step": checkpoint["step"], "loss/val": checkpoint.get("val_loss")}, checkpoint["config"]
+    check_settings(cfg, recorded)
     saved = saved_runs.get(cfg.run_name, {})
     return saved if saved.get("step") == last["step"] and saved.get("exit_code") == 0 else {**last, "exit_code": 0}
 
