@@ -250,7 +250,7 @@ def test_a_diverged_rate_is_recorded_shown_beside_the_others_and_not_retried(div
     assert "tiny-lr1e3 diverged at step 3; the sweep goes on" in out
     rows = {tuple(cell.strip() for cell in line.strip("|").split("|")[:2]): line for line in out.splitlines() if line.startswith("| ")}
     assert rows["lr", "run"].endswith("| entropy | diverged |")
-    assert rows["1e3", "tiny"] == f"| 1e3 | tiny | n/a | n/a | n/a | at step 3, last loss {gone['last_loss']:.3f} |"
+    assert rows["1e3", "tiny"] == f"| 1e3 | tiny | n/a | n/a | n/a | at step 3 (last loss {gone['last_loss']:.3f}, logged at step 0) |"
     assert rows["1e3", "tiny-qk-norm"].endswith(" |  |") and rows["3e-3", "tiny"].endswith(" |  |")
     assert (folder / "sweep.png").stat().st_size > 20_000
     from harness.pictures.curves import sweep_figure
@@ -279,11 +279,11 @@ def test_format_sweep_says_how_many_seeds_diverged_and_where():
         "lrs": ["1e-1"],
         "seeds": [1, 2, 3],
         "aggregate": {"char": {"1e-1": {"loss/val": cell}}},
-        "diverged": {"char": {"1e-1": [{"step": 40, "last_loss": 2.5, "seed": 3}]}},
+        "diverged": {"char": {"1e-1": [{"step": 40, "last_loss": 2.5, "last_loss_step": 30, "seed": 3}]}},
     }
     assert (
         format_sweep(summary, COLUMNS[:1]).splitlines()[2]
-        == "| 1e-1 | char | 2.000 ± 0.900 | 1 of 3 seeds: s3 at step 40, last loss 2.500 |"
+        == "| 1e-1 | char | 2.000 ± 0.900 | 1 of 3 seeds: s3 at step 40 (last loss 2.500, logged at step 30) |"
     )
     assert format_sweep({**summary, "diverged": {}}, COLUMNS[:1]).splitlines()[2] == "| 1e-1 | char | 2.000 ± 0.900 |"
 

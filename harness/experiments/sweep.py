@@ -114,7 +114,12 @@ COLUMNS = (("val", "loss/val", ".3f"), ("largest score", "attn/score_max", ".1f"
 
 def diverged_cell(gone: list[dict], n_seeds: int) -> str:
     """The table's word on the seeds that diverged at one rate: each one's step and the last training loss it logged."""
-    each = [f"at step {g['step']}" + (f", last loss {g['last_loss']:.3f}" if g.get("last_loss") is not None else "") for g in gone]
+    each = []
+    for g in gone:
+        where = f"at step {g['step']}"
+        if g.get("last_loss") is not None:  # None: the run logged no training loss before it diverged
+            where += f" (last loss {g['last_loss']:.3f}, logged at step {g['last_loss_step']})"
+        each.append(where)
     if n_seeds == 1 or not gone:
         return "; ".join(each)
     return f"{len(gone)} of {n_seeds} seeds: " + "; ".join(f"s{g['seed']} {text}" for g, text in zip(gone, each, strict=True))
