@@ -37,7 +37,7 @@ import sys
 
 from harness.arguments import EVERY, seed_count, variant_names
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import check_experiment, run_comparison
+from harness.experiments.comparison import check_experiment, run_comparison, summing_up
 from harness.experiments.stats import format_differences, format_table
 from model.ablations import ABLATIONS
 
@@ -59,10 +59,10 @@ def main(argv: list[str]) -> dict[str, dict] | int:
     comparison = run_comparison(cfg, args.config_name, args.overrides, args.seeds, args.variants)
     if isinstance(comparison, int):
         return comparison  # a run failed or was stopped, and has said so
-    base = next(iter(comparison["aggregate"]))
-    print(f"\n{format_table(comparison['aggregate'])}\n\n{format_differences(comparison['differences'], base, args.seeds)}")
-    folder = comparison["folder"]
-    print(f"\ncurves: {folder / 'compare.png'}; TensorBoard: tensorboard --logdir {folder}")
+    base, folder = next(iter(comparison["aggregate"])), comparison["folder"]
+    with summing_up(folder, "comparison"):  # every run is saved: a Ctrl-C now says so
+        print(f"\n{format_table(comparison['aggregate'])}\n\n{format_differences(comparison['differences'], base, args.seeds)}")
+        print(f"\ncurves: {folder / 'compare.png'}; TensorBoard: tensorboard --logdir {folder}")
     return comparison["runs"]
 
 

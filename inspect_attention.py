@@ -37,6 +37,7 @@ from model.ablations import flags_label
 from model.heads import head_name, parse_heads
 from model.induction import SHORTEST_CONTEXT
 from model.measurements import NEXT_TOKEN_THRESHOLD, ROLES, head_roles
+from model.sampling import check_finite_logits
 
 REPEATED_TOKENS = 48  # length of the --repeated sequence (at most block_size)
 PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the per-layer grids and the HTML page
@@ -45,9 +46,7 @@ PER_HEAD_PICTURES_UP_TO = 16  # heads in all; above it (GPT-2 has 144) only the 
 def main(argv: list[str]) -> Path:
     parser = OneLineParser(description="Heatmaps, an HTML page and per-head statistics of a model's attention.")
     add_model_source(parser)
-    parser.add_argument(
-        "--text", type=typed_text, help="the text to look at (default: the one evaluations draw, if the vocabulary holds it)"
-    )
+    parser.add_argument("--text", type=typed_text, help="the text to look at (default: what evaluations draw, if the vocabulary holds it)")
     parser.add_argument("--repeated", action="store_true", help="look at random tokens in which a segment recurs (the default if not)")
     parser.add_argument("--out", type=Path, help="folder for the pictures and the page (default: <run folder>/inspect)")
     parser.add_argument("--per-head", action="store_true", help="also one PNG per head, however many heads there are")
@@ -83,10 +82,11 @@ def main(argv: list[str]) -> Path:
         ids = RepeatedRandom(tokenizer.vocab_size, n // 4, n // 2).sequence(n, torch.Generator().manual_seed(PROBE_SEED)).tolist()
     if not ids:
         raise TokenizerError("the text is empty; give some with --text")
-    block_size = model.cfg.block_size
-    if len(ids) > block_size:
-        print(f"note: the text is {len(ids)} tokens; only its first {block_size} (block_size) are shown")
-        ids = ids[:block_size]
+    if len(ids) > model.cfg.block_size:
+        print(f"note: the text is {len(ids)} tokens; only its first {model.cfg.block_size} (block_size) are shown")
+        ids = ids[: model.cfg.block_size]
+    with torch.no_grad():  # weights that are not finite (a diverged or damaged checkpoint) would draw pictures of nothing
+        check_finite_logits(model(torch.tensor([ids]))[0])  # refused in sample.py's and score.py's words
     weights = model.attention_weights(torch.tensor([ids]))  # n_layer x (1, H, T, T)
     labels = token_labels(tokenizer, ids)
     out = writable_folder(args.out or folder / "inspect", "--out")
@@ -95,9 +95,8 @@ def main(argv: list[str]) -> Path:
     save_layer_heatmaps(weights, labels, out, name, flags, dpi=110, causal=model.cfg.causal)
     for layer, w in enumerate(weights if per_head else []):
         for head in range(w.shape[1]):
-            fig = heatmap_figure(
-                w[0, head : head + 1], labels, f"{name}: layer {layer}, head {head}", [head_name(layer, head)], model.cfg.causal
-            )
+            title = f"{name}: layer {layer}, head {head}"
+            fig = heatmap_figure(w[0, head : head + 1], labels, title, [head_name(layer, head)], model.cfg.causal)
             fig.savefig(out / f"attn_L{layer}_H{head}.png", dpi=110)
     page = attention_page([w[0] for w in weights], labels, f"{name}: attention ({flags})", model.cfg.causal, out / "attention.html")
 

@@ -6,7 +6,8 @@ Trains the preset as it is and with each variant (a cure, an ablation, several j
 char-qk-norm-lr1.2e-1-s1337; `tensorboard --logdir runs/sweep-<config>` overlays them). Then it prints, per rate and
 variant, the val loss, the largest attention score and the attention entropy at the end of training, each a mean over
 the seeds with its 95% interval, and draws them against the learning rate into sweep.png, beside the largest score
-during training at the highest rate.
+during training at the highest rate. A run whose loss or gradient stops being finite is a result: recorded as diverged
+(its step and last training loss), shown so in the table and the picture, and the sweep goes on with the others.
 
 The default rates are the preset's train.lr divided by 3, times 1, 3 and 10 (char: 4e-3, 1.2e-2, 3.6e-2, 1.2e-1),
 enough to see a scaled model saturate when the rate is too high, and the cure keep its scores bounded (docs/experiment.md
@@ -32,7 +33,7 @@ import sys
 from configs import ConfigError
 from harness.arguments import EVERY, learning_rates, positive_int, rate_name, seed_count, variant_names
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import check_experiment
+from harness.experiments.comparison import check_experiment, summing_up
 from harness.experiments.sweep import format_sweep, run_sweep
 from model.ablations import CURES
 
@@ -69,8 +70,9 @@ def main(argv: list[str]) -> dict | int:
     sweep = run_sweep(cfg, args.config_name, args.overrides, args.seeds, lrs, args.variants, args.jobs)
     if isinstance(sweep, int):
         return sweep  # a run failed or was stopped, and has said so
-    print(f"\nat the end of training, mean ± 95% half width over {args.seeds} seeds:\n{format_sweep(sweep)}")
-    print(f"\npicture: {sweep['folder'] / 'sweep.png'}; TensorBoard: tensorboard --logdir {sweep['folder']}")
+    with summing_up(sweep["folder"], "sweep"):  # every run is saved: a Ctrl-C now says so
+        print(f"\nat the end of training, mean ± 95% half width over {args.seeds} seeds:\n{format_sweep(sweep)}")
+        print(f"\npicture: {sweep['folder'] / 'sweep.png'}; TensorBoard: tensorboard --logdir {sweep['folder']}")
     return sweep
 
 

@@ -60,10 +60,11 @@ class FolderLock:
     """An exclusive lock on <folder>/.lock, held until `release` or until this process ends.
 
     The lock is a POSIX record lock (lockf): it belongs to the process, so the kernel drops it
-    when the process dies, and the file holds the owner's process id only for the message.
+    when the process dies, and the file holds the owner's process id only for the message. `choose` is the
+    flag that picks another folder, for that message: --run-name for a run, --runs-dir for compare.py's and sweep.py's.
     """
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, choose: str = "--run-name"):
         self.folder = Path(folder)
         self.file = None
         if fcntl is None:
@@ -80,7 +81,7 @@ class FolderLock:
             owner = self.file.read().strip() or "unknown"
             self.file.close()
             raise OutputError(
-                f"{self.folder} is in use by a live run (process {owner}); wait for it to end or stop it, or choose another --run-name"
+                f"{self.folder} is in use by a live run (process {owner}); wait for it to end or stop it, or choose another {choose}"
             ) from None
         self.file.seek(0)
         self.file.truncate()
@@ -134,29 +135,31 @@ def move_aside(folder: Path) -> Path:
     return target
 
 
-def claim_run_folder(folder: Path, resume: bool, flag: str = "--runs-dir") -> tuple[FolderLock, Path | None]:
+def claim_run_folder(folder: Path, resume: bool, flag: str = "--runs-dir", choose: str = "--run-name") -> tuple[FolderLock, Path | None]:
     """Take `folder` for this process: (its lock, where an earlier run there went, or None).
 
     Resuming keeps what is there. Starting afresh moves an earlier run aside and begins in an
     empty folder. Either way a folder that a live process holds is refused, and so is one that is
-    not a run's. `flag` names the parent folder in errors (compare.py and train.py both use --runs-dir).
+    not a run's. `flag` names the parent folder in errors (compare.py and train.py both use --runs-dir), `choose` the
+    flag that names another folder (train.py's --run-name; compare.py and sweep.py name theirs for the preset, so --runs-dir).
     """
+    other = " or ".join(dict.fromkeys((choose, flag)))  # --run-name or --runs-dir; --runs-dir alone
     folder = Path(folder)
     writable_folder(folder.parent, flag)
     if folder.exists() and not folder.is_dir():
-        raise OutputError(f"{folder} is a file, not a run folder; choose another --run-name")
+        raise OutputError(f"{folder} is a file, not a run folder; choose another {choose}")
     moved = None
     if folder.is_dir() and not resume and any(folder.iterdir()):
         if not is_run_folder(folder):
             raise OutputError(
                 f"{folder} exists and is not a run folder (no metrics, checkpoint or run config in it), "
-                "so it is left alone; choose another --run-name or --runs-dir"
+                f"so it is left alone; choose another {other}"
             )
-        held = FolderLock(folder)  # refuses a folder that a live run holds
+        held = FolderLock(folder, choose)  # refuses a folder that a live run holds
         moved = move_aside(folder)
         held.release()
     writable_folder(folder, "the run folder")
-    return FolderLock(folder), moved
+    return FolderLock(folder, choose), moved
 
 
 def moved_aside(folder: Path) -> list[Path]:

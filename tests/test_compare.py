@@ -19,6 +19,7 @@ import torch
 from conftest import REPO_ROOT, EndedChild, assert_one_line_error, error_of, tiny_argv, train_in_process
 
 import compare
+import sweep
 import train
 from configs import ConfigError, load_config, parse_args
 from harness.experiments import comparison, stats
@@ -413,3 +414,27 @@ def test_the_picture_draws_more_variants_than_it_has_colours(tmp_path):
         (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **row}) + "\n" for s in (0, 10)))
     curves.plot_runs({name: [tmp_path / name] for name in names}, tmp_path / "compare.png", "every kind of variant")
     assert (tmp_path / "compare.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("script", ["compare", "sweep"])
+def test_a_run_killed_from_outside_is_one_line_naming_it(script, tmp_path, corpus_file, monkeypatch, capsys):
+    """kill -9 of one child (as the kernel's out-of-memory killer does) ended compare.py and sweep.py with exit code 247
+    and not a word: now one line names the run and says that --resume continues it, and the exit code is 1."""
+    killed = tmp_path / "killed.py"
+    killed.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    monkeypatch.setattr(comparison, "TRAIN_PY", killed)  # each child a real process, ended by SIGKILL as it starts
+    main, extra = (compare.main, ["--variants=no-mask"]) if script == "compare" else (sweep.main, ["--lrs", "3e-3", "--seeds", "1"])
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    try:
+        proc = error_of(main, tiny_argv(tmp_path, corpus_file, *extra), capsys)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    run, what = ("tiny", "comparison") if script == "compare" else ("tiny-lr3e-3", "sweep")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {run} was ended by SIGKILL from outside (as the kernel's out-of-memory killer does); every checkpoint it saved "
+        f"is kept: the same command plus --resume continues the {what}, that run from its last checkpoint"
+    ]
+    saved = json.loads((tmp_path / "runs" / f"{script}-tiny" / f"{script}.json").read_text())
+    assert saved["runs"] == {run: {"exit_code": -signal.SIGKILL}}  # the run after it never started

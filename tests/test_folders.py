@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, tiny_argv
+from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv, write_corpus
 
+import sweep
 import train
 from harness.folders import OutputError, claim_run_folder, is_run_folder, writable_folder
 
@@ -109,3 +110,24 @@ def test_outputs_that_cannot_be_written_are_one_line(tmp_path):
     with pytest.raises(OutputError, match="cannot write into --runs-dir .*: File name too long"):
         writable_folder(tmp_path / ("r" * 300), "--runs-dir")
     assert writable_folder(tmp_path / "new" / "out", "--out").is_dir()
+
+
+def test_a_live_sweeps_folder_is_refused_naming_the_flag_sweep_py_takes(tmp_path, corpus_file, capsys):
+    """A second sweep into a live sweep's folder was told to "choose another --run-name", a flag sweep.py does not take."""
+    folder = tmp_path / "runs" / "sweep-tiny"
+    folder.mkdir(parents=True)
+    (folder / "sweep.json").write_text("{}")
+    holder = hold(folder)
+    try:
+        proc = error_of(sweep.main, tiny_argv(tmp_path, corpus_file, "--lrs", "3e-3", "--seeds", "1"), capsys)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert_one_line_error(
+        proc, f"{folder} is in use by a live run (process {holder.pid}); wait for it to end or stop it, or choose another --runs-dir"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == [".lock", "sweep.json"]  # nothing moved aside, nothing begun
+    mine = tmp_path / "mine" / "sweep-tiny"  # a folder of the user's own, by chance where a sweep would go
+    write_corpus(mine, "notes.txt", "mine")
+    proc = error_of(sweep.main, tiny_argv(tmp_path, corpus_file, "--lrs", "3e-3", "--seeds", "1", "--runs-dir", str(mine.parent)), capsys)
+    assert_one_line_error(proc, f"{mine} exists and is not a run folder", "so it is left alone; choose another --runs-dir")

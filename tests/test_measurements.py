@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import assert_close, tiny_argv
+from conftest import assert_close, assert_one_line_error, error_of, tiny_argv
 
 import harness.pictures.heatmaps
 import harness.training.runtime
@@ -578,3 +578,19 @@ def test_the_query_and_key_norms_are_read_before_qk_norm_rescales_them():
             assert abs(norms[tag] - value) < 1e-5, (tag, norms[tag], value)
     assert by_hand["attn/q_norm"] > 2 * 8**0.5  # far from the unit RMS (norm sqrt(D)) that QK-norm hands the scores
     assert attention_summary(cured, idx)["attn/score_max"] <= 8**0.5 + 1e-4  # |score| <= D * D**-0.5 with unit-RMS q and k
+
+
+def test_inspect_attention_refuses_weights_that_are_not_finite(tmp_path, capsys):
+    """A checkpoint with NaN weights drew pictures of nothing with exit code 0, where sample.py and score.py refuse it."""
+    text = "the king!"
+    model, tokenizer = next_token_model(text)
+    state = model.state_dict()
+    state["blocks.0.attn.qkv.weight"][0, 0] = float("nan")  # every attention weight of layer 0 is NaN then
+    assert model.attention_weights(torch.tensor([tokenizer.encode(text)]))[0].isnan().all()
+    checkpoint = {"model": state, "config": {"model": dataclasses.asdict(model.cfg)}, "tokenizer": tokenizer.state(), "step": 0}
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    proc = error_of(
+        inspect_attention.main, ["--checkpoint", str(tmp_path / "ckpt.pt"), "--text", text, "--out", str(tmp_path / "out")], capsys
+    )
+    assert_one_line_error(proc, "the model's logits are not finite (NaN or inf), so its weights are broken", "(--best)")
+    assert proc.stdout == "" and not (tmp_path / "out").exists()

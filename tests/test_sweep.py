@@ -13,9 +13,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, assert_one_line_error, tiny_argv, train_in_process, write_corpus
+import torch
+from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv, train_in_process, write_corpus
 
 import sweep
 import train
@@ -24,7 +26,7 @@ from harness.arguments import learning_rates, rate_name
 from harness.experiments.children import Children
 from harness.experiments.comparison import train_argv
 from harness.experiments.stats import t_975
-from harness.experiments.sweep import plan_sweep
+from harness.experiments.sweep import COLUMNS, format_sweep, plan_sweep
 from harness.training.runlog import evaluations, read_metrics
 from tools.figures import sweep_command, sweep_figures
 
@@ -217,3 +219,131 @@ def test_a_sweep_two_runs_at_a_time_as_a_user_runs_it(tmp_path, corpus_file):
         assert "val" in (folder / f"{name}.log").read_text()
         assert evaluations(folder / name)[-1]["step"] == 4
     assert math.isfinite(json.loads((folder / "sweep.json").read_text())["aggregate"]["tiny-qk-norm"]["3e-3"]["loss/val"]["mean"])
+
+
+@pytest.fixture(scope="module")
+def diverged_sweep(tmp_path_factory, one_cpu_thread):
+    """tiny at 3e-3 and at 1e3 (with Muon, tiny's non-finite check stops it at step 3), beside qk-norm (which trains on at
+    1e3), one seed each, trained in this process: (the sweep's folder, its argv, what sweep.main returned, its output)."""
+    root = tmp_path_factory.mktemp("diverged")
+    argv = tiny_argv(root, write_corpus(root / "text"), *SHORT, "--lrs", "3e-3,1e3", "--variants", "qk-norm", "--seeds", "1")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        train_in_process(monkeypatch)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            result = sweep.main(argv)
+    return root / "runs" / "sweep-tiny", argv, result, out.getvalue()
+
+
+def test_a_diverged_rate_is_recorded_shown_beside_the_others_and_not_retried(diverged_sweep, monkeypatch, capsys):
+    """A rate that hit the non-finite check ended the sweep with exit 1, no table and no picture, and --resume retried it
+    forever; now the run is recorded as diverged, with its step and last training loss, and the sweep finishes."""
+    folder, argv, result, out = diverged_sweep
+    assert isinstance(result, dict), f"the sweep ended with exit code {result}"
+    gone = {"step": 3, "last_loss": evaluations(folder / "tiny-lr1e3")[0]["loss/train"], "last_loss_step": 0}  # logged at step 0 only
+    assert json.loads((folder / "tiny-lr1e3" / "diverged.json").read_text()) == {"step": 3, "non_finite": "gradient"}
+    saved = json.loads((folder / "sweep.json").read_text())
+    assert saved["runs"]["tiny-lr1e3"] == {"exit_code": 1, "diverged": gone}
+    assert saved["diverged"] == {"tiny": {"1e3": [{**gone, "seed": 1337}]}} and saved["aggregate"]["tiny"]["1e3"] == {}
+    assert saved["aggregate"]["tiny-qk-norm"]["1e3"]["loss/val"]["n"] == 1  # the variant that trained on at that rate is there
+    assert saved["differences"]["tiny-qk-norm"]["1e3"] == {}  # nothing to pair with
+    assert "tiny-lr1e3 diverged at step 3; the sweep goes on" in out
+    rows = {tuple(cell.strip() for cell in line.strip("|").split("|")[:2]): line for line in out.splitlines() if line.startswith("| ")}
+    assert rows["lr", "run"].endswith("| entropy | diverged |")
+    assert rows["1e3", "tiny"] == f"| 1e3 | tiny | n/a | n/a | n/a | at step 3 (last loss {gone['last_loss']:.3f}, logged at step 0) |"
+    assert rows["1e3", "tiny-qk-norm"].endswith(" |  |") and rows["3e-3", "tiny"].endswith(" |  |")
+    assert (folder / "sweep.png").stat().st_size > 20_000
+    from harness.pictures.curves import sweep_figure
+
+    figure = sweep_figure(saved, "a diverged rate")
+    try:
+        marks = [[line.get_xdata()[0] for line in ax.lines if line.get_marker() == "x"] for ax in figure.axes[:3]]
+        notes = [[text.get_text() for text in ax.texts] for ax in figure.axes[:3]]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+    assert [len(m) for m in marks] == [1, 1, 1] and all(950 < m[0] < 1050 for m in marks)  # an x at 1e3 on each panel
+    assert notes == [["diverged at step 3"]] * 3
+    train_in_process(monkeypatch)
+    monkeypatch.setattr(train, "main", lambda argv: pytest.fail(f"--resume trained a run again: {argv}"))
+    again = sweep.main([*argv, "--resume"])
+    out = capsys.readouterr().out
+    assert "=== run 3 of 4: tiny, lr 1e3, seed 1337: tiny-lr1e3 diverged at step 3 already ===" in out
+    assert again["diverged"] == saved["diverged"] and again["aggregate"] == saved["aggregate"]
+
+
+def test_format_sweep_says_how_many_seeds_diverged_and_where():
+    cell = {"mean": 2.0, "std": 0.1, "n": 2, "half_width": 0.9}
+    summary = {
+        "lrs": ["1e-1"],
+        "seeds": [1, 2, 3],
+        "aggregate": {"char": {"1e-1": {"loss/val": cell}}},
+        "diverged": {"char": {"1e-1": [{"step": 40, "last_loss": 2.5, "last_loss_step": 30, "seed": 3}]}},
+    }
+    assert (
+        format_sweep(summary, COLUMNS[:1]).splitlines()[2]
+        == "| 1e-1 | char | 2.000 ± 0.900 | 1 of 3 seeds: s3 at step 40 (last loss 2.500, logged at step 30) |"
+    )
+    assert format_sweep({**summary, "diverged": {}}, COLUMNS[:1]).splitlines()[2] == "| 1e-1 | char | 2.000 ± 0.900 |"
+
+
+def test_ctrl_c_while_the_sweep_is_drawn_says_every_run_is_saved_and_leaves_the_picture_whole(diverged_sweep, monkeypatch, capsys):
+    """Ctrl-C while the sweep summarised or drew said "interrupted; nothing was saved", and could leave sweep.png empty."""
+    import matplotlib.figure
+
+    folder, argv, _, _ = diverged_sweep
+    picture = (folder / "sweep.png").read_bytes()
+    real = matplotlib.figure.Figure.savefig
+
+    def savefig(self, fname, *args, **kwargs):  # the Ctrl-C comes while the file is written: after it was opened
+        with open(fname, "wb") if isinstance(fname, str | os.PathLike) else contextlib.nullcontext(fname) as f:
+            real(self, io.BytesIO(), *args, **kwargs)
+            f.write(b"\x89PNG half a picture")
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        raise AssertionError("the Ctrl-C never came")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    train_in_process(monkeypatch)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a process starts (an earlier command's end ignores it)
+        proc = error_of(sweep.main, [*argv, "--resume"], capsys)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert proc.returncode == 130
+    assert proc.stderr.strip().splitlines() == [
+        f"interrupted while summarising the sweep; every run is saved in {folder}, and the same command plus --resume summarises it"
+    ]
+    assert (folder / "sweep.png").read_bytes() == picture  # the earlier picture, whole
+    assert not list(folder.glob("sweep.png.tmp*"))
+
+
+def test_a_moved_copied_or_relatively_named_sweep_resumes_and_a_finished_run_without_its_log_is_kept(
+    diverged_sweep, tmp_path, monkeypatch, capsys
+):
+    """A finished sweep copied or renamed, or named by a relative path from elsewhere, was refused ("finished with other
+    settings (train.runs_dir ...)"); and a finished run whose metrics.jsonl was deleted was trained again, which train.py
+    refused, ending the sweep."""
+    folder, argv, result, _ = diverged_sweep
+    shutil.copytree(folder.parent, tmp_path / "copy")
+    shutil.move(tmp_path / "copy", tmp_path / "moved")
+    (tmp_path / "moved" / "sweep-tiny" / "tiny-qk-norm-lr3e-3" / "metrics.jsonl").unlink()
+    monkeypatch.chdir(tmp_path)  # and both folders named from here, relatively
+    where = {"--runs-dir": "moved", "--data-file": os.path.relpath(argv[argv.index("--data-file") + 1])}
+    moved = [where.get(argv[i - 1], arg) if i else arg for i, arg in enumerate(argv)]
+    train_in_process(monkeypatch)
+    monkeypatch.setattr(train, "main", lambda argv: pytest.fail(f"--resume trained a run again: {argv}"))
+    again = sweep.main([*moved, "--resume"])
+    out = capsys.readouterr().out
+    assert out.count(" finished already ===") == 3 and out.count(" diverged at step 3 already ===") == 1
+    assert again["aggregate"] == result["aggregate"] and again["folder"] == Path("moved/sweep-tiny")
+    (tmp_path / "moved" / "sweep-tiny" / "sweep.json").unlink()  # nor its numbers in sweep.json: its checkpoint says what it can
+    again = sweep.main([*moved, "--resume"])
+    kept = torch.load(folder / "tiny-qk-norm-lr3e-3" / "ckpt.pt", weights_only=True)
+    saved = json.loads((tmp_path / "moved" / "sweep-tiny" / "sweep.json").read_text())
+    assert saved["runs"]["tiny-qk-norm-lr3e-3"] == {"step": 4, "loss/val": kept["val_loss"], "exit_code": 0}
+    assert again["aggregate"]["tiny-qk-norm"]["3e-3"] == {"loss/val": {"mean": kept["val_loss"], "std": None, "n": 1, "half_width": None}}
+    assert "| 3e-3 | tiny-qk-norm | " + f"{kept['val_loss']:.3f} | n/a | n/a |  |" in capsys.readouterr().out

@@ -2,22 +2,23 @@
 `python train.py ...` process (harness/experiments/children.py), with Ctrl-C, SIGTERM and SIGHUP passed on and --resume
 continuing a stopped one. train_runs, the loop that trains a list of runs that way, serves sweep.py's experiment too."""
 
+import contextlib
 import dataclasses
 import json
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from configs import MAX_SEED, SECTIONS, Config, ConfigError
-from configs.schema import config_differences
+from configs import MAX_SEED, Config, ConfigError
 from data.files import write_atomically
 from harness.experiments.children import STOPPED_CODES, Children
+from harness.experiments.outcomes import diverged_run, earlier_outcome, killed_from_outside, read_saved_runs
 from harness.experiments.stats import aggregate, differences, to_json
-from harness.folders import FolderLock, claim_run_folder, read_json
+from harness.folders import FolderLock, claim_run_folder
 from harness.pictures.curves import plot_runs
 from harness.training.runlog import evaluations
-from model import ModelConfig
 from model.ablations import CHANGES, applied, name_suffix, undone, variants
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
@@ -74,39 +75,8 @@ def train_argv(config_name: str, overrides: list[tuple[str, str]], cfg: Config, 
     ]
 
 
-def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
-    """What a run of an earlier, stopped comparison gave, if it already finished with these settings (a checkpoint and an
-    evaluation at max_steps); else None. Its numbers come from compare.json (with its wall time), or else its metrics.jsonl."""
-    if not (cfg.run_dir / "ckpt.pt").is_file() or not (cfg.run_dir / "metrics.jsonl").is_file():
-        return None
-    last = (evaluations(cfg.run_dir) or [{}])[-1]
-    if last.get("step") != cfg.train.max_steps:
-        return None
-    recorded = read_json(cfg.run_dir / "config.json")  # None, or anything else than a dict, fails below: no record
-    try:  # read as a checkpoint's model config is: older records (positions true/false) upgraded
-        recorded["model"] = dataclasses.asdict(ModelConfig(**recorded["model"]))
-    except (ValueError, TypeError, KeyError):
-        recorded = {}
-    wanted = {section: cfg.to_dict()[section] for section in SECTIONS}
-    differs = config_differences(recorded, wanted, ignore=("vocab_size", "resume", "run_name"))
-    if differs:
-        raise ConfigError(
-            f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "
-            "resume with the comparison's own flags, or start it afresh without --resume"
-        )
-    saved = saved_runs.get(cfg.run_name, {})
-    return saved if saved.get("step") == last["step"] and saved.get("exit_code") == 0 else {**last, "exit_code": 0}
-
-
 def write_json(path: Path, value: dict) -> None:
     write_atomically(path, json.dumps(value, indent=2).encode())
-
-
-def read_saved_runs(saved: Path) -> dict:
-    """The runs an earlier experiment recorded in its compare.json or sweep.json (rewritten after each run), by run name."""
-    saved = read_json(saved)
-    runs = saved.get("runs") if isinstance(saved, dict) else None
-    return runs if isinstance(runs, dict) else {}
 
 
 def kept(results: dict, runs_dir: Path) -> str:
@@ -130,10 +100,24 @@ def claim_folder(folder: Path, resume: bool, what: str) -> FolderLock:
     """An experiment's folder, locked: to resume, one that exists; afresh, an earlier one there moved aside as a whole."""
     if resume and not folder.is_dir():
         raise ConfigError(f"nothing to resume: no {what} at {folder}; start it without --resume")
-    lock, moved = claim_run_folder(folder, resume)
+    lock, moved = claim_run_folder(folder, resume, choose="--runs-dir")  # the folder is named for the preset: --runs-dir moves it
     if moved:
         print(f"the earlier {what} in {folder} moved to {moved}")
     return lock
+
+
+@contextlib.contextmanager
+def summing_up(folder: Path, what: str) -> Iterator[None]:
+    """The summary, table and picture of an experiment whose every run is saved: a signal meanwhile (run_command's
+    KeyboardInterrupt, with its number) says so in its line, where run_command would say that nothing was saved."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        interrupted = KeyboardInterrupt(
+            f"interrupted while summarising the {what}; every run is saved in {folder}, and the same command plus --resume summarises it"
+        )
+        interrupted.signum = getattr(e, "signum", signal.SIGINT)
+        raise interrupted from None
 
 
 def train_runs(
@@ -144,6 +128,7 @@ def train_runs(
     resume: bool,
     jobs: int = 1,
     what: str = "comparison",
+    keep_diverged: bool = False,
 ) -> dict | int:
     """Train each (label, run config) of `todo` in its own `python train.py <train_args(config)>` process, as a user would
     type it, `jobs` at a time, in todo's order; returns each run's last evaluation and wall time by run name.
@@ -151,10 +136,12 @@ def train_runs(
     After each run, `saved` (the folder's compare.json or sweep.json) holds `header` and the runs so far. With resume,
     a run that finished with these settings is kept as it is, a stopped one resumes, the rest start. A run that fails
     or is stopped ends it: no run starts after it, those under way finish (or stop, given the signal too), and its exit
-    code is returned. With jobs > 1 each run writes its terminal output to <run name>.log beside its folder. `what` names
-    the experiment in its lines.
+    code is returned; a run ended from outside by a signal (SIGKILL) is one line naming it, and exit code 1. With
+    keep_diverged (sweep.py) a run whose loss or gradient stopped being finite is a result, not a failure: recorded as
+    diverged (outcomes.diverged_run), the runs after it go on, and resume keeps it. With jobs > 1 each run writes its
+    terminal output to <run name>.log beside its folder. `what` names the experiment in its lines.
     """
-    folder, results, active, failed = saved.parent, {}, {}, 0
+    folder, results, active, failed, died = saved.parent, {}, {}, 0, None
     saved_runs = read_saved_runs(saved) if resume else {}
     queue = list(enumerate(todo, start=1))
     with Children() as children:
@@ -163,8 +150,9 @@ def train_runs(
             while queue and len(active) < jobs and not failed and children.signum is None:
                 number, (label, run_cfg) = queue.pop(0)
                 line = f"run {number} of {len(todo)}: {label}: {run_cfg.run_name}"  # the experiment's progress
-                if (done := finished_run(run_cfg, saved_runs) if resume else None) is not None:
-                    print(f"\n=== {line} finished already ===", flush=True)
+                if (done := earlier_outcome(run_cfg, saved_runs, keep_diverged) if resume else None) is not None:
+                    how = f"diverged at step {done['diverged']['step']}" if "diverged" in done else "finished"
+                    print(f"\n=== {line} {how} already ===", flush=True)
                     results[run_cfg.run_name] = done
                     children.flag.saved = kept(results, folder)
                     continue
@@ -184,17 +172,23 @@ def train_runs(
             if log is not None:
                 log.close()
                 print(f"{run_cfg.run_name} ended (exit code {code}); its output is in {log.name}", flush=True)
-            results[run_cfg.run_name] = (
-                {**evaluations(run_cfg.run_dir)[-1], "wall_s": time.perf_counter() - started, "exit_code": 0}
-                if code == 0
-                else {"exit_code": code}
-            )
+            diverged = diverged_run(run_cfg.run_dir) if keep_diverged and code == 1 else None
+            if code == 0:
+                results[run_cfg.run_name] = {**evaluations(run_cfg.run_dir)[-1], "wall_s": time.perf_counter() - started, "exit_code": 0}
+            else:
+                results[run_cfg.run_name] = diverged or {"exit_code": code}
+            if diverged is not None:
+                print(f"{run_cfg.run_name} diverged at step {diverged['diverged']['step']}; the {what} goes on", flush=True)
+            elif children.signum is None and died is None:
+                died = killed_from_outside(code, run_cfg.run_name, what)
             children.flag.saved = kept(results, folder)
             write_json(saved, {**header, "runs": {c.run_name: results[c.run_name] for _, c in todo if c.run_name in results}})
-            failed = failed or code
+            failed = failed or (0 if diverged else 1 if code < 0 else code)
     if children.signum is not None or failed in STOPPED_CODES:  # stopped by a signal or lost output, after saving a checkpoint
         print(f"{what} stopped; continue it with the same command plus --resume", file=sys.stderr)
         return 128 + children.signum if children.signum else failed
+    if died is not None:  # the run could say nothing: after its progress bar on the terminal, or alone when it wrote to its log
+        print(f"\n{died}" if jobs == 1 else died, file=sys.stderr)
     return failed or {c.run_name: results[c.run_name] for _, c in todo}  # a failed run's train.py has said why
 
 
@@ -220,14 +214,15 @@ def run_comparison(
         return results
     by_variant = {variant: [results[c.run_name] for c in configs] for variant, configs in plan.items()}
     band = f"{n_seeds} seeds per variant: line the mean, band min to max" if n_seeds > 1 else "same seed"
-    plot_runs({v: [c.run_dir for c in configs] for v, configs in plan.items()}, runs_dir / "compare.png",
-              f"{cfg.name}: {band}, {cfg.train.max_steps} steps")  # fmt: skip
-    comparison = {
-        "seeds": seeds,
-        "runs": results,
-        "aggregate": {variant: aggregate(runs) for variant, runs in by_variant.items()},
-        "differences": differences(by_variant, measured_from(plan)),
-    }
-    write_json(runs_dir / "compare.json", {**comparison, **{key: to_json(comparison[key]) for key in ("aggregate", "differences")}})
+    with summing_up(runs_dir, "comparison"):
+        plot_runs({v: [c.run_dir for c in configs] for v, configs in plan.items()}, runs_dir / "compare.png",
+                  f"{cfg.name}: {band}, {cfg.train.max_steps} steps")  # fmt: skip
+        comparison = {
+            "seeds": seeds,
+            "runs": results,
+            "aggregate": {variant: aggregate(runs) for variant, runs in by_variant.items()},
+            "differences": differences(by_variant, measured_from(plan)),
+        }
+        write_json(runs_dir / "compare.json", {**comparison, **{key: to_json(comparison[key]) for key in ("aggregate", "differences")}})
     lock.release()
     return {**comparison, "folder": runs_dir}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from configs import Config, ConfigError
 from harness.arguments import rate_name
-from harness.experiments.comparison import claim_folder, measured_from, plan_runs, train_argv, train_runs, write_json
+from harness.experiments.comparison import claim_folder, measured_from, plan_runs, summing_up, train_argv, train_runs, write_json
 from harness.experiments.stats import aggregate, differences, half_width, paired_difference, spread, to_json
 from harness.pictures.curves import curve, mean_band, plot_sweep
 from harness.training.runlog import evaluations, read_metrics
@@ -56,40 +56,52 @@ def interval(values: list[float]) -> dict:
     return {"mean": s.mean, "std": s.std, "n": s.n, "half_width": half_width(s)}
 
 
-def summarise(plan: dict[str, dict[str, list[Config]]], preset_lr: str | None) -> dict:
-    """What the sweep found, from its runs' logs: per variant and rate, each tag at the last evaluation ("aggregate") and the
-    largest score at the first ("first"); the difference from base at the same rate, paired by seed ("differences"); how
-    many times the largest score grew, per seed, from the first evaluation and from the preset's rate ("growth"); at the
-    highest rate the largest score during training, mean with min and max over seeds ("over_time"); and at the preset's
-    rate the table compare.py would print of these runs ("preset": compare.json's aggregate and differences)."""
-    logs = {v: {lr: [evaluations(c.run_dir) for c in configs] for lr, configs in by_lr.items()} for v, by_lr in plan.items()}
+def paired(ends: dict[int, dict], others: dict[int, dict], tag: str) -> list[tuple[float, float]]:
+    """(this run's value, the other run's) of a tag, for each seed at which both trained to the end and logged it."""
+    return [(end[tag], others[seed][tag]) for seed, end in ends.items() if tag in end and tag in others.get(seed, {})]
+
+
+def summarise(plan: dict[str, dict[str, list[Config]]], runs: dict[str, dict], preset_lr: str | None) -> dict:
+    """What the sweep found, from each run's result (`runs`, by run name: its last evaluation, or where it diverged) and
+    its log: per variant and rate, each tag at the end over the seeds that trained to the end ("aggregate") and the
+    largest score at the first evaluation ("first"); the seeds that diverged, each with its step and last training loss
+    ("diverged", by variant and rate); the difference from base at the same rate, paired by the seeds both trained
+    ("differences"); how many times the largest score grew, per seed, from the first evaluation and from the preset's
+    rate ("growth"); at the highest rate the largest score during training, mean with min and max over the seeds that
+    trained (over all, if none did: up to where they diverged) ("over_time"); and at the preset's rate the table
+    compare.py would print of these runs ("preset": compare.json's aggregate and differences)."""
+    ends = {v: {lr: {c.train.seed: runs[c.run_name] for c in configs} for lr, configs in by_lr.items()} for v, by_lr in plan.items()}
     base = next(iter(plan))
-    out = {**{key: {v: {} for v in plan} for key in ("aggregate", "first", "differences", "growth")}, "over_time": {}}
-    for v, by_lr in logs.items():
-        for lr, rows in by_lr.items():
-            ends, starts = [runs[-1] for runs in rows], [runs[0] for runs in rows]
-            out["aggregate"][v][lr] = {t: interval([end[t] for end in ends]) for t in TAGS if all(t in end for end in ends)}
-            if all(LARGEST in end for end in ends):
-                out["first"][v][lr] = {LARGEST: interval([start[LARGEST] for start in starts])}
-                growth = {"from_start": interval([end[LARGEST] / start[LARGEST] for end, start in zip(ends, starts, strict=True)])}
-                if preset_lr in by_lr:
-                    at_preset = [runs[-1][LARGEST] for runs in by_lr[preset_lr]]
-                    growth["from_preset_lr"] = interval([end[LARGEST] / b for end, b in zip(ends, at_preset, strict=True)])
+    out = {**{key: {v: {} for v in plan} for key in ("aggregate", "first", "differences", "growth")}, "diverged": {}, "over_time": {}}
+    for v, by_lr in plan.items():
+        for lr, configs in by_lr.items():
+            gone = [{**runs[c.run_name]["diverged"], "seed": c.train.seed} for c in configs if "diverged" in runs[c.run_name]]
+            if gone:
+                out["diverged"].setdefault(v, {})[lr] = gone
+            trained = {seed: end for seed, end in ends[v][lr].items() if "diverged" not in end}
+            done = list(trained.values())
+            out["aggregate"][v][lr] = {t: interval([e[t] for e in done]) for t in TAGS if done and all(t in e for e in done)}
+            starts = {c.train.seed: (evaluations(c.run_dir) or [{}])[0] for c in configs if c.train.seed in trained}
+            if trained and all(LARGEST in trained[seed] and LARGEST in starts[seed] for seed in trained):
+                out["first"][v][lr] = {LARGEST: interval([starts[seed][LARGEST] for seed in trained])}
+                growth = {"from_start": interval([trained[seed][LARGEST] / starts[seed][LARGEST] for seed in trained])}
+                if preset_lr in by_lr and (pairs := paired(trained, ends[v][preset_lr], LARGEST)):
+                    growth["from_preset_lr"] = interval([end / at_preset for end, at_preset in pairs])
                 out["growth"][v][lr] = growth
             if v != base:
-                theirs = [runs[-1] for runs in logs[base][lr]]
                 out["differences"][v][lr] = {
-                    t: to_json(paired_difference([e[t] for e in ends], [e[t] for e in theirs]))
+                    t: to_json(paired_difference([a for a, _ in pairs], [b for _, b in pairs]))
                     for t in DIFFERENCE_TAGS
-                    if t in out["aggregate"][v][lr]
+                    if (pairs := paired(trained, ends[base][lr], t))
                 }
         top = list(plan[v])[-1]  # the highest rate: rates are planned smallest first
-        curves = [curve(read_metrics(c.run_dir), OVER_TIME) for c in plan[v][top]]
+        shown = [c for c in plan[v][top] if "diverged" not in runs[c.run_name]] or plan[v][top]
+        curves = [curve(read_metrics(c.run_dir), OVER_TIME) for c in shown]
         if all(steps for steps, _ in curves):
             steps, mean, low, high = mean_band(curves)
             out["over_time"][v] = {"lr": top, "steps": steps, "mean": mean.tolist(), "low": low.tolist(), "high": high.tolist()}
     if preset_lr is not None:
-        by_variant = {v: [runs[-1] for runs in logs[v][preset_lr]] for v in plan}
+        by_variant = {v: [runs[c.run_name] for c in by_lr[preset_lr]] for v, by_lr in plan.items()}  # a diverged run: no tags
         also = measured_from({v: by_lr[preset_lr] for v, by_lr in plan.items()})
         out["preset"] = to_json(
             {"aggregate": {v: aggregate(runs) for v, runs in by_variant.items()}, "differences": differences(by_variant, also)}
@@ -100,10 +112,26 @@ def summarise(plan: dict[str, dict[str, list[Config]]], preset_lr: str | None) -
 COLUMNS = (("val", "loss/val", ".3f"), ("largest score", "attn/score_max", ".1f"), ("entropy", "attn/entropy", ".3f"))
 
 
+def diverged_cell(gone: list[dict], n_seeds: int) -> str:
+    """The table's word on the seeds that diverged at one rate: each one's step and the last training loss it logged."""
+    each = []
+    for g in gone:
+        where = f"at step {g['step']}"
+        if g.get("last_loss") is not None:  # None: the run logged no training loss before it diverged
+            where += f" (last loss {g['last_loss']:.3f}, logged at step {g['last_loss_step']})"
+        each.append(where)
+    if n_seeds == 1 or not gone:
+        return "; ".join(each)
+    return f"{len(gone)} of {n_seeds} seeds: " + "; ".join(f"s{g['seed']} {text}" for g, text in zip(gone, each, strict=True))
+
+
 def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | None = None) -> str:
     """A table: per rate and variant (`variants`, in their order; all the summary's by default), each column's tag at the
-    end (by default the val loss, the largest score and the entropy), mean ± 95% half width."""
-    lines = ["| lr | run | " + " | ".join(h for h, _, _ in columns) + " |", "|---|---|" + "---:|" * len(columns)]
+    end (by default the val loss, the largest score and the entropy), mean ± 95% half width over the seeds that trained
+    to the end; when a run diverged, a last column says where, and n/a stands where no seed trained to the end."""
+    gone = summary.get("diverged") or {}
+    last = (" diverged |", "---|") if gone else ("", "")
+    lines = ["| lr | run | " + " | ".join(h for h, _, _ in columns) + " |" + last[0], "|---|---|" + "---:|" * len(columns) + last[1]]
     for lr in summary["lrs"]:
         for variant in variants or summary["aggregate"]:
             cells = [summary["aggregate"][variant][lr].get(tag) for _, tag, _ in columns]
@@ -111,6 +139,8 @@ def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | 
                 "n/a" if c is None else f"{c['mean']:{fmt}}" + (f" ± {c['half_width']:{fmt}}" if c["half_width"] is not None else "")
                 for c, (_, _, fmt) in zip(cells, columns, strict=True)
             ]
+            if gone:
+                text.append(diverged_cell(gone.get(variant, {}).get(lr, []), len(summary["seeds"])))
             lines.append(f"| {lr} | {variant} | " + " | ".join(text) + " |")
     return "\n".join(lines)
 
@@ -131,12 +161,13 @@ def run_sweep(
     spelled = dict(zip(list(plan)[1:], names, strict=True))  # each variant's run name and how --variants spells it
     header = {"seeds": seeds, "lrs": rates, "variants": spelled, "preset_lr": rate_name(cfg.train.lr)}
     results = train_runs(todo, lambda run: train_argv(config_name, overrides, run, ("train.lr",)), folder / "sweep.json", header,
-                         cfg.train.resume, jobs, "sweep")  # fmt: skip
+                         cfg.train.resume, jobs, "sweep", keep_diverged=True)  # fmt: skip
     if isinstance(results, int):
         return results
-    summary = {**header, **summarise(plan, header["preset_lr"] if header["preset_lr"] in rates else None)}
-    write_json(folder / "sweep.json", {**summary, "runs": results})
-    title = f"{cfg.name}: {n_seeds} seeds per point (mean, 95% interval), {cfg.train.max_steps} steps, {cfg.train.optimizer}"
-    plot_sweep(summary, folder / "sweep.png", title)
+    with summing_up(folder, "sweep"):
+        summary = {**header, **summarise(plan, results, header["preset_lr"] if header["preset_lr"] in rates else None)}
+        write_json(folder / "sweep.json", {**summary, "runs": results})
+        title = f"{cfg.name}: {n_seeds} seeds per point (mean, 95% interval), {cfg.train.max_steps} steps, {cfg.train.optimizer}"
+        plot_sweep(summary, folder / "sweep.png", title)
     lock.release()
     return {**summary, "folder": folder}

@@ -1,10 +1,12 @@
 """The picture of a comparison: each logged quantity per variant, the mean over seeds as a line and min to max as a band."""
 
+import io
 import itertools
 from pathlib import Path
 
 import numpy as np
 
+from data.files import write_atomically
 from harness.training.runlog import read_metrics
 
 PANELS = [  # (title, [(tag, line style)])
@@ -37,6 +39,19 @@ def mean_band(curves: list[tuple[list[int], list[float]]]) -> tuple[list[int], n
     return steps, values.mean(0), values.min(0), values.max(0)
 
 
+def save_figure(fig, path: Path) -> None:
+    """fig as a PNG at path, whole or not at all (data/files.py): drawn into memory first, so that a picture cut short (a
+    Ctrl-C while it is written) never leaves an empty or half file where an earlier one was."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    write_atomically(path, buffer.getvalue())
+
+
 def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     """One panel per quantity; per variant the mean over its seeds as a line, min to max over seeds as a band."""
     import matplotlib
@@ -60,8 +75,7 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     axes.flat[0].legend()
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 SWEEP_PANELS = [  # (title, tag, log scale): each quantity at the end of training against the learning rate
@@ -72,9 +86,15 @@ SWEEP_PANELS = [  # (title, tag, log scale): each quantity at the end of trainin
 
 
 def plot_sweep(summary: dict, path: Path, title: str) -> None:
+    """sweep.py's picture (sweep_figure) into path."""
+    save_figure(sweep_figure(summary, title), path)
+
+
+def sweep_figure(summary: dict, title: str):
     """sweep.py's picture, from its summary alone (sweep.json, or docs/figures.json's record of it): per variant, each
-    quantity against the learning rate, the mean over seeds with its 95% interval as error bars; then the largest score
-    during training at the highest rate, the mean over seeds with min to max as a band."""
+    quantity against the learning rate, the mean over seeds with its 95% interval as error bars, and an x at the panel's
+    top where a run diverged; then the largest score during training at the highest rate, the mean over seeds with min to
+    max as a band."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -84,7 +104,7 @@ def plot_sweep(summary: dict, path: Path, title: str) -> None:
     colors = dict(zip(summary["aggregate"], itertools.cycle(COLORS)))
     rates = {lr: float(lr) for lr in summary["lrs"]}
     for ax, (panel, tag, log) in zip(axes, SWEEP_PANELS, strict=False):
-        plotted = False  # runs logged before a tag existed have none
+        plotted = marked = False  # runs logged before a tag existed have none; marked: a diverged run drawn already
         for i, (name, by_lr) in enumerate(summary["aggregate"].items()):
             apart = 1 + 0.03 * (i - (len(colors) - 1) / 2)  # each variant a little to the side, so that the bars do not hide each other
             points = [(rates[lr] * apart, by_lr[lr][tag]) for lr in summary["lrs"] if tag in by_lr.get(lr, {})]
@@ -92,6 +112,14 @@ def plot_sweep(summary: dict, path: Path, title: str) -> None:
             x, cells = [p[0] for p in points], [p[1] for p in points]
             ax.errorbar(x, [c["mean"] for c in cells], yerr=[c["half_width"] or 0.0 for c in cells], color=colors[name],
                         marker="o", capsize=3, label=name)  # fmt: skip
+            for lr, gone in summary.get("diverged", {}).get(name, {}).items():  # at the panel's top: no value of theirs to draw
+                where = (rates[lr] * apart, 0.97 - 0.05 * i)  # x in data, y in the panel's height
+                ax.plot(*where, "x", color=colors[name], markersize=9, markeredgewidth=2, transform=ax.get_xaxis_transform(),
+                        label=None if marked else "diverged (at the top)")  # fmt: skip
+                steps = ", ".join(str(g["step"]) for g in gone)
+                ax.annotate(f"diverged at step {steps}", where, xycoords=ax.get_xaxis_transform(), xytext=(-6, 0),
+                            textcoords="offset points", ha="right", va="center", fontsize=8)  # fmt: skip
+                marked = True
         ax.set_xscale("log")
         ax.set_yscale("log" if log and plotted else "linear")
         ax.set_xticks(list(rates.values()), list(rates))  # the rates as the sweep spells them, and no other ticks
@@ -113,8 +141,7 @@ def plot_sweep(summary: dict, path: Path, title: str) -> None:
     axes[0].legend()
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def plot_positions(figures: dict, path: Path, title: str) -> None:
@@ -148,5 +175,4 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
     ax.legend()
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)

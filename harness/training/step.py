@@ -1,6 +1,7 @@
 """One training step: draw this process's micro-batches, run forward and backward over them, clip, check, update."""
 
 import contextlib
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +10,10 @@ import torch
 
 from configs import Config
 from data.batches import draw_batch
+from data.files import write_atomically
 from harness.training.runtime import Runtime
+
+DIVERGED = "diverged.json"  # in the run's folder: the step whose loss or gradient was not finite (compare.py and sweep.py read it)
 
 
 class TrainingError(Exception):
@@ -48,10 +52,17 @@ def train_step(model, micro_batches: list, runtime: Runtime, grad_clip: float) -
     return total, grad_norm
 
 
-def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor, step: int, checkpoint: Path | None) -> None:
-    """Stop before the update when the loss or the gradient is not finite: one sync per step, weights untouched."""
+def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor, step: int, checkpoint: Path | None, record: bool = True) -> None:
+    """Stop before the update when the loss or the gradient is not finite: one sync per step, weights untouched.
+
+    With `record`, the run's folder (where `checkpoint` lies) keeps the step in diverged.json: an experiment tells a run
+    that diverged, a result it shows, from one that failed, and its --resume does not train that run again.
+    """
     if not torch.isfinite(loss + grad_norm):
         bad = "loss" if not torch.isfinite(loss) else "gradient"
+        if checkpoint is not None and record:
+            with contextlib.suppress(OSError):  # a folder that cannot take it: the error below says what happened all the same
+                write_atomically(checkpoint.parent / DIVERGED, json.dumps({"step": step + 1, "non_finite": bad}).encode())
         kept = f". The last good checkpoint, {checkpoint}, is untouched" if checkpoint is not None else ""
         raise TrainingError(
             f"non-finite {bad} at step {step + 1}; stopped before the update{kept}; try a lower --train.lr or --train.grad_clip"
@@ -77,7 +88,7 @@ def optimizer_step(
     """
     optimizer.zero_grad(set_to_none=True)
     loss, grad_norm = train_step(model, micro_batches, runtime, grad_clip)
-    check_finite(loss, grad_norm, step, checkpoint)
+    check_finite(loss, grad_norm, step, checkpoint, record=runtime.is_main)
     seen = before_update() if before_update is not None else None
     optimizer.step()
     return loss, grad_norm, seen

@@ -1,0 +1,117 @@
+"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished (its log, or else its
+checkpoint), diverged (the record train.py's non-finite check leaves), or ended from outside by a signal.
+
+A run is what its settings are, not where its folder lies: a finished comparison moved, copied, or named by a relative
+path from another directory is the same comparison, so the folders in a run's config (train.runs_dir, data.cache_dir) are
+not compared, and its texts (data.path, data.val_path) are compared as the files they name.
+"""
+
+import dataclasses
+import os
+import signal
+from pathlib import Path
+
+from configs import SECTIONS, Config, ConfigError
+from configs.schema import config_differences
+from harness.folders import read_json
+from harness.training.checkpoints import CheckpointError, read_checkpoint
+from harness.training.runlog import evaluations, read_metrics
+from harness.training.step import DIVERGED
+from model import ModelConfig
+
+WHERE_NOT_WHAT = ("runs_dir", "cache_dir", "run_name", "resume", "vocab_size")  # where a run lies or how it was started, derived
+TEXTS = ("path", "val_path")  # data's files: one file may be typed several ways
+
+
+def read_saved_runs(saved: Path) -> dict:
+    """The runs an earlier experiment recorded in its compare.json or sweep.json (rewritten after each run), by run name."""
+    saved = read_json(saved)
+    runs = saved.get("runs") if isinstance(saved, dict) else None
+    return runs if isinstance(runs, dict) else {}
+
+
+def settings(config: dict) -> dict:
+    """A run's config (as config.json and checkpoints hold it) as an experiment compares it: the model section read as a
+    checkpoint's is (older records, positions true/false, upgraded) and data's files as absolute paths. Damage raises."""
+    texts = {key: os.path.abspath(value) for key, value in config["data"].items() if key in TEXTS and value}
+    return {**config, "model": dataclasses.asdict(ModelConfig(**config["model"])), "data": {**config["data"], **texts}}
+
+
+def check_settings(cfg: Config, recorded) -> None:
+    """Refuse a finished run whose recorded settings are not these: a comparison resumed with other flags."""
+    try:
+        recorded = settings(recorded)
+    except (ValueError, TypeError, KeyError, AttributeError):  # a damaged record: no settings, so every one differs
+        recorded = {}
+    differs = config_differences(recorded, settings({section: cfg.to_dict()[section] for section in SECTIONS}), ignore=WHERE_NOT_WHAT)
+    if differs:
+        raise ConfigError(
+            f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "
+            "resume with the comparison's own flags, or start it afresh without --resume"
+        )
+
+
+def finished_checkpoint(cfg: Config) -> dict | None:
+    """The run's ckpt.pt when it says that the run finished (evaluated at max_steps), else None (a damaged file included:
+    train.py, resuming it, says what is wrong with it)."""
+    try:
+        checkpoint = read_checkpoint(cfg.run_dir / "ckpt.pt")
+    except CheckpointError:
+        return None
+    return checkpoint if checkpoint["step"] == cfg.train.max_steps and checkpoint.get("evaluated", True) else None
+
+
+def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
+    """What a run of an earlier, stopped experiment gave, if it already finished with these settings: a checkpoint and an
+    evaluation at max_steps in its metrics.jsonl, or else a checkpoint that says it finished (its log deleted or cut short);
+    else None. Its numbers come from compare.json or sweep.json (with its wall time), or else its log, or else the
+    checkpoint's val loss."""
+    if not (cfg.run_dir / "ckpt.pt").is_file():
+        return None
+    last = (evaluations(cfg.run_dir) or [{}])[-1]
+    recorded = read_json(cfg.run_dir / "config.json")
+    if last.get("step") != cfg.train.max_steps:
+        checkpoint = finished_checkpoint(cfg)
+        if checkpoint is None:
+            return None
+        last, recorded = {"step": checkpoint["step"], "loss/val": checkpoint.get("val_loss")}, checkpoint["config"]
+    check_settings(cfg, recorded)
+    saved = saved_runs.get(cfg.run_name, {})
+    return saved if saved.get("step") == last["step"] and saved.get("exit_code") == 0 else {**last, "exit_code": 0}
+
+
+def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict | None:
+    """What an earlier attempt at this run left that --resume keeps: a finished run, or (diverged_too) one that diverged
+    with these settings; else None, and the run resumes or starts."""
+    done = finished_run(cfg, saved_runs)
+    if done is None and diverged_too and (done := diverged_run(cfg.run_dir)) is not None:
+        check_settings(cfg, read_json(cfg.run_dir / "config.json"))
+    return done
+
+
+def diverged_run(run_dir: Path) -> dict | None:
+    """A run whose loss or gradient stopped being finite, as its folder records it: the step, and the last training loss
+    it logged (finite: the check stops a run before it logs a non-finite one) with that loss's step; None if it did not."""
+    record = read_json(run_dir / DIVERGED)
+    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        return None
+    rows = [row for row in read_metrics(run_dir) if "loss/train_step" in row or "loss/train" in row]
+    last = rows[-1] if rows else {}
+    loss = last.get("loss/train_step", last.get("loss/train"))
+    return {"exit_code": 1, "diverged": {"step": record["step"], "last_loss": loss, "last_loss_step": last.get("step")}}
+
+
+def killed_from_outside(code: int, run_name: str, what: str) -> str | None:
+    """The line for a run whose process a signal ended before it could save or say anything (a negative exit code:
+    SIGKILL, as the kernel's out-of-memory killer sends it), or None for a run that ended by itself."""
+    if code >= 0:
+        return None
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    why = " (as the kernel's out-of-memory killer does)" if -code == signal.SIGKILL else ""
+    return (
+        f"error: {run_name} was ended by {name} from outside{why}; every checkpoint it saved is kept: "
+        f"the same command plus --resume continues the {what}, that run from its last checkpoint"
+    )
