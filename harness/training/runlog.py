@@ -95,8 +95,7 @@ def metric_lines(path: Path) -> list[tuple[bytes, dict]]:
 
 def read_metrics(run_dir: Path) -> list[dict]:
     """Every intact row of a run's metrics.jsonl, as dicts (a damaged line is skipped; a file deleted by hand has none)."""
-    path = run_dir / "metrics.jsonl"
-    return [row for _, row in metric_lines(path)] if path.is_file() else []
+    return [row for _, row in metric_lines(run_dir / "metrics.jsonl")] if (run_dir / "metrics.jsonl").is_file() else []
 
 
 def evaluations(run_dir: Path) -> list[dict]:
