@@ -1,8 +1,8 @@
 """The configuration's schema: DataConfig and TrainConfig beside model/config.py's ModelConfig, and Config, one of each.
 
 Each field carries its unit or meaning; checks run in __post_init__, so a bad value fails when
-the config is built, not at step 3000. configs/loader.py fills these from a TOML preset and the
-command line.
+the config is built, not at step 3000. configs/validation.py fills these from a TOML preset and the
+command line (configs/loader.py), or from a run's record, checking each key and each value's type.
 """
 
 import dataclasses
@@ -151,7 +151,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    shape: str = ""  # the model sizes the command line changed from the preset's, as run names end: "-n_layer1" (configs/loader.py)
+    shape: str = ""  # the model sizes the command line changed from the preset's, as run names end: "-n_layer1" (configs/validation.py)
 
     def __post_init__(self) -> None:
         if self.data.source != "text":

@@ -1,13 +1,14 @@
 """Tests for configs/: presets, typed CLI overrides, helpful errors, run names, precedence, immutability."""
 
 import dataclasses
+import json
 import tomllib
 from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, run_script, tiny_argv
 
-from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config
+from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config, validate_config
 from model import ModelConfig
 from model.ablations import flags_label, variants
 
@@ -123,10 +124,51 @@ def test_toml_values_are_converted_and_checked(tmp_path):
     cfg = load_config(["--config", str(write_toml(tmp_path, "[train]\nlr = 1\n[model]\ncausal = false\n"))])
     assert cfg.train.lr == 1.0 and type(cfg.train.lr) is float
     assert cfg.model.causal is False
-    with pytest.raises(ConfigError, match="model.n_layer takes int, got float 4.5"):
+    with pytest.raises(ConfigError, match=r"model.n_layer = 4.5 in .*a.toml is a number, and model.n_layer takes a whole number"):
         load_config(["--config", str(write_toml(tmp_path, "[model]\nn_layer = 4.5\n", name="a.toml"))])
-    with pytest.raises(ConfigError, match="model.causal takes bool, got int 1"):
+    with pytest.raises(ConfigError, match=r"model.causal = 1 in .*b.toml is a whole number, and model.causal takes true or false"):
         load_config(["--config", str(write_toml(tmp_path, "[model]\ncausal = 1\n", name="b.toml"))])
+
+
+WRONG_TYPES = [  # a checkpoint holding each of these loaded and sampled without a word: "false" and "yes" read as true
+    ("causal", "false", 'model.causal = "false"', "is text, and model.causal takes true or false"),
+    ("qk_norm", "yes", 'model.qk_norm = "yes"', "is text, and model.qk_norm takes true or false"),
+    ("scaled", 0, "model.scaled = 0", "is a whole number, and model.scaled takes true or false"),
+    ("softcap", True, "model.softcap = true", "is a boolean, and model.softcap takes a number"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "shown", "found"), WRONG_TYPES)
+def test_a_value_of_the_wrong_type_is_refused_from_every_source(tmp_path, key, value, shown, found):
+    """One function checks a TOML file and a run's record (a checkpoint's config, config.json) alike: the field, the value,
+    the file and what to do, in one line. Python reads any non-empty text as true, so causal = "false" kept the mask."""
+    toml = write_toml(tmp_path, f"[model]\n{key} = {json.dumps(value)}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(["--config", str(toml)])
+    assert f"{shown} in {toml} {found}; " in str(e.value) and "\n" not in str(e.value)
+    recorded = load_config(["--config", "tiny"]).to_dict()
+    recorded["model"][key] = value
+    with pytest.raises(ConfigError) as e:
+        validate_config(recorded, "runs/tiny/config.json", recorded=True)
+    assert f"{shown} in runs/tiny/config.json {found}; train.py writes no such config" in str(e.value)
+    assert str(e.value).endswith("correct it, or train the run again")
+
+
+def test_a_toml_value_in_quotes_is_shown_without_them_and_a_run_s_record_loads_as_it_was(tmp_path):
+    with pytest.raises(ConfigError, match="write it without quotes: causal = false$"):
+        load_config(["--config", str(write_toml(tmp_path, '[model]\ncausal = "false"\n'))])
+    with pytest.raises(ConfigError, match="write it without quotes: lr = 0.0003$"):
+        load_config(["--config", str(write_toml(tmp_path, '[train]\nlr = "3e-4"\n'))])
+    cfg = load_config(["--config", "induction", "--no-mask", "--model.n_layer=1"])
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=256))  # as train.py records it
+    assert validate_config(json.loads(json.dumps(cfg.to_dict())), "config.json", recorded=True) == cfg
+    unknown = cfg.to_dict() | {"model": {"n_layers": 2}}
+    with pytest.raises(ConfigError, match=r"unknown key model.n_layers in ckpt.pt, did you mean model.n_layer\? \(train.py writes"):
+        validate_config(unknown, "ckpt.pt", recorded=True)
+    with pytest.raises(ConfigError, match=r"^ckpt.pt: model.n_embd \(128\) must be divisible by model.n_head \(3\); try n_head in"):
+        validate_config(cfg.to_dict() | {"model": {"n_head": 3}}, "ckpt.pt", recorded=True)
+    with pytest.raises(ConfigError, match="ckpt.pt holds no config"):
+        validate_config(["model"], "ckpt.pt", recorded=True)
 
 
 # 3. Unknown names
@@ -146,7 +188,7 @@ def test_unknown_key_learning_rate_suggests_lr():
 
 def test_unknown_key_in_toml(tmp_path):
     path = write_toml(tmp_path, "[train]\nbatchsize = 4\n")
-    with pytest.raises(ConfigError, match=r"unknown key train\.batchsize, did you mean train\.batch_size\?"):
+    with pytest.raises(ConfigError, match=r"unknown key train\.batchsize in .*custom.toml, did you mean train\.batch_size\?"):
         load_config(["--config", str(path)])
 
 

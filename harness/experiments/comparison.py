@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from configs import MAX_SEED, SECTIONS, Config, ConfigError
+from configs import MAX_SEED, SECTIONS, Config, ConfigError, validate_config
 from configs.schema import config_differences
 from data.files import write_atomically
 from harness.experiments.children import STOPPED_CODES, Children
@@ -17,7 +17,6 @@ from harness.experiments.stats import aggregate, differences, to_json
 from harness.folders import FolderLock, claim_run_folder, read_json
 from harness.pictures.curves import plot_runs
 from harness.training.runlog import evaluations
-from model import ModelConfig
 from model.ablations import CHANGES, applied, name_suffix, undone, variants
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
@@ -82,11 +81,8 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
     last = (evaluations(cfg.run_dir) or [{}])[-1]
     if last.get("step") != cfg.train.max_steps:
         return None
-    recorded = read_json(cfg.run_dir / "config.json")  # None, or anything else than a dict, fails below: no record
-    try:  # read as a checkpoint's model config is: older records (positions true/false) upgraded
-        recorded["model"] = dataclasses.asdict(ModelConfig(**recorded["model"]))
-    except (ValueError, TypeError, KeyError):
-        recorded = {}
+    recorded = read_json(cfg.run_dir / "config.json")  # None when missing or damaged: no record, so other settings
+    recorded = {} if recorded is None else validate_config(recorded, cfg.run_dir / "config.json", recorded=True).to_dict()
     wanted = {section: cfg.to_dict()[section] for section in SECTIONS}
     differs = config_differences(recorded, wanted, ignore=("vocab_size", "resume", "run_name"))
     if differs:
