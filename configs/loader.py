@@ -70,8 +70,9 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
             continue
         if not flag.startswith("--") or not takes_value:
             shown = [*SHORTHANDS, "--config", "--section.field=VALUE"]
-            fields = [dotted for dotted in KEYS if dotted.partition(".")[2] == flag[2:].replace("-", "_")]
-            hint = f" (did you mean {' or '.join(f'--{f}=VALUE' for f in fields)}?)" if fields else ""
+            fields = [f"--{dotted}=VALUE" for dotted in KEYS if dotted.partition(".")[2] == flag[2:].replace("-", "_")]
+            fields += [flag.replace("_", "-")] if flag.replace("_", "-") in SHORTHANDS else []  # --no_mask: --no-mask
+            hint = f" (did you mean {' or '.join(fields)}?)" if fields else ""
             raise ConfigError(f"unknown argument {arg!r}{hint}; valid arguments: {', '.join(shown)}")
         if has_eq:
             value = inline

@@ -6,7 +6,8 @@ through validate_config, so a checkpoint whose config says causal = "false" is r
 of a TOML file is: Python reads any non-empty text as true, so the model would have kept its mask. The
 error is one line that names the field, the value, the file and what to do.
 
-A key that does not exist names the nearest one that does.
+A key that does not exist names the nearest one that does, or the flag of the change it spells
+(model.rope is --rope, model.no_mask is --no-mask: model/ablations.py's table).
 """
 
 import difflib
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from configs.schema import KEYS, SECTIONS, Config
+from model.ablations import CHANGES
 
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
 SHAPE = ("n_layer", "n_head", "n_embd", "block_size")  # a model of another size is another run, named for it: shape_suffix
@@ -32,9 +34,21 @@ class ConfigError(ValueError):
     """A config file or flag that cannot be used; the message says what is valid."""
 
 
+def change_meant(name: str) -> str | None:
+    """The flag of the change a key is spelled like, with the field it sets: rope -> --rope (model.positions = "rope")."""
+    for change in CHANGES:
+        if change.name == name.replace("_", "-"):
+            value = "C" if change.takes_value else json.dumps(change.value)
+            return f"{change.flag} (model.{change.field} = {value})"
+    return None
+
+
 def nearest_key(dotted: str) -> str | None:
-    """The valid key a typo most likely meant: an abbreviation (learning_rate -> lr), else the closest spelling."""
+    """The valid key (or change flag) a typo most likely meant: a change's name (no_mask -> --no-mask), an abbreviation
+    (learning_rate -> lr), else the closest spelling."""
     section, _, name = dotted.partition(".")
+    if change_meant(name):
+        return change_meant(name)
     if section in SECTIONS:
         names = [key.partition(".")[2] for key in KEYS if key.startswith(f"{section}.")]
         initials = "".join(part[:1] for part in name.split("_"))

@@ -192,6 +192,30 @@ def test_unknown_key_in_toml(tmp_path):
         load_config(["--config", str(path)])
 
 
+@pytest.mark.parametrize(
+    ("arg", "meant"),
+    [
+        ("--model.rope=true", '--rope (model.positions = "rope")'),
+        ("--model.no_mask=true", "--no-mask (model.causal = false)"),
+        ("--model.no-scale=true", "--no-scale (model.scaled = false)"),
+        ("--model.no_pos=false", '--no-pos (model.positions = "none")'),
+    ],
+)
+def test_a_key_spelled_like_a_change_names_the_change_s_flag(arg, meant, tmp_path):
+    """--model.rope=true answered "did you mean model.dropout?" and --model.no_mask=true "model.n_head?", the nearest spellings;
+    model/ablations.py's table knows what each means."""
+    key = arg[2:].partition("=")[0]
+    with pytest.raises(ConfigError) as e:
+        load_config(["--config", "tiny", arg])
+    assert str(e.value) == f"unknown key {key}, did you mean {meant}?"
+    toml = write_toml(tmp_path, f"[model]\n{key.partition('.')[2]} = true\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(["--config", str(toml)])
+    assert str(e.value) == f"unknown key {key} in {toml}, did you mean {meant}?"
+    with pytest.raises(ConfigError, match=r"unknown argument '--no_mask' \(did you mean --no-mask\?\)"):
+        load_config(["--config", "tiny", "--no_mask"])
+
+
 def test_unknown_section(tmp_path):
     path = write_toml(tmp_path, "[optim]\nlr = 1e-3\n")
     with pytest.raises(ConfigError, match=r"unknown section \[optim\]") as e:
