@@ -6,11 +6,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, run_script, tiny_argv
+import torch
+from conftest import assert_one_line_error, error_of, run_script, tiny_argv
 
+import train
 from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config, validate_config
 from model import ModelConfig
 from model.ablations import flags_label, variants
+from model.config import SOFTCAP_LEAST, SOFTCAP_MOST
 
 SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
@@ -417,6 +420,44 @@ def test_bad_positions_and_cures_are_one_line(flags, message):
     with pytest.raises(ConfigError, match=message) as e:
         load_config(["--config", "char", *flags])
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("cap", "why"),
+    [
+        ("1e300", "is above 2**102 (5.07e+30), the largest cap float32 scores can take"),
+        ("4e38", "is above 2**102"),
+        ("3e38", "so it would train another model than no cap"),
+        ("1e-300", "is below 2**-126 (1.18e-38), float32's smallest normal number"),
+        ("1e-40", "the cap reads as 0 there, and C * tanh(score / C) divides by it"),
+    ],
+)
+def test_a_cap_float32_cannot_hold_is_refused_and_says_why(cap, why, tmp_path, corpus_file, capsys):
+    """1e300 and 4e38 were blamed on model.qk_init_std; 1e-300 (0 in float32) failed at step 1 with advice to lower the
+    learning rate; 3e38 trained another model than no cap, without a word."""
+    proc = error_of(train.main, tiny_argv(tmp_path, corpus_file, f"--softcap={cap}"), capsys)
+    line = assert_one_line_error(proc, f"model.softcap = {float(cap):g} ", why, "give 0 for no cap")
+    assert "qk_init_std" not in line and "--train.lr" not in line
+    assert not (tmp_path / "runs").exists()
+    assert load_config(["--config", "tiny", f"--softcap={SOFTCAP_MOST!r}"]).model.softcap == 2.0**102
+    assert load_config(["--config", "tiny", f"--softcap={SOFTCAP_LEAST!r}"]).model.softcap == 2.0**-126
+
+
+def test_the_cap_s_bounds_are_where_float32_scores_keep_their_values():
+    """Over the largest cap every score that can move a float32 softmax weight (above 2**-24) stays a normal number, so the
+    capped scores are the scores; over 3e38 most ordinary scores fall below 2**-126, which a CPU that flushes such numbers
+    (as training sets it) reads as 0. The smallest cap is not 0 in float32, where 1e-300 is."""
+    scores = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 3  # float32, as attention computes them
+    tiny = torch.finfo(torch.float32).tiny  # 2**-126
+
+    def read_as_0(cap: float) -> torch.Tensor:
+        return ((scores / cap).abs() < tiny) & (scores.abs() >= 2**-24)
+
+    assert not read_as_0(SOFTCAP_MOST).any() and read_as_0(3e38).float().mean() > 0.5
+    assert torch.equal(SOFTCAP_MOST * torch.tanh(scores / SOFTCAP_MOST), scores)
+    capped = SOFTCAP_LEAST * torch.tanh(scores / SOFTCAP_LEAST)
+    assert torch.isfinite(capped).all() and capped.abs().max() <= SOFTCAP_LEAST
+    assert torch.tensor(SOFTCAP_LEAST) > 0 and torch.tensor(1e-300) == 0 and torch.tensor(4e38).isinf()
 
 
 def test_configs_stored_with_positions_as_a_boolean_load_as_learned_and_none():
