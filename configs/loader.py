@@ -12,16 +12,16 @@ set from the command line with its dotted name:
     python train.py --softcap=50     # shorthand for --model.softcap=50
     python train.py --config gpt2-finetune --init-from gpt2   # shorthand for --train.init_from=gpt2
 
-Parsing is data only: stdlib tomllib, then configs/validation.py's validate_config, which checks each key and
-converts each value to its field's type, as it checks the config a checkpoint or a run's config.json holds.
+Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
 """
 
 import difflib
 import tomllib
 from pathlib import Path
 
-from configs.schema import KEYS, Config
-from configs.validation import ConfigError, validate_config
+from configs.schema import CHOSEN_WITH_WEIGHTS, KEYS, Config
+from configs.validation import FROM_TOKENIZER, ConfigError, validate_config
+from data.synthetic import SETTINGS
 from model.ablations import CHANGES
 
 CONFIG_DIR = Path(__file__).resolve().parent
@@ -34,6 +34,9 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--resume": ("train.resume", "true"),
     "--init-from": ("train.init_from", None),
 }
+SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}  # what only a synthetic source reads
+CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}  # with weights: the run's, or refused
+FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER  # what pretrained weights fix
 
 
 def presets() -> list[str]:
@@ -115,4 +118,30 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         raise ConfigError(f"malformed TOML in {path}: {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read config file {path}: {e}") from None
-    return validate_config(table, path, overrides)
+    cfg = validate_config(table, path, overrides)
+    refuse_ignored(cfg, overrides)
+    return cfg
+
+
+def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
+    """A flag the run would not use is refused, never silently ignored: a text's settings when the source draws its own
+    tokens (the induction preset's), a synthetic source's settings when it reads a text, and a model field that
+    pretrained weights fix (train.init_from: the sizes, the bias, the GELU, ...), which the weights' values replace."""
+    for dotted, value in overrides:
+        flag = next((f"{f} {value}" for f, (key, fixed) in SHORTHANDS.items() if key == dotted and fixed is None), f"--{dotted}={value}")
+        if dotted.startswith("data.") and cfg.data.source != "text" and dotted not in SYNTHETIC and dotted != "data.source":
+            raise ConfigError(
+                f"{flag} does not apply to data.source = {cfg.data.source}, which draws its own tokens (data.symbols of them) and "
+                f"reads no text, so {dotted} would be ignored; leave it out, or add --data.source=text to train on a text"
+            )
+        if dotted in SYNTHETIC and cfg.data.source == "text":
+            raise ConfigError(
+                f"{flag} sets the repeated-random source, and this run reads a text (data.source = text), so {dotted} would be "
+                "ignored; leave it out, or add --data.source=repeated-random"
+            )
+        if dotted in FROM_WEIGHTS and cfg.train.init_from:
+            raise ConfigError(
+                f"{flag} cannot apply to a run from pretrained weights (train.init_from = {cfg.train.init_from}): their own value "
+                f"replaces it, so {dotted} would be ignored; leave it out (such a run chooses only "
+                f"model.{', model.'.join(CHOSEN_WITH_WEIGHTS)}, and may switch the mask or the scale off)"
+            )

@@ -21,6 +21,7 @@ OPTIMIZERS = ("adamw", "muon")
 MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")  # "auto": bfloat16 where the device computes it in hardware
 MAX_SEED = 2**63 - 1  # torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
 MAX_RUN_NAME = 200  # characters
+CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")  # the model fields a run from pretrained weights takes from its config
 
 
 @dataclass(frozen=True)

@@ -480,6 +480,31 @@ def test_help_lists_the_cures_and_the_kinds_of_positions():
         assert needle in text, needle
 
 
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--config", "induction", "--data-file", "t.txt"], "--data-file t.txt does not apply to data.source = repeated-random"),
+        (["--config", "induction", "--data.tokenizer=gpt2"], "reads no text, so data.tokenizer would be ignored"),
+        (["--config", "tiny", "--data.symbols=16"], "--data.symbols=16 sets the repeated-random source, and this run reads a text"),
+        (["--config", "gpt2-finetune", "--model.n_layer=3"], "their own value replaces it, so model.n_layer would be ignored"),
+        (["--config", "tiny", "--init-from", "{gpt2}", "--model.gelu=tanh"], "so model.gelu would be ignored"),
+    ],
+)
+def test_a_flag_the_run_would_ignore_is_refused(flags, needle, tmp_path, capsys):
+    """`--config induction --data-file FILE` trained on the synthetic symbols without a word, and an --init-from run with
+    --model.n_layer=3 trained the weights' 2 layers in a folder named for 3: a flag that cannot apply is one line, exit 2."""
+    argv = [flag.format(gpt2=tmp_path / "gpt2") for flag in flags] + ["--runs-dir", str(tmp_path / "runs"), "--device", "cpu"]
+    assert_one_line_error(error_of(train.main, argv, capsys), needle, "leave it out")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_flags_that_apply_are_taken():
+    assert load_config(["--config", "induction", "--data.source=text", "--data-file", "t.txt"]).data.path == "t.txt"
+    assert load_config(["--config", "induction", "--data.symbols=16"]).data.symbols == 16
+    cfg = load_config(["--config", "gpt2-finetune", "--model.block_size=64", "--model.dropout=0.1", "--no-mask"])
+    assert (cfg.model.block_size, cfg.model.dropout, cfg.run_name) == (64, 0.1, "gpt2-finetune-no-mask-block_size64")
+
+
 # 6. Precedence and immutability
 
 
