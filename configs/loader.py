@@ -16,11 +16,12 @@ Parsing is data only: stdlib tomllib, and values converted to the annotated fiel
 """
 
 import difflib
-import struct
 import tomllib
 from pathlib import Path
 
-from configs.schema import KEYS, SECTIONS, Config
+from configs.schema import CHOSEN_WITH_WEIGHTS, KEYS, Config
+from configs.validation import FROM_TOKENIZER, ConfigError, validate_config
+from data.synthetic import SETTINGS
 from model.ablations import CHANGES
 
 CONFIG_DIR = Path(__file__).resolve().parent
@@ -33,12 +34,9 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--resume": ("train.resume", "true"),
     "--init-from": ("train.init_from", None),
 }
-FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
-SHAPE = ("n_layer", "n_head", "n_embd", "block_size")  # a model of another size is another run, named for it: shape_suffix
-
-
-class ConfigError(ValueError):
-    """A config file or flag that cannot be used; the message says what is valid."""
+SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}  # what only a synthetic source reads
+CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}  # with weights: the run's, or refused
+FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER  # what pretrained weights fix
 
 
 def presets() -> list[str]:
@@ -59,83 +57,6 @@ def find_config_file(name: str) -> Path:
     return path
 
 
-def nearest_key(dotted: str) -> str | None:
-    """The valid key a typo most likely meant: an abbreviation (learning_rate -> lr), else the closest spelling."""
-    section, _, name = dotted.partition(".")
-    if section in SECTIONS:
-        names = [key.partition(".")[2] for key in KEYS if key.startswith(f"{section}.")]
-        initials = "".join(part[:1] for part in name.split("_"))
-        for field_name in names:
-            if field_name == initials or field_name.replace("_", "") == name.replace("_", ""):
-                return f"{section}.{field_name}"
-        hint = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-        if hint:
-            return f"{section}.{hint[0]}"
-    hint = difflib.get_close_matches(dotted, list(KEYS), n=1, cutoff=0.5)
-    return hint[0] if hint else None
-
-
-def check_key(dotted: str) -> None:
-    """Make sure 'section.field' exists and may be set, suggesting the nearest valid key if not."""
-    if dotted not in KEYS:
-        section, _, name = dotted.partition(".")
-        if section not in SECTIONS and not name:
-            raise ConfigError(f"unknown section [{section}]; valid sections are {', '.join(SECTIONS)}")
-        hint = nearest_key(dotted)
-        suggestion = f", did you mean {hint}?" if hint else f"; valid keys: {', '.join(KEYS)}"
-        raise ConfigError(f"unknown key {dotted}{suggestion}")
-    if dotted in FROM_TOKENIZER:
-        raise ConfigError(f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead")
-
-
-def is_denormal(x: float) -> bool:
-    """Whether x is below the smallest normal double (2.2e-308) but not 0: read from its bits, since a CPU that flushes
-    denormals (as training sets it to) reads such a number as 0 in any comparison."""
-    bits = struct.unpack("<Q", struct.pack("<d", x))[0]
-    return (bits >> 52) & 0x7FF == 0 and bits & (2**52 - 1) != 0
-
-
-def convert(dotted: str, value):
-    """Turn a TOML value or a command-line string into the type of field `dotted`, or explain why not."""
-    number = converted(dotted, value)
-    if isinstance(number, float) and is_denormal(number):  # 1e-320 passes a check for > 0, then training's CPU reads it as 0
-        raise ConfigError(
-            f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in training; give a larger value"
-        )
-    return number
-
-
-def converted(dotted: str, value):
-    """convert's body: the value in the field's type."""
-    kind = KEYS[dotted].type
-    if isinstance(value, str) and kind is not str:
-        text = value.strip().lower()
-        if kind is bool:
-            if text not in ("true", "false"):
-                raise ConfigError(f"{dotted} takes true or false, got {value!r}")
-            return text == "true"
-        try:
-            return kind(text)
-        except ValueError:
-            raise ConfigError(f"{dotted} takes {'an integer' if kind is int else 'a number'}, got {value!r}") from None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if type(value) is not kind:
-        raise ConfigError(f"{dotted} takes {kind.__name__}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def shape_suffix(preset: dict, model) -> str:
-    """What a run's default name gets for the model sizes the command line changed from its preset's: "-n_layer1", ...
-
-    `--config induction --model.n_layer=1` then trains runs/induction-n_layer1 beside runs/induction, instead of moving
-    the two-layer run aside; a size the preset already has adds nothing, and --run-name always wins. It is kept apart
-    from the run name (Config.shape), so that variants derived from the config (compare.py's, the notebook's) keep it
-    under names of their own."""
-    changed = [key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)]
-    return "".join(f"-{key}{getattr(model, key)}" for key in changed)
-
-
 def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
     """Return the config name (`default` unless --config gives one) and the (dotted key, string value) overrides, in order."""
     name, overrides, spelled, i = default, [], [], 0  # spelled: each override as it was typed
@@ -152,8 +73,9 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
             continue
         if not flag.startswith("--") or not takes_value:
             shown = [*SHORTHANDS, "--config", "--section.field=VALUE"]
-            fields = [dotted for dotted in KEYS if dotted.partition(".")[2] == flag[2:].replace("-", "_")]
-            hint = f" (did you mean {' or '.join(f'--{f}=VALUE' for f in fields)}?)" if fields else ""
+            fields = [f"--{dotted}=VALUE" for dotted in KEYS if dotted.partition(".")[2] == flag[2:].replace("-", "_")]
+            fields += [flag.replace("_", "-")] if flag.replace("_", "-") in SHORTHANDS else []  # --no_mask: --no-mask
+            hint = f" (did you mean {' or '.join(fields)}?)" if fields else ""
             raise ConfigError(f"unknown argument {arg!r}{hint}; valid arguments: {', '.join(shown)}")
         if has_eq:
             value = inline
@@ -196,20 +118,30 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         raise ConfigError(f"malformed TOML in {path}: {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read config file {path}: {e}") from None
-    values: dict[str, dict] = {section: {} for section in SECTIONS}
-    for section, body in table.items():
-        if section not in SECTIONS or not isinstance(body, dict):
-            raise ConfigError(f"unknown section [{section}] in {path}; valid sections are {', '.join(SECTIONS)}")
-        for key, value in body.items():
-            check_key(f"{section}.{key}")
-            values[section][key] = convert(f"{section}.{key}", value)
-    preset = dict(values["model"])
+    cfg = validate_config(table, path, overrides)
+    refuse_ignored(cfg, overrides)
+    return cfg
+
+
+def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
+    """A flag the run would not use is refused, never silently ignored: a text's settings when the source draws its own
+    tokens (the induction preset's), a synthetic source's settings when it reads a text, and a model field that
+    pretrained weights fix (train.init_from: the sizes, the bias, the GELU, ...), which the weights' values replace."""
     for dotted, value in overrides:
-        check_key(dotted)
-        section, _, key = dotted.partition(".")
-        values[section][key] = convert(dotted, value)
-    try:
-        sections = {s: cls(**values[s]) for s, cls in SECTIONS.items()}
-        return Config(name=path.stem, **sections, shape=shape_suffix(preset, sections["model"]))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+        flag = next((f"{f} {value}" for f, (key, fixed) in SHORTHANDS.items() if key == dotted and fixed is None), f"--{dotted}={value}")
+        if dotted.startswith("data.") and cfg.data.source != "text" and dotted not in SYNTHETIC and dotted != "data.source":
+            raise ConfigError(
+                f"{flag} does not apply to data.source = {cfg.data.source}, which draws its own tokens (data.symbols of them) and "
+                f"reads no text, so {dotted} would be ignored; leave it out, or add --data.source=text to train on a text"
+            )
+        if dotted in SYNTHETIC and cfg.data.source == "text":
+            raise ConfigError(
+                f"{flag} sets the repeated-random source, and this run reads a text (data.source = text), so {dotted} would be "
+                "ignored; leave it out, or add --data.source=repeated-random"
+            )
+        if dotted in FROM_WEIGHTS and cfg.train.init_from:
+            raise ConfigError(
+                f"{flag} cannot apply to a run from pretrained weights (train.init_from = {cfg.train.init_from}): their own value "
+                f"replaces it, so {dotted} would be ignored; leave it out (such a run chooses only "
+                f"model.{', model.'.join(CHOSEN_WITH_WEIGHTS)}, and may switch the mask or the scale off)"
+            )

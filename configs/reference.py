@@ -13,8 +13,9 @@ import dataclasses
 import textwrap
 from pathlib import Path
 
-from configs.loader import FROM_TOKENIZER, SHORTHANDS, presets
+from configs.loader import SHORTHANDS, presets
 from configs.schema import KEYS, SECTION_MEANINGS, SECTIONS
+from configs.validation import FROM_TOKENIZER
 
 DOCS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "command-line.md"
 BEGIN = "<!-- every key: written by `python -m configs` from the fields' meanings; do not edit by hand -->"

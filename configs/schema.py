@@ -1,8 +1,8 @@
 """The configuration's schema: DataConfig and TrainConfig beside model/config.py's ModelConfig, and Config, one of each.
 
 Each field carries its unit or meaning; checks run in __post_init__, so a bad value fails when
-the config is built, not at step 3000. configs/loader.py fills these from a TOML preset and the
-command line.
+the config is built, not at step 3000. configs/validation.py fills these from a TOML preset and the
+command line (configs/loader.py), or from a run's record, checking each key and each value's type.
 """
 
 import dataclasses
@@ -21,6 +21,7 @@ OPTIMIZERS = ("adamw", "muon")
 MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")  # "auto": bfloat16 where the device computes it in hardware
 MAX_SEED = 2**63 - 1  # torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
 MAX_RUN_NAME = 200  # characters
+CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")  # the model fields a run from pretrained weights takes from its config
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    shape: str = ""  # the model sizes the command line changed from the preset's, as run names end: "-n_layer1" (configs/loader.py)
+    shape: str = ""  # the model sizes the command line changed from the preset's, as run names end: "-n_layer1" (configs/validation.py)
 
     def __post_init__(self) -> None:
         if self.data.source != "text":

@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 ATTENTION_BACKENDS = ("sdpa", "manual", "tiled")
 GELU_VARIANTS = ("exact", "tanh")
 POSITION_KINDS = ("learned", "rope", "none")
+# The scores are float32 (or bfloat16, with float32's range of exponents), so the cap C of C * tanh(score / C) must be:
+SOFTCAP_LEAST = 2.0**-126  # at least float32's smallest normal number: a smaller cap reads as 0, and score / C divides by it;
+SOFTCAP_MOST = 2.0**102  # at most 2**102: a score too small to move a float32 softmax weight (2**-24) is, over C, still a
+# normal float32. Over a larger cap, ordinary scores fall below 2**-126, where a CPU that flushes them reads 0: a cap of
+# 3e38 would train another model than no cap, though it caps nothing a score can reach.
 
 
 def setting(default, meaning: str):
@@ -46,7 +51,11 @@ class ModelConfig:
     qk_norm: bool = setting(
         False, "each head's queries and keys RMS-normalised before the scores (OLMo 2, Qwen 3): the logits cannot grow with their norms"
     )
-    softcap: float = setting(0.0, "scores capped to (-C, C) by C * tanh(score / C) before the mask (Gemma 2 used C = 50); 0 is off")
+    softcap: float = setting(
+        0.0,
+        "scores capped to (-C, C) by C * tanh(score / C) before the mask (Gemma 2 used C = 50); 0 is off, else C is from 2**-126 "
+        "to 2**102, the caps float32 scores can take",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.positions, bool):  # configs stored before positions had kinds: true (learned) or false (none)
@@ -69,6 +78,19 @@ class ModelConfig:
             raise ValueError(f"model.positions = rope turns pairs of components, so head_size must be even, got {self.head_size}")
         if self.softcap < 0:
             raise ValueError(f"model.softcap must be a positive cap (or 0, off), got {self.softcap}")
+        if 0 < self.softcap < SOFTCAP_LEAST:
+            raise ValueError(
+                f"model.softcap = {self.softcap:g} is below 2**-126 ({SOFTCAP_LEAST:.3g}), float32's smallest normal number, and the "
+                "scores are float32: the cap reads as 0 there, and C * tanh(score / C) divides by it; give 0 for no cap, or a cap of "
+                f"at least {SOFTCAP_LEAST:.3g} (Gemma 2 used 50)"
+            )
+        if self.softcap > SOFTCAP_MOST:
+            raise ValueError(
+                f"model.softcap = {self.softcap:g} is above 2**102 ({SOFTCAP_MOST:.3g}), the largest cap float32 scores can take: "
+                "ordinary scores divided by it fall below float32's smallest normal number and read as 0 (past 3.4e38 the cap is "
+                f"inf, and every score NaN), so it would train another model than no cap; give 0 for no cap, or a cap up to "
+                f"{SOFTCAP_MOST:.3g} (Gemma 2 used 50)"
+            )
 
     @property
     def head_size(self) -> int:

@@ -1,11 +1,14 @@
 """harness/training/checkpoints.py: whatever file is named, the reader answers with one CheckpointError, and a crafted size costs nothing;
 on a GPU the device's random state is kept for --resume."""
 
+import json
 import math
 
 import pytest
 import torch
+from conftest import assert_one_line_error, error_of
 
+import sample
 from configs import load_config
 from data.tokenizer import CharTokenizer, TokenizerError
 from harness.training.checkpoints import Checkpointer, CheckpointError, Progress, load_model, read_checkpoint, read_resumable, restore
@@ -89,6 +92,23 @@ def test_a_checkpoint_from_before_positions_had_kinds_loads_as_learned_or_none(t
     idx = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.equal(loaded(idx)[0], model.eval()(idx)[0])
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "found"),
+    [("causal", "false", "is text"), ("qk_norm", "yes", "is text"), ("scaled", 0, "is a whole number"), ("softcap", True, "is a boolean")],
+)
+def test_a_config_value_of_the_wrong_type_is_one_line_before_any_model(tmp_path, capsys, key, value, found):
+    """A --no-mask run whose checkpoint said causal = "false" was scored and sampled as causal, with the KV cache: every
+    reader of a checkpoint (sample.py, score.py, inspect_attention.py, --resume) checks its config as a command line's is."""
+    path = tmp_path / "ckpt.pt"
+    torch.save({**checkpoint_of(CFG, GPT(CFG).state_dict()), "config": {"model": vars(CFG) | {key: value}}}, path)
+    named = f"model.{key} = {json.dumps(value)} in {path} {found}"
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint(path)
+    assert str(e.value).startswith(named) and str(e.value).endswith("correct it, or train the run again")
+    assert_one_line_error(error_of(sample.main, ["--checkpoint", str(path), "--max-new-tokens", "2"], capsys), named)
+    assert capsys.readouterr().out == ""
 
 
 def test_on_cuda_the_device_s_dropout_state_is_saved_and_restored(tmp_path, monkeypatch):

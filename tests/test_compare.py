@@ -5,6 +5,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import runpy
 import shutil
 import signal
@@ -402,6 +403,10 @@ def test_the_cures_compare_end_to_end_and_an_older_finished_run_is_kept(tmp_path
     out = capsys.readouterr().out
     assert all(f"{name} finished already" in out for name in again)
     assert again["tiny"] == results["tiny"]
+    # A record whose value has the wrong type is refused as a checkpoint's or a command line's is: "true" is text.
+    (folder / "tiny" / "config.json").write_text(json.dumps(config | {"model": config["model"] | {"causal": "true"}}))
+    with pytest.raises(ConfigError, match=re.escape(f'model.causal = "true" in {folder / "tiny" / "config.json"} is text')):
+        compare.main([*argv, "--resume"])
 
 
 def test_the_picture_draws_more_variants_than_it_has_colours(tmp_path):

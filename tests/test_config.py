@@ -1,15 +1,19 @@
 """Tests for configs/: presets, typed CLI overrides, helpful errors, run names, precedence, immutability."""
 
 import dataclasses
+import json
 import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, run_script, tiny_argv
+import torch
+from conftest import assert_one_line_error, error_of, run_script, tiny_argv
 
-from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config
+import train
+from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config, validate_config
 from model import ModelConfig
 from model.ablations import flags_label, variants
+from model.config import SOFTCAP_LEAST, SOFTCAP_MOST
 
 SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
@@ -123,10 +127,51 @@ def test_toml_values_are_converted_and_checked(tmp_path):
     cfg = load_config(["--config", str(write_toml(tmp_path, "[train]\nlr = 1\n[model]\ncausal = false\n"))])
     assert cfg.train.lr == 1.0 and type(cfg.train.lr) is float
     assert cfg.model.causal is False
-    with pytest.raises(ConfigError, match="model.n_layer takes int, got float 4.5"):
+    with pytest.raises(ConfigError, match=r"model.n_layer = 4.5 in .*a.toml is a number, and model.n_layer takes a whole number"):
         load_config(["--config", str(write_toml(tmp_path, "[model]\nn_layer = 4.5\n", name="a.toml"))])
-    with pytest.raises(ConfigError, match="model.causal takes bool, got int 1"):
+    with pytest.raises(ConfigError, match=r"model.causal = 1 in .*b.toml is a whole number, and model.causal takes true or false"):
         load_config(["--config", str(write_toml(tmp_path, "[model]\ncausal = 1\n", name="b.toml"))])
+
+
+WRONG_TYPES = [  # a checkpoint holding each of these loaded and sampled without a word: "false" and "yes" read as true
+    ("causal", "false", 'model.causal = "false"', "is text, and model.causal takes true or false"),
+    ("qk_norm", "yes", 'model.qk_norm = "yes"', "is text, and model.qk_norm takes true or false"),
+    ("scaled", 0, "model.scaled = 0", "is a whole number, and model.scaled takes true or false"),
+    ("softcap", True, "model.softcap = true", "is a boolean, and model.softcap takes a number"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "shown", "found"), WRONG_TYPES)
+def test_a_value_of_the_wrong_type_is_refused_from_every_source(tmp_path, key, value, shown, found):
+    """One function checks a TOML file and a run's record (a checkpoint's config, config.json) alike: the field, the value,
+    the file and what to do, in one line. Python reads any non-empty text as true, so causal = "false" kept the mask."""
+    toml = write_toml(tmp_path, f"[model]\n{key} = {json.dumps(value)}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(["--config", str(toml)])
+    assert f"{shown} in {toml} {found}; " in str(e.value) and "\n" not in str(e.value)
+    recorded = load_config(["--config", "tiny"]).to_dict()
+    recorded["model"][key] = value
+    with pytest.raises(ConfigError) as e:
+        validate_config(recorded, "runs/tiny/config.json", recorded=True)
+    assert f"{shown} in runs/tiny/config.json {found}; train.py writes no such config" in str(e.value)
+    assert str(e.value).endswith("correct it, or train the run again")
+
+
+def test_a_toml_value_in_quotes_is_shown_without_them_and_a_run_s_record_loads_as_it_was(tmp_path):
+    with pytest.raises(ConfigError, match="write it without quotes: causal = false$"):
+        load_config(["--config", str(write_toml(tmp_path, '[model]\ncausal = "false"\n'))])
+    with pytest.raises(ConfigError, match="write it without quotes: lr = 0.0003$"):
+        load_config(["--config", str(write_toml(tmp_path, '[train]\nlr = "3e-4"\n'))])
+    cfg = load_config(["--config", "induction", "--no-mask", "--model.n_layer=1"])
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=256))  # as train.py records it
+    assert validate_config(json.loads(json.dumps(cfg.to_dict())), "config.json", recorded=True) == cfg
+    unknown = cfg.to_dict() | {"model": {"n_layers": 2}}
+    with pytest.raises(ConfigError, match=r"unknown key model.n_layers in ckpt.pt, did you mean model.n_layer\? \(train.py writes"):
+        validate_config(unknown, "ckpt.pt", recorded=True)
+    with pytest.raises(ConfigError, match=r"^ckpt.pt: model.n_embd \(128\) must be divisible by model.n_head \(3\); try n_head in"):
+        validate_config(cfg.to_dict() | {"model": {"n_head": 3}}, "ckpt.pt", recorded=True)
+    with pytest.raises(ConfigError, match="ckpt.pt holds no config"):
+        validate_config(["model"], "ckpt.pt", recorded=True)
 
 
 # 3. Unknown names
@@ -146,8 +191,32 @@ def test_unknown_key_learning_rate_suggests_lr():
 
 def test_unknown_key_in_toml(tmp_path):
     path = write_toml(tmp_path, "[train]\nbatchsize = 4\n")
-    with pytest.raises(ConfigError, match=r"unknown key train\.batchsize, did you mean train\.batch_size\?"):
+    with pytest.raises(ConfigError, match=r"unknown key train\.batchsize in .*custom.toml, did you mean train\.batch_size\?"):
         load_config(["--config", str(path)])
+
+
+@pytest.mark.parametrize(
+    ("arg", "meant"),
+    [
+        ("--model.rope=true", '--rope (model.positions = "rope")'),
+        ("--model.no_mask=true", "--no-mask (model.causal = false)"),
+        ("--model.no-scale=true", "--no-scale (model.scaled = false)"),
+        ("--model.no_pos=false", '--no-pos (model.positions = "none")'),
+    ],
+)
+def test_a_key_spelled_like_a_change_names_the_change_s_flag(arg, meant, tmp_path):
+    """--model.rope=true answered "did you mean model.dropout?" and --model.no_mask=true "model.n_head?", the nearest spellings;
+    model/ablations.py's table knows what each means."""
+    key = arg[2:].partition("=")[0]
+    with pytest.raises(ConfigError) as e:
+        load_config(["--config", "tiny", arg])
+    assert str(e.value) == f"unknown key {key}, did you mean {meant}?"
+    toml = write_toml(tmp_path, f"[model]\n{key.partition('.')[2]} = true\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(["--config", str(toml)])
+    assert str(e.value) == f"unknown key {key} in {toml}, did you mean {meant}?"
+    with pytest.raises(ConfigError, match=r"unknown argument '--no_mask' \(did you mean --no-mask\?\)"):
+        load_config(["--config", "tiny", "--no_mask"])
 
 
 def test_unknown_section(tmp_path):
@@ -353,6 +422,44 @@ def test_bad_positions_and_cures_are_one_line(flags, message):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("cap", "why"),
+    [
+        ("1e300", "is above 2**102 (5.07e+30), the largest cap float32 scores can take"),
+        ("4e38", "is above 2**102"),
+        ("3e38", "so it would train another model than no cap"),
+        ("1e-300", "is below 2**-126 (1.18e-38), float32's smallest normal number"),
+        ("1e-40", "the cap reads as 0 there, and C * tanh(score / C) divides by it"),
+    ],
+)
+def test_a_cap_float32_cannot_hold_is_refused_and_says_why(cap, why, tmp_path, corpus_file, capsys):
+    """1e300 and 4e38 were blamed on model.qk_init_std; 1e-300 (0 in float32) failed at step 1 with advice to lower the
+    learning rate; 3e38 trained another model than no cap, without a word."""
+    proc = error_of(train.main, tiny_argv(tmp_path, corpus_file, f"--softcap={cap}"), capsys)
+    line = assert_one_line_error(proc, f"model.softcap = {float(cap):g} ", why, "give 0 for no cap")
+    assert "qk_init_std" not in line and "--train.lr" not in line
+    assert not (tmp_path / "runs").exists()
+    assert load_config(["--config", "tiny", f"--softcap={SOFTCAP_MOST!r}"]).model.softcap == 2.0**102
+    assert load_config(["--config", "tiny", f"--softcap={SOFTCAP_LEAST!r}"]).model.softcap == 2.0**-126
+
+
+def test_the_cap_s_bounds_are_where_float32_scores_keep_their_values():
+    """Over the largest cap every score that can move a float32 softmax weight (above 2**-24) stays a normal number, so the
+    capped scores are the scores; over 3e38 most ordinary scores fall below 2**-126, which a CPU that flushes such numbers
+    (as training sets it) reads as 0. The smallest cap is not 0 in float32, where 1e-300 is."""
+    scores = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 3  # float32, as attention computes them
+    tiny = torch.finfo(torch.float32).tiny  # 2**-126
+
+    def read_as_0(cap: float) -> torch.Tensor:
+        return ((scores / cap).abs() < tiny) & (scores.abs() >= 2**-24)
+
+    assert not read_as_0(SOFTCAP_MOST).any() and read_as_0(3e38).float().mean() > 0.5
+    assert torch.equal(SOFTCAP_MOST * torch.tanh(scores / SOFTCAP_MOST), scores)
+    capped = SOFTCAP_LEAST * torch.tanh(scores / SOFTCAP_LEAST)
+    assert torch.isfinite(capped).all() and capped.abs().max() <= SOFTCAP_LEAST
+    assert torch.tensor(SOFTCAP_LEAST) > 0 and torch.tensor(1e-300) == 0 and torch.tensor(4e38).isinf()
+
+
 def test_configs_stored_with_positions_as_a_boolean_load_as_learned_and_none():
     """Checkpoints and config.json files written before positions had kinds hold true or false."""
     assert ModelConfig(positions=True).positions == "learned" and ModelConfig(positions=False).positions == "none"
@@ -371,6 +478,31 @@ def test_help_lists_the_cures_and_the_kinds_of_positions():
     text = usage("char")
     for needle in ("model.qk_norm", "model.softcap", "model.positions", "Gemma 2", "OLMo 2"):
         assert needle in text, needle
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--config", "induction", "--data-file", "t.txt"], "--data-file t.txt does not apply to data.source = repeated-random"),
+        (["--config", "induction", "--data.tokenizer=gpt2"], "reads no text, so data.tokenizer would be ignored"),
+        (["--config", "tiny", "--data.symbols=16"], "--data.symbols=16 sets the repeated-random source, and this run reads a text"),
+        (["--config", "gpt2-finetune", "--model.n_layer=3"], "their own value replaces it, so model.n_layer would be ignored"),
+        (["--config", "tiny", "--init-from", "{gpt2}", "--model.gelu=tanh"], "so model.gelu would be ignored"),
+    ],
+)
+def test_a_flag_the_run_would_ignore_is_refused(flags, needle, tmp_path, capsys):
+    """`--config induction --data-file FILE` trained on the synthetic symbols without a word, and an --init-from run with
+    --model.n_layer=3 trained the weights' 2 layers in a folder named for 3: a flag that cannot apply is one line, exit 2."""
+    argv = [flag.format(gpt2=tmp_path / "gpt2") for flag in flags] + ["--runs-dir", str(tmp_path / "runs"), "--device", "cpu"]
+    assert_one_line_error(error_of(train.main, argv, capsys), needle, "leave it out")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_flags_that_apply_are_taken():
+    assert load_config(["--config", "induction", "--data.source=text", "--data-file", "t.txt"]).data.path == "t.txt"
+    assert load_config(["--config", "induction", "--data.symbols=16"]).data.symbols == 16
+    cfg = load_config(["--config", "gpt2-finetune", "--model.block_size=64", "--model.dropout=0.1", "--no-mask"])
+    assert (cfg.model.block_size, cfg.model.dropout, cfg.run_name) == (64, 0.1, "gpt2-finetune-no-mask-block_size64")
 
 
 # 6. Precedence and immutability

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, import_or_skip
 
-from configs.loader import SHAPE
+from configs.validation import SHAPE
 from model import ModelConfig
 from model.ablations import flags_label, variants
 

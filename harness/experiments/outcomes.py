@@ -6,18 +6,16 @@ path from another directory is the same comparison, so the folders in a run's co
 not compared, and its texts (data.path, data.val_path) are compared as the files they name.
 """
 
-import dataclasses
 import os
 import signal
 from pathlib import Path
 
-from configs import SECTIONS, Config, ConfigError
+from configs import SECTIONS, Config, ConfigError, validate_config
 from configs.schema import config_differences
 from harness.folders import read_json
 from harness.training.checkpoints import CheckpointError, read_checkpoint
 from harness.training.runlog import evaluations, read_metrics
 from harness.training.step import DIVERGED
-from model import ModelConfig
 
 WHERE_NOT_WHAT = ("runs_dir", "cache_dir", "run_name", "resume", "vocab_size")  # where a run lies or how it was started, derived
 TEXTS = ("path", "val_path")  # data's files: one file may be typed several ways
@@ -31,18 +29,16 @@ def read_saved_runs(saved: Path) -> dict:
 
 
 def settings(config: dict) -> dict:
-    """A run's config (as config.json and checkpoints hold it) as an experiment compares it: the model section read as a
-    checkpoint's is (older records, positions true/false, upgraded) and data's files as absolute paths. Damage raises."""
+    """A run's config as an experiment compares it: data's files as absolute paths."""
     texts = {key: os.path.abspath(value) for key, value in config["data"].items() if key in TEXTS and value}
-    return {**config, "model": dataclasses.asdict(ModelConfig(**config["model"])), "data": {**config["data"], **texts}}
+    return {**config, "data": {**config["data"], **texts}}
 
 
-def check_settings(cfg: Config, recorded) -> None:
-    """Refuse a finished run whose recorded settings are not these: a comparison resumed with other flags."""
-    try:
-        recorded = settings(recorded)
-    except (ValueError, TypeError, KeyError, AttributeError):  # a damaged record: no settings, so every one differs
-        recorded = {}
+def check_settings(cfg: Config, recorded, where: Path) -> None:
+    """Refuse a finished run whose recorded settings (config.json's, or the checkpoint's at `where`) are not these: a
+    comparison resumed with other flags. A record with a value of the wrong type is refused as a checkpoint's is (older
+    records, positions true/false, read as they were); a missing or damaged one has no settings, so every one differs."""
+    recorded = settings(validate_config(recorded, where, recorded=True).to_dict()) if isinstance(recorded, dict) else {}
     differs = config_differences(recorded, settings({section: cfg.to_dict()[section] for section in SECTIONS}), ignore=WHERE_NOT_WHAT)
     if differs:
         raise ConfigError(
@@ -69,13 +65,18 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
     if not (cfg.run_dir / "ckpt.pt").is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]
-    recorded = read_json(cfg.run_dir / "config.json")
+    where = cfg.run_dir / "config.json"
+    recorded = read_json(where)
     if last.get("step") != cfg.train.max_steps:
         checkpoint = finished_checkpoint(cfg)
         if checkpoint is None:
             return None
-        last, recorded = {"step": checkpoint["step"], "loss/val": checkpoint.get("val_loss")}, checkpoint["config"]
-    check_settings(cfg, recorded)
+        last, recorded, where = (
+            {"step": checkpoint["step"], "loss/val": checkpoint.get("val_loss")},
+            checkpoint["config"],
+            cfg.run_dir / "ckpt.pt",
+        )
+    check_settings(cfg, recorded, where)
     saved = saved_runs.get(cfg.run_name, {})
     return saved if saved.get("step") == last["step"] and saved.get("exit_code") == 0 else {**last, "exit_code": 0}
 
@@ -85,7 +86,7 @@ def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict |
     with these settings; else None, and the run resumes or starts."""
     done = finished_run(cfg, saved_runs)
     if done is None and diverged_too and (done := diverged_run(cfg.run_dir)) is not None:
-        check_settings(cfg, read_json(cfg.run_dir / "config.json"))
+        check_settings(cfg, read_json(cfg.run_dir / "config.json"), cfg.run_dir / "config.json")
     return done
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from configs.schema import Config, config_differences
+from configs.validation import ConfigError, validate_config
 from data.files import atomic_file
 from data.synthetic import SETTINGS
 from data.tokenizer import Tokenizer, TokenizerError, tokenizer_from_state
@@ -72,15 +73,16 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
     val_loss = checkpoint.get("val_loss")
     if val_loss is not None and not (isinstance(val_loss, float) and math.isfinite(val_loss)):
         raise CheckpointError(f"{path} records a non-finite or invalid val loss ({val_loss!r})")
+    model_config_of(checkpoint, path)  # its whole config checked, as a command line's: a value of the wrong type stops here
     return checkpoint
 
 
 def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
-    """The ModelConfig a checkpoint stores (a field added since it was written takes its default), or a CheckpointError."""
+    """The ModelConfig a checkpoint stores, its whole config checked as any config is (configs/validation.py), or a CheckpointError."""
     try:
-        return ModelConfig(**checkpoint["config"]["model"])
-    except (TypeError, KeyError, ValueError) as e:
-        raise CheckpointError(f"{path} holds an invalid model config: {e}") from None
+        return validate_config(checkpoint["config"], path, recorded=True).model
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from None
 
 
 def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> None:

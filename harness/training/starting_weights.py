@@ -21,6 +21,7 @@ import dataclasses
 import torch
 
 from configs import Config, ConfigError
+from configs.schema import CHOSEN_WITH_WEIGHTS
 from harness.training.budget import check_affordable
 from harness.training.checkpoints import check_model_config, model_config_of
 from harness.training.runtime import Runtime
@@ -117,6 +118,6 @@ def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
 def chosen_fields(preset: ModelConfig, weights: ModelConfig) -> ModelConfig:
     """The weights' config with what a run chooses from the preset. causal and scaled stay as the weights were
     trained unless the preset switches them off (--no-mask, --no-scale): nothing silently switches them on."""
-    chosen = {field: getattr(preset, field) for field in ("block_size", "dropout", "attention")}
+    chosen = {field: getattr(preset, field) for field in CHOSEN_WITH_WEIGHTS}
     ablations = {switch: getattr(weights, switch) and getattr(preset, switch) for switch in ("causal", "scaled")}
     return dataclasses.replace(weights, **chosen, **ablations)
