@@ -34,9 +34,8 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     for name, tensor in payload.get("model", {}).items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
-    earlier = "the previous checkpoint there is intact" if path.is_file() else "no checkpoint was saved"
-    if not path.parent.is_dir():  # removed, or moved away while the run wrote into it
-        earlier = f"its folder {path.parent} is gone (removed or moved away), with what it held"
+    gone = f"its folder {path.parent} is gone (removed or moved away), with what it held"  # while the run wrote into it
+    earlier = "the previous checkpoint there is intact" if path.is_file() else "no checkpoint was saved" if path.parent.is_dir() else gone
     try:
         with atomic_file(path, one_writer=True) as f:  # the run folder's lock makes this process its only writer
             torch.save(payload, f)
@@ -70,8 +69,7 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
         raise CheckpointError(f"{path} is not a checkpoint of this project (it lacks model, config, tokenizer or step)")
     if not isinstance(checkpoint["model"], dict) or not all(isinstance(t, torch.Tensor) for t in checkpoint["model"].values()):
         raise CheckpointError(f"{path} is not a checkpoint of this project (its model entry is not a dict of tensors)")
-    val_loss = checkpoint.get("val_loss")
-    if val_loss is not None and not (isinstance(val_loss, float) and math.isfinite(val_loss)):
+    if (val_loss := checkpoint.get("val_loss")) is not None and not (isinstance(val_loss, float) and math.isfinite(val_loss)):
         raise CheckpointError(f"{path} records a non-finite or invalid val loss ({val_loss!r})")
     model_config_of(checkpoint, path)  # its whole config checked, as a command line's: a value of the wrong type stops here
     return checkpoint
@@ -80,7 +78,7 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
 def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
     """The ModelConfig a checkpoint stores, its whole config checked as any config is (configs/validation.py), or a CheckpointError."""
     try:
-        return validate_config(checkpoint["config"], path, recorded=True).model
+        return validate_config(checkpoint.get("config"), path, recorded=True).model
     except ConfigError as e:
         raise CheckpointError(str(e)) from None
 
