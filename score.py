@@ -25,9 +25,9 @@ from data.files import write_atomically
 from harness.arguments import context_factors, positive_int
 from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
 from harness.folders import writable_folder
-from harness.lengths import buckets, check_contexts, context_lengths, factor_label, score_contexts
+from harness.lengths import buckets, check_contexts, context_lengths, contexts_cost, factor_label, score_contexts
 from harness.scoring import score_ids, surprises, text_ids
-from harness.training.budget import duration, measured_speed
+from harness.training.budget import duration
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -90,7 +90,7 @@ def score_at_contexts(args: argparse.Namespace, model, ids: list[int], device, h
     """--contexts: refusals and the estimate first, then the loss per context and per position bucket, printed and
     kept in contexts.json."""
     lengths = context_lengths(args.contexts, model.cfg, len(ids))
-    seconds = check_contexts(model.cfg, lengths, len(ids), device, measured_speed(device))
+    seconds = check_contexts(model.cfg, lengths, len(ids), device, contexts_cost(model, lengths, len(ids)))
     out = writable_folder(folder, "the model's folder")  # before the work: a folder that cannot take the result costs nothing
     print(f"scoring {len(args.contexts)} contexts: about {duration(seconds)} (estimated)", file=sys.stderr)
     with StopFlag() as stop:
