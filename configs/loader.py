@@ -33,6 +33,9 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--resume": ("train.resume", "true"),
     "--init-from": ("train.init_from", None),
 }
+# A relative path names another file from another folder: the run's config.json and checkpoints record these resolved, so that
+# score.py and inspect_attention.py find a run's text from anywhere, and a run resumed from elsewhere records the same text.
+TEXT_PATHS = ("path", "val_path")
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
 SHAPE = ("n_layer", "n_head", "n_embd", "block_size")  # a model of another size is another run, named for it: shape_suffix
 
@@ -208,6 +211,8 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         check_key(dotted)
         section, _, key = dotted.partition(".")
         values[section][key] = convert(dotted, value)
+    for key in [key for key in TEXT_PATHS if values["data"].get(key)]:  # kept as they resolve here, not as typed: see TEXT_PATHS
+        values["data"][key] = str(Path(values["data"][key]).expanduser().resolve())
     try:
         sections = {s: cls(**values[s]) for s, cls in SECTIONS.items()}
         return Config(name=path.stem, **sections, shape=shape_suffix(preset, sections["model"]))
