@@ -94,9 +94,10 @@ def pass_flops(model_cfg: ModelConfig, B: int, length: int) -> float:
 
 def pass_memory_bytes(m: ModelConfig, B: int, length: int) -> float:
     """Memory one pass holds at its peak, roughly: the weights, a layer's activations (about 8 numbers per token and
-    channel), the readable path's (B, H, T, T) attention weights, and the logits with cross-entropy's copies of them."""
+    channel), the readable path's (B, H, T, T) scores and weights, which live together while the softmax runs (with a
+    softcap, its tanh's copy too), and the logits with cross-entropy's copies of them."""
     T = float(length)
-    attention = B * m.n_head * T * T if m.attention == "manual" else 0
+    attention = (3 if m.softcap else 2) * B * m.n_head * T * T if m.attention == "manual" else 0
     return 4.0 * (weight_count(m) + 8 * B * T * m.n_embd + attention + 3 * B * T * m.vocab_size)
 
 
