@@ -42,9 +42,6 @@ from harness.training.budget import (
 )
 from model import GPT, ModelConfig
 
-TIMED_PASS_S = 0.1  # the pass timed for the estimate, in seconds at a square product's speed (a small model takes a few times that)
-TIMED_PASS_BYTES = 2**28  # and the most memory it may take beyond the weights
-
 
 def factor_label(factor: float) -> str:
     """How a context is named, in multiples of block_size: 0.5x, 1x, 4x."""
@@ -101,20 +98,11 @@ def pass_memory_bytes(m: ModelConfig, B: int, length: int) -> float:
     return 4.0 * (weight_count(m) + 8 * B * T * m.n_embd + attention + 3 * B * T * m.vocab_size)
 
 
-def timed_shape(m: ModelConfig, length: int, B: int, speed: float) -> tuple[int, int]:
-    """The (B, T) of the pass that contexts_cost times: B windows of `length` tokens, cut (T halved, then fewer windows)
-    to about TIMED_PASS_S of work at `speed` and TIMED_PASS_BYTES of memory beyond the weights."""
-    T, beyond = length, lambda B, T: pass_memory_bytes(m, B, T) - pass_memory_bytes(m, 0, T)
-    while T > 1 and (forward_flops(m, 1, T) / speed > TIMED_PASS_S or beyond(1, T) > TIMED_PASS_BYTES):
-        T //= 2
-    return max(1, min(B, int(TIMED_PASS_S * speed / forward_flops(m, 1, T)), int(TIMED_PASS_BYTES / beyond(1, T)))), T
-
-
 def contexts_cost(model: GPT, lengths: list[int], n_tokens: int) -> PassCost:
     """What the model's passes cost here, timed on a pass like the longest context's (budget.measured_pass)."""
     length, speed = max(lengths), measured_speed(model.lm_head.weight.device)
     B = windows_per_pass(model.cfg, length, math.ceil((n_tokens - 1) / length))
-    return measured_pass(model, *timed_shape(model.cfg, length, B, speed), peak=speed)
+    return measured_pass(model, B, length, peak=speed)
 
 
 def check_contexts(model_cfg: ModelConfig, lengths: list[int], n_tokens: int, device: torch.device, cost: PassCost) -> float:

@@ -163,9 +163,8 @@ def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> floa
 
 @dataclasses.dataclass(frozen=True)
 class PassCost:
-    """What one model's forward passes cost on this device, timed on the model itself (measured_pass). Counting operations
-    at a square product's speed misses both terms a small model is made of: the fixed time of each call, and widths too
-    narrow for the matrix units, with the softmax and the norms reading memory between the products."""
+    """What one model's forward passes cost here, timed on the model itself (measured_pass): counting operations at a square
+    product's speed misses the fixed time of each call, and widths too narrow for the matrix units."""
 
     call_s: float  # seconds a pass costs whatever its size: Python, and the launch of every kernel of every layer
     speed: float  # operations per second beyond that, at the model's own widths
@@ -174,11 +173,19 @@ class PassCost:
         return calls * self.call_s + flops / self.speed
 
 
+TIMED_PASS_S = 0.1  # measured_pass's larger pass, in seconds at a square product's speed (a small model takes a few times that)
+TIMED_PASS_NUMBERS = 2**26  # and the most numbers it may hold beyond the weights
+
+
 def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
-    """The PassCost of model's forward passes, from two timed after a warm-up (the faster of two each): one over a single
-    token, all of it the call's fixed time, and one over (B, T) tokens, the rest at the model's speed (never above `peak`,
-    the square product's). Each reads its last position's logits, as the honest loss's passes do."""
-    device = model.lm_head.weight.device
+    """The PassCost of model's passes, from two timed after a warm-up (the faster of two each): one over a single token, all
+    of it the call's fixed time, and one over (B, T) tokens cut (T halved, then fewer rows) to about TIMED_PASS_S at `peak`
+    (the square product's speed, never passed) and TIMED_PASS_NUMBERS held: the rest. Each reads its last position's logits."""
+    m, device = model.cfg, model.lm_head.weight.device
+    held = lambda B, T: B * (8 * T * m.n_embd + m.vocab_size + (2 * m.n_head * T * T if m.attention == "manual" else 0))  # noqa: E731
+    while T > 1 and (forward_flops(m, 1, T) / peak > TIMED_PASS_S or held(1, T) > TIMED_PASS_NUMBERS):
+        T //= 2
+    B = max(1, min(B, int(TIMED_PASS_S * peak / forward_flops(m, 1, T)), int(TIMED_PASS_NUMBERS / held(1, T))))
 
     def best(B: int, T: int) -> float:
         x = torch.zeros((B, T), dtype=torch.long, device=device)
@@ -187,7 +194,6 @@ def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
 
     with torch.no_grad():
         call_s, whole_s = best(1, 1), best(B, T)
-    m = model.cfg
     flops = forward_flops(m, B, T) - 2.0 * B * (T - 1) * m.vocab_size * m.n_embd  # the output layer at the last position only
     return PassCost(call_s, min(peak, flops / max(whole_s - call_s, 1e-9)))
 
