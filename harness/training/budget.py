@@ -9,7 +9,7 @@ kernels skip); a training step, forward and backward, about
 three forward passes. Seconds are these counts over the speed of a square matrix product timed here,
 so they are estimates, good to a small factor. docs/experiment.md has the figures they were checked against. A small
 model is slower than that speed says, bound by the fixed time of each call and by its narrow widths: where the model
-exists already (score.py --contexts), its own passes are timed instead (measured_pass).
+exists already (score.py --contexts, bench.py), its own passes are timed instead (measured_pass).
 
 Memory is estimated from the config alone too, and checked before anything is allocated: a training step
 (check_affordable, before the model is built) and a batch of samples (check_sampling, before the first token)
