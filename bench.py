@@ -40,10 +40,12 @@ import torch
 
 from harness.arguments import positive_float
 from harness.cli import OneLineParser, run_command
+from harness.experiments.bench_cost import bench_cost
 from harness.experiments.benchmark import GPT2_124M_FLAG, expand_gpt2_124m, format_tables, measure_all
 from harness.experiments.data_bench import MIN_MB, bench_data, format_data_table
 from harness.experiments.profiling import load_average, machine_name
 from harness.experiments.whole_run import format_whole_run, profile_whole_run
+from harness.training.budget import duration
 from harness.training.runlog import evaluations
 from harness.training.runtime import setup_runtime
 
@@ -97,6 +99,7 @@ def main(argv: list[str]) -> dict | int:
         result |= {"load_avg_1min": load_average(), "torch_threads": torch.get_num_threads()}  # the child's threads too: OMP_NUM_THREADS
         tables = format_whole_run(result)
     else:
+        log(f"benchmarking: about {duration(bench_cost(cfg, runtime))} (estimated), after train.py's checks of the model and its step")
         result = measure_all(cfg, runtime, log=log)
         tables = format_tables(result)
     if args.json:

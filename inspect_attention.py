@@ -27,7 +27,7 @@ from configs import ConfigError
 from data.files import write_atomically
 from data.synthetic import PROBE_SEED, RepeatedRandom
 from data.tokenizer import TokenizerError, token_labels
-from harness.arguments import non_negative_int, seed, typed_text
+from harness.arguments import draw_count, seed, typed_text
 from harness.cli import OneLineParser, add_model_source, load_model_source, run_command
 from harness.experiments.head_ablation import measure, report, run_batches
 from harness.folders import writable_folder
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> Path:
     parser.add_argument(
         "--ablate", metavar="HEADS", help='switch heads off and measure the leak gap: "next-token", or L0H1,L0H3 (L1: a layer)'
     )
-    parser.add_argument("--draws", type=non_negative_int, default=10, help="--ablate: random draws of as many other heads (default 10)")
+    parser.add_argument("--draws", type=draw_count, default=10, help="--ablate: random draws of as many other heads (default 10, 0-1000)")
     parser.add_argument("--seed", type=seed, default=0, help="--ablate: the seed of those draws (default 0)")
     parser.add_argument("--mean-ablation", action="store_true", help="--ablate: replace a head's output by its mean, not by zero")
     args = parser.parse_args(argv)

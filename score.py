@@ -7,7 +7,8 @@ sliding windows with a stride; harness/scoring.py says how, and why each token i
 
 --contexts 0.5,1,2,4 scores the text at contexts of those multiples of the model's block_size instead,
 each in separate windows, and prints the loss per context and per position bucket (0-63, 64-127, ...
-at block_size 128); contexts.json in the model's folder holds them, with the loss at every position.
+at block_size 128); contexts.json in the model's folder holds them (contexts-<name>.json for a --file, so that a
+file never takes the val split's place), with the loss at every position and the text scored.
 A model with a learned position table is refused contexts past its block_size; harness/lengths.py says why.
 """
 
@@ -23,11 +24,11 @@ from pathlib import Path
 
 from data.files import write_atomically
 from harness.arguments import context_factors, positive_int
-from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
+from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, out_of_memory_advice, run_command
 from harness.folders import writable_folder
-from harness.lengths import buckets, check_contexts, context_lengths, factor_label, score_contexts
+from harness.lengths import buckets, check_contexts, context_lengths, contexts_cost, factor_label, score_contexts
 from harness.scoring import score_ids, surprises, text_ids
-from harness.training.budget import duration, measured_speed
+from harness.training.budget import duration
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> dict:
     model, tokenizer, described, folder, checkpoint = load_model_source(args, device)
     ids, what = text_ids(tokenizer, args.file, checkpoint)
     if args.contexts:
-        return score_at_contexts(args, model, ids, device, f"# {described} on {device}\n# {what}", folder)
+        return score_at_contexts(args, model, ids, device, folder, f"# {described} on {device}", what)
     stride = args.stride or max(1, model.cfg.block_size // 2)
     if not model.cfg.causal:
         print(
@@ -86,29 +87,37 @@ def main(argv: list[str]) -> dict:
     return result
 
 
-def score_at_contexts(args: argparse.Namespace, model, ids: list[int], device, header: str, folder: Path) -> dict:
-    """--contexts: refusals and the estimate first, then the loss per context and per position bucket, printed and
-    kept in contexts.json."""
+def score_at_contexts(args: argparse.Namespace, model, ids: list[int], device, folder: Path, described: str, what: str) -> dict:
+    """--contexts: refusals and the estimate first, then the loss per context and per position bucket, printed, then kept
+    beside the checkpoint: the val split's in contexts.json (what tools.docs_figures reads), a --file's in
+    contexts-<its name>.json, each naming the text it scored."""
     lengths = context_lengths(args.contexts, model.cfg, len(ids))
-    seconds = check_contexts(model.cfg, lengths, len(ids), device, measured_speed(device))
+    seconds = check_contexts(model.cfg, lengths, len(ids), device, contexts_cost(model, lengths, len(ids)))
     out = writable_folder(folder, "the model's folder")  # before the work: a folder that cannot take the result costs nothing
+    kept = out / ("contexts.json" if args.file is None else f"contexts-{args.file.stem}.json")
     print(f"scoring {len(args.contexts)} contexts: about {duration(seconds)} (estimated)", file=sys.stderr)
-    with StopFlag() as stop:
+    with StopFlag() as stop, out_of_memory_advice("give shorter --contexts (each pass holds its windows' whole context)"):
         result = score_contexts(model, ids, args.contexts, stop.poll)
-    write_atomically(out / "contexts.json", json.dumps(result).encode())
+    result["text"] = what if args.file is None else str(args.file.resolve())
     if args.json:
-        print(json.dumps(result))
-        return result
-    contexts = result["contexts"].values()
+        print(json.dumps(result), flush=True)  # printed before the file is written: a full disk loses the file, not the result
+    else:
+        print_contexts(result, lengths, f"{described}\n# {what}", model.cfg)
+    write_atomically(kept, json.dumps(result).encode())
+    if not args.json:
+        print(f"{kept.name}: {kept}")
+    return result
+
+
+def print_contexts(result: dict, lengths: list[int], header: str, model_cfg) -> None:
+    """The table of --contexts: per context its loss, then per position bucket."""
     names = [f"{first}-{last}" for first, last in buckets(lengths)]
-    print(f"{header}: separate windows of each context; trained at {model.cfg.block_size} tokens, positions {model.cfg.positions}")
+    print(f"{header}: separate windows of each context; trained at {model_cfg.block_size} tokens, positions {model_cfg.positions}")
     print("# loss in nats per token: over all of each context's windows, then at the positions of a window that each column names")
     print(f"{'context':>8} {'tokens':>7} {'scored':>9} {'loss':>7} |" + "".join(f"{n:>10}" for n in names))
-    for c in contexts:
+    for c in result["contexts"].values():
         cells = "".join(f"{c['buckets'][n]['loss']:10.4f}" if n in c["buckets"] else " " * 10 for n in names)
-        print(f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f} |{cells}".rstrip())
-    print(f"contexts.json: {out / 'contexts.json'}")
-    return result
+        print(f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f} |{cells}".rstrip(), flush=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ set from the command line with its dotted name:
 Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
 """
 
+import dataclasses
 import difflib
 import tomllib
 from pathlib import Path
@@ -37,6 +38,9 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
 SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}  # what only a synthetic source reads
 CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}  # with weights: the run's, or refused
 FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER  # what pretrained weights fix
+# A relative path names another file from another folder: the run's config.json and checkpoints record these resolved, so that
+# score.py and inspect_attention.py find a run's text from anywhere, and a run resumed from elsewhere records the same text.
+TEXT_PATHS = ("path", "val_path")
 
 
 def presets() -> list[str]:
@@ -120,7 +124,8 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         raise ConfigError(f"cannot read config file {path}: {e}") from None
     cfg = validate_config(table, path, overrides)
     refuse_ignored(cfg, overrides)
-    return cfg
+    texts = {key: str(Path(getattr(cfg.data, key)).expanduser().resolve()) for key in TEXT_PATHS if getattr(cfg.data, key)}
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **texts))  # kept as they resolve here, not as typed
 
 
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:

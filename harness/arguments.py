@@ -12,6 +12,7 @@ from configs import MAX_SEED
 from model.ablations import CHANGES, JOIN, variant_changes, variant_order
 
 MAX_SEEDS = 100  # an experiment's training runs per variant: more would run for weeks
+MAX_DRAWS = 1000  # inspect_attention.py --ablate's random draws of heads, each a leak gap over the run's val batches, prefix by prefix
 EVERY = ", ".join(c.name for c in CHANGES)
 
 
@@ -84,6 +85,13 @@ def seed_count(text: str) -> int:
     """An experiment's seeds per variant (compare.py, sweep.py --seeds)."""
     if not text.strip().isdigit() or not 1 <= int(text) <= MAX_SEEDS:
         raise argparse.ArgumentTypeError(f"takes the number of seeds per variant, 1 to {MAX_SEEDS}, got {text!r}")
+    return int(text)
+
+
+def draw_count(text: str) -> int:
+    """--draws: how many times as many random heads are switched off, 0 to MAX_DRAWS."""
+    if not text.strip().isdigit() or int(text) > MAX_DRAWS:
+        raise argparse.ArgumentTypeError(f"takes the number of random draws, 0 to {MAX_DRAWS}, got {text!r}")
     return int(text)
 
 

@@ -5,6 +5,7 @@ with "error:" and exit code 2, never a traceback; a run that cannot go on is exi
 """
 
 import argparse
+import contextlib
 import errno
 import os
 import re
@@ -183,8 +184,21 @@ def is_out_of_memory(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError | MemoryError) or any(s in str(e) for s in ("can't allocate memory", "std::bad_alloc"))
 
 
+@contextlib.contextmanager
+def out_of_memory_advice(advice: str):
+    """Inside the block, a failed allocation's line (out_of_memory_message) gives `advice`, the flags that make this work
+    smaller, in place of training's: scoring at --contexts is made smaller by its own flag."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        if is_out_of_memory(e):
+            e.advice = advice
+        raise
+
+
 def out_of_memory_message(e: BaseException) -> str:
-    """One line for a failed allocation: how much was asked for, and which flags make it smaller.
+    """One line for a failed allocation: how much was asked for, and which flags make it smaller (out_of_memory_advice's,
+    or training's).
 
     The largest tensors are the (T, T) attention weights that evaluation and inspection hold per
     head, and the (B, T, V) logits, so the context and the batch come first.
@@ -193,7 +207,7 @@ def out_of_memory_message(e: BaseException) -> str:
     size = (
         "" if asked is None else f" ({int(asked[1]) / 2**30:.1f} GiB asked for at once)" if asked[1] else f" ({asked[2]} asked for at once)"
     )
-    return (
-        f"out of memory{size}: the context, batch or model is too large for this machine; "
-        "lower --model.block_size (attention weights grow with its square), --train.batch_size or the model's size"
+    advice = getattr(
+        e, "advice", "lower --model.block_size (attention weights grow with its square), --train.batch_size or the model's size"
     )
+    return f"out of memory{size}: the context, batch or model is too large for this machine; {advice}"

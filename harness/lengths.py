@@ -14,8 +14,10 @@ the model never trained at.
 
 A learned position table has no row past block_size: such a model is refused any longer context
 (ModelConfig.max_length); rotary positions (rope) and none take any length. Before anything is scored, the
-memory of a pass and the time of the whole are estimated from the sizes (harness/training/budget.py): a pass
-too big for the device, or too long to stop (a pass cannot be stopped midway), is refused in one line.
+memory of a pass is estimated from the sizes, and the time of the whole from a pass of the model itself, timed
+(harness/training/budget.py: a small model scored prefix by prefix is bound by the fixed time of each call, which
+counting operations misses): a pass too big for the device, or too long to stop (a pass cannot be stopped midway),
+is refused in one line.
 """
 
 import math
@@ -27,7 +29,17 @@ from tqdm import tqdm
 from configs import ConfigError
 from data.corpus import DataError
 from harness.scoring import LOGITS_PER_BATCH, token_losses
-from harness.training.budget import STEP_LIMIT_S, check_memory, duration, forward_flops, prefix_flops, weight_count
+from harness.training.budget import (
+    STEP_LIMIT_S,
+    PassCost,
+    check_memory,
+    duration,
+    forward_flops,
+    measured_pass,
+    measured_speed,
+    prefix_flops,
+    weight_count,
+)
 from model import GPT, ModelConfig
 
 
@@ -79,22 +91,30 @@ def pass_flops(model_cfg: ModelConfig, B: int, length: int) -> float:
 
 def pass_memory_bytes(m: ModelConfig, B: int, length: int) -> float:
     """Memory one pass holds at its peak, roughly: the weights, a layer's activations (about 8 numbers per token and
-    channel), the readable path's (B, H, T, T) attention weights, and the logits with cross-entropy's copies of them."""
+    channel), the readable path's (B, H, T, T) scores and weights, which live together while the softmax runs (with a
+    softcap, its tanh's copy too), and the logits with cross-entropy's copies of them."""
     T = float(length)
-    attention = B * m.n_head * T * T if m.attention == "manual" else 0
+    attention = (3 if m.softcap else 2) * B * m.n_head * T * T if m.attention == "manual" else 0
     return 4.0 * (weight_count(m) + 8 * B * T * m.n_embd + attention + 3 * B * T * m.vocab_size)
 
 
-def check_contexts(model_cfg: ModelConfig, lengths: list[int], n_tokens: int, device: torch.device, speed: float) -> float:
+def contexts_cost(model: GPT, lengths: list[int], n_tokens: int) -> PassCost:
+    """What the model's passes cost here, timed on a pass like the longest context's (budget.measured_pass)."""
+    length, speed = max(lengths), measured_speed(model.lm_head.weight.device)
+    B = windows_per_pass(model.cfg, length, math.ceil((n_tokens - 1) / length))
+    return measured_pass(model, B, length, peak=speed)
+
+
+def check_contexts(model_cfg: ModelConfig, lengths: list[int], n_tokens: int, device: torch.device, cost: PassCost) -> float:
     """Refuse in one line a context whose pass the device cannot hold, or whose pass would outlast a stop's patience;
-    return the seconds the whole scoring should take, at `speed` operations per second (budget.measured_speed)."""
+    return the seconds the whole scoring should take at `cost` (contexts_cost): every call, and every operation."""
     seconds = 0.0
     for length in lengths:
         n_windows = math.ceil((n_tokens - 1) / length)
         B = windows_per_pass(model_cfg, length, n_windows)
         what = f"scoring {B} window{'s' * (B > 1)} of {length:,} tokens at once"
         check_memory(pass_memory_bytes(model_cfg, B, length), device, what, "give shorter --contexts")
-        one = pass_flops(model_cfg, B, length) / speed
+        one = cost.seconds(pass_flops(model_cfg, B, length), calls=1 if model_cfg.causal else length)  # honest: a pass per prefix
         if one > STEP_LIMIT_S:
             raise ConfigError(
                 f"{what} would take about {duration(one)} on this {device.type}, and a pass cannot be stopped midway "

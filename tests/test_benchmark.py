@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -65,6 +66,39 @@ def test_bench_functions_on_tiny_config():
     assert "| attention kernel (sdpa: torch's pick for this step's shapes) | flash |" in table  # no dropout in tiny
     assert "| float32 peak: measured here |" in table
     assert json.loads(json.dumps(result)) == result
+
+
+def test_bench_refuses_what_train_py_refuses_before_it_builds_and_estimates_first(monkeypatch, capsys):
+    """bench.py built a million-layer model silently (10.7 GB after 250 s) where train.py refuses it at once; now it runs
+    train.py's checks first, then the readable core's memory at T = 4096, each one line, with no model built; what it
+    does measure it estimates first, within a factor 3 of the time it takes."""
+    from conftest import assert_one_line_error, error_of
+
+    import bench
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before the refusal")
+
+    monkeypatch.setattr(budget, "measured_speed", lambda device: 20e9)  # a 2-core CPU's order of magnitude, on any machine
+    monkeypatch.setattr(budget, "device_memory_bytes", lambda device: 2.0**34)  # 16 GiB
+    monkeypatch.setattr(benchmark, "GPT", no_model)
+    tiny = ["--config", "tiny", "--device", "cpu"]
+    for extra, needle in (
+        (["--model.n_layer=1000000"], "training a model of about 12,288M parameters needs about 183 GiB, and this cpu has 16 GiB"),
+        (["--model.block_size=100000"], "one training step at block_size 100000 would take about"),
+        (["--model.n_head=256", "--model.n_embd=256"], "the readable attention core at T = 4096 with 256 heads needs about 32 GiB"),
+    ):
+        proc = error_of(bench.main, [*tiny, *extra], capsys)
+        assert_one_line_error(proc, needle)
+        assert proc.stdout == ""
+    monkeypatch.undo()
+    result = bench.main([*tiny, "--json"])
+    err = capsys.readouterr().err.splitlines()
+    estimate = float(
+        re.fullmatch(r"benchmarking: about (\d+) s \(estimated\), after train.py's checks of the model and its step", err[0])[1]
+    )
+    assert err[1] == "the peak to divide by ..."  # said before any measurement
+    assert result["bench_s"] / 3 < estimate < result["bench_s"] * 3, f"estimated {estimate} s, took {result['bench_s']:.1f} s"
 
 
 def test_bench_training_compiles_the_step_when_train_py_would(monkeypatch):

@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import REPO_ROOT, tiny_argv, train_in_process
+from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv, train_in_process
 
 from tools.docs_figures import code_values, fill, named_values, pattern, sync
 from tools.figures import read_figures
@@ -156,9 +156,9 @@ def test_score_gradient_pairs_each_seed_with_and_without_the_scale(tmp_path, cor
 
 
 def test_the_probes_cost_is_its_phase_of_each_run_and_the_ratio_of_medians():
-    """tools.figures.probe_cost on bench.py --whole-run reports, two with the probe and one without, numbers by hand."""
+    """tools.probe_cost.probe_cost on bench.py --whole-run reports, two with the probe and one without, numbers by hand."""
     from configs import ConfigError
-    from tools.figures import probe_cost
+    from tools.probe_cost import probe_cost
 
     def report(probe_s, wall_s, cpu_s, calls=22):
         phases = {"steps: forward": {"calls": 410, "wall_s": 10.0, "cpu_s": 9.0}}
@@ -171,6 +171,45 @@ def test_the_probes_cost_is_its_phase_of_each_run_and_the_ratio_of_medians():
     assert cost["cpu_ratio"] == 22.5 / 19.0 and cost["without"]["val"] == [1.8618]
     with pytest.raises(ConfigError, match="without it"):
         probe_cost([report(1.0, 40.0, 20.0)])
+
+
+def test_the_docs_tools_refuse_what_they_cannot_read_in_one_line(tmp_path, capsys, monkeypatch):
+    """--probe-cost with a report that is missing, a folder, not JSON or lacking a field, --runs-dir that is not a folder, a
+    run the outputs read that is not there, the lens page without its run: each one line and exit code 2, figures.json untouched."""
+    import tools.docs_figures
+    import tools.lens_page
+    from tools.figures import FIGURES
+
+    before = FIGURES.read_bytes()
+    whole = {"command": "python train.py --config char", "phases": {"probe: x": {"calls": 2, "wall_s": 1.0, "cpu_s": 1.0}},
+             "wall_s": 40.0, "cpu_s": 20.0, "val": 1.86, "machine": "m", "torch_threads": 1, "torch_version": "2"}  # fmt: skip
+    reports = {"torn.json": '{"command": "python', "list.json": "[1]", "no-phases.json": json.dumps({**whole, "phases": None}),
+               "no-wall.json": json.dumps({**whole, "wall_s": 0}), "no-val.json": json.dumps({k: v for k, v in whole.items() if k != "val"})}  # fmt: skip
+    for name, text in reports.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    cases = [
+        (["--probe-cost", "k", str(tmp_path / "missing.json")], ["missing.json is not there, not a report", "bench.py"]),
+        (["--probe-cost", "k", str(tmp_path)], ["is a folder, not a report"]),
+        (["--probe-cost", "k", str(tmp_path / "torn.json")], ["torn.json is not JSON"]),
+        (["--probe-cost", "k", str(tmp_path / "list.json")], ["list.json is not a JSON object"]),
+        (["--probe-cost", "k", str(tmp_path / "no-phases.json")], ["no-phases.json has no 'phases'"]),
+        (["--probe-cost", "k", str(tmp_path / "no-wall.json")], ["no-wall.json has no positive number 'wall_s'"]),
+        (["--probe-cost", "k", str(tmp_path / "no-val.json")], ["no-val.json has no 'val'"]),
+        (["--probe-cost", str(tmp_path / "torn.json"), str(tmp_path / "list.json")], ["takes the name to record under first"]),
+        (["--record", "--runs-dir", str(tmp_path / "nowhere")], [f"--runs-dir {tmp_path / 'nowhere'} is not there"]),
+        (["--record", "--runs-dir", str(tmp_path / "a-file")], [f"--runs-dir {tmp_path / 'a-file'} is a file"]),
+        (["--check-outputs", "--runs-dir", str(tmp_path / "nowhere")], ["is not there"]),
+        (["--check-outputs", "--runs-dir", str(tmp_path), "--outputs", "output-char-score"], ["holds no run char with an evaluation"]),
+    ]
+    for argv, needles in cases:
+        proc = error_of(tools.docs_figures.main, argv, capsys)
+        assert_one_line_error(proc, *needles)
+    assert FIGURES.read_bytes() == before
+    monkeypatch.setattr(tools.lens_page, "ROOT", tmp_path)  # no runs/ there, whatever this checkout holds
+    assert_one_line_error(
+        error_of(tools.lens_page.main, [], capsys), "runs/char-no-mask/ckpt.pt", "python train.py --config char --no-mask"
+    )
 
 
 def test_a_positions_comparison_scored_at_contexts_becomes_its_entries_tables_and_picture(

@@ -2,10 +2,12 @@
 
 import dataclasses
 import json
+import re
+import time
 
 import pytest
 import torch
-from conftest import tiny_argv
+from conftest import assert_one_line_error, error_of, tiny_argv
 
 import inspect_attention
 import train
@@ -66,3 +68,22 @@ def test_inspect_attention_ablates_heads_of_a_run_and_refuses_bad_heads(tmp_path
         assert run_command(inspect_attention.main, args) == 2, args
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --ablate") and needle in err[0], err
+
+
+def test_draws_are_bounded_and_the_leak_gaps_are_estimated_from_the_first(capsys):
+    """--draws 100000 ran for days with no bound, estimate or progress line: it takes 0 to 1000, and the measurement says
+    how many leak gaps are left and how long they should take, from the first, within a factor 3 of the time they take."""
+    assert_one_line_error(error_of(inspect_attention.main, ["--ablate", "L0H0", "--draws", "100000"], capsys), "0 to 1000", "100000")
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=65, causal=False)).eval()
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 65, (8, 64), generator=gen), torch.randint(0, 65, (8, 64), generator=gen), list(range(0, 64, 4)))]
+    leak(model, batches)  # a first pass, so that the timed one is like the others
+    said = []
+    start = time.perf_counter()
+    measure(model, batches, [(0, 1)], draws=6, seed=0, say=said.append)
+    taken = time.perf_counter() - start
+    found = re.fullmatch(r"--ablate: (\d+) more leak gaps to measure, about \d+ s \(estimated: the first took ([\d.e+-]+) s\)", said[0])
+    assert found and int(found[1]) == 1 + 6 + 4 + 2, said  # the named heads, the draws, each head, each layer
+    estimate = (int(found[1]) + 1) * float(found[2])
+    assert taken / 3 < estimate < taken * 3, f"estimated {estimate:.2f} s, took {taken:.2f} s"

@@ -4,21 +4,24 @@ training length equal to one pass of the model, a learned table refused past its
 refused in one line."""
 
 import dataclasses
+import errno
 import json
+import time
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_close, assert_one_line_error, error_of, run_script, tiny_argv, write_corpus
+from conftest import assert_close, assert_one_line_error, error_of, make_corpus_text, run_script, tiny_argv, write_corpus
 
 import score
 import train
 from configs import ConfigError, load_config
-from harness.lengths import buckets, check_contexts, context_lengths, score_contexts
+from harness.lengths import buckets, check_contexts, context_lengths, contexts_cost, score_contexts
 from harness.scoring import text_ids
 from harness.training import budget
+from harness.training.budget import PassCost
 from harness.training.checkpoints import load_model
-from model import ModelConfig
+from model import GPT, ModelConfig
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
 
@@ -119,6 +122,23 @@ def test_bad_contexts_are_one_line(runs, tmp_path, capsys):
         assert proc.stdout == ""
 
 
+def test_the_estimate_times_the_model_s_own_passes(monkeypatch):
+    """A small no-mask model scored prefix by prefix: its estimate said 9 s where it took 159 s, counting operations at a
+    square product's speed. Timed on a pass of the model itself, the estimate lies within a factor 3 of the time taken."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=BLOCK, vocab_size=65, positions="rope", causal=False)).eval()
+    ids = torch.randint(0, 65, (3000,), generator=torch.Generator().manual_seed(0)).tolist()
+    factors = [1.0, 4.0]
+    lengths = context_lengths(factors, model.cfg, len(ids))
+    cost = contexts_cost(model, lengths, len(ids))
+    assert cost.call_s > 0 and cost.speed > 0
+    estimate = check_contexts(model.cfg, lengths, len(ids), torch.device("cpu"), cost)
+    start = time.perf_counter()
+    score_contexts(model, ids, factors)
+    taken = time.perf_counter() - start
+    assert taken / 3 < estimate < taken * 3, f"estimated {estimate:.2f} s, took {taken:.2f} s"
+
+
 def test_absurd_contexts_are_refused_before_any_pass(monkeypatch):
     rope = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=65, positions="rope")
     cpu = torch.device("cpu")
@@ -126,11 +146,66 @@ def test_absurd_contexts_are_refused_before_any_pass(monkeypatch):
     # Two windows a pass (LOGITS_PER_BATCH), 2 layers, scores and weighted sum: 2 x 2 x 2 x 32,000^2 x 32 = 262 GFLOP, about
     # 4 minutes at 1 GFLOP/s in one pass that cannot be stopped.
     with pytest.raises(ConfigError, match=r"scoring 2 windows of 32,000 tokens at once would take about 4 minutes on this cpu"):
-        check_contexts(rope, [32_000], 10**6, cpu, speed=1e9)
+        check_contexts(rope, [32_000], 10**6, cpu, PassCost(0.0, 1e9))
     monkeypatch.setattr(budget, "device_memory_bytes", lambda device: 2.0**30)
-    manual = dataclasses.replace(rope, attention="manual")  # the readable path holds the (B, H, T, T) weights
-    with pytest.raises(ConfigError, match=r"scoring 2 windows of 32,000 tokens at once needs about 15 GiB, and this cpu has 1 GiB"):
-        check_contexts(manual, [32_000], 10**6, cpu, speed=1e15)
+    manual = dataclasses.replace(rope, attention="manual")  # the readable path holds (B, H, T, T) scores and weights: 2 x 15 GiB
+    with pytest.raises(ConfigError, match=r"scoring 2 windows of 32,000 tokens at once needs about 31 GiB, and this cpu has 1 GiB"):
+        check_contexts(manual, [32_000], 10**6, cpu, PassCost(0.0, 1e15))
     # The char preset's four contexts on Tiny Shakespeare's val split: seconds, on a CPU that does 20 GFLOP/s.
     char = ModelConfig(n_layer=3, n_head=4, n_embd=128, block_size=128, vocab_size=65, positions="rope")
-    assert 1 < check_contexts(char, [64, 128, 256, 512], 111_540, cpu, speed=20e9) < 60
+    assert 1 < check_contexts(char, [64, 128, 256, 512], 111_540, cpu, PassCost(0.0, 20e9)) < 60
+
+
+@pytest.mark.parametrize("causal, softcap", [(True, 0.0), (False, 0.0), (True, 30.0)])
+def test_the_memory_check_counts_what_a_readable_pass_holds(causal, softcap):
+    """The readable path holds a pass's (B, H, T, T) scores and weights together while the softmax runs (and the softcap's
+    tanh a third): counted once, the check allowed a pass that asked for twice as much. Measured by tracking every tensor
+    a pass allocates, the peak stays under the estimate, and not far under it."""
+    from harness.experiments.profiling import PeakMemory
+    from harness.lengths import pass_memory_bytes, windows_per_pass
+    from harness.scoring import token_losses
+
+    m = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=BLOCK, vocab_size=65, positions="rope", attention="manual",
+                    causal=causal, softcap=softcap)  # fmt: skip
+    torch.manual_seed(0)
+    model, length, n_windows = GPT(m).eval(), 256, 20 if causal else 2
+    ids = torch.randint(0, 65, (n_windows * length + 1,), generator=torch.Generator().manual_seed(0))
+    with PeakMemory() as tracker:
+        token_losses(model, ids, length, not causal, context=length)
+    estimate = pass_memory_bytes(m, windows_per_pass(m, length, n_windows), length)
+    assert estimate / 2 < tracker.peak <= estimate, f"peak {tracker.peak / 2**20:.1f} MiB, estimated {estimate / 2**20:.1f} MiB"
+
+
+def test_a_file_keeps_the_val_split_s_record_and_each_names_its_text(runs, tmp_path, capsys):
+    """contexts.json is what tools.docs_figures reads: scoring a --file wrote over it, and nothing said which text it held."""
+    val = contexts_json(runs["rope"], "1", capsys)
+    assert val["text"].startswith("the val split of ")
+    other = write_corpus(tmp_path, "other.txt", text=make_corpus_text(4000, seed=7))
+    result = score.main(["--checkpoint", str(runs["rope"]), "--device", "cpu", "--contexts", "1", "--file", str(other)])
+    assert f"contexts-other.json: {runs['rope'].parent / 'contexts-other.json'}" in capsys.readouterr().out
+    assert json.loads((runs["rope"].parent / "contexts-other.json").read_text(encoding="utf-8")) == result
+    assert result["text"] == str(other) and result["contexts"]["1x"]["loss"] != val["contexts"]["1x"]["loss"]
+    assert json.loads((runs["rope"].parent / "contexts.json").read_text(encoding="utf-8")) == val
+
+
+def test_a_full_disk_keeps_the_table_and_running_out_of_memory_names_contexts(runs, capsys, monkeypatch):
+    """The table is printed before contexts.json is written, so a full disk loses only the file; and a pass that runs out
+    of memory all the same is told to give shorter --contexts, not training's flags."""
+    argv = ["--checkpoint", str(runs["rope"]), "--device", "cpu", "--contexts", "1,2"]
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(score, "write_atomically", full)
+    proc = error_of(score.main, argv, capsys)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: could not save "), proc.stderr
+    assert "No space left on device" in proc.stderr and " context  tokens    scored    loss |" in proc.stdout and "     2x " in proc.stdout
+
+    def out_of_memory(*args):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 16434428000 bytes. Error code 12")
+
+    monkeypatch.setattr(score, "score_contexts", out_of_memory)
+    proc = error_of(score.main, argv, capsys)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and lines[-1].startswith("error: out of memory (15.3 GiB asked"), lines
+    assert "give shorter --contexts" in lines[-1] and "--train.batch_size" not in lines[-1]

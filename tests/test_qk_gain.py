@@ -3,12 +3,13 @@ checked against the runs' own logs by hand."""
 
 import pytest
 import torch
-from conftest import EndedChild, tiny_argv, write_corpus
+from conftest import EndedChild, assert_one_line_error, error_of, tiny_argv, write_corpus
 
 import tools.qk_gain
 import train
 from harness.experiments.children import Children
-from harness.experiments.stats import paired_difference
+from harness.experiments.stats import paired_difference, to_json
+from harness.experiments.sweep import interval
 from harness.training.checkpoints import read_checkpoint
 from harness.training.runlog import evaluations
 from model import GPT, ModelConfig
@@ -70,3 +71,24 @@ def test_the_gain_is_measured_against_no_gain_paired_by_seed(tmp_path, one_cpu_t
         assert row["gain_minus_none"][tag]["mean"] == pytest.approx(by_hand.mean)
         assert row["none"][tag]["mean"] == pytest.approx(sum(runs[-1][tag] for runs in ends[""]) / 2)
     assert "lr 3e-2, 2 seeds: mean [95% interval of the gain's difference, paired by seed]" in capsys.readouterr().out
+
+
+def test_seeds_are_bounded_and_one_seed_prints_no_interval(monkeypatch, capsys):
+    """--seeds past 100 (each seed two runs per rate) or past the largest seed is one line before any run; one seed gives
+    its means and difference without a 95% interval, which one value cannot have (not a zero-width one)."""
+    for seeds, needle in (("1000000", "1 to 100"), ("0", "1 to 100")):
+        assert_one_line_error(error_of(tools.qk_gain.main, ["--config", "tiny", "--seeds", seeds], capsys), "--seeds: takes", needle)
+    proc = error_of(tools.qk_gain.main, ["--config", "tiny", "--seeds", "2", f"--train.seed={2**63 - 1}"], capsys)
+    assert_one_line_error(proc, "would pass the largest seed")
+    ends = {"none": [3.0], "gain": [2.5]}
+
+    def measure(*args):
+        tags = {t: interval(ends["none"]) for t in tools.qk_gain.TAGS}
+        return {"3e-2": {"none": tags, "gain": {t: interval(ends["gain"]) for t in tools.qk_gain.TAGS},
+                         "gain_minus_none": {t: to_json(paired_difference(ends["gain"], ends["none"])) for t in tools.qk_gain.TAGS}}}  # fmt: skip
+
+    monkeypatch.setattr(tools.qk_gain, "measure", measure)
+    tools.qk_gain.main(["--config", "tiny", "--seeds", "1", "--lrs", "3e-2"])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "lr 3e-2, 1 seed: mean (one seed: no interval)"
+    assert printed[1] == "  loss/val: none 3.0000, gain 2.5000, gain - none -0.5000" and "[" not in "".join(printed)

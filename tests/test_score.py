@@ -388,3 +388,22 @@ def test_a_run_trained_on_a_folder_is_scored_on_its_val_split(tmp_path):
     (folder / "part0.txt").write_text("other text, in the letters of the same vocabulary")
     with pytest.raises(DataError, match=f"{folder} has changed since the run trained on it, .*score a text with --file PATH"):
         text_ids(tokenizer, None, checkpoint)
+
+
+def test_a_run_resumed_from_another_folder_with_a_relative_data_file_is_scored_from_anywhere(tmp_path, monkeypatch, capsys):
+    """The run's config stored --data-file as typed: trained in one folder and resumed from another, each with a relative
+    path, then scored from a third, score.py said the corpus no longer existed. The path is kept resolved."""
+    corpus = write_corpus(tmp_path / "text")
+    short = ["--config", "tiny", "--data.cache_dir", str(tmp_path / "cache"), "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"]
+    monkeypatch.chdir(tmp_path / "text")
+    train.train(load_config([*short, "--data-file", "corpus.txt", "--train.max_steps=2", "--train.eval_interval=2"]))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    resumed = ["--data-file", "../text/corpus.txt", "--train.max_steps=4", "--train.eval_interval=2", "--resume"]
+    train.train(load_config([*short, *resumed]))
+    run = tmp_path / "runs" / "tiny"
+    assert json.loads((run / "config.json").read_text())["data"]["path"] == str(corpus)
+    monkeypatch.chdir(REPO_ROOT)
+    capsys.readouterr()
+    result = score_json(["--runs-dir", str(tmp_path / "runs"), "--run", "tiny", "--device", "cpu"], capsys)
+    assert result["tokens"] == len(load_corpus(load_config([*short, "--data-file", str(corpus)]).data).val) - 1

@@ -7,7 +7,7 @@ rewritten from that file: the tables (TABLES), each quoted figure (QUOTES: a doc
 figure goes), each output a page shows (tools/outputs.py). --check rewrites nothing and exits 1 naming each quote that
 differs. --record-outputs runs the commands whose outputs the pages show on the runs under --runs-dir and stores what they
 print; --check-outputs runs them again and exits 1 naming each output the code no longer prints (--outputs KEYS: some).
---probe-cost KEY REPORT... stores under KEY what the probe costs a whole run (tools/figures.py: probe_cost), from
+--probe-cost KEY REPORT... stores under KEY what the probe costs a whole run (tools/probe_cost.py), from
 `bench.py --whole-run --json` reports of one preset with the probe and without it (--train.probes=0), run in turns.
 """
 
@@ -41,11 +41,11 @@ from tools.figures import (
     positions_title,
     read_figures,
     record,
-    record_probe_cost,
     sweep_command,
     sweep_figures,
 )
-from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs
+from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs, runs_folder
+from tools.probe_cost import record_probe_cost
 from tools.quotes import COMPARISONS, QUOTES
 from tools.tables import TABLES
 
@@ -189,7 +189,7 @@ def quoted_runs() -> set[str]:
 def record_runs(runs_dir: Path) -> list[str]:
     """Store in docs/figures.json what runs_dir holds; returns the keys recorded."""
     recorded = []
-    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and ".old-" not in p.name):
+    for folder in sorted(p for p in runs_folder(runs_dir).iterdir() if p.is_dir() and ".old-" not in p.name):
         if (folder / "compare.json").is_file() and "aggregate" in json.loads((folder / "compare.json").read_text(encoding="utf-8")):
             value, config = comparison_figures(folder), folder.name.removeprefix("compare-")
             key, command = comparison_key(config, value), comparison_command(config, value)

@@ -5,21 +5,19 @@ torch threads and version, the load average when it was recorded) and the date. 
 renders the docs' tables and quoted numbers from it, and tests/test_docs_figures.py fails when a doc
 quotes a figure that this file does not hold. The readers below turn what runs leave behind (a
 comparison's compare.json and its runs' metrics.jsonl, inspect_attention.py's ablation.json, score.py --contexts's
-contexts.json, bench.py --whole-run's reports) into entries.
+contexts.json) into entries; tools/probe_cost.py reads bench.py --whole-run's reports.
 """
 
 import json
 import os
 import platform
 import re
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from configs import ConfigError
 from data.files import write_atomically
 from harness.experiments.stats import half_width, paired_difference, spread, to_json
 from harness.training.runlog import read_metrics
@@ -122,15 +120,6 @@ def ablation_figures(folder: Path) -> dict | None:
     return {"runs": runs, "summary": summary}
 
 
-def record_probe_cost(key: str, *reports: str) -> str:
-    """Store under key what the probe costs a whole run (probe_cost), from bench.py --whole-run --json reports (files)."""
-    runs = [json.loads(Path(path).read_text(encoding="utf-8")) for path in reports]
-    value = probe_cost(runs)
-    ran_on = "; ".join(sorted({f"{r['machine']}, {r['torch_threads']} torch threads, torch {r['torch_version']}" for r in runs}))
-    record(key, "bench.py --whole-run --json, with the probe and without, in turns: " + "; ".join(value["commands"]), value, ran_on=ran_on)
-    return f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most"
-
-
 def sweep_figures(folder: Path) -> dict:
     """What sweep.py found (its sweep.json), less the runs' own summaries: per variant and rate the aggregates, the
     differences from base, the growth of the largest score, its course at the highest rate, and the preset rate's table."""
@@ -142,29 +131,6 @@ def sweep_command(config: str, value: dict) -> str:
     """The sweep.py command that trained these runs (--jobs aside: it changes no figure)."""
     return (f"python sweep.py --config {config} --seeds {len(value['seeds'])} --lrs {','.join(value['lrs'])} "
             f"--variants {','.join(value['variants'].values())}")  # fmt: skip
-
-
-def probe_cost(reports: list[dict]) -> dict:
-    """What the probe costs a whole run, from `bench.py --whole-run --json` reports of one preset, some with the probe and
-    some without (--train.probes=0), run in turns: per run with it, the probe's share of the run's wall and CPU time
-    (its "probe: ..." phase); the median wall and CPU time with it and without, and their ratio; each run's final val."""
-    probed = [r for r in reports if any(name.startswith("probe:") and p["calls"] for name, p in r["phases"].items())]
-    bare = [r for r in reports if r not in probed]
-    if not probed or not bare:
-        raise ConfigError("give bench.py --whole-run --json reports both with the probe and without it (--train.probes=0)")
-    phase = lambda r: next(p for name, p in r["phases"].items() if name.startswith("probe:"))  # noqa: E731
-    median = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
-    return {
-        "commands": sorted({r["command"] for r in reports}),
-        "probes": [phase(r)["calls"] for r in probed],
-        "wall_share": [phase(r)["wall_s"] / r["wall_s"] for r in probed],
-        "cpu_share": [phase(r)["cpu_s"] / r["cpu_s"] for r in probed if r["cpu_s"]],
-        "with": {"wall_s": median(probed, "wall_s"), "cpu_s": median(probed, "cpu_s"), "val": [r["val"] for r in probed]},
-        "without": {"wall_s": median(bare, "wall_s"), "cpu_s": median(bare, "cpu_s"), "val": [r["val"] for r in bare]},
-        "wall_ratio": median(probed, "wall_s") / median(bare, "wall_s"),
-        "cpu_ratio": median(probed, "cpu_s") / median(bare, "cpu_s"),
-        "load_avg_1min": [r.get("load_avg_1min") for r in reports],
-    }
 
 
 def interval(values: list[float]) -> dict:

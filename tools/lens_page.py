@@ -14,13 +14,17 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from configs import ConfigError
 from harness.cli import OneLineParser, run_command
+from harness.lens import import_lens
+from harness.lens_weights import LensError
 from tools.figures import FIGURES, record
 
 ROOT = FIGURES.parent.parent
 PAGE = ROOT / "docs" / "transformer-lens.md"
 KEY = "lens-char-no-mask"
-COMMAND = "python -m tools.lens_page (the page's Python on runs/char-no-mask: python train.py --config char --no-mask)"
+RUN, TRAIN = "runs/char-no-mask", "python train.py --config char --no-mask"  # the run the page's Python reads, and what trains it
+COMMAND = f"python -m tools.lens_page (the page's Python on {RUN}: {TRAIN})"
 
 
 def page_code(page: Path = PAGE) -> str:
@@ -51,6 +55,12 @@ def figures_of(namespace: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     OneLineParser(__doc__).parse_args(argv)
+    if not (ROOT / RUN / "ckpt.pt").is_file():  # the page names its run itself: no --run to give
+        raise ConfigError(f"no checkpoint at {RUN}/ckpt.pt, the run the page's Python reads; train it first: {TRAIN}")
+    try:
+        import_lens()
+    except LensError as e:
+        raise ConfigError(str(e)) from None
     record(KEY, COMMAND, figures_of(run_page(ROOT)))
     print(f"recorded {KEY} in {FIGURES}; python -m tools.docs_figures writes it into {PAGE.relative_to(ROOT)}")
     return 0

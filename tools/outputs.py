@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from configs import ConfigError
 from harness.training.runlog import evaluations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,10 +95,21 @@ def run_output(output: Output, runs_dir: Path = ROOT / "runs", timeout: float = 
     return text
 
 
+def runs_folder(runs_dir: Path) -> Path:
+    """--runs-dir as the commands that read runs take it: a folder, or a one-line refusal."""
+    if not runs_dir.is_dir():
+        what = "a file" if runs_dir.exists() else "not there"
+        raise ConfigError(f"--runs-dir {runs_dir} is {what}; give the folder that holds the runs (python train.py writes them in runs/)")
+    return runs_dir
+
+
 def run_state(run: str, runs_dir: Path) -> dict:
     """The run's last evaluation, as its figures in docs/figures.json hold it: step and val loss."""
-    last = evaluations(runs_dir / run)[-1]
-    return {"step": last["step"], "loss/val": last["loss/val"]}
+    log = runs_folder(runs_dir) / run / "metrics.jsonl"
+    rows = evaluations(log.parent) if log.is_file() else []
+    if not rows:
+        raise ConfigError(f"--runs-dir {runs_dir} holds no run {run} with an evaluation in its metrics.jsonl; train it there first")
+    return {"step": rows[-1]["step"], "loss/val": rows[-1]["loss/val"]}
 
 
 def record_output(output: Output, runs_dir: Path) -> dict:
@@ -105,11 +117,12 @@ def record_output(output: Output, runs_dir: Path) -> dict:
     system: what a loaded machine stretches least), and the object a --json command prints."""
     import resource  # Unix only: the CPU seconds of the finished command processes
 
+    state = run_state(output.run, runs_dir)  # first: a run that is not there is one line, before its command fails on it
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = run_output(output, runs_dir)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    value = {"run": output.run, **run_state(output.run, runs_dir), "text": text, "cpu_s": cpu_s}
+    value = {"run": output.run, **state, "text": text, "cpu_s": cpu_s}
     if "--json" in shlex.split(output.command):
         value["json"] = json.loads(text)
     return value

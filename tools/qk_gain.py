@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from harness.arguments import learning_rates, positive_int, rate_name
+from configs import MAX_SEED, ConfigError
+from harness.arguments import learning_rates, rate_name, seed_count
 from harness.cli import OneLineParser, run_command
 from harness.experiments.children import Children
 from harness.experiments.comparison import TRAIN_PY
@@ -89,19 +90,26 @@ def train_with_gain(train_args: list[str]) -> None:
 
 def main(argv: list[str]) -> dict | int:
     parser = OneLineParser(__doc__, config="char")
-    parser.add_argument("--seeds", type=positive_int, default=3, help="seeds train.seed + 0..N-1 (default 3)")
+    parser.add_argument("--seeds", type=seed_count, default=3, help="seeds train.seed + 0..N-1 (default 3; an interval needs 2)")
     parser.add_argument("--lrs", type=learning_rates, help="the learning rates (default: the preset's train.lr and ten times it)")
     parser.add_argument("--record", action="store_true", help="write the result into docs/figures.json")
     args, cfg = parser.parse_with_config(argv)
+    if cfg.train.seed + args.seeds - 1 > MAX_SEED:
+        raise ConfigError(
+            f"--seeds {args.seeds} from train.seed {cfg.train.seed} would pass the largest seed, {MAX_SEED}; lower train.seed"
+        )
     result = measure(cfg, args.config_name, args.overrides, args.seeds, args.lrs or [cfg.train.lr, float(rate_name(cfg.train.lr * 10))])
     if isinstance(result, int):
         return result
     for lr, rows in result.items():
-        print(f"lr {lr}, {args.seeds} seeds: mean [95% interval of the gain's difference, paired by seed]")
+        shown = "[95% interval of the gain's difference, paired by seed]" if args.seeds > 1 else "(one seed: no interval)"
+        print(f"lr {lr}, {args.seeds} seed{'s' * (args.seeds > 1)}: mean {shown}")
         for tag in TAGS:
-            d, half = rows["gain_minus_none"][tag], rows["gain_minus_none"][tag]["half_width"] or 0.0
-            print(f"  {tag}: none {rows['none'][tag]['mean']:.4f}, gain {rows['gain'][tag]['mean']:.4f}, "
-                  f"gain - none {d['mean']:+.4f} [{d['mean'] - half:+.4f}, {d['mean'] + half:+.4f}]")  # fmt: skip
+            d, half = rows["gain_minus_none"][tag], rows["gain_minus_none"][tag]["half_width"]
+            ends = "" if half is None else f" [{d['mean'] - half:+.4f}, {d['mean'] + half:+.4f}]"
+            print(
+                f"  {tag}: none {rows['none'][tag]['mean']:.4f}, gain {rows['gain'][tag]['mean']:.4f}, gain - none {d['mean']:+.4f}{ends}"
+            )
     if args.record:
         record_result(f"qk-norm-gain-{cfg.name}", "tools.qk_gain", argv, result)
     return result

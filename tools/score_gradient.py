@@ -22,7 +22,7 @@ import torch
 from configs import Config
 from data.batches import get_batch
 from data.corpus import load_corpus
-from harness.arguments import positive_int
+from harness.arguments import positive_int, seed_count
 from harness.cli import OneLineParser, run_command
 from harness.experiments.comparison import plan_runs
 from harness.experiments.stats import half_width, spread
@@ -93,7 +93,7 @@ def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
 
 def main(argv: list[str]) -> dict:
     parser = OneLineParser(__doc__, config="char")
-    parser.add_argument("--seeds", type=positive_int, default=3, help="seeds train.seed + 0..N-1 (default 3)")
+    parser.add_argument("--seeds", type=seed_count, default=3, help="seeds train.seed + 0..N-1 (default 3)")
     parser.add_argument("--batches", type=positive_int, default=4, help="batches per seed and variant (default 4)")
     parser.add_argument("--record", action="store_true", help="write the result into docs/figures.json")
     args, cfg = parser.parse_with_config(argv)

@@ -31,6 +31,7 @@ from model.tiled import tiled_attention
 
 VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}  # the tokenizers' vocabularies, so no corpus is needed
 ATTENTION_LENGTHS = (256, 1024, 4096)
+SAMPLE_TOKENS = 500  # sampled in each run, from a 1-token prompt
 MiB = 2**20
 # GPT-2 small's shape (its config.json: 12 layers, 12 heads, 768 wide, 1024 tokens of context, the 50257 tokens of its
 # tokenizer), with the bias on query/key/value that harness/gpt2.py loads it with: the size at which published MFU figures
@@ -123,7 +124,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     }
 
 
-def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = 500) -> dict:
+def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKENS) -> dict:
     """Tokens/s of generate() with and without the KV cache, the better of two runs: batch 1, from a 1-token prompt."""
     model = build_model(cfg, runtime).eval()
     prompt = torch.zeros((1, 1), dtype=torch.long, device=runtime.device)

@@ -11,13 +11,19 @@ The data is the run's own: the val batches and honest positions its evaluations 
 from the config in the checkpoint, so the gap before ablation is the run's logged loss/leak_gap.
 """
 
+import sys
+import time
+from collections.abc import Callable
+
 import torch
+from tqdm import tqdm
 
 from configs import Config, DataConfig, TrainConfig
 from data.corpus import load_corpus
 from data.synthetic import load_synthetic
 from data.tokenizer import Tokenizer
 from harness.experiments.stats import spread
+from harness.training.budget import duration
 from harness.training.checkpoints import CheckpointError
 from harness.training.evaluation import make_eval_set
 from model import GPT
@@ -42,13 +48,28 @@ def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
 
 
 def leak_gap(model: GPT, batches: Batches, heads: list[tuple[int, int]], means: list[torch.Tensor] | None) -> float:
+    """The leak gap with `heads` switched off (none: the model as it is)."""
     with ablate_heads(model, heads, means):
         return leak(model, batches)["loss/leak_gap"]
 
 
-def measure(model: GPT, batches: Batches, heads: list[tuple[int, int]], draws: int, seed: int, mean_ablation: bool = False) -> dict:
+def say_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def measure(
+    model: GPT,
+    batches: Batches,
+    heads: list[tuple[int, int]],
+    draws: int,
+    seed: int,
+    mean_ablation: bool = False,
+    say: Callable[[str], None] = say_on_stderr,
+) -> dict:
     """The leak gap before and after switching `heads` off, after switching as many random other heads off (`draws` times),
-    and with each head alone and each layer switched off; closed fractions are 1 - after / before.
+    and with each head alone and each layer switched off; closed fractions are 1 - after / before. Each gap is a pass over
+    the run's val batches, prefix by prefix: the first one timed, `say` hears how long the others should take, and a bar
+    (in a terminal) shows them go.
 
     Returns what ablation.json holds: heads, leak_gap_before, leak_gap_after, closed_fraction, random_closed_fraction
     (the mean over draws) and its sd, random_draws (each draw's heads, gap and closed fraction), each_head, each_layer.
@@ -57,20 +78,30 @@ def measure(model: GPT, batches: Batches, heads: list[tuple[int, int]], draws: i
     if draws and len(others) < len(heads):
         raise ValueError(f"{len(heads)} heads named and only {len(others)} others left to draw as many from; name fewer heads")
     means = head_means(model, batches[0][0]) if mean_ablation else None
+    started = time.perf_counter()
     before = leak_gap(model, batches, [], None)
+    first_s, left = time.perf_counter() - started, 1 + draws + len(all_heads(model)) + model.cfg.n_layer
+    say(f"--ablate: {left} more leak gaps to measure, about {duration(left * first_s)} (estimated: the first took {first_s:.3g} s)")
 
     def closed(gap: float) -> float:
         return 1.0 - gap / before
 
-    after = leak_gap(model, batches, heads, means)
-    gen = torch.Generator().manual_seed(seed)
-    random_draws = []
-    for _ in range(draws):
-        picked = [others[i] for i in torch.randperm(len(others), generator=gen)[: len(heads)].tolist()]
-        gap = leak_gap(model, batches, picked, means)
-        random_draws.append({"heads": [head_name(*h) for h in picked], "leak_gap_after": gap, "closed_fraction": closed(gap)})
+    with tqdm(total=left, desc="leak gaps", leave=False, disable=None) as bar:
+
+        def gap(off: list[tuple[int, int]]) -> float:  # the leak gap with these heads off, one more on the bar
+            bar.update()
+            return leak_gap(model, batches, off, means)
+
+        after = gap(heads)
+        gen = torch.Generator().manual_seed(seed)
+        random_draws = []
+        for _ in range(draws):
+            picked = [others[i] for i in torch.randperm(len(others), generator=gen)[: len(heads)].tolist()]
+            found = gap(picked)
+            random_draws.append({"heads": [head_name(*h) for h in picked], "leak_gap_after": found, "closed_fraction": closed(found)})
+        each_head = {head_name(*h): closed(gap([h])) for h in all_heads(model)}
+        each_layer = {f"L{layer}": closed(gap([h for h in all_heads(model) if h[0] == layer])) for layer in range(model.cfg.n_layer)}
     fractions = spread([d["closed_fraction"] for d in random_draws]) if random_draws else None
-    layers = range(model.cfg.n_layer)
     return {
         "heads": [head_name(*h) for h in heads],
         "ablation": "mean" if mean_ablation else "zero",
@@ -80,10 +111,8 @@ def measure(model: GPT, batches: Batches, heads: list[tuple[int, int]], draws: i
         "random_closed_fraction": fractions.mean if fractions else None,
         "random_closed_fraction_sd": fractions.std if fractions else None,
         "random_draws": random_draws,
-        "each_head": {head_name(*h): closed(leak_gap(model, batches, [h], means)) for h in all_heads(model)},
-        "each_layer": {
-            f"L{layer}": closed(leak_gap(model, batches, [h for h in all_heads(model) if h[0] == layer], means)) for layer in layers
-        },
+        "each_head": each_head,
+        "each_layer": each_layer,
     }
 
 

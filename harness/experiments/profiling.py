@@ -129,7 +129,10 @@ def load_average() -> float | None:
         return None
 
 
-def matmul_peak_flops(device: torch.device, dtype: torch.dtype, sizes=(512, 1024, 2048), seconds: float = 3.0) -> float:
+PEAK_SECONDS = 3.0  # how long the square matmuls are timed for the MFU's denominator, where no datasheet gives it
+
+
+def matmul_peak_flops(device: torch.device, dtype: torch.dtype, sizes=(512, 1024, 2048), seconds: float = PEAK_SECONDS) -> float:
     """The best FLOP/s of square matmuls (2 n^3 FLOPs each) over a few seconds: the MFU denominator."""
     best = 0.0
     for n in sizes:

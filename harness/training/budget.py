@@ -7,7 +7,9 @@ forward pass over B x T tokens costs 2 x B x T x (12 L C^2 + V C) for the matric
 for attention (scores, then the weighted sum of values; half that under the causal mask, whose masked half the fused
 kernels skip); a training step, forward and backward, about
 three forward passes. Seconds are these counts over the speed of a square matrix product timed here,
-so they are estimates, good to a small factor. docs/experiment.md has the figures they were checked against.
+so they are estimates, good to a small factor. docs/experiment.md has the figures they were checked against. A small
+model is slower than that speed says, bound by the fixed time of each call and by its narrow widths: where the model
+exists already (score.py --contexts, bench.py), its own passes are timed instead (measured_pass).
 
 Memory is estimated from the config alone too, and checked before anything is allocated: a training step
 (check_affordable, before the model is built) and a batch of samples (check_sampling, before the first token)
@@ -22,7 +24,7 @@ import time
 import torch
 
 from configs import Config, ConfigError
-from model import ModelConfig
+from model import GPT, ModelConfig
 
 HONEST_BUDGET_STEPS = 8  # a no-mask model's honest loss (a pass per prefix) costs at most this many training steps of compute
 STEP_LIMIT_S = 120  # a stop waits for the step under way: a run whose step would take longer is refused
@@ -157,6 +159,43 @@ def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> floa
     a @ b
     seconds, _ = timed(lambda: [a @ b for _ in range(repeats)], device)
     return repeats * 2.0 * n**3 / max(seconds, 1e-9)
+
+
+@dataclasses.dataclass(frozen=True)
+class PassCost:
+    """What one model's forward passes cost here, timed on the model itself (measured_pass): counting operations at a square
+    product's speed misses the fixed time of each call, and widths too narrow for the matrix units."""
+
+    call_s: float  # seconds a pass costs whatever its size: Python, and the launch of every kernel of every layer
+    speed: float  # operations per second beyond that, at the model's own widths
+
+    def seconds(self, flops: float, calls: float = 1) -> float:
+        return calls * self.call_s + flops / self.speed
+
+
+TIMED_PASS_S = 0.1  # measured_pass's larger pass, in seconds at a square product's speed (a small model takes a few times that)
+TIMED_PASS_NUMBERS = 2**26  # and the most numbers it may hold beyond the weights
+
+
+def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
+    """The PassCost of model's passes, from two timed after a warm-up (the faster of two each): one over a single token, all
+    of it the call's fixed time, and one over (B, T) tokens cut (T halved, then fewer rows) to about TIMED_PASS_S at `peak`
+    (the square product's speed, never passed) and TIMED_PASS_NUMBERS held: the rest. Each reads its last position's logits."""
+    m, device = model.cfg, model.lm_head.weight.device
+    held = lambda B, T: B * (8 * T * m.n_embd + m.vocab_size + (2 * m.n_head * T * T if m.attention == "manual" else 0))  # noqa: E731
+    while T > 1 and (forward_flops(m, 1, T) / peak > TIMED_PASS_S or held(1, T) > TIMED_PASS_NUMBERS):
+        T //= 2
+    B = max(1, min(B, int(TIMED_PASS_S * peak / forward_flops(m, 1, T)), int(TIMED_PASS_NUMBERS / held(1, T))))
+
+    def best(B: int, T: int) -> float:
+        x = torch.zeros((B, T), dtype=torch.long, device=device)
+        model.lm_head(model.hidden(x)[:, -1])
+        return min(timed(lambda: model.lm_head(model.hidden(x)[:, -1]), device)[0] for _ in range(2))
+
+    with torch.no_grad():
+        call_s, whole_s = best(1, 1), best(B, T)
+    flops = forward_flops(m, B, T) - 2.0 * B * (T - 1) * m.vocab_size * m.n_embd  # the output layer at the last position only
+    return PassCost(call_s, min(peak, flops / max(whole_s - call_s, 1e-9)))
 
 
 def duration(seconds: float) -> str:
