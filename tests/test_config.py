@@ -499,7 +499,7 @@ def test_a_flag_the_run_would_ignore_is_refused(flags, needle, tmp_path, capsys)
 
 
 def test_flags_that_apply_are_taken():
-    assert load_config(["--config", "induction", "--data.source=text", "--data-file", "t.txt"]).data.path == "t.txt"
+    assert load_config(["--config", "induction", "--data.source=text", "--data-file", "t.txt"]).data.path == str(Path("t.txt").resolve())
     assert load_config(["--config", "induction", "--data.symbols=16"]).data.symbols == 16
     cfg = load_config(["--config", "gpt2-finetune", "--model.block_size=64", "--model.dropout=0.1", "--no-mask"])
     assert (cfg.model.block_size, cfg.model.dropout, cfg.run_name) == (64, 0.1, "gpt2-finetune-no-mask-block_size64")
