@@ -124,8 +124,12 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         raise ConfigError(f"cannot read config file {path}: {e}") from None
     cfg = validate_config(table, path, overrides)
     refuse_ignored(cfg, overrides)
-    texts = {key: str(Path(getattr(cfg.data, key)).expanduser().resolve()) for key in TEXT_PATHS if getattr(cfg.data, key)}
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **texts))  # kept as they resolve here, not as typed
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **resolved_texts(dataclasses.asdict(cfg.data))))
+
+
+def resolved_texts(data: dict) -> dict[str, str]:
+    """A data section's texts (TEXT_PATHS) as the files they name from here, not as typed: one file however it is written."""
+    return {key: str(Path(data[key]).expanduser().resolve()) for key in TEXT_PATHS if data.get(key)}
 
 
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:

@@ -31,11 +31,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from configs import ConfigError, DataConfig
+from configs import ConfigError, DataConfig, validate_config
 from data.corpus import ChangedText, DataError, load_corpus
 from data.sources import read_text
 from data.tokenizer import GPT2Tokenizer, Tokenizer, TokenizerError
-from harness.training.checkpoints import CheckpointError
 from model import GPT
 from model.gpt import lm_loss
 from model.measurements import bits_per_byte, prefix_logits
@@ -179,10 +178,7 @@ def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[
     if checkpoint is None:
         data_cfg = DataConfig(tokenizer=GPT2Tokenizer.name)
     else:
-        try:
-            data_cfg = DataConfig(**checkpoint["config"]["data"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"the checkpoint's data config cannot be read ({e}); score a file with --file PATH") from None
+        data_cfg = validate_config(checkpoint.get("config"), "the checkpoint", recorded=True).data  # checked as any config is
         if data_cfg.path and not Path(data_cfg.path).expanduser().exists():  # a file, or a folder of them
             raise DataError(f"the run's corpus {data_cfg.path} no longer exists; score its text with --file PATH")
     try:

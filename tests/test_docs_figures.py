@@ -139,6 +139,14 @@ def test_a_comparison_and_its_head_ablations_become_the_docs_tables(tmp_path, co
     assert "| tiny-no-pos |" in readme and "tiny-no-mask-no-pos" not in readme and "order use" in readme.splitlines()[0]
 
 
+def test_score_gradient_refuses_seeds_past_the_largest_in_one_line(capsys):
+    """--seeds from a train.seed near the largest would build a seed torch cannot take: one line, as compare.py says it."""
+    import tools.score_gradient
+
+    proc = error_of(tools.score_gradient.main, ["--config", "tiny", "--seeds", "2", f"--train.seed={2**63 - 1}"], capsys)
+    assert_one_line_error(proc, "would pass the largest seed")
+
+
 def test_score_gradient_pairs_each_seed_with_and_without_the_scale(tmp_path, corpus_file):
     """tools/score_gradient.py at initialisation on the tiny preset: one ratio per seed, an interval around their mean;
     with no comparison's checkpoints under --runs-dir there is no end-of-training line."""

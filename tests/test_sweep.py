@@ -21,10 +21,11 @@ from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv, trai
 
 import sweep
 import train
-from configs import load_config, parse_args
+from configs import ConfigError, load_config, parse_args, validate_config
 from harness.arguments import learning_rates, rate_name
 from harness.experiments.children import Children
 from harness.experiments.comparison import train_argv
+from harness.experiments.outcomes import check_settings, diverged_run, killed_from_outside, recorded_settings
 from harness.experiments.stats import t_975
 from harness.experiments.sweep import COLUMNS, format_sweep, plan_sweep
 from harness.training.runlog import evaluations, read_metrics
@@ -347,3 +348,24 @@ def test_a_moved_copied_or_relatively_named_sweep_resumes_and_a_finished_run_wit
     assert saved["runs"]["tiny-qk-norm-lr3e-3"] == {"step": 4, "loss/val": kept["val_loss"], "exit_code": 0}
     assert again["aggregate"]["tiny-qk-norm"]["3e-3"] == {"loss/val": {"mean": kept["val_loss"], "std": None, "n": 1, "half_width": None}}
     assert "| 3e-3 | tiny-qk-norm | " + f"{kept['val_loss']:.3f} | n/a | n/a |  |" in capsys.readouterr().out
+
+
+def test_what_a_run_came_to_is_read_from_what_its_folder_still_holds(diverged_sweep, tmp_path):
+    """A diverged record older than the checkpoint (the run resumed by hand past its failure) is not a divergence; a
+    finished run whose config.json is gone is checked against its checkpoint's settings; a crash is not called a kill."""
+    folder = tmp_path / "sweep-tiny"
+    shutil.copytree(diverged_sweep[0], folder)
+    diverged, finished = folder / "tiny-lr1e3", folder / "tiny-qk-norm-lr3e-3"
+    assert diverged_run(diverged)["diverged"]["step"] == 3  # its checkpoint, from step 0's evaluation, is older than the record
+    (diverged / "diverged.json").write_text(json.dumps({"step": -1, "non_finite": "loss"}))
+    assert diverged_run(diverged) is None
+    (finished / "config.json").unlink()
+    recorded, where = recorded_settings(finished)
+    assert (recorded, where) == (torch.load(finished / "ckpt.pt", weights_only=True)["config"], finished / "ckpt.pt")
+    same = validate_config(recorded, where, recorded=True)
+    check_settings(same, recorded, where)  # the same settings: kept
+    with pytest.raises(ConfigError, match=r"finished with other settings \(train.max_steps 4 vs 99\)"):
+        check_settings(dataclasses.replace(same, train=dataclasses.replace(same.train, max_steps=99)), recorded, where)
+    assert "out-of-memory killer" in killed_from_outside(-signal.SIGKILL, "tiny", "sweep")
+    assert "(the process crashed)" in killed_from_outside(-signal.SIGSEGV, "tiny", "sweep")
+    assert killed_from_outside(1, "tiny", "sweep") is None

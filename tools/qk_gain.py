@@ -20,11 +20,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from configs import MAX_SEED, ConfigError
 from harness.arguments import learning_rates, rate_name, seed_count
 from harness.cli import OneLineParser, run_command
 from harness.experiments.children import Children
-from harness.experiments.comparison import TRAIN_PY
+from harness.experiments.comparison import TRAIN_PY, check_seed_range
 from harness.experiments.stats import paired_difference, to_json
 from harness.experiments.sweep import interval
 from harness.training.runlog import evaluations
@@ -94,10 +93,7 @@ def main(argv: list[str]) -> dict | int:
     parser.add_argument("--lrs", type=learning_rates, help="the learning rates (default: the preset's train.lr and ten times it)")
     parser.add_argument("--record", action="store_true", help="write the result into docs/figures.json")
     args, cfg = parser.parse_with_config(argv)
-    if cfg.train.seed + args.seeds - 1 > MAX_SEED:
-        raise ConfigError(
-            f"--seeds {args.seeds} from train.seed {cfg.train.seed} would pass the largest seed, {MAX_SEED}; lower train.seed"
-        )
+    check_seed_range(cfg, args.seeds)
     result = measure(cfg, args.config_name, args.overrides, args.seeds, args.lrs or [cfg.train.lr, float(rate_name(cfg.train.lr * 10))])
     if isinstance(result, int):
         return result

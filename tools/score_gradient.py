@@ -24,7 +24,7 @@ from data.batches import get_batch
 from data.corpus import load_corpus
 from harness.arguments import positive_int, seed_count
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import plan_runs
+from harness.experiments.comparison import check_seed_range, plan_runs
 from harness.experiments.stats import half_width, spread
 from harness.training.checkpoints import load_model
 from model import GPT
@@ -97,9 +97,11 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--batches", type=positive_int, default=4, help="batches per seed and variant (default 4)")
     parser.add_argument("--record", action="store_true", help="write the result into docs/figures.json")
     args, cfg = parser.parse_with_config(argv)
+    check_seed_range(cfg, args.seeds)
     result = measure(cfg, args.seeds, args.batches, Path(cfg.train.runs_dir))
     for when, lines in result.items():
-        print(f"{when}: {args.seeds} seeds x {args.batches} batches; mean of the per-seed ratios [95% interval]")
+        interval_of = " [95% interval]" if args.seeds > 1 else " (one seed: no interval)"
+        print(f"{when}: {args.seeds} seeds x {args.batches} batches; mean of the per-seed ratios{interval_of}")
         for line in lines:
             interval = "" if line["low"] is None else f" [{line['low']:.3f}, {line['high']:.3f}]"
             print(f"  {line['ratio']}: {line['mean']:.3f}{interval}; per seed {', '.join(f'{r:.3f}' for r in line['per_seed'])}")

@@ -2,6 +2,7 @@
 
 comparison.py   the variants at each seed, one train.py process each, --resume
 children.py     those train.py processes, one or several at a time, with every stop signal passed on
+outcomes.py     what each run came to, read from its folder: finished, diverged, or ended by a signal
 sweep.py        sweep.py's learning rates x variants x seeds, and what each rate does at the end of training
 stats.py        spreads and paired differences over seeds, and the tables of variants
 benchmark.py    what bench.py measures: the training step, sampling, each attention backend

@@ -92,6 +92,11 @@ def check_experiment(cfg: Config, n_seeds: int, script: str) -> None:
     if applied(cfg.model):
         flags = ", ".join(c.flag for c in applied(cfg.model))
         raise ConfigError(f"{script} trains the changed variants itself ({flags} given); leave those flags out, and pick with --variants")
+    check_seed_range(cfg, n_seeds)
+
+
+def check_seed_range(cfg: Config, n_seeds: int) -> None:
+    """Refuse seeds train.seed .. train.seed + n_seeds - 1 that pass the largest seed torch takes, in one line."""
     if cfg.train.seed + n_seeds - 1 > MAX_SEED:
         raise ConfigError(f"--seeds {n_seeds} from train.seed {cfg.train.seed} would pass the largest seed, {MAX_SEED}; lower train.seed")
 

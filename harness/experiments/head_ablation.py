@@ -11,6 +11,7 @@ The data is the run's own: the val batches and honest positions its evaluations 
 from the config in the checkpoint, so the gap before ablation is the run's logged loss/leak_gap.
 """
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -18,13 +19,12 @@ from collections.abc import Callable
 import torch
 from tqdm import tqdm
 
-from configs import Config, DataConfig, TrainConfig
+from configs import validate_config
 from data.corpus import load_corpus
 from data.synthetic import load_synthetic
 from data.tokenizer import Tokenizer
 from harness.experiments.stats import spread
 from harness.training.budget import duration
-from harness.training.checkpoints import CheckpointError
 from harness.training.evaluation import make_eval_set
 from model import GPT
 from model.heads import ablate_heads, all_heads, head_means, head_name
@@ -35,13 +35,7 @@ Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]
 
 def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
     """The (x, y, positions) batches that the run's evaluations scored honestly, from the config stored in its checkpoint."""
-    saved = checkpoint.get("config", {})
-    try:
-        cfg = Config(name=saved.get("name", "run"), model=model.cfg, data=DataConfig(**saved["data"]), train=TrainConfig(**saved["train"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(
-            f"the checkpoint's config does not say which text the run was evaluated on ({e}); --ablate needs it"
-        ) from None
+    cfg = dataclasses.replace(validate_config(checkpoint.get("config"), "the checkpoint", recorded=True), model=model.cfg)
     trained_on = checkpoint.get("source_sha256")  # the run's text: a corpus changed since is refused, not measured
     corpus = load_corpus(cfg.data, trained_on) if cfg.data.source == "text" else load_synthetic(cfg.data)  # the induction preset's source
     return make_eval_set(corpus, tokenizer, cfg).honest

@@ -6,11 +6,11 @@ path from another directory is the same comparison, so the folders in a run's co
 not compared, and its texts (data.path, data.val_path) are compared as the files they name.
 """
 
-import os
 import signal
 from pathlib import Path
 
 from configs import SECTIONS, Config, ConfigError, validate_config
+from configs.loader import resolved_texts
 from configs.schema import config_differences
 from harness.folders import read_json
 from harness.training.checkpoints import CheckpointError, read_checkpoint
@@ -18,7 +18,6 @@ from harness.training.runlog import evaluations, read_metrics
 from harness.training.step import DIVERGED
 
 WHERE_NOT_WHAT = ("runs_dir", "cache_dir", "run_name", "resume", "vocab_size")  # where a run lies or how it was started, derived
-TEXTS = ("path", "val_path")  # data's files: one file may be typed several ways
 
 
 def read_saved_runs(saved: Path) -> dict:
@@ -29,9 +28,8 @@ def read_saved_runs(saved: Path) -> dict:
 
 
 def settings(config: dict) -> dict:
-    """A run's config as an experiment compares it: data's files as absolute paths."""
-    texts = {key: os.path.abspath(value) for key, value in config["data"].items() if key in TEXTS and value}
-    return {**config, "data": {**config["data"], **texts}}
+    """A run's config as an experiment compares it: data's files as the files they name."""
+    return {**config, "data": {**config["data"], **resolved_texts(config["data"])}}
 
 
 def check_settings(cfg: Config, recorded, where: Path) -> None:
@@ -45,6 +43,17 @@ def check_settings(cfg: Config, recorded, where: Path) -> None:
             f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "
             "resume with the comparison's own flags, or start it afresh without --resume"
         )
+
+
+def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
+    """What a run recorded of its settings, and where: its config.json, or if that is gone or damaged its checkpoint's."""
+    recorded = read_json(run_dir / "config.json")
+    if isinstance(recorded, dict):
+        return recorded, run_dir / "config.json"
+    try:
+        return read_checkpoint(run_dir / "ckpt.pt", mmap=True)["config"], run_dir / "ckpt.pt"
+    except CheckpointError:
+        return None, run_dir / "config.json"
 
 
 def finished_checkpoint(cfg: Config) -> dict | None:
@@ -65,8 +74,7 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
     if not (cfg.run_dir / "ckpt.pt").is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]
-    where = cfg.run_dir / "config.json"
-    recorded = read_json(where)
+    recorded, where = recorded_settings(cfg.run_dir)
     if last.get("step") != cfg.train.max_steps:
         checkpoint = finished_checkpoint(cfg)
         if checkpoint is None:
@@ -86,7 +94,7 @@ def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict |
     with these settings; else None, and the run resumes or starts."""
     done = finished_run(cfg, saved_runs)
     if done is None and diverged_too and (done := diverged_run(cfg.run_dir)) is not None:
-        check_settings(cfg, read_json(cfg.run_dir / "config.json"), cfg.run_dir / "config.json")
+        check_settings(cfg, *recorded_settings(cfg.run_dir))
     return done
 
 
@@ -96,6 +104,11 @@ def diverged_run(run_dir: Path) -> dict | None:
     record = read_json(run_dir / DIVERGED)
     if not isinstance(record, dict) or not isinstance(record.get("step"), int):
         return None
+    try:  # a record older than the checkpoint: the run was resumed by hand past the step where it failed
+        if read_checkpoint(run_dir / "ckpt.pt", mmap=True)["step"] > record["step"]:
+            return None
+    except CheckpointError:  # no checkpoint yet: it failed before its first save
+        pass
     rows = [row for row in read_metrics(run_dir) if "loss/train_step" in row or "loss/train" in row]
     last = rows[-1] if rows else {}
     loss = last.get("loss/train_step", last.get("loss/train"))
@@ -111,8 +124,13 @@ def killed_from_outside(code: int, run_name: str, what: str) -> str | None:
         name = signal.Signals(-code).name
     except ValueError:
         name = f"signal {-code}"
-    why = " (as the kernel's out-of-memory killer does)" if -code == signal.SIGKILL else ""
+    if -code == signal.SIGKILL:
+        how = "from outside (as the kernel's out-of-memory killer does)"
+    elif -code in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        how = "from outside"
+    else:  # SIGSEGV, SIGABRT, SIGBUS, ...: the process itself failed
+        how = "(the process crashed)"
     return (
-        f"error: {run_name} was ended by {name} from outside{why}; every checkpoint it saved is kept: "
+        f"error: {run_name} was ended by {name} {how}; every checkpoint it saved is kept: "
         f"the same command plus --resume continues the {what}, that run from its last checkpoint"
     )
