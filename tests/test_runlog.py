@@ -38,23 +38,23 @@ def test_a_mostly_blank_sample_gives_its_share():
 
 
 def test_the_story_layout_picks_exactly_the_tags_a_run_logs():
-    logged = ["loss/val", "loss/train", "loss/train_step", "loss/leak_gap", "attn/entropy", "heads/entropy/L0H0", "probe/val_honest",
-              "probe/val_forced", "probe/leak_gap", "probe/order_use", "probe/entropy", "probe/max_weight", "probe/saturated_frac",
-              "probe/future_mass", "probe/score_std", "probe/score_max", "probe/score_max/L0", "probe/q_norm", "probe/k_norm",
-              "probe/uniform_guess", "induction/max", "loss/repeated"]  # fmt: skip
+    logged = ["loss/val", "loss/train", "loss/train_step", "loss/leak_gap", "attn/entropy", "heads/entropy/L0H0", "Probe_loss/val_honest",
+              "Probe_loss/val_forced", "Probe_loss/leak_gap", "Probe_loss/order_use", "Probe_attn/entropy", "Probe_attn/max_weight",
+              "Probe_attn/saturated_frac", "Probe_attn/future_mass", "Probe_attn/score_std", "Probe_attn/score_max", "Probe_attn/score_max/L0",
+              "Probe_attn/q_norm", "Probe_attn/k_norm", "Probe_loss/uniform_guess", "induction/max", "loss/repeated"]  # fmt: skip
     charts = story_layout(induction=False)[STORY]
     picked = {title: sorted(t for t in logged if any(re.search(rx, t) for rx in spec[1])) for title, spec in charts.items()}
     assert list(picked.values()) == [
-        ["loss/train_step", "probe/uniform_guess"],  # every log_interval steps: the no-mask run's falls towards 0
-        ["probe/val_forced", "probe/val_honest"],  # the probe's, every few steps: the evaluation's loss/... are in SCALARS
-        ["probe/leak_gap"],
-        ["probe/order_use"],  # how much each run reads word order: the no-pos run beside the others
-        ["probe/entropy"],
-        ["probe/saturated_frac"],
-        ["probe/future_mass"],
-        ["probe/score_std"],
-        ["probe/score_max"],  # not probe/score_max/L0: the patterns are anchored
-        ["probe/k_norm", "probe/q_norm"],
+        ["Probe_loss/uniform_guess", "loss/train_step"],  # every log_interval steps: the no-mask run's falls towards 0
+        ["Probe_loss/val_forced", "Probe_loss/val_honest"],  # the probe's, every few steps: the evaluation's loss/... are in SCALARS
+        ["Probe_loss/leak_gap"],
+        ["Probe_loss/order_use"],  # how much each run reads word order: the no-pos run beside the others
+        ["Probe_attn/entropy"],
+        ["Probe_attn/saturated_frac"],
+        ["Probe_attn/future_mass"],
+        ["Probe_attn/score_std"],
+        ["Probe_attn/score_max"],  # not Probe_attn/score_max/L0: the patterns are anchored
+        ["Probe_attn/k_norm", "Probe_attn/q_norm"],
     ]
 
 

@@ -36,22 +36,22 @@ CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "at
 UNSMOOTHED = "#custom_scalars&_smoothingWeight=0"
 STORY = f"the story: mask, scale and positions (a point every few steps, train.probes; losses at {HONEST_POSITIONS} positions of {PROBE_ROWS} val texts)"
 INDUCTION = f"induction heads (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
-LAYOUT = {  # tags are regular expressions, anchored so that probe/score_max does not also match probe/score_max/L0
+LAYOUT = {  # tags are regular expressions, anchored so that Probe_attn/score_max does not also match Probe_attn/score_max/L0
     STORY: {
         title: ["Multiline", tags]
         for title, tags in (
             ("training loss (loss/train_step): without the mask it falls towards 0; flat: a uniform guess, ln V",
-             ["^loss/train_step$", "^probe/uniform_guess$"]),
-            ("val loss: val_honest (the past only) vs val_forced (the whole block)", ["^probe/val_honest$", "^probe/val_forced$"]),
-            ("leak gap: val_honest - val_forced (0 for a causal model)", ["^probe/leak_gap$"]),
+             ["^loss/train_step$", "^Probe_loss/uniform_guess$"]),
+            ("val loss: val_honest (the past only) vs val_forced (the whole block)", ["^Probe_loss/val_honest$", "^Probe_loss/val_forced$"]),
+            ("leak gap: val_honest - val_forced (0 for a causal model)", ["^Probe_loss/leak_gap$"]),
             (f"order use: val_honest's rise when the {SHUFFLED_TOKENS} tokens before each target are shuffled (causal runs)",
-             ["^probe/order_use$"]),
-            ("attention entropy (1 = uniform, 0 = one-hot)", ["^probe/entropy$"]),
-            ("share of saturated rows (largest weight above 0.99)", ["^probe/saturated_frac$"]),
-            ("attention mass on the future (0 under the mask)", ["^probe/future_mass$"]),
-            ("spread of the attention scores (std, before the softmax)", ["^probe/score_std$"]),
-            ("largest attention score, any layer (per layer: probe/score_max/L0, ...)", ["^probe/score_max$"]),
-            ("query and key norms, mean |q| and |k|: a score is at most |q| |k| x scale", ["^probe/q_norm$", "^probe/k_norm$"]),
+             ["^Probe_loss/order_use$"]),
+            ("attention entropy (1 = uniform, 0 = one-hot)", ["^Probe_attn/entropy$"]),
+            ("share of saturated rows (largest weight above 0.99)", ["^Probe_attn/saturated_frac$"]),
+            ("attention mass on the future (0 under the mask)", ["^Probe_attn/future_mass$"]),
+            ("spread of the attention scores (std, before the softmax)", ["^Probe_attn/score_std$"]),
+            ("largest attention score, any layer (per layer: Probe_attn/score_max/L0, ...)", ["^Probe_attn/score_max$"]),
+            ("query and key norms, mean |q| and |k|: a score is at most |q| |k| x scale", ["^Probe_attn/q_norm$", "^Probe_attn/k_norm$"]),
         )
     },
     INDUCTION: {
