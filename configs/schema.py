@@ -73,7 +73,7 @@ class TrainConfig:
     honest_batches: int = setting(4, "of those val batches, how many are also scored prefix by prefix (loss/val_honest)")
     probes: int = setting(
         20,
-        "how many times a run measures the story's signals on a few val sequences (probe/...): every max_steps // probes steps, and "
+        "how many times a run measures the story's signals on a few val sequences (Probe_loss/..., Probe_attn/...): every max_steps // probes steps, and "
         "at the last; 0 turns the probe off",
     )
     log_interval: int = setting(10, "steps between training-loss logs")

@@ -202,7 +202,7 @@ def test_torchrun_writes_one_set_of_files(ddp_job):
     assert sorted(set(names) - set(events)) == [".lock", "best.pt", "ckpt.pt", "config.json", "metrics.jsonl"]  # .lock: rank 0's hold
     assert sorted(p.name for p in (ddp_job["root"] / "runs").iterdir()) == ["tiny"]  # no second run folder, nothing moved aside
     metrics = ddp_metrics(ddp_job)
-    keys = [(m["step"], "loss/val" in m, "probe/entropy" in m) for m in metrics]  # a training, evaluation or probe line
+    keys = [(m["step"], "loss/val" in m, "Probe_attn/entropy" in m) for m in metrics]  # a training, evaluation or probe line
     probes = STEPS + 1  # rank 0 probes every step of so short a run, and the last
     assert len(keys) == len(set(keys)) == STEPS + 3 + probes, "a step was logged twice: more than one rank writes metrics.jsonl"
     ckpt = read_checkpoint(run_dir / "ckpt.pt")

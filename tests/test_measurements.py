@@ -196,7 +196,7 @@ def test_training_logs_every_issue_tag(tmp_path, corpus_file, one_cpu_thread):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(tmp_path / "runs" / "tiny"), size_guidance={"images": 0, "tensors": 0}).Reload()
-    assert {"heatmaps/L0", "heatmaps/L1"} <= set(events.Tags()["images"])
+    assert {"heatmaps/L0H0", "heatmaps/L0H1", "heatmaps/L1H0", "heatmaps/L1H1"} == set(events.Tags()["images"])  # one a head
     assert "samples/text_summary" in events.Tags()["tensors"]
 
 

@@ -73,12 +73,25 @@ def test_every_chart_of_the_story_has_20_points_a_run(runs):
         for patterns in charts[STORY]:
             for pattern in patterns:
                 tags = [tag for tag in scalars.Tags()["scalars"] if re.search(pattern, tag)]
-                assert tags or (name, pattern) == ("char-no-mask", "^probe/order_use$"), f"{name}: nothing logged for {pattern}"
+                assert tags or (name, pattern) == ("char-no-mask", "^Probe_loss/order_use$"), f"{name}: nothing logged for {pattern}"
                 assert all(len(scalars.Scalars(tag)) >= 20 for tag in tags), f"{name}: {pattern} has under 20 points"
 
 
+def test_the_two_sections_tensorboard_opens_first_are_the_probes_dense_curves(runs):
+    """TIME SERIES and SCALARS sort their sections by name, uppercase first (as Python's sort does), and open the first two:
+    those hold the probe's curves, whose points are many enough for the default smoothing, not the evaluations' few."""
+    for name in ("char", "char-no-mask"):
+        scalars = events(runs[name])
+        tags = scalars.Tags()["scalars"] + scalars.Tags()["images"]
+        first = sorted({tag.split("/")[0] for tag in tags})[:2]
+        assert first == ["Probe_attn", "Probe_loss"], first
+        opened = [tag for tag in tags if tag.split("/")[0] in first]
+        assert all(len(scalars.Scalars(tag)) >= 20 for tag in opened), name
+        assert len(scalars.Scalars("loss/val")) == 3  # the evaluations' (every 20 steps of 40), in sections that come later, closed
+
+
 def test_without_the_mask_the_leak_gap_opens_across_the_probes(runs):
-    gap = {name: events(runs[name]).Scalars("probe/leak_gap") for name in ("char", "char-no-mask")}
+    gap = {name: events(runs[name]).Scalars("Probe_loss/leak_gap") for name in ("char", "char-no-mask")}
     assert [e.step for e in gap["char-no-mask"]] == list(range(0, 41, 2))  # every 2 steps, the last included
     assert all(e.value == 0.0 for e in gap["char"])  # a causal model's honest loss is its forced one, exactly
     cheat = [e.value for e in gap["char-no-mask"]]
@@ -96,8 +109,8 @@ def test_a_text_run_logs_and_lays_out_no_induction_heads(runs):
 
 def test_the_probe_leaves_every_loss_and_evaluation_as_it_was(runs):
     """The same run without the probe logs the same numbers, to the last digit: no random stream moved."""
-    probed = [row for row in rows(runs["char"]) if not any(key.startswith("probe/") for key in row)]
-    assert len(probed) < len(rows(runs["char"])) and not [row for row in rows(runs["char-no-probe"]) if "probe/entropy" in row]
+    probed = [row for row in rows(runs["char"]) if not any(key.startswith("Probe_") for key in row)]
+    assert len(probed) < len(rows(runs["char"])) and not [row for row in rows(runs["char-no-probe"]) if "Probe_attn/entropy" in row]
     drop_perf = lambda row: {key: value for key, value in row.items() if not key.startswith("perf/")}  # noqa: E731 (timings differ)
     assert [drop_perf(row) for row in probed] == [drop_perf(row) for row in rows(runs["char-no-probe"])]
 
@@ -111,12 +124,12 @@ def test_the_probe_is_the_evaluations_measurements_on_its_slice_and_draws_nothin
     assert torch.equal(torch.get_rng_state(), state) and model.training  # torch's global generator untouched, dropout back on
     model.eval()
     honest, forced = honest_loss(model, x, y, positions)  # without the mask: a pass per prefix
-    assert (got["probe/val_honest"], got["probe/val_forced"], got["probe/leak_gap"]) == (honest, forced, honest - forced)
+    assert (got["Probe_loss/val_honest"], got["Probe_loss/val_forced"], got["Probe_loss/leak_gap"]) == (honest, forced, honest - forced)
     summary = attention_summary(model, x)
     for tag in ("entropy", "saturated_frac", "future_mass", "score_std", "score_max", "score_max/L1", "q_norm", "k_norm"):
-        assert got[f"probe/{tag}"] == summary[f"attn/{tag}"], tag
-    assert "probe/order_use" not in got  # without the mask it costs a pass per position again: the evaluations measure it
-    assert got["probe/uniform_guess"] == math.log(11)  # the loss charts' reference line
+        assert got[f"Probe_attn/{tag}"] == summary[f"attn/{tag}"], tag
+    assert "Probe_loss/order_use" not in got  # without the mask it costs a pass per position again: the evaluations measure it
+    assert got["Probe_loss/uniform_guess"] == math.log(11)  # the loss charts' reference line
     assert not [tag for tag in got if "heads/" in tag or tag.startswith(("loss/", "attn/"))]
 
 

@@ -38,23 +38,23 @@ def test_a_mostly_blank_sample_gives_its_share():
 
 
 def test_the_story_layout_picks_exactly_the_tags_a_run_logs():
-    logged = ["loss/val", "loss/train", "loss/train_step", "loss/leak_gap", "attn/entropy", "heads/entropy/L0H0", "probe/val_honest",
-              "probe/val_forced", "probe/leak_gap", "probe/order_use", "probe/entropy", "probe/max_weight", "probe/saturated_frac",
-              "probe/future_mass", "probe/score_std", "probe/score_max", "probe/score_max/L0", "probe/q_norm", "probe/k_norm",
-              "probe/uniform_guess", "induction/max", "loss/repeated"]  # fmt: skip
+    logged = ["loss/val", "loss/train", "loss/train_step", "loss/leak_gap", "attn/entropy", "heads/entropy/L0H0", "Probe_loss/val_honest",
+              "Probe_loss/val_forced", "Probe_loss/leak_gap", "Probe_loss/order_use", "Probe_attn/entropy", "Probe_attn/max_weight",
+              "Probe_attn/saturated_frac", "Probe_attn/future_mass", "Probe_attn/score_std", "Probe_attn/score_max", "Probe_attn/score_max/L0",
+              "Probe_attn/q_norm", "Probe_attn/k_norm", "Probe_loss/uniform_guess", "induction/max", "loss/repeated"]  # fmt: skip
     charts = story_layout(induction=False)[STORY]
     picked = {title: sorted(t for t in logged if any(re.search(rx, t) for rx in spec[1])) for title, spec in charts.items()}
     assert list(picked.values()) == [
-        ["loss/train_step", "probe/uniform_guess"],  # every log_interval steps: the no-mask run's falls towards 0
-        ["probe/val_forced", "probe/val_honest"],  # the probe's, every few steps: the evaluation's loss/... are in SCALARS
-        ["probe/leak_gap"],
-        ["probe/order_use"],  # how much each run reads word order: the no-pos run beside the others
-        ["probe/entropy"],
-        ["probe/saturated_frac"],
-        ["probe/future_mass"],
-        ["probe/score_std"],
-        ["probe/score_max"],  # not probe/score_max/L0: the patterns are anchored
-        ["probe/k_norm", "probe/q_norm"],
+        ["Probe_loss/uniform_guess", "loss/train_step"],  # every log_interval steps: the no-mask run's falls towards 0
+        ["Probe_loss/val_forced", "Probe_loss/val_honest"],  # the probe's, every few steps: the evaluation's loss/... are in SCALARS
+        ["Probe_loss/leak_gap"],
+        ["Probe_loss/order_use"],  # how much each run reads word order: the no-pos run beside the others
+        ["Probe_attn/entropy"],
+        ["Probe_attn/saturated_frac"],
+        ["Probe_attn/future_mass"],
+        ["Probe_attn/score_std"],
+        ["Probe_attn/score_max"],  # not Probe_attn/score_max/L0: the patterns are anchored
+        ["Probe_attn/k_norm", "Probe_attn/q_norm"],
     ]
 
 
@@ -112,8 +112,8 @@ def test_resuming_a_run_without_its_metrics_starts_a_new_file(tmp_path):
     assert read_metrics(tmp_path) == [{"step": 50, "loss/train_step": 2.5}]
 
 
-def test_every_layer_shares_one_heatmap_grid_and_each_picture_is_its_own(tmp_path):
-    """One grid is laid out once and repainted per layer: each layer's picture must equal that layer's own grid's."""
+def test_every_head_shares_one_heatmap_grid_and_each_picture_is_its_own(tmp_path):
+    """One grid of one panel is laid out once and repainted per head: each head's picture must equal its own grid's."""
     import torch
 
     from harness.pictures.heatmaps import HeatmapGrid
@@ -126,10 +126,24 @@ def test_every_layer_shares_one_heatmap_grid_and_each_picture_is_its_own(tmp_pat
     logger.writer.add_image = lambda tag, picture, step, dataformats: pictures.__setitem__(tag, picture)
     logger.log_heatmaps(300, weights, labels, "causal")
     logger.close()
-    for layer, w in enumerate(weights):
-        own = HeatmapGrid(2, labels, title=f"layer {layer} at step 1000000 (causal)").pixels(w[0], f"layer {layer} at step 300 (causal)")
-        assert (pictures[f"heatmaps/L{layer}"] == own).all(), f"layer {layer}'s picture differs from its own grid's"
-    assert len(pictures) == 2 and logger.heatmap_grid is not None
+    for layer, head in [(0, 0), (0, 1), (1, 0), (1, 1)]:
+        own = HeatmapGrid(1, labels, ["attention weights"], title="L1H1 at step 1000000 (causal)")
+        own = own.pixels(weights[layer][0, head : head + 1], f"L{layer}H{head} at step 300 (causal)")
+        assert (pictures[f"heatmaps/L{layer}H{head}"] == own).all(), f"L{layer}H{head}'s picture differs from its own grid's"
+    assert len(pictures) == 4 and logger.heatmap_grid is not None
+
+
+def test_a_heads_picture_keeps_its_token_labels_readable_at_tensorboards_card_width():
+    """TensorBoard's IMAGES tab shows a picture 350 pixels wide: at the presets' 32 tokens a label stays 8 pixels tall
+    there (a layer's grid of 4 heads, 1825 pixels wide with 6-point labels, showed them 1.6 pixels tall)."""
+    import torch
+
+    from harness.pictures.heatmaps import HeatmapGrid
+
+    grid = HeatmapGrid(1, [chr(65 + t % 26) for t in range(32)], ["attention weights"], title="L2H3 at step 1000000 (causal, scaled)")
+    picture = grid.pixels(torch.full((1, 32, 32), 1 / 32), "L0H0 at step 410 (causal, scaled)")
+    label_px = grid.fig.axes[0].get_xticklabels()[0].get_fontsize() * grid.fig.dpi / 72
+    assert 8 <= label_px * 350 / picture.shape[1] and picture.shape[0] * picture.shape[1] < 600 * 600, picture.shape
 
 
 # A run folder that is lost mid-run: removed or moved away, made read-only. Each run saves at step 0 or 20, then logs

@@ -124,7 +124,7 @@ def test_a_tiny_sweep_end_to_end(tiny_sweep):
     # the probe's largest score over training at the highest rate, mean and range over the seeds
     line = saved["over_time"]["tiny-qk-norm"]
     per_seed = [
-        [row["probe/score_max"] for row in read_metrics(folder / f"tiny-qk-norm-lr3e-2-s{s}") if "probe/score_max" in row]
+        [row["Probe_attn/score_max"] for row in read_metrics(folder / f"tiny-qk-norm-lr3e-2-s{s}") if "Probe_attn/score_max" in row]
         for s in (1337, 1338)
     ]
     assert line["lr"] == "3e-2" and line["steps"] == [0, 1, 2, 3, 4]

@@ -31,7 +31,7 @@ TAGS = (
 )
 DIFFERENCE_TAGS = ("loss/val", "attn/score_max", "attn/entropy")  # what the cures are about
 LARGEST = "attn/score_max"
-OVER_TIME = "probe/score_max"  # the largest score every few steps (the probe): the sweep draws it at its highest rate
+OVER_TIME = "Probe_attn/score_max"  # the largest score every few steps (the probe): the sweep draws it at its highest rate
 
 
 def plan_sweep(cfg: Config, folder: Path, n_seeds: int, lrs: list[float], names: list[str]) -> dict[str, dict[str, list[Config]]]:

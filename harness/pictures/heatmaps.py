@@ -81,7 +81,8 @@ class HeatmapGrid:
         axes = self.fig.subplots(rows, cols, squeeze=False)
         for ax in axes.flat[n_heads:]:
             ax.remove()  # the empty places of the last row
-        fontsize = max(4, min(8, 200 // max(T, 1)))
+        panel = 1.2 + 0.08 * T  # inches per heatmap: room for T cells, small enough to render fast
+        fontsize = max(4, min(9, 72 * panel / max(T, 1)))  # points: a label as tall as its cell, readable however the picture is shrunk
         self.images, outlines = [], []
         offset = 0 if causal else 1  # the outlined cells: (t, t) under the mask, (t, t+1) without it
         for h, ax in enumerate(axes.flat[:n_heads]):
@@ -99,7 +100,6 @@ class HeatmapGrid:
             if h + cols >= n_heads:  # the lowest panel of each column
                 ax.set_xlabel("keys (columns): attended to", fontsize=8)
         self.title = self.fig.suptitle(title, va="top")  # the figure is made wide enough for this text
-        panel = 1.2 + 0.08 * T  # inches per heatmap: room for T cells, small enough to render fast
         fit_panels(self.fig, axes, panel, self.title)
         frames = [spine for ax in self.fig.axes for spine in ax.spines.values()]  # drawn over the heatmaps' edges
         self.colorbar_axes = self.add_colorbar("weight; red: " + ("t, the diagonal" if causal else "t+1, the answer"))

@@ -7,9 +7,14 @@ honest loss scores there: the honest and teacher-forced losses and their gap (no
 honest loss is its forced one), the order use (of a causal model only: without the mask it would cost as many passes
 again as the honest loss, so there the evaluations alone measure it), attention entropy, saturated rows, the mass on
 the future, the spread and the largest of the scores, the query and key norms, and beside the losses a uniform guess's,
-ln V. It runs every max_steps // train.probes steps and at the last (TrainConfig.probes_at). Its tags are probe/...,
-named after the evaluation's (probe/leak_gap beside loss/leak_gap): the same measurements on less data, so companions
-of the evaluation's curves, not more points of them.
+ln V. It runs every max_steps // train.probes steps and at the last (TrainConfig.probes_at). Its tags are Probe_loss/...
+and Probe_attn/..., named after the evaluation's (Probe_loss/leak_gap beside loss/leak_gap): the same measurements on
+less data, so companions of the evaluation's curves, not more points of them.
+
+Why the capital P: TensorBoard's TIME SERIES and SCALARS tabs sort their sections by name, uppercase before lowercase,
+and open only the first two. Those two are then the probe's, a point every few steps, which read truly at TensorBoard's
+default smoothing of 0.6; the evaluation's loss/... and attn/... have a few points a run (two for `char`), which that
+smoothing draws far from the values logged, so they come later, closed.
 
 It reads the model in eval() mode (no dropout) and draws nothing at random but from order_use's own generator, so
 training's random streams (the batch generator, torch's global one) are untouched: a run's losses are the same with
@@ -28,6 +33,7 @@ from model import GPT
 from model.measurements import attention_summary, honest_loss, leak_of, order_use
 
 PROBE_ROWS = 2  # sequences of the first val batch that the probe reads
+PREFIX = "Probe_"  # loss/leak_gap -> Probe_loss/leak_gap: sections that TensorBoard sorts first and opens (the module's docstring)
 
 
 def probe_slice(eval_set: EvalSet) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -39,7 +45,7 @@ def probe_slice(eval_set: EvalSet) -> tuple[torch.Tensor, torch.Tensor, list[int
 
 @torch.no_grad()
 def probe(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], runtime: Runtime) -> dict[str, float]:
-    """The story's signals on x, y (R, T) at `positions`, as probe/... tags: the evaluation's loss/... and attn/...
+    """The story's signals on x, y (R, T) at `positions`, as Probe_loss/... and Probe_attn/... tags: the evaluation's loss/... and attn/...
     measurements (less bits per byte, the induction heads and the per-head entropies) on this slice."""
     x, y = x.to(runtime.device), y.to(runtime.device)
     tokens = stats_shape(*x.shape)[1]  # the attention statistics read as many tokens as the evaluation's (all at the presets' sizes)
@@ -49,8 +55,8 @@ def probe(model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], ru
         if model.cfg.causal:  # a pass per position, as many as the honest loss costs a model without the mask: left to its evaluations
             metrics.update(order_use(model, [(x, y, positions)], unshuffled=[honest]))
         metrics.update(attention_summary(model, x[:, :tokens]))
-    metrics["probe/uniform_guess"] = math.log(model.cfg.vocab_size)  # the loss charts' reference: a uniform guess over the vocabulary
-    return {"probe/" + tag.split("/", 1)[1]: value for tag, value in metrics.items() if not tag.startswith("heads/")}
+    metrics["loss/uniform_guess"] = math.log(model.cfg.vocab_size)  # the loss charts' reference: a uniform guess over the vocabulary
+    return {PREFIX + tag: value for tag, value in metrics.items() if not tag.startswith("heads/")}
 
 
 class Probe:

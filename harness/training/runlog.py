@@ -26,6 +26,7 @@ from harness.training.checkpoints import CheckpointError, read_checkpoint
 from harness.training.evaluation import HONEST_POSITIONS, Evaluation
 from harness.training.probe import PROBE_ROWS
 from harness.training.runtime import Runtime, preset_advice
+from model.heads import head_name
 from model.induction import INDUCTION_THRESHOLD
 from model.measurements import SHUFFLED_TOKENS
 
@@ -36,22 +37,22 @@ CONSOLE_TAGS = ("loss/train", "loss/val", "loss/val_honest", "attn/entropy", "at
 UNSMOOTHED = "#custom_scalars&_smoothingWeight=0"
 STORY = f"the story: mask, scale and positions (a point every few steps, train.probes; losses at {HONEST_POSITIONS} positions of {PROBE_ROWS} val texts)"
 INDUCTION = f"induction heads (one point per evaluation: set Smoothing to 0, or open localhost:6006/{UNSMOOTHED})"
-LAYOUT = {  # tags are regular expressions, anchored so that probe/score_max does not also match probe/score_max/L0
+LAYOUT = {  # tags are regular expressions, anchored so that Probe_attn/score_max does not also match Probe_attn/score_max/L0
     STORY: {
         title: ["Multiline", tags]
         for title, tags in (
             ("training loss (loss/train_step): without the mask it falls towards 0; flat: a uniform guess, ln V",
-             ["^loss/train_step$", "^probe/uniform_guess$"]),
-            ("val loss: val_honest (the past only) vs val_forced (the whole block)", ["^probe/val_honest$", "^probe/val_forced$"]),
-            ("leak gap: val_honest - val_forced (0 for a causal model)", ["^probe/leak_gap$"]),
+             ["^loss/train_step$", "^Probe_loss/uniform_guess$"]),
+            ("val loss: val_honest (the past only) vs val_forced (the whole block)", ["^Probe_loss/val_honest$", "^Probe_loss/val_forced$"]),
+            ("leak gap: val_honest - val_forced (0 for a causal model)", ["^Probe_loss/leak_gap$"]),
             (f"order use: val_honest's rise when the {SHUFFLED_TOKENS} tokens before each target are shuffled (causal runs)",
-             ["^probe/order_use$"]),
-            ("attention entropy (1 = uniform, 0 = one-hot)", ["^probe/entropy$"]),
-            ("share of saturated rows (largest weight above 0.99)", ["^probe/saturated_frac$"]),
-            ("attention mass on the future (0 under the mask)", ["^probe/future_mass$"]),
-            ("spread of the attention scores (std, before the softmax)", ["^probe/score_std$"]),
-            ("largest attention score, any layer (per layer: probe/score_max/L0, ...)", ["^probe/score_max$"]),
-            ("query and key norms, mean |q| and |k|: a score is at most |q| |k| x scale", ["^probe/q_norm$", "^probe/k_norm$"]),
+             ["^Probe_loss/order_use$"]),
+            ("attention entropy (1 = uniform, 0 = one-hot)", ["^Probe_attn/entropy$"]),
+            ("share of saturated rows (largest weight above 0.99)", ["^Probe_attn/saturated_frac$"]),
+            ("attention mass on the future (0 under the mask)", ["^Probe_attn/future_mass$"]),
+            ("spread of the attention scores (std, before the softmax)", ["^Probe_attn/score_std$"]),
+            ("largest attention score, any layer (per layer: Probe_attn/score_max/L0, ...)", ["^Probe_attn/score_max$"]),
+            ("query and key norms, mean |q| and |k|: a score is at most |q| |k| x scale", ["^Probe_attn/q_norm$", "^Probe_attn/k_norm$"]),
         )
     },
     INDUCTION: {
@@ -169,7 +170,7 @@ class RunLogger:
         except OSError as e:  # a folder, or a file without write permission, in its place
             raise OutputError(f"cannot append to {path}: {e.strerror}; move it out of the way, or choose another --run-name") from None
         self.other_threads_failed, threading.excepthook = threading.excepthook, self.thread_failed
-        self.heatmap_grid = None  # one HeatmapGrid for every layer (same heads, same labels), laid out at the first evaluation
+        self.heatmap_grid = None  # one HeatmapGrid of one panel for every head (same labels), laid out at the first evaluation
 
     def thread_failed(self, args: threading.ExceptHookArgs) -> None:
         """threading.excepthook while the logger is open: TensorBoard's writer thread fails quietly, any other as before."""
@@ -203,22 +204,19 @@ class RunLogger:
         self.log(step, console=True, **evaluation.metrics)
 
     def log_heatmaps(self, step: int, weights_per_layer: list[torch.Tensor], labels: list[str], flags: str, causal: bool = True) -> None:
-        """One heatmaps/L{layer} image per layer from weights (1, H, T, T).
-
-        Every layer and every evaluation refills one grid: laying out its labels is most of a picture's cost,
-        and the layers differ only in their weights and their title, which pixels() repaints.
-        """
-
-        def title(layer: int, step: int) -> str:
-            return f"layer {layer} at step {step} ({flags})"
-
-        if self.heatmap_grid is None:  # laid out once, wide enough for the last layer's title with a seven-digit step
-            last = title(len(weights_per_layer) - 1, 10**6)
-            self.heatmap_grid = HeatmapGrid(weights_per_layer[0].shape[1], labels, title=last, causal=causal)
+        """One heatmaps/L{layer}H{head} image per head from weights (1, H, T, T) per layer. One head a picture: TensorBoard
+        shows an image at its card's width (350 pixels in IMAGES), where a layer's grid of heads shrinks its token labels
+        past reading. Every picture refills one grid of one panel: laying out the labels is most of a picture's cost, and
+        the heads differ only in their weights and title, which pixels() repaints."""
+        if self.heatmap_grid is None:  # laid out once, wide enough for the last head's title with a seven-digit step
+            last = f"{head_name(len(weights_per_layer) - 1, weights_per_layer[0].shape[1] - 1)} at step {10**6} ({flags})"
+            self.heatmap_grid = HeatmapGrid(1, labels, head_names=["attention weights"], title=last, causal=causal)
         for layer, weights in enumerate(weights_per_layer):
-            picture = self.heatmap_grid.pixels(weights[0], title(layer, step))  # (height, width, 3)
-            with self.writing():
-                self.writer.add_image(f"heatmaps/L{layer}", picture, step, dataformats="HWC")
+            for head in range(weights.shape[1]):
+                name = head_name(layer, head)
+                picture = self.heatmap_grid.pixels(weights[0, head : head + 1], f"{name} at step {step} ({flags})")  # (height, width, 3)
+                with self.writing():
+                    self.writer.add_image(f"heatmaps/{name}", picture, step, dataformats="HWC")
 
     def close(self) -> None:
         with self.writing():
