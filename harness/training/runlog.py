@@ -189,7 +189,7 @@ class RunLogger:
             self.jsonl.flush()
         if console:
             shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
-            tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4g}" for name, value in shown))
+            tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4f}" for name, value in shown))  # as the run's last line
 
     def log_evaluation(self, step: int, evaluation: Evaluation, flags: str, causal: bool = True) -> None:
         """An evaluation's heatmaps (of a model with the mask when causal), sample and scalars (the scalars also on the console)."""
