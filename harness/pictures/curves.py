@@ -21,8 +21,8 @@ PANELS = [  # (title, [(the probe's tag, the final evaluation's, line style)]): 
     ("share of saturated rows (max > 0.99), probe", [("probe/saturated_frac", "attn/saturated_frac", "-")]),
     ("attention mass on the future, probe", [("probe/future_mass", "attn/future_mass", "-")]),
     ("grad norm reaching query and key (every log_interval steps)", [("grad/qk_norm", None, "-")]),
-    ("leak gap: val honest - val forced (0 under the mask), probe", [("probe/leak_gap", "loss/leak_gap", "-")]),
-    ("order use: the honest loss's rise, recent tokens shuffled; probe (no-mask: evaluations)", [("probe/order_use", "loss/order_use", "-")]),
+    ("leak gap: honest - forced (0 under the mask), probe", [("probe/leak_gap", "loss/leak_gap", "-")]),
+    ("order use (recent tokens shuffled), probe; no-mask: evaluations", [("probe/order_use", "loss/order_use", "-")]),
 ]  # fmt: skip
 FINAL = "o: the final evaluation (the table's figure)"  # said once, under the picture's title
 
