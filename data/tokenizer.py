@@ -139,8 +139,8 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
 def degenerate(text: str) -> tuple[str, str] | None:
     """What is wrong with a text a model wrote, or None if nothing is: (what, counts), e.g. ("all whitespace",
     "201 newlines, 0 spaces") or ("96% one character", "'e' 192 times"). A text more than DEGENERATE_SHARE
-    whitespace, or more than that share one character, is degenerate: what a model without the causal mask writes
-    (it learned to read the next token, which generation does not give it). TensorBoard's text tab and sample.py
+    whitespace, or more than that share one character, is degenerate: what a model trained without the causal mask
+    writes, for one (it learned to read the next token, which generation does not give it). TensorBoard's text tab and sample.py
     both say so with this verdict."""
     if not text:
         return None
