@@ -36,7 +36,7 @@ from harness.training.evaluation import PROBE_TEXT
 from model.ablations import flags_label
 from model.heads import head_name, parse_heads
 from model.induction import SHORTEST_CONTEXT
-from model.measurements import NEXT_TOKEN_THRESHOLD, ROLES, head_roles
+from model.roles import MIN_ROLE_ROWS, NEXT_TOKEN_THRESHOLD, ROLES, head_roles, role_line
 from model.sampling import check_finite_logits
 
 REPEATED_TOKENS = 48  # length of the --repeated sequence (at most block_size)
@@ -115,9 +115,8 @@ def main(argv: list[str]) -> Path:
             f"{row['future_mass']:.3f} | {row['previous']:.3f} | {row['next']:.3f} | {row['first']:.3f} | {row['induction']:.3f} | "
             f"{', '.join(row['roles'])} |"
         )
-    for role, _, threshold in ROLES:
-        found = [head_name(row["layer"], row["head"]) for row in rows if role in row["roles"]]
-        print(f"{role} heads (weight above {threshold}): {', '.join(found) or 'none'}")
+    for role, key, threshold in ROLES:
+        print(role_line(rows, role, key, threshold))
     if args.ablate:
         by_place = sorted(rows, key=lambda r: (r["layer"], r["head"]))
         ablate(model, tokenizer, checkpoint, named or next_token_heads(by_place), args, out, by_place)
@@ -128,7 +127,7 @@ def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
     """The next-token heads of the role table's rows (given in layer, head order)."""
     heads = [(row["layer"], row["head"]) for row in rows if "next-token" in row["roles"]]
     if not heads:
-        raise ConfigError(f"--ablate: no next-token head (none puts more than {NEXT_TOKEN_THRESHOLD} on t+1 here); name heads: L0H1,L1H3")
+        raise ConfigError(f"--ablate: no next-token head (none puts more than {NEXT_TOKEN_THRESHOLD} on t+1 over {MIN_ROLE_ROWS}+ rows); name heads: L0H1,L1H3")  # fmt: skip
     return heads
 
 

@@ -5,6 +5,8 @@ vocabulary), never from a TOML file, so an old checkpoint still loads after defa
 Checkpoints are read with torch.load(weights_only=True): plain tensors and data, never code.
 --pretrained continues the prompt with OpenAI's GPT-2 (or a folder in its layout), read from safetensors.
 One sample prints token by token as it is generated; Ctrl-C stops it, keeping what was printed.
+A degenerate sample (mostly whitespace, or one character: data.tokenizer.degenerate, as TensorBoard's text tab
+marks it) gets one line on stderr that says so and why; stdout carries the text alone.
 """
 
 from harness.stopping import StopFlag, exit_on_signal
@@ -20,7 +22,7 @@ from pathlib import Path
 import torch
 
 from data.sources import read_text
-from data.tokenizer import TokenizerError, decode_stream
+from data.tokenizer import TokenizerError, decode_stream, degenerate
 from harness.arguments import non_negative_float, non_negative_int, positive_int, probability, seed, typed_text
 from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
 from harness.training.budget import check_sampling
@@ -61,7 +63,28 @@ def main(argv: list[str]) -> list[str]:
     generator = torch.Generator(device=device).manual_seed(args.seed)
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "generator": generator}
     with StopFlag() as stop:  # Ctrl-C, SIGTERM, SIGHUP or a closed pipe: stop before the next token
-        return print_samples(tokenizer, described, device, idx, stop.polled(model.stream(idx, args.max_new_tokens, **sampling)))
+        samples = print_samples(tokenizer, described, device, idx, stop.polled(model.stream(idx, args.max_new_tokens, **sampling)))
+    if note := degenerate_note([text[len(tokenizer.decode(prompt_ids)) :] for text in samples], model.cfg.causal):
+        print(note, file=sys.stderr)
+    return samples
+
+
+def degenerate_note(continuations: list[str], causal: bool) -> str | None:
+    """One line on the generated texts that are degenerate (data.tokenizer.degenerate), and why, or None if none is."""
+    found = [(i, verdict) for i, text in enumerate(continuations, 1) if (verdict := degenerate(text))]
+    if not found:
+        return None
+    if len(continuations) == 1:
+        what = f"the sample is {found[0][1][0]} ({found[0][1][1]})"
+    else:
+        what = f"{len(found)} of {len(continuations)} samples are degenerate (" + "; ".join(f"{i}: {v[0]}, {v[1]}" for i, v in found) + ")"
+    why = (
+        "expected of a model trained without the causal mask: it learned to read the next token from its input, which "
+        "generation does not give it; its honest loss (loss/val_honest) measures what it predicts from the past alone"
+        if not causal
+        else "from a model with the causal mask, a sign that it has learned little yet (its val loss says how much)"
+    )
+    return f"note: {what}: {why}"
 
 
 def print_samples(tokenizer, described: str, device, idx: torch.Tensor, tokens) -> list[str]:

@@ -34,6 +34,7 @@ from configs import ConfigError
 from harness.arguments import EVERY, learning_rates, positive_int, rate_name, seed_count, variant_names
 from harness.cli import OneLineParser, run_command
 from harness.experiments.comparison import check_experiment, summing_up
+from harness.experiments.stats import what_figures_are
 from harness.experiments.sweep import format_sweep, run_sweep
 from model.ablations import CURES
 
@@ -71,7 +72,7 @@ def main(argv: list[str]) -> dict | int:
     if isinstance(sweep, int):
         return sweep  # a run failed or was stopped, and has said so
     with summing_up(sweep["folder"], "sweep"):  # every run is saved: a Ctrl-C now says so
-        print(f"\nat the end of training, mean ± 95% half width over {args.seeds} seeds:\n{format_sweep(sweep)}")
+        print(f"\nat the end of training, {what_figures_are(args.seeds)}:\n{format_sweep(sweep)}")
         print(f"\npicture: {sweep['folder'] / 'sweep.png'}; TensorBoard: tensorboard --logdir {sweep['folder']}")
     return sweep
 

@@ -8,6 +8,7 @@ character of the corpus to an id; its vocabulary is saved with the prepared data
 every checkpoint, so sampling decodes with exactly the vocabulary the model was trained on.
 """
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
@@ -15,6 +16,7 @@ import numpy as np
 
 TOKENIZERS = ("gpt2", "char")
 GPT2_VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding: 50,000 merges, 256 bytes and <|endoftext|>
+DEGENERATE_SHARE = 0.5  # a text more than this share whitespace, or one character, is not text a reader can read
 
 
 class TokenizerError(ValueError):
@@ -132,6 +134,25 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
         text = tokenizer.decode([i]).replace("\n", "\\n").replace(" ", "\u2423")
         labels.append(text if len(text) <= 8 else text[:7] + "\u2026")
     return labels
+
+
+def degenerate(text: str) -> tuple[str, str] | None:
+    """What is wrong with a text a model wrote, or None if nothing is: (what, counts), e.g. ("all whitespace",
+    "201 newlines, 0 spaces") or ("96% one character", "'e' 192 times"). A text more than DEGENERATE_SHARE
+    whitespace, or more than that share one character, is degenerate: what a model trained without the causal mask
+    writes, for one (it learned to read the next token, which generation does not give it). TensorBoard's text tab and sample.py
+    both say so with this verdict."""
+    if not text:
+        return None
+    blank = sum(c.isspace() for c in text)
+    if blank / len(text) > DEGENERATE_SHARE:
+        share = "all whitespace" if blank == len(text) else f"{blank / len(text):.0%} whitespace"
+        return share, f"{text.count(chr(10))} newlines, {text.count(' ')} spaces"
+    char, count = Counter(text).most_common(1)[0]
+    if count / len(text) > DEGENERATE_SHARE:
+        share = "one character repeated" if count == len(text) else f"{count / len(text):.0%} one character"
+        return share, f"{char!r} {count} times"
+    return None
 
 
 def tokenizer_from_state(state: dict) -> Tokenizer:

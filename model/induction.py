@@ -4,8 +4,8 @@ Where a token appeared before, an induction head attends to the position just af
 and copies what came there: "A B ... A" -> "B". It takes two layers: a previous-token head writes into each
 position which token preceded it, and the induction head's query finds "preceded by me". `induction_score`
 scores one head's weights; `induction_summary` every head of a model, and how much its loss drops where the
-context gives the next token away (the in-context learning score). model/measurements.py's head_roles
-names a head "induction" above INDUCTION_THRESHOLD.
+context gives the next token away (the in-context learning score). model/roles.py's head_roles
+names a head "induction" above INDUCTION_THRESHOLD, given enough repeated rows.
 """
 
 import math
@@ -40,8 +40,14 @@ def induction_score(weights: torch.Tensor, idx: torch.Tensor) -> float:
 
 def score_at(weights: torch.Tensor, target: torch.Tensor) -> float:
     """induction_score given the targets (B, T), previous_occurrence + 1 (0 where there is none): computed once for all heads."""
+    rows = target_rows(weights, target)
+    return rows.mean().item() if len(rows) else 0.0
+
+
+def target_rows(weights: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The weight each repeated row puts on its target, from weights (B, T, T) and targets (B, T): (rows,), first occurrences left out."""
     on_target = weights.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T): w[b, t, target[b, t]]
-    return on_target[target > 0].mean().item() if (target > 0).any() else 0.0
+    return on_target[target > 0]
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ target, as generation does, so the cheating shows as a gap between the two: `lea
 word order: the rise of that honest loss when the last few tokens before a target are shuffled.
 
 The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum, saturation, mass on the
-future; then, per head, `head_statistics` and `head_roles`, and `attention_summary` (with `qk_norms`, the query and
+future; then, per head, `head_statistics` (model/roles.py names heads' roles from them), and `attention_summary` (with `qk_norms`, the query and
 key norms that bound the scores), the numbers TensorBoard plots. What a saturated softmax lets through to the
 scores and the query/key weights is model/gradients.py's; the induction heads are model/induction.py's.
 
@@ -21,7 +21,6 @@ import torch
 
 from model.gpt import GPT, lm_loss
 from model.heads import head_name
-from model.induction import INDUCTION_THRESHOLD, induction_score
 
 Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # (x, y, positions scored) per batch
 Between = Callable[[], None] | None  # called before each prefix pass: the caller's progress, and its chance to stop
@@ -163,51 +162,6 @@ def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list
             stats = {"entropy": entropy, "max_weight": maximum, "saturated": saturated_fraction(w, causal).item()}
             rows.append({"layer": layer, "head": head, **stats, "future_mass": future_mass(w).item()})
     return rows
-
-
-PREVIOUS_TOKEN_THRESHOLD = 0.5  # a previous-token head puts more than half of each row's weight on position t-1
-FIRST_TOKEN_THRESHOLD = 0.5  # a first-token sink puts more than half of each row's weight on position 0
-NEXT_TOKEN_THRESHOLD = 0.5  # a next-token head puts more than half of each row's weight on position t+1: the answer
-
-
-def previous_token_weight(weights: torch.Tensor) -> float:
-    """Mean weight on the position just before the query, t-1, over rows t >= 1, from weights (B, T, T) of one head.
-    A head that copies its left neighbour (half an induction circuit) scores near 1; a uniform causal one the mean of 1/(t+1)."""
-    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t-1] for t >= 1
-
-
-def next_token_weight(weights: torch.Tensor) -> float:
-    """Mean weight on the position just after the query, t+1, over rows t <= T-2, from weights (B, T, T) of one head.
-
-    Under the causal mask it is exactly 0. Without the mask the token at t+1 is the target of position t,
-    so a head that looks there copies the answer: the --no-mask cheat."""
-    return weights.diagonal(offset=1, dim1=-2, dim2=-1).float().mean().item()  # (B, T-1): w[t, t+1] for t <= T-2
-
-
-def first_token_weight(weights: torch.Tensor) -> float:
-    """Mean weight on position 0 over rows t >= 1 (row 0 sees only it), from weights (B, T, T) of one head. Trained GPTs
-    park the attention that has nowhere useful to go on the first token (an "attention sink"): softmax must put it somewhere."""
-    return weights[..., 1:, 0].float().mean().item()
-
-
-ROLES = (  # role, the head_roles key it reads, the weight above which a head has it
-    ("previous-token", "previous", PREVIOUS_TOKEN_THRESHOLD),
-    ("next-token", "next", NEXT_TOKEN_THRESHOLD),
-    ("first-token sink", "first", FIRST_TOKEN_THRESHOLD),
-    ("induction", "induction", INDUCTION_THRESHOLD),
-)
-
-
-def head_roles(weights_per_layer: list[torch.Tensor], causal: bool, idx: torch.Tensor | None = None) -> list[dict]:
-    """head_statistics plus, per head, the weight on t-1, on t+1, on position 0 and (given the tokens idx (B, T)
-    the weights were computed on) the induction score, and the ROLES they pass; the most focused head first."""
-    rows = head_statistics(weights_per_layer, causal)
-    for row in rows:
-        w = weights_per_layer[row["layer"]][:, row["head"]]  # (B, T, T)
-        row["previous"], row["next"], row["first"] = previous_token_weight(w), next_token_weight(w), first_token_weight(w)
-        row["induction"] = induction_score(w, idx) if idx is not None else 0.0
-        row["roles"] = [role for role, key, threshold in ROLES if row[key] > threshold]
-    return sorted(rows, key=lambda row: row["entropy"])
 
 
 SUMMARY_TAGS = (("entropy", "entropy"), ("max_weight", "max_weight"), ("saturated_frac", "saturated"), ("future_mass", "future_mass"))

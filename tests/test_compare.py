@@ -27,7 +27,7 @@ from harness.experiments import comparison, stats
 from harness.experiments.children import Children
 from harness.experiments.stats import Difference
 from harness.pictures import curves
-from harness.training.runlog import read_metrics
+from harness.training.runlog import evaluations, read_metrics
 from model.ablations import ABLATIONS, variants
 
 
@@ -226,6 +226,26 @@ def test_compare_over_two_seeds(tmp_path, corpus_file, one_cpu_thread, capsys, m
     row = next(line for line in out.splitlines() if line.startswith("| tiny-no-mask |"))
     assert row.count(" ± ") == len(stats.COLUMNS) - ("loss/val_forced" not in results["tiny-s1337"])
     assert "difference from tiny, paired by seed over 2 seeds" in out and "  tiny-no-scale: val " in out
+
+
+def test_the_picture_draws_the_probes_curves_with_the_final_evaluation_marked(tmp_path, corpus_file, one_cpu_thread, monkeypatch):
+    """Evaluated twice, as a char run is, each run still gives the picture's evaluation panels a point every step (the probe's,
+    21 in 20 steps); the final evaluation's value, the table's figure, is marked at the last step."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    drawn = []
+    monkeypatch.setattr(curves, "panel_data", lambda metrics, real=curves.panel_data: drawn.append(real(metrics)) or drawn[-1])
+    results = compare.main(tiny_argv(tmp_path, corpus_file, "--variants=no-mask", "--train.max_steps=20"))
+    assert [row["step"] for row in evaluations(tmp_path / "runs" / "compare-tiny" / "tiny")] == [0, 20]  # two evaluations
+    (panels,) = drawn
+    for (title, tags), by_variant in zip(curves.PANELS, panels.values(), strict=True):
+        for name, lines in by_variant.items():
+            for (probe_tag, final_tag, _), line in zip(tags, lines, strict=True):
+                if name == "tiny-no-mask" and probe_tag == "Probe_loss/order_use":  # no probe of order use without the mask
+                    assert line["tag"] == "loss/order_use" and line["steps"] == [0, 20]
+                    continue
+                assert line["tag"] == probe_tag, (title, name)
+                if final_tag:  # an evaluation's quantity: the probe's 21 points, the final evaluation marked
+                    assert len(line["steps"]) == 21 and line["final"] == (20, pytest.approx(results[name][final_tag])), (title, name)
 
 
 def test_each_run_is_the_users_command_with_its_own_flags_last():

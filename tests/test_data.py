@@ -24,7 +24,7 @@ from data.corpus import (
     download_tiny_shakespeare,
     load_corpus,
 )
-from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError, decode_stream, tokenizer_from_state
+from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError, decode_stream, degenerate, tokenizer_from_state
 
 
 def char_cfg(tmp_path: Path, path: Path | str) -> DataConfig:
@@ -112,6 +112,16 @@ def test_gpt2_tokenizer_round_trip():
     assert len(ids) < len(text) / 2  # BPE merges: far fewer tokens than characters
     assert tok.decode(ids) == text
     assert tokenizer_from_state(tok.state()).encode("Hello world") == [15496, 995]
+
+
+def test_degenerate_names_blank_and_one_character_texts_and_passes_prose():
+    assert degenerate("\n" * 201) == ("all whitespace", "201 newlines, 0 spaces")
+    assert degenerate("a" + " " * 7 + "\n" * 2) == ("90% whitespace", "2 newlines, 7 spaces")
+    assert degenerate("e" * 9 + "x") == ("90% one character", "'e' 9 times")
+    assert degenerate("zzzz") == ("one character repeated", "'z' 4 times")
+    assert degenerate("ROMEO:\nBut soft, what light through yonder window breaks?") is None
+    assert degenerate("ab" * 10) is None  # half one character is not more than half
+    assert degenerate("") is None  # nothing generated (--max-new-tokens 0): nothing to say
 
 
 def test_decode_stream_holds_back_a_character_split_across_tokens():

@@ -28,7 +28,8 @@ from model.ablations import CHANGES, JOIN, name_suffix, variant_changes
 from model.attention import rms_norm
 from model.gpt import lm_loss
 from model.heads import ablate_heads
-from model.measurements import INDUCTION_THRESHOLD, PREVIOUS_TOKEN_THRESHOLD, head_roles, next_token_weight
+from model.induction import INDUCTION_THRESHOLD
+from model.roles import PREVIOUS_TOKEN_THRESHOLD, head_roles, next_token_weight
 from tools.lens_page import figures_of, run_page
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # small models: a second thread only waits for a core

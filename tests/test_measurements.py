@@ -22,25 +22,28 @@ from model.gpt import lm_loss
 from model.gradients import qk_grad_norm, score_gradients
 from model.induction import induction_score, induction_summary, previous_occurrence
 from model.measurements import (
-    FIRST_TOKEN_THRESHOLD,
-    NEXT_TOKEN_THRESHOLD,
-    PREVIOUS_TOKEN_THRESHOLD,
     attention_summary,
     bits_per_byte,
-    first_token_weight,
     future_mass,
-    head_roles,
     honest_loss,
     honest_positions,
     leak,
-    next_token_weight,
     normalized_entropy,
     order_use,
     prefix_logits,
-    previous_token_weight,
     qk_norms,
     row_max,
     saturated_fraction,
+)
+from model.roles import (
+    FIRST_TOKEN_THRESHOLD,
+    MIN_ROLE_ROWS,
+    NEXT_TOKEN_THRESHOLD,
+    PREVIOUS_TOKEN_THRESHOLD,
+    first_token_weight,
+    head_roles,
+    next_token_weight,
+    previous_token_weight,
 )
 
 
@@ -331,7 +334,7 @@ def test_inspect_attention_writes_heatmaps_and_a_table(tmp_path, corpus_file, on
     )
     printed = capsys.readouterr().out
     assert f", {load_config(argv).model.block_size} tokens; heatmaps in {repeated}/" in printed  # random tokens, as many as the context
-    assert "induction heads (weight above 0.3):" in printed and (repeated / "attention.html").is_file()
+    assert "induction heads (mean weight above 0.3 on the " in printed and (repeated / "attention.html").is_file()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: checks bf16 autocast and torch.compile")
@@ -369,7 +372,7 @@ def test_previous_token_and_first_token_weights_by_hand():
 
 
 def test_head_roles_names_the_heads_and_ranks_by_entropy():
-    T = 6
+    T = MIN_ROLE_ROWS + 1  # rows 1..T-1 show t-1 and position 0: just enough
     sink = torch.zeros(T, T)
     sink[:, 0] = 1.0
     layer = torch.stack([uniform_causal(T), previous_token_pattern(T), sink])[None]  # (B=1, H=3, T, T)
@@ -377,6 +380,10 @@ def test_head_roles_names_the_heads_and_ranks_by_entropy():
     assert [row["head"] for row in rows][-1] == 0, "the uniform head has the highest entropy, so it ranks last"
     roles = {row["head"]: row["roles"] for row in rows}
     assert roles == {0: [], 1: ["previous-token"], 2: ["first-token sink"]}
+    rows_above = [(row["rows"]["previous"], row["above"]["previous"]) for row in sorted(rows, key=lambda row: row["head"])]
+    assert rows_above == [(8, 0), (8, 8), (8, 1)]  # uniform: row 1's 0.5 is not above 0.5; the sink: row 1's t-1 is position 0
+    short = head_roles([layer[..., : T - 1, : T - 1]], causal=True)  # one row fewer than MIN_ROLE_ROWS: no role, however clear
+    assert all(row["roles"] == [] and row["rows"]["previous"] == MIN_ROLE_ROWS - 1 for row in short)
     assert PREVIOUS_TOKEN_THRESHOLD == FIRST_TOKEN_THRESHOLD == NEXT_TOKEN_THRESHOLD == 0.5
 
 
@@ -389,7 +396,7 @@ def next_token_pattern(T: int) -> torch.Tensor:
 
 
 def test_next_token_weight_by_hand_and_the_cheating_head_is_named():
-    T = 5
+    T = MIN_ROLE_ROWS + 1
     assert next_token_weight(next_token_pattern(T)[None]) == pytest.approx(1.0)
     assert next_token_weight(uniform_causal(T)[None]) == 0.0  # the mask leaves nothing on t+1
     assert next_token_weight(torch.full((1, T, T), 1 / T)) == pytest.approx(1 / T)  # uniform without the mask
@@ -443,7 +450,7 @@ def test_inspect_attention_names_the_next_token_head_of_a_constructed_model(tmp_
     assert float(by_head["0", "0"]["t+1"]) == pytest.approx(expected, abs=5e-4)
     assert by_head["0", "0"]["role"] == "next-token"
     assert float(by_head["1", "0"]["t+1"]) < 0.2 and by_head["1", "0"]["role"] == ""  # the random layer: near 1/T everywhere
-    assert "next-token heads (weight above 0.5): L0H0" in printed
+    assert "next-token heads (mean weight above 0.5 on the 8 rows that can show it): L0H0 (8 of 8 rows above 0.5)" in printed
 
 
 def test_order_use_is_zero_for_a_bag_and_the_shuffled_loss_rise_otherwise():
@@ -498,12 +505,17 @@ def test_induction_score_is_one_on_the_induction_pattern_and_zero_on_a_previous_
     assert induction_score(uniform, torch.arange(T)[None]) == 0.0  # no token repeats: nothing to score
 
 
-def test_head_roles_names_the_induction_head_given_the_tokens():
-    T = REPEATED.shape[1]
-    layer = torch.stack([previous_token_pattern(T), induction_pattern(REPEATED)])[None]  # (B=1, H=2, T, T)
-    roles = {row["head"]: (row["roles"], row["induction"]) for row in head_roles([layer], causal=True, idx=REPEATED)}
-    assert roles[0] == (["previous-token"], 0.0) and roles[1] == (["induction"], 1.0)
-    assert all(row["induction"] == 0.0 for row in head_roles([layer], causal=True)), "no tokens given, no induction score"
+def test_head_roles_names_the_induction_head_only_on_enough_repeated_rows():
+    """One repeated token (a 7-token text and its first token again) is one row that can show induction: not enough,
+    however perfect the head there. Ten tokens seen twice are ten rows: the same pattern is named."""
+    for idx, rows, named in ((torch.tensor([[0, 1, 2, 3, 4, 5, 6, 0]]), 1, False), (torch.arange(10).repeat(2)[None], 10, True)):
+        T = idx.shape[1]
+        layer = torch.stack([previous_token_pattern(T), induction_pattern(idx)])[None]  # (B=1, H=2, T, T)
+        heads = {head["head"]: head for head in head_roles([layer], causal=True, idx=idx)}
+        assert heads[1]["induction"] == 1.0 and heads[1]["rows"]["induction"] == heads[1]["above"]["induction"] == rows
+        assert heads[1]["roles"] == (["induction"] if named else []), (rows, heads[1]["roles"])
+        assert heads[0]["induction"] == 0.0 and heads[0]["roles"] == (["previous-token"] if named else [])  # 7 rows show t-1 there: too few
+    assert all(head["induction"] == 0.0 and head["rows"]["induction"] == 0 for head in head_roles([layer], causal=True)), "no tokens given"
 
 
 def test_induction_summary_scores_every_head_and_splits_the_loss_by_what_the_context_gives_away():

@@ -112,6 +112,13 @@ def test_resuming_a_run_without_its_metrics_starts_a_new_file(tmp_path):
     assert read_metrics(tmp_path) == [{"step": 50, "loss/train_step": 2.5}]
 
 
+def test_the_step_line_gives_every_figure_four_decimals(tmp_path, capsys):
+    logger = RunLogger(tmp_path)
+    logger.log(500, console=True, **{"loss/train": 5.0, "loss/val": 1.67123, "attn/saturated_frac": 0.0, "lr": 9.6e-4})
+    logger.close()
+    assert capsys.readouterr().out == "step   500 | train 5.0000 | val 1.6712 | saturated_frac 0.0000\n"  # not "val 5", "saturated_frac 0"
+
+
 def test_every_head_shares_one_heatmap_grid_and_each_picture_is_its_own(tmp_path):
     """One grid of one panel is laid out once and repainted per head: each head's picture must equal its own grid's."""
     import torch

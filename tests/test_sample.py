@@ -16,9 +16,9 @@ import sample
 import train
 from configs import ConfigError, load_config
 from data.corpus import load_corpus
-from data.tokenizer import TokenizerError
+from data.tokenizer import CharTokenizer, TokenizerError
 from harness.training.checkpoints import CheckpointError, load_model
-from model import ModelConfig
+from model import GPT, ModelConfig
 from model.sampling import SamplingError
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
@@ -142,6 +142,36 @@ def test_one_sample_streams_the_same_text_as_it_returns(trained, capsys):
     capsys.readouterr()
 
 
+def test_a_degenerate_sample_gets_one_line_on_stderr_and_stdout_keeps_the_text(trained, monkeypatch, capsys):
+    newline = CharTokenizer(sorted(set(trained["text"]))).encode("\n")[0]
+
+    def newlines(self, idx, max_new_tokens, **sampling):  # what the no-mask run writes: newlines only
+        yield from (torch.full((len(idx), 1), newline) for _ in range(max_new_tokens))
+
+    monkeypatch.setattr(GPT, "stream", newlines)
+    samples = sample.main(sample_args(trained, "--prompt", "KING:", "--max-new-tokens", "40"))
+    out, err = capsys.readouterr()
+    assert samples == ["KING:" + "\n" * 40]
+    assert out == f"# {trained['ckpt']} (step 10, val loss {load_model(trained['ckpt'])[2]['val_loss']:.4f}) on cpu\n{samples[0]}\n"
+    assert err == (  # a causal model's degenerate sample: not the no-mask model's cheat
+        "note: the sample is all whitespace (40 newlines, 0 spaces): from a model with the causal mask, a sign that it has "
+        "learned little yet (its val loss says how much)\n"
+    )
+    sample.main(sample_args(trained, "--prompt", "KING:", "--max-new-tokens", "40", "--num-samples", "3"))
+    assert capsys.readouterr().err.startswith("note: 3 of 3 samples are degenerate (1: all whitespace, 40 newlines, 0 spaces; 2: ")
+
+
+def test_the_degenerate_note_says_why_for_a_no_mask_model():
+    note = sample.degenerate_note(["\n" * 200], causal=False)
+    assert note.startswith(
+        "note: the sample is all whitespace (200 newlines, 0 spaces): expected of a model trained without the causal mask"
+    )
+    assert "loss/val_honest" in note and "\n" not in note
+    assert sample.degenerate_note(["ROMEO:\nBut soft, what light", ""], causal=False) is None  # ordinary text, and no text at all
+    repeated = sample.degenerate_note(["ROMEO", "eeeeeeeeee"], causal=True)
+    assert repeated.startswith("note: 1 of 2 samples are degenerate (2: one character repeated, 'e' 10 times): ")
+
+
 def test_ctrl_c_stops_a_streaming_sample_and_keeps_the_text(trained):
     """SIGINT while tokens stream: exit code 130, the text printed so far intact, one line on stderr, no traceback."""
     command = [sys.executable, "-u", "sample.py", *sample_args(trained, "--prompt", "KING:", "--max-new-tokens", "1000000")]
@@ -196,13 +226,13 @@ def test_more_samples_than_memory_holds_are_refused_before_the_first_token(train
     appends) = 645 MB, one layer's activations 8 x 30,000 x 21 x 32 x 4 = 645 MB, the tokens and logits 16 MB: 1.2 GiB."""
     monkeypatch.setattr(harness.training.budget, "device_memory_bytes", lambda device: 2.0**28)
     drawn = []
-    monkeypatch.setattr(sample, "print_samples", lambda *args: drawn.append(args))  # sampling would start here
+    monkeypatch.setattr(sample, "print_samples", lambda *args: drawn.append(args) or [])  # sampling would start here
     proc = error_of(sample.main, sample_args(trained, "--num-samples", "30000", "--max-new-tokens", "20"), capsys)
     assert_one_line_error(
         proc, "sampling 30,000 samples of 21 tokens needs about 1 GiB, and this cpu has 256 MiB; lower --num-samples or --max-new-tokens"
     )
     assert drawn == [] and proc.stdout == ""
-    assert sample.main(sample_args(trained, "--num-samples", "3", "--max-new-tokens", "5")) is None  # a few fit
+    assert sample.main(sample_args(trained, "--num-samples", "3", "--max-new-tokens", "5")) == [] and len(drawn) == 1  # a few fit
 
 
 def test_prompt_file_errors_are_one_line(trained, tmp_path, capsys):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from harness.experiments.stats import differences, format_differences, paired_difference, spread, t_975
+from harness.experiments.stats import differences, format_differences, paired_difference, spread, t_975, what_figures_are
 
 
 def test_spread_is_the_mean_and_the_sample_standard_deviation():
@@ -46,3 +46,9 @@ def test_an_infinite_size_is_shown_only_for_a_difference_whose_interval_excludes
     # d = 0.5, 0.6, 0.6, 0.7 (a no-mask run's leak): mean 0.6, sd 0.0816, half width 3.182 x 0.0816 / sqrt(4) = 0.130
     sure = differences({"char": base * 2, "char-no-mask": [{"loss/leak_gap": v} for v in (0.5, 0.6, 0.6, 0.7)]})
     assert "leak gap +0.600 [+0.470, +0.730] inf sd" in format_differences(sure, "char", 4)  # excludes 0: the size is a finding
+
+
+def test_one_seed_is_said_as_one_seed_with_no_interval():
+    assert what_figures_are(1) == "one seed: no interval" and what_figures_are(1, per_point=True) == "one seed per point, no interval"
+    assert what_figures_are(3) == "mean ± 95% half width over 3 seeds"
+    assert what_figures_are(2, per_point=True) == "2 seeds per point (mean, 95% interval)"

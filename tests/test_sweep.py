@@ -249,6 +249,7 @@ def test_a_diverged_rate_is_recorded_shown_beside_the_others_and_not_retried(div
     assert saved["aggregate"]["tiny-qk-norm"]["1e3"]["loss/val"]["n"] == 1  # the variant that trained on at that rate is there
     assert saved["differences"]["tiny-qk-norm"]["1e3"] == {}  # nothing to pair with
     assert "tiny-lr1e3 diverged at step 3; the sweep goes on" in out
+    assert "\nat the end of training, one seed: no interval:\n" in out and "1 seeds" not in out and " ± " not in out  # one seed
     rows = {tuple(cell.strip() for cell in line.strip("|").split("|")[:2]): line for line in out.splitlines() if line.startswith("| ")}
     assert rows["lr", "run"].endswith("| entropy | diverged |")
     assert rows["1e3", "tiny"] == f"| 1e3 | tiny | n/a | n/a | n/a | at step 3 (last loss {gone['last_loss']:.3f}, logged at step 0) |"

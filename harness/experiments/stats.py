@@ -110,6 +110,13 @@ def aggregate(runs: list[dict]) -> dict[str, Spread | None]:
     return {tag: None if (values := column(runs, tag)) is None else spread(values) for _, tag, _ in COLUMNS}
 
 
+def what_figures_are(n_seeds: int, per_point: bool = False) -> str:
+    """How a table (or, per_point, a picture) over n_seeds says what its figures are: one seed has no mean and no interval."""
+    if n_seeds == 1:
+        return "one seed per point, no interval" if per_point else "one seed: no interval"
+    return f"{n_seeds} seeds per point (mean, 95% interval)" if per_point else f"mean ± 95% half width over {n_seeds} seeds"
+
+
 def format_cell(s: Spread | None, fmt: str) -> str:
     if s is None:
         return "n/a"

@@ -15,7 +15,7 @@ from pathlib import Path
 from configs import Config, ConfigError
 from harness.arguments import rate_name
 from harness.experiments.comparison import claim_folder, measured_from, plan_runs, summing_up, train_argv, train_runs, write_json
-from harness.experiments.stats import aggregate, differences, half_width, paired_difference, spread, to_json
+from harness.experiments.stats import aggregate, differences, half_width, paired_difference, spread, to_json, what_figures_are
 from harness.pictures.curves import curve, mean_band, plot_sweep
 from harness.training.runlog import evaluations, read_metrics
 
@@ -167,7 +167,7 @@ def run_sweep(
     with summing_up(folder, "sweep"):
         summary = {**header, **summarise(plan, results, header["preset_lr"] if header["preset_lr"] in rates else None)}
         write_json(folder / "sweep.json", {**summary, "runs": results})
-        title = f"{cfg.name}: {n_seeds} seeds per point (mean, 95% interval), {cfg.train.max_steps} steps, {cfg.train.optimizer}"
+        title = f"{cfg.name}: {what_figures_are(n_seeds, per_point=True)}, {cfg.train.max_steps} steps, {cfg.train.optimizer}"
         plot_sweep(summary, folder / "sweep.png", title)
     lock.release()
     return {**summary, "folder": folder}

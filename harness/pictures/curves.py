@@ -1,4 +1,8 @@
-"""The picture of a comparison: each logged quantity per variant, the mean over seeds as a line and min to max as a band."""
+"""The picture of a comparison: each logged quantity per variant, the mean over seeds as a line and min to max as a band.
+
+The comparison's lines are the probe's curves (harness/training/probe.py: a point every few steps), not the evaluations'
+(a char run evaluates twice: a straight line between two points); the final evaluation's value, the figure compare.py's
+table prints, is a marker at the last step."""
 
 import io
 import itertools
@@ -9,16 +13,18 @@ import numpy as np
 from data.files import write_atomically
 from harness.training.runlog import read_metrics
 
-PANELS = [  # (title, [(tag, line style)])
-    ("loss (solid: val, dotted: val honest)", [("loss/val", "-"), ("loss/val_honest", ":")]),
-    ("training loss", [("loss/train_step", "-")]),
-    ("attention entropy (1 = uniform)", [("attn/entropy", "-")]),
-    ("share of saturated rows (max > 0.99)", [("attn/saturated_frac", "-")]),
-    ("attention mass on the future", [("attn/future_mass", "-")]),
-    ("grad norm reaching query and key", [("grad/qk_norm", "-")]),
-    ("leak gap: val honest - val forced (0 under the mask)", [("loss/leak_gap", "-")]),
-    ("order use: the honest loss's rise, recent tokens shuffled", [("loss/order_use", "-")]),
-]
+PANELS = [  # (title, [(the probe's tag, the final evaluation's, line style)]): a probe tag for a curve with a point every few steps
+    ("val loss on the probe's 2 texts (solid: honest, dotted: forced)", [("Probe_loss/val_honest", "loss/val_honest", "-"),
+                                                                         ("Probe_loss/val_forced", "loss/val_forced", ":")]),
+    ("training loss (every log_interval steps)", [("loss/train_step", None, "-")]),
+    ("attention entropy on the probe's texts (1 = uniform)", [("Probe_attn/entropy", "attn/entropy", "-")]),
+    ("share of saturated rows (max > 0.99), probe", [("Probe_attn/saturated_frac", "attn/saturated_frac", "-")]),
+    ("attention mass on the future, probe", [("Probe_attn/future_mass", "attn/future_mass", "-")]),
+    ("grad norm reaching query and key (every log_interval steps)", [("grad/qk_norm", None, "-")]),
+    ("leak gap: honest - forced (0 under the mask), probe", [("Probe_loss/leak_gap", "loss/leak_gap", "-")]),
+    ("order use (recent tokens shuffled), probe; no-mask: evaluations", [("Probe_loss/order_use", "loss/order_use", "-")]),
+]  # fmt: skip
+FINAL = "o: the final evaluation (the table's figure)"  # said once, under the picture's title
 
 
 COLORS = [  # one per variant: base and the three ablations alone first, then the variants that remove several at once
@@ -52,8 +58,29 @@ def save_figure(fig, path: Path) -> None:
     write_atomically(path, buffer.getvalue())
 
 
+def panel_data(metrics: dict[str, list[list[dict]]]) -> dict[str, dict[str, list[dict]]]:
+    """What each panel of plot_runs draws, from each variant's runs' metrics.jsonl rows: per panel title and variant, per
+    line its tag, style, steps, mean, min and max over the runs (mean_band), and the final evaluation's value at its step
+    (the mean over the runs, or None). A line is the probe's curve (a point every few steps); a run that logged no probe
+    (--train.probes=0, or order use without the mask) draws the evaluations' curve of that quantity instead, if any."""
+    panels = {}
+    for title, lines in PANELS:
+        panels[title] = {name: [] for name in metrics}
+        for name, runs in metrics.items():
+            for probe_tag, final_tag, style in lines:
+                tag = probe_tag if all(curve(rows, probe_tag)[0] for rows in runs) else final_tag or probe_tag
+                steps, mean, low, high = mean_band([curve(rows, tag) for rows in runs])
+                ends = [curve(rows, final_tag) for rows in runs] if final_tag else []
+                final = (ends[0][0][-1], float(np.mean([v[-1] for _, v in ends]))) if ends and all(v for _, v in ends) else None
+                panels[title][name].append(
+                    {"tag": tag, "style": style, "steps": steps, "mean": mean, "low": low, "high": high, "final": final}
+                )
+    return panels
+
+
 def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
-    """One panel per quantity; per variant the mean over its seeds as a line, min to max over seeds as a band."""
+    """One panel per quantity (panel_data); per variant the mean over its seeds as a line, min to max over seeds as a band,
+    and the final evaluation's value (what compare.py's table prints) as a marker at its step."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -62,18 +89,19 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
     fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
     colors = dict(zip(run_dirs, itertools.cycle(COLORS)))  # past eight variants the colours come round again
     metrics = {name: [read_metrics(d) for d in dirs] for name, dirs in run_dirs.items()}  # each file read once
-    for ax, (panel, tags) in zip(axes.flat, PANELS, strict=True):
-        for name, runs in metrics.items():
-            for tag, style in tags:
-                steps, mean, low, high = mean_band([curve(rows, tag) for rows in runs])
-                ax.plot(steps, mean, style, color=colors[name], label=name if style == "-" else None)
-                if len(runs) > 1:
-                    ax.fill_between(steps, low, high, color=colors[name], alpha=0.2, linewidth=0)
+    for ax, (panel, by_variant) in zip(axes.flat, panel_data(metrics).items(), strict=True):
+        for name, lines in by_variant.items():
+            for line in lines:
+                ax.plot(line["steps"], line["mean"], line["style"], color=colors[name], label=name if line["style"] == "-" else None)
+                if len(metrics[name]) > 1:
+                    ax.fill_between(line["steps"], line["low"], line["high"], color=colors[name], alpha=0.2, linewidth=0)
+                if line["final"]:
+                    ax.plot(*line["final"], "o", color=colors[name], markersize=6, markerfacecolor="none" if line["style"] != "-" else None)
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes.flat[0].legend()
-    fig.suptitle(title)
+    fig.suptitle(f"{title}\n{FINAL}")
     fig.tight_layout()
     save_figure(fig, path)
 

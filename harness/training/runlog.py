@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from configs import Config
 from data.files import write_atomically
+from data.tokenizer import degenerate
 from harness.folders import FolderLock, OutputError, claim_run_folder, parse_json
 from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.checkpoints import CheckpointError, read_checkpoint
@@ -72,9 +73,6 @@ def story_layout(induction: bool) -> dict:
     return {section: charts for section, charts in LAYOUT.items() if induction or section != INDUCTION}
 
 
-MOSTLY_WHITESPACE = 0.5  # a sample more blank than this is shown with its whitespace made visible
-
-
 def parse_row(line: bytes | str) -> dict | None:
     """A metrics.jsonl line as its row, or None for a damaged line, whatever the damage (folders.parse_json: torn, not
     UTF-8, nested too deep) or a line that is not a row: not an object, or a step that is not a whole number (1e999, "x")."""
@@ -124,13 +122,11 @@ def sample_markdown(text: str, n_tokens: int) -> str:
     """A sample for TensorBoard's text tab, verbatim in a code block.
 
     A broken model can emit nothing but newlines (the --no-mask run does), which TensorBoard shows
-    as an empty box; such a sample gets a note and visible whitespace, so it reads as what it is.
+    as an empty box; such a sample (data.tokenizer.degenerate) gets a note and visible whitespace, so it reads as what it is.
     """
-    blank = sum(c.isspace() for c in text)
-    if text and blank / len(text) <= MOSTLY_WHITESPACE:
+    if (verdict := degenerate(text)) is None:
         return "\n".join("    " + line for line in text.splitlines())  # indented: shown verbatim
-    share = "all whitespace" if blank == len(text) else f"{blank / len(text):.0%} whitespace"
-    note = f"**{n_tokens} tokens, {share}** ({text.count(chr(10))} newlines, {text.count(' ')} spaces; shown as \u21b5 and \u2423)"
+    note = f"**{n_tokens} tokens, {verdict[0]}** ({verdict[1]}; whitespace shown as \u21b5 and \u2423)"
     visible = text.replace(" ", "\u2423").replace("\n", "\u21b5")
     return note + "\n\n" + "\n".join("    " + line for line in textwrap.wrap(visible, 100) or [""])
 
@@ -194,7 +190,7 @@ class RunLogger:
             self.jsonl.flush()
         if console:
             shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
-            tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4g}" for name, value in shown))
+            tqdm.write(f"step {step:5d} | " + " | ".join(f"{name} {value:.4f}" for name, value in shown))  # as the run's last line
 
     def log_evaluation(self, step: int, evaluation: Evaluation, flags: str, causal: bool = True) -> None:
         """An evaluation's heatmaps (of a model with the mask when causal), sample and scalars (the scalars also on the console)."""
