@@ -228,13 +228,11 @@ def test_a_positions_comparison_scored_at_contexts_becomes_its_entries_tables_an
     tools/tables.py (README's table gains the rope row among the preset's) and drawn by harness/pictures/curves.py."""
     import compare
     import score
-    import train
-    from harness.experiments.comparison import Children
     from harness.pictures.curves import plot_positions
     from tools import figures as recorder
     from tools import tables
 
-    monkeypatch.setattr(Children, "run", lambda self, command: train.main(command[2:]))  # each run in this process
+    train_in_process(monkeypatch)  # each run in this process
     argv = tiny_argv(tmp_path, corpus_file, "--seeds=2", "--variants=rope,no-pos", "--train.max_steps=2")
     compare.main([*argv, "--train.eval_interval=2", "--train.warmup_steps=1"])
     folder = tmp_path / "runs" / "compare-tiny"
