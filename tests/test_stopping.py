@@ -29,8 +29,8 @@ from data.corpus import DataError, load_corpus
 from data.tokenizer import CharTokenizer, TokenizerError
 from harness.arguments import positive_int, typed_text
 from harness.experiments.children import Children
+from harness.output import GuardedStream
 from harness.scoring import text_ids
-from harness.stopping import GuardedStream
 from harness.training.budget import check_affordable, forward_flops, prefix_flops, step_flops
 from harness.training.checkpoints import CheckpointError, save_checkpoint
 from harness.training.evaluation import cap_prefix_work, evaluation_flops, make_eval_set
