@@ -33,6 +33,7 @@ import harness.training.step
 import sample
 import train
 from configs import SHORTHANDS, load_config
+from data.corpus import load_corpus
 from harness.stopping import Aborted
 from harness.training.checkpoints import CheckpointError, read_checkpoint, save_checkpoint
 from harness.training.optim import lr_at
@@ -540,6 +541,7 @@ def signalled(tmp_path_factory, corpus) -> dict:
     """
     root = tmp_path_factory.mktemp("signals")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # unbuffered: the stop line is seen at once
+    load_corpus(load_config(tiny_argv(root, corpus)).data)  # prepared once here: three processes preparing it at once collide
     procs = {}
     for name in SIGNAL_CASES:
         argv = tiny_argv(root, corpus, "--train.max_steps=100000", "--train.warmup_steps=1", f"--run-name={name}")
