@@ -20,7 +20,8 @@ from configs import Config, ConfigError, TrainConfig, load_config, parse_args, u
 from data.corpus import DataError
 from data.tokenizer import Tokenizer, TokenizerError
 from harness.folders import OutputError
-from harness.stopping import LOST_OUTPUT, NOTHING_SAVED, Aborted, Stopped, guarded_output, interrupt_on_signal
+from harness.output import guarded_output
+from harness.stopping import LOST_OUTPUT, NOTHING_SAVED, Aborted, Stopped, interrupt_on_signal
 from harness.training.checkpoints import CheckpointError, load_model
 from harness.training.runtime import setup_runtime, shut_down
 from harness.training.step import TrainingError

@@ -5,13 +5,16 @@ evaluation batches, the honest loss's prefixes, scoring windows and sampled toke
 `Stopped` there: training then saves a checkpoint, and an evaluation cut short is never logged.
 A second signal aborts at once: the handler itself raises `Aborted`, wherever the code is, and
 `harness.cli.run_command` prints one line saying what is on disk and exits with 128 + the signal's
-number. A checkpoint being written is finished first (`StopFlag.writing`); it is atomic anyway.
+number. A checkpoint being written is finished first (`StopFlag.writing`); it is atomic anyway. Where
+an exception cannot go on (a `__del__`, such as a progress bar's teardown, a finalizer, the garbage
+collector's or an atexit callback), `StopFlag.unraisable` says the same line and ends the process there;
+a later signal is ignored, and once run_command has ended, its `shut_down` leaves every signal doing nothing.
 
 Before that, while a script starts, a signal is one line too: `exit_on_signal` (its first act, before the imports)
 exits at once, then `interrupt_on_signal` (run_command's first) raises KeyboardInterrupt, which run_command reports.
 
 SIGHUP (the terminal or the ssh session closed) stops like SIGTERM. So does output that can no
-longer be written (`| head`, a closed stderr, a full disk behind stdout): `guarded_output` turns
+longer be written (`| head`, a closed stderr, a full disk behind stdout): harness/output.py turns
 the failed write into a SIGPIPE, which the flag records like any signal, and the process stops
 quietly with exit code 141 (128 + SIGPIPE), as Unix programs do on a closed pipe.
 
@@ -20,8 +23,6 @@ under `nohup`, the closed terminal's SIGHUP leaves the run going.
 """
 
 import contextlib
-import errno
-import io
 import os
 import signal
 import sys
@@ -70,12 +71,13 @@ class StopFlag:
         self.announce, self.on_signal = announce, on_signal
         self.saved: str | None = None
         self.abort_after_write: int | None = None
-        self.in_write = False
-        self.previous = {}
+        self.in_write = self.aborting = False
+        self.previous, self.previous_hook = {}, None
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
             self.previous = {sig: signal.signal(sig, self.handle) for sig in (*answered_signals(), LOST_OUTPUT)}
+            self.previous_hook, sys.unraisablehook = sys.unraisablehook, self.unraisable
         return self
 
     def handle(self, signum, frame) -> None:
@@ -88,10 +90,25 @@ class StopFlag:
             self.signum = signum
             if self.announce:
                 tqdm.write(f"\n{signal.Signals(signum).name}: {self.announce}")
+        elif self.aborting:
+            return  # the abort is under way: a third signal must not cut its clean-up short
         elif self.in_write:
             self.abort_after_write = signum  # the checkpoint being written is finished first: a second or so
         else:
+            self.aborting = True
             raise Aborted(signum, self.saved)
+
+    def unraisable(self, unraisable) -> None:
+        """sys.unraisablehook while the handlers are in place. An exception raised where it cannot go on (a `__del__`, a
+        finalizer, the garbage collector's or an atexit callback) is printed by Python as "Exception ignored in ..." with
+        a traceback, and the code carries on. A second signal lands there as readily as anywhere (tqdm's `__del__`, as a
+        function returns): its Aborted then ends the process as run_command would, with its one line and exit code."""
+        if isinstance(unraisable.exc_value, Aborted):
+            for bar in list(tqdm._instances):  # each bar's line ended, as its teardown would: the abort's line is one of its own
+                with contextlib.suppress(Exception):
+                    bar.close()
+            exit_now(str(unraisable.exc_value), 128 + unraisable.exc_value.signum)
+        self.previous_hook(unraisable)
 
     def poll(self) -> None:
         """A safe point: raise Stopped if a stop was asked for."""
@@ -107,6 +124,7 @@ class StopFlag:
         finally:
             self.in_write = False
         if self.abort_after_write is not None:
+            self.aborting = True
             raise Aborted(self.abort_after_write, self.saved)
 
     def polled(self, items: Iterable[T]) -> Iterator[T]:
@@ -120,6 +138,8 @@ class StopFlag:
             return  # a stop was asked for: the process is ending, and a later signal still aborts through this handler
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+        if self.previous_hook is not None:
+            sys.unraisablehook = self.previous_hook
 
 
 def answered_signals() -> list[int]:
@@ -136,14 +156,19 @@ def exit_on_signal(message: str = NOTHING_SAVED) -> None:
     so nothing needs cleaning up. A signal that the launcher ignores (nohup) stays ignored. The signals are unblocked
     last: compare.py starts train.py with SIGINT blocked, so that a Ctrl-C passed on while it starts waits for this."""
 
-    def handle(signum, frame):
-        with contextlib.suppress(OSError):  # stderr closed: the exit code still says it
-            os.write(2, f"{message}\n".encode())
-        os._exit(128 + signum)
-
     for sig in answered_signals():
-        signal.signal(sig, handle)
+        signal.signal(sig, lambda signum, frame: exit_now(message, 128 + signum))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, StopFlag.SIGNALS)
+
+
+def exit_now(line: str, code: int) -> None:
+    """End the process at once, nothing cleaned up: what stdout and stderr hold is written out, then `line` on stderr."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a stream gone or closed: there is nothing to write out
+            stream.flush()
+    with contextlib.suppress(OSError):  # stderr closed: the exit code still says it
+        os.write(2, f"{line}\n".encode())
+    os._exit(code)
 
 
 def interrupt_on_signal() -> None:
@@ -163,87 +188,3 @@ def interrupt_on_signal() -> None:
 
     for sig in answered_signals():
         signal.signal(sig, handle)
-
-
-class GuardedStream:
-    """A text stream whose failed writes (a closed pipe, a full disk) become a stop, and whose text never fails to encode.
-
-    The first failed write marks the stream lost and sends this process SIGPIPE: a StopFlag records it
-    and the loops stop at their next safe point; without one, a write to stdout raises Stopped at once
-    (there is nothing to save yet). Later writes go nowhere. Characters the stream's encoding lacks
-    (a Latin-1 terminal) are replaced, not fatal.
-    """
-
-    def __init__(self, stream, stops: bool = True):
-        self.stream = stream
-        self.stops = stops  # without a StopFlag: whether a failed write ends the command (stdout), or is dropped (stderr)
-        self.lost = False
-
-    def write(self, text: str) -> int:
-        if not self.lost:
-            try:
-                try:
-                    self.stream.write(text)
-                except UnicodeEncodeError:
-                    encoding = self.stream.encoding or "ascii"
-                    self.stream.write(text.encode(encoding, errors="replace").decode(encoding))
-            except (OSError, ValueError):  # EPIPE, ENOSPC, EIO, EBADF; ValueError: the file was closed
-                self.lose()
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.lost:
-            try:
-                self.stream.flush()
-            except (OSError, ValueError):
-                self.lose()
-
-    def lose(self) -> None:
-        self.lost = True
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both of the first two
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self.stream.fileno())  # what is still buffered, and what C code writes, goes nowhere
-            os.close(devnull)
-        if callable(signal.getsignal(LOST_OUTPUT)):
-            signal.raise_signal(LOST_OUTPUT)  # a StopFlag is listening: the loops stop at their next safe point
-        elif self.stops:
-            raise Stopped(LOST_OUTPUT)  # nothing to save yet: the command ends here
-
-    def isatty(self) -> bool:
-        return not self.lost and self.stream.isatty()
-
-    def __getattr__(self, name):  # encoding, fileno, buffer...: the stream's own
-        return getattr(self.stream, name)
-
-
-def writable(stream) -> bool:
-    """Whether a standard stream can be written at all: Python leaves it None when its descriptor was closed,
-    and a launcher may have left a read-only file there (a shell script that execs python). A descriptor open for
-    writing whose writes fail (> /dev/full: ENOSPC even for nothing) is writable: its output is lost, which stops."""
-    if stream is None:
-        return False
-    try:
-        os.write(stream.fileno(), b"")  # writes nothing, but fails on a descriptor not open for writing
-    except (AttributeError, io.UnsupportedOperation):  # a stream in memory (a test's capture): writable
-        return True
-    except OSError as e:
-        return e.errno not in (errno.EBADF, errno.EINVAL)  # closed or read-only, or no file to write to
-    return True
-
-
-@contextlib.contextmanager
-def guarded_output():
-    """sys.stdout and sys.stderr as GuardedStreams for the block, the streams themselves again afterwards."""
-    for fd in (1, 2):  # a descriptor closed at start (2>&-) would be reused by the next file opened, a checkpoint say
-        try:
-            os.fstat(fd)
-        except OSError:
-            os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: this one
-    saved = sys.stdout, sys.stderr
-    # A stream closed before the start (2>&-) was the user's choice: its text is discarded, and the work goes on.
-    out, err = (s if writable(s) else open(os.devnull, "w") for s in saved)  # noqa: SIM115
-    sys.stdout, sys.stderr = GuardedStream(out), GuardedStream(err, stops=False)
-    try:
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved

@@ -6,6 +6,7 @@ this process a real SIGINT: the signal handler, the stop at the top of the next 
 """
 
 import errno
+import gc
 import io
 import json
 import multiprocessing
@@ -16,12 +17,14 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, assert_one_line_error, tiny_argv, write_corpus
 from torch.optim.optimizer import register_optimizer_step_pre_hook
+from tqdm import tqdm
 
 import data.files
 import harness.training.checkpoints
@@ -30,6 +33,7 @@ import harness.training.step
 import sample
 import train
 from configs import SHORTHANDS, load_config
+from data.corpus import load_corpus
 from harness.stopping import Aborted
 from harness.training.checkpoints import CheckpointError, read_checkpoint, save_checkpoint
 from harness.training.optim import lr_at
@@ -537,6 +541,7 @@ def signalled(tmp_path_factory, corpus) -> dict:
     """
     root = tmp_path_factory.mktemp("signals")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # unbuffered: the stop line is seen at once
+    load_corpus(load_config(tiny_argv(root, corpus)).data)  # prepared once here: three processes preparing it at once collide
     procs = {}
     for name in SIGNAL_CASES:
         argv = tiny_argv(root, corpus, "--train.max_steps=100000", "--train.warmup_steps=1", f"--run-name={name}")
@@ -593,6 +598,78 @@ def test_signal_stops_cleanly_with_a_loadable_checkpoint(signalled, case, code):
     # one line then says what is on disk, and it is what is on disk.
     said = [line.strip() for line in proc.stderr.splitlines() if "again" in line]
     assert said in ([], [f"SIGINT again: aborted at once; {ckpt} holds step {step}"]), said
+
+
+SECOND_CTRL_C_AT = ["the bar's teardown", "a finalizer", "after run_command"]
+
+
+def ctrl_c_twice_in_child(where: str, argv: list[str], out: str, err: str) -> None:
+    """Target of the forked training processes below: train.py's command line, given a first Ctrl-C at its third step and
+    the second where `where` says, by the process itself: a signal raised so lands at once, there and nowhere else."""
+    for fd, path in ((1, out), (2, err)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT), fd)
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: the forkserver ignores Ctrl-C
+    harness.training.evaluation.HEATMAP_MAX_TOKENS = 4  # quicker evaluations: the figures are not under test
+    steps, sent, real_step, real_del = [], [], train.optimizer_step, tqdm.__del__
+
+    class Cycle:
+        pass
+
+    def second_ctrl_c() -> None:
+        if not sent:
+            sent.append(os.write(1, f"second SIGINT sent in {where}\n".encode()))
+            signal.raise_signal(signal.SIGINT)
+
+    def optimizer_step(*args, **kwargs):
+        steps.append(None)
+        if len(steps) == 3:
+            signal.raise_signal(signal.SIGINT)  # the first: the run stops before step 3 and saves
+            if where == "a finalizer":  # the second in the middle of this step, before the stop's save
+                cycle = Cycle()
+                cycle.itself = cycle
+                weakref.finalize(cycle, second_ctrl_c)
+                del cycle
+                gc.collect()  # as the garbage collector does now and then, in whatever code runs
+        return real_step(*args, **kwargs)
+
+    def teardown(self):  # the first bar's teardown after the first Ctrl-C: the training bar's, as train() returns
+        if where == "the bar's teardown" and len(steps) >= 3:
+            second_ctrl_c()
+        real_del(self)
+
+    train.optimizer_step, tqdm.__del__ = optimizer_step, teardown
+    code = train.main(argv)
+    if where == "after run_command":  # where the interpreter's shutdown runs its atexit hooks and finalizers
+        second_ctrl_c()
+        gc.collect()
+    sys.exit(code)
+
+
+@pytest.mark.parametrize("where", SECOND_CTRL_C_AT)
+def test_a_second_ctrl_c_where_no_exception_can_go_on_is_one_line(tmp_path, corpus, where):
+    """The second Ctrl-C of a double one landed in tqdm's __del__, and Python printed "Exception ignored in: <function
+    tqdm.__del__ ...>" with a traceback of Aborted: an exception raised in a __del__, a finalizer or an atexit hook cannot
+    go on, and is printed instead. Here the second lands in the bar's teardown after the stop's save, in a finalizer that
+    the garbage collector runs in the middle of a step (before the stop's save), and after run_command has returned;
+    each time at most one line says what is on disk, and it is."""
+    argv = tiny_argv(tmp_path, corpus, "--train.max_steps=100000", "--run-name=x")
+    proc = forkserver().Process(target=ctrl_c_twice_in_child, args=(where, argv, str(tmp_path / "out"), str(tmp_path / "err")))
+    proc.start()
+    proc.join(240)  # only against a hang
+    if proc.is_alive():
+        proc.kill()
+    out, err, ckpt = (tmp_path / "out").read_text(), (tmp_path / "err").read_text(), tmp_path / "runs" / "x" / "ckpt.pt"
+    assert f"second SIGINT sent in {where}" in out, out + err[-2000:]
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+    assert proc.exitcode == 130, f"exit code {proc.exitcode}; stderr ends:\n{err[-1500:]}"
+    step = load_checkpoint_both_ways(ckpt)["step"]
+    assert step == (0 if where == "a finalizer" else 3)  # aborted before the stop's save: step 0's evaluation saved it
+    said = [line.strip() for line in err.splitlines() if "again" in line]
+    assert said == ([] if where == "after run_command" else [f"SIGINT again: aborted at once; {ckpt} holds step {step}"])
+    stop_line = f"stopped at step {step}; checkpoint saved to {ckpt}. Resume with the same command plus --resume"
+    assert (stop_line in out) == (where != "a finalizer"), out  # stdout's buffer is written out before the abort
+    assert not list(ckpt.parent.glob("*.tmp"))
 
 
 # 3. SIGKILL at random moments: whatever survives on disk loads

@@ -29,8 +29,9 @@ from data.corpus import DataError, load_corpus
 from data.tokenizer import CharTokenizer, TokenizerError
 from harness.arguments import positive_int, typed_text
 from harness.experiments.children import Children
+from harness.output import GuardedStream
 from harness.scoring import text_ids
-from harness.stopping import GuardedStream
+from harness.stopping import Aborted, StopFlag
 from harness.training.budget import check_affordable, forward_flops, prefix_flops, step_flops
 from harness.training.checkpoints import CheckpointError, save_checkpoint
 from harness.training.evaluation import cap_prefix_work, evaluation_flops, make_eval_set
@@ -75,11 +76,13 @@ def test_sigterm_inside_an_evaluation_stops_within_seconds_and_saves(tmp_path):
 
 @pytest.fixture
 def own_signals():
-    """The stop signals' handlers put back after the test, whatever it set or a stop flag it ran left behind."""
+    """The stop signals' handlers and sys.unraisablehook put back after the test, whatever it set or a stop flag left behind."""
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)}
+    hook = sys.unraisablehook
     yield
     for sig, handler in before.items():
         signal.signal(sig, handler)
+    sys.unraisablehook = hook
 
 
 def signals_as_a_terminal_gives_them() -> None:
@@ -223,6 +226,42 @@ def test_lost_stdout_stops_quietly_and_saves(tmp_path, monkeypatch, capsys):
     assert code == 141 and capsys.readouterr().err.count("Error") == 0
     checkpoint = torch.load(tmp_path / "runs" / "tiny" / "ckpt.pt", weights_only=True)
     assert 10 <= checkpoint["step"] < 30  # stopped at the step after the lost line, with a checkpoint
+
+
+class Teardown:
+    """An object whose __del__ (as tqdm's bar has one) gets a Ctrl-C: raised there, an exception cannot go on."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_a_second_signal_in_a_del_ends_the_process_in_one_line(tmp_path):
+    """In a forked child: a stop flag, a first Ctrl-C, then the second inside a __del__, where Python would print
+    "Exception ignored in ..." with a traceback and carry on. The flag's sys.unraisablehook ends the process instead."""
+    err = tmp_path / "err"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT), 2)
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever the suite was started with
+            with StopFlag() as stop:
+                stop.saved = "ckpt.pt holds step 7"
+                signal.raise_signal(signal.SIGINT)
+                Teardown()
+        finally:
+            os._exit(99)  # the hook did not end it: never go on running the suite in a copy of it
+    _, status = os.waitpid(pid, 0)
+    assert (os.waitstatus_to_exitcode(status), err.read_text()) == (130, "SIGINT again: aborted at once; ckpt.pt holds step 7\n")
+
+
+def test_after_the_abort_a_later_signal_is_ignored(own_signals):
+    """A third Ctrl-C while the abort cleans up (compare.py waits for its runs, run_command shuts down) raises nothing."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with pytest.raises(Aborted), StopFlag() as stop:
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+    signal.raise_signal(signal.SIGINT)
+    assert stop.aborting and signal.getsignal(signal.SIGINT) == stop.handle  # still the flag's: the process is ending
 
 
 # The budget
