@@ -35,6 +35,7 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--resume": ("train.resume", "true"),
     "--init-from": ("train.init_from", None),
 }
+COUNTED = {c.flag: c.counts for c in CHANGES if c.counts}  # --window=W, --kv-heads=K: a count from 1
 SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}  # what only a synthetic source reads
 CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}  # with weights: the run's, or refused
 FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER  # what pretrained weights fix
@@ -91,6 +92,8 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
             )
         else:
             raise ConfigError(f"{flag} needs a value")
+        if flag in COUNTED and not (value.isdigit() and int(value) >= 1):
+            raise ConfigError(f"{flag} takes a whole number of {COUNTED[flag]}, at least 1, got {value!r}; leave it out for none")
         if flag == "--config":
             name = value
         else:

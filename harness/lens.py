@@ -35,7 +35,7 @@ from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
 from harness.lens_weights import HeadRMSNorm, LensError, lens_weights, native_weights
 from harness.training.checkpoints import load_model
 from model import GPT
-from model.attention import QK_NORM_EPS, ROPE_BASE
+from model.qk import QK_NORM_EPS, ROPE_BASE
 
 LENS_VERSIONS = ">=3.0"  # 3.0 has every config field used here; 3.x and 4.x are both opened (tests/test_lens.py runs under each)
 INSTALL = "pip install -r requirements-dev.txt (or pip install transformer-lens)"

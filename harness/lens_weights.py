@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from model import GPT
-from model.attention import rms_norm
+from model.qk import rms_norm
 
 
 class LensError(ValueError):

@@ -1,9 +1,11 @@
-"""Every change to attention the project measures, defined once: three ablations, two cures and rotary positions.
+"""Every change to attention the project measures, defined once: three ablations, two cures, rotary positions and
+four designs of attention as shipped models have it.
 
 Ablations break: without the causal mask, without the 1/sqrt(D) scale, without positions. Cures mend
 the softmax that saturates when the scores grow (with the scale in place, a high learning rate makes
 them grow too): QK-norm, and a cap on the scores. RoPE is another kind of position: queries and keys
-turned by their positions instead of a learned table added to the tokens.
+turned by their positions instead of a learned table added to the tokens. The shipped designs: grouped-query heads
+(--kv-heads=K), a sliding window (--window=W), an output gate (--gate) and a learned sink (--sink) (docs/variants.md).
 
 Every place that names or builds a variant derives it from CHANGES: the command-line flags
 (--no-mask, --qk-norm, --softcap=C, ...), the run names (char-no-mask, char-softcap50), the labels in
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from model.config import ModelConfig
 
-ABLATION, CURE, POSITIONS = "ablation", "cure", "positions"  # what a change does: breaks, mends, or places tokens another way
+ABLATION, CURE, POSITIONS, SHIPPED = "ablation", "cure", "positions", "shipped"  # breaks, mends, places tokens, as shipped
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}  # every field's value in a model nothing has changed
 
 
@@ -32,9 +34,10 @@ class Change:
     name: str  # "no-mask": the flag is --no-mask, a run's name gets -no-mask, compare.py's --variants spells it
     kind: str  # ABLATION, CURE or POSITIONS
     field: str  # the ModelConfig field it sets
-    value: bool | str | float  # what it sets there; a number (the softcap) is what compare.py trains, and the flag takes any
+    value: bool | str | float | int  # what it sets there; a number (the softcap) is what compare.py trains, and the flag takes any
     label: str  # how a title says it is applied, in capitals so that it stands out; a number's value follows it
     label_without: str = ""  # how a title says it is not ("causal", "scaled"; "" says nothing)
+    counts: str = ""  # what a whole-number flag counts ("positions"): its value must be at least 1
 
     @property
     def flag(self) -> str:
@@ -43,7 +46,7 @@ class Change:
     @property
     def takes_value(self) -> bool:
         """Whether its flag takes a value (--softcap=C) rather than setting `value` itself (--no-mask)."""
-        return isinstance(self.value, float)
+        return not isinstance(self.value, bool | str)
 
     def is_applied(self, model_cfg: ModelConfig) -> bool:
         """Whether model_cfg has it: its field holds `value` (a number: any value but the field's default, off)."""
@@ -65,12 +68,16 @@ CHANGES = (  # the one table; its order is the order of run names, labels and co
     Change("qk-norm", CURE, "qk_norm", True, "QK-NORM"),
     Change("softcap", CURE, "softcap", 50.0, "SOFTCAP"),  # Gemma 2's cap on its attention scores
     Change("rope", POSITIONS, "positions", "rope", "ROPE"),
+    Change("kv-heads", SHIPPED, "kv_heads", 1, "KV-HEADS", counts="key/value heads"),  # Llama 3's grouped-query heads
+    Change("window", SHIPPED, "window", 32, "WINDOW", counts="positions"),  # Mistral's, gpt-oss's sliding window
+    Change("gate", SHIPPED, "gate", True, "GATE"),  # Qwen3-Next's sigmoid gate on each head's output
+    Change("sink", SHIPPED, "sink", True, "SINK"),  # gpt-oss's learned sink logit
 )
 ABLATIONS = tuple(c for c in CHANGES if c.kind == ABLATION)  # what compare.py trains by default and break_gpt2.py evaluates
 CURES = tuple(c for c in CHANGES if c.kind == CURE)
 
 
-def applied(model_cfg: ModelConfig, kinds: Iterable[str] = (ABLATION, CURE, POSITIONS)) -> list[Change]:
+def applied(model_cfg: ModelConfig, kinds: Iterable[str] = (ABLATION, CURE, POSITIONS, SHIPPED)) -> list[Change]:
     """The changes of the given kinds that this model config has, in table order."""
     return [c for c in CHANGES if c.kind in kinds and c.is_applied(model_cfg)]
 

@@ -8,7 +8,6 @@ Shape legend, used in every comment below:
     D  head size (C = H * D)
     V  vocabulary size
     S  key length: the positions a query may look at (S = T, or more with a KV cache)
-    D/2  pairs of components of a query or key, each turned by RoPE through its own angle
 
 Each token asks a question (its query q), advertises what it holds (its key k) and offers
 a message (its value v). A token's output is the average of the values of the tokens it may
@@ -16,13 +15,13 @@ see, weighted by how well their keys answer its query. Two cures for a saturated
 the softcap) and rotary positions (RoPE) change q, k or the scores the same way on every path.
 """
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from model.config import check_heads, check_length
+from model.qk import prepare
+from model.sampling import KVCache
 from model.tiled import tiled_attention
 
 
@@ -51,6 +50,7 @@ def attention(
     scale: float,
     dropout: nn.Module | None = None,
     softcap: float = 0.0,
+    sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention, the whole mechanism: scores, softmax, weighted sum of values.
 
@@ -60,81 +60,63 @@ def attention(
         scale: D**-0.5, or 1.0 for the unscaled ablation.
         dropout: applied to the weights during training, or None.
         softcap: the cap on the scores (see attention_scores), or 0 for none.
+        sink: one learned logit per head, (H,) or a scalar, or None. It joins every row's softmax as one more
+            column with no value, then is dropped: a head can put its weight nowhere instead of on some token
+            (gpt-oss). A sink fixed at 0 is "softmax off by one": exp(s) / (1 + sum exp(s)).
     Returns:
-        y: (..., T, D) the mixed values, and weights: (..., T, S), each row summing to 1.
+        y: (..., T, D) the mixed values, and weights: (..., T, S), each row summing to 1 (less the sink's share).
     """
     scores = attention_scores(q, k, mask, scale, softcap)  # (..., T, S)
-    weights = scores.softmax(dim=-1)  # (..., T, S): each row sums to 1
+    if sink is None:
+        weights = scores.softmax(dim=-1)  # (..., T, S): each row sums to 1
+    else:
+        column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)  # (H,) -> (..., T, 1): the sink's logit in every row
+        weights = torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]  # (..., T, S + 1) -> (..., T, S)
     dropped = dropout(weights) if dropout is not None else weights
     y = dropped @ v  # (..., T, S) @ (..., S, D) -> (..., T, D)
     return y, weights
 
 
-def causal_mask(T: int, S: int, device=None) -> torch.Tensor:
-    """(T, S) boolean, True where a query may look: T queries that come after S - T cached positions see
-    every key up to their own position. Row t is True up to column S - T + t (with S = T: lower-triangular).
+def in_view(back: torch.Tensor, causal: bool = True, window: int = 0) -> torch.Tensor:
+    """Which keys a query may look at, from how far back each lies (back = query position - key position).
+
+    Causal: the past and itself (back >= 0). A window W (a sliding window, as Mistral's and gpt-oss's layers and
+    Gemma 3's local ones have): only keys fewer than W positions back, the query itself and the W - 1 before it;
+    without the causal mask, W positions on either side. Every path but torch's kernel masks with it.
+    """
+    seen = back >= 0 if causal else torch.ones_like(back, dtype=torch.bool)  # the past, or everything
+    return seen & (back.abs() < window) if window else seen
+
+
+def causal_mask(T: int, S: int, device=None, window: int = 0, causal: bool = True) -> torch.Tensor | None:
+    """(T, S) boolean, True where a query may look, for T queries that come after S - T cached positions:
+    with the causal mask alone, row t is True up to column S - T + t (with S = T: lower-triangular).
+    None when every key is in view (--no-mask without a window).
 
     It is built when a path asks for it, not stored: a model with a long block_size then costs
     nothing for masks, and the paths that need one pay T x S booleans beside their T x S scores.
     """
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
-
-
-ROPE_BASE = 10000.0  # RoPE's frequencies: pair i of D/2 turns by ROPE_BASE ** (-2i / D) radians per position
-QK_NORM_EPS = 1e-5  # keeps an all-zero query or key finite under QK-norm
-
-
-def rms_norm(x: torch.Tensor) -> torch.Tensor:
-    """QK-norm: x (..., D) divided by its root mean square over D, so each query and key comes out at unit RMS.
-
-    A score is then at most D times the scale however large the query and key weights grow, so a learning rate that
-    inflates them cannot push the softmax into one-hot rows. There is no learned gain: measured on the char preset over
-    three seeds (python -m tools.qk_gain), a per-dimension gain (as OLMo 2 and Qwen 3 have) ended at a higher val loss at
-    the preset's learning rate and no lower at ten times it, and let the largest scores grow again (docs/experiment.md).
-    """
-    x32 = x.float()  # float32 under a bfloat16 autocast too; the result goes back to x's dtype
-    return (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + QK_NORM_EPS)).to(x.dtype)  # (..., D) * (..., 1)
-
-
-def rotate(x: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """RoPE: turn each adjacent pair (x[..., 2i], x[..., 2i + 1]) of the vector at position p by the angle p * ROPE_BASE ** (-2i / D).
-
-    x (..., T, D) holds positions start .. start + T - 1. A query at t and a key at s then meet in the score at
-    the angle (t - s) * ROPE_BASE ** (-2i / D) per pair: the score depends on their distance, not on where they
-    are, and any position can be turned (no table ends at block_size). Read as complex numbers, each pair is
-    multiplied by e^(i * p * theta_i). The angles are computed for the positions asked, never stored.
-    """
-    T, D = x.shape[-2:]
-    p = torch.arange(start, start + T, device=x.device, dtype=torch.float32)  # (T,) positions
-    theta = ROPE_BASE ** (-torch.arange(0, D, 2, device=x.device, dtype=torch.float32) / D)  # (D/2,): the first pair turns fastest
-    angle = p[:, None] * theta[None, :]  # (T, 1) * (1, D/2) -> (T, D/2)
-    cos, sin = angle.cos(), angle.sin()
-    x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]  # (..., T, D) -> 2 x (..., T, D/2): each pair's two components
-    turned = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, D/2, 2): each pair turned
-    return turned.flatten(-2).to(x.dtype)  # (..., T, D/2, 2) -> (..., T, D): the pairs side by side again
-
-
-def prepare(q: torch.Tensor, k: torch.Tensor, qk_norm: bool, rope: bool, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Queries and keys (..., T, D) as the scores take them: normalised (QK-norm), then, as in OLMo 2 and Qwen 3, turned (RoPE)."""
-    if qk_norm:
-        q, k = rms_norm(q), rms_norm(k)
-    if rope:
-        q, k = rotate(q, start), rotate(k, start)
-    return q, k
+    if not causal and not window:
+        return None
+    back = torch.arange(S - T, S, device=device)[:, None] - torch.arange(S, device=device)  # (T, 1) - (S,) -> (T, S)
+    return in_view(back, causal, window)
 
 
 class Head(nn.Module):
     """One head of attention with its own query, key and value projections, as the lessons draw it."""
 
     def __init__(self, n_embd: int, head_size: int, block_size: int | None, dropout: float = 0.0, causal: bool = True,
-                 scaled: bool = True, qk_norm: bool = False, softcap: float = 0.0, rope: bool = False):  # fmt: skip
+                 scaled: bool = True, qk_norm: bool = False, softcap: float = 0.0, rope: bool = False, window: int = 0,
+                 gate: bool = False, sink: bool = False):  # fmt: skip
         super().__init__()
         self.query = nn.Linear(n_embd, head_size, bias=False)
         self.key = nn.Linear(n_embd, head_size, bias=False)
         self.value = nn.Linear(n_embd, head_size, bias=False)
-        self.block_size, self.causal, self.dropout_p = block_size, causal, dropout
+        self.block_size, self.causal, self.window, self.dropout_p = block_size, causal, window, dropout
         self.scale = head_size**-0.5 if scaled else 1.0
         self.qk_norm, self.softcap, self.rope = qk_norm, softcap, rope
+        self.gate = nn.Linear(n_embd, head_size) if gate else None  # how much of each output channel gets through
+        self.sink = nn.Parameter(torch.zeros(())) if sink else None  # the head's one logit for "nowhere"
         self.attn_dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
@@ -142,36 +124,16 @@ class Head(nn.Module):
         check_length(T, self.block_size)
         q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, T, C) -> (B, T, D)
         q, k = prepare(q, k, self.qk_norm, self.rope)  # (B, T, D) each
-        if return_weights or self.softcap:  # torch's fused kernel cannot cap scores
-            mask = causal_mask(T, T, x.device) if self.causal else None
-            y, weights = attention(q, k, v, mask, self.scale, self.attn_dropout, self.softcap)  # (B, T, D), (B, T, T)
-            return (y, weights) if return_weights else y
-        p = self.dropout_p if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal, scale=self.scale)
-
-
-@dataclass
-class KVCache:
-    """One layer's keys and values so far, each (B, H, S, D), so a new token costs one position.
-
-    Only a causal model can cache: there a position never sees later ones, so the keys and values of
-    earlier positions (RoPE's keys turned to their own positions) stay the same when a token is appended.
-    """
-
-    k: torch.Tensor | None = None
-    v: torch.Tensor | None = None
-
-    def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add the new positions k, v (B, H, T, D); return every position so far, each (B, H, S, D)."""
-        if self.k is None:
-            self.k, self.v = k, v
+        mask = causal_mask(T, T, x.device, self.window, self.causal)  # (T, T), or None: every token sees all
+        weights = None
+        if return_weights or self.softcap or self.sink is not None:  # torch's fused kernel takes neither a cap nor a sink
+            y, weights = attention(q, k, v, mask, self.scale, self.attn_dropout, self.softcap, self.sink)  # (B, T, D), (B, T, T)
         else:
-            self.k = torch.cat([self.k, k], dim=2)  # (B, H, S - T, D) + (B, H, T, D) -> (B, H, S, D)
-            self.v = torch.cat([self.v, v], dim=2)  # (B, H, S - T, D) + (B, H, T, D) -> (B, H, S, D)
-        return self.k, self.v
+            p = self.dropout_p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=self.scale)  # (B, T, D)
+        if self.gate is not None:
+            y = y * torch.sigmoid(self.gate(x))  # (B, T, D) * (B, T, D): each channel scaled by 0..1, read from the input
+        return (y, weights) if return_weights else y
 
 
 class MultiHead(nn.Module):
@@ -182,67 +144,86 @@ class MultiHead(nn.Module):
     The readable `attention()` runs when the weights are asked for, or when the config picks
     backend "manual"; "sdpa" is torch's fused kernel and "tiled" our online softmax over tiles
     (model/tiled.py): both run the same math without ever storing the (T, S) weights. All obey
-    the same flags, so ablations and cures run at full speed too; torch's kernel cannot cap scores,
-    so a capped model asked for "sdpa" runs the readable core (`core`), the faster one on a CPU.
+    the same flags, so ablations and cures run at full speed too; torch's kernel takes neither a cap
+    on the scores nor a sink, so such a model asked for "sdpa" runs the readable core (`core`), the
+    faster one on a CPU.
+
+    Attention as shipped models have it: kv_heads K < H shares each key/value head among H / K query
+    heads (grouped-query attention, Llama 3's; K = 1 is multi-query), so the cache holds K heads;
+    window, gate (a sigmoid per head and channel on the output, Qwen3-Next's) and sink as in Head.
     """
 
     def __init__(self, n_embd: int, n_head: int, block_size: int | None, dropout: float = 0.0, causal: bool = True,
                  scaled: bool = True, backend: str = "sdpa", qkv_bias: bool = False, qk_norm: bool = False,
-                 softcap: float = 0.0, rope: bool = False):  # fmt: skip
+                 softcap: float = 0.0, rope: bool = False, kv_heads: int = 0, window: int = 0, gate: bool = False,
+                 sink: bool = False):  # fmt: skip
         super().__init__()
-        check_heads(n_embd, n_head)
-        self.n_head, self.block_size, self.causal, self.backend = n_head, block_size, causal, backend
-        self.core = "manual" if backend == "sdpa" and softcap else backend  # the core that runs
-        self.scale = (n_embd // n_head) ** -0.5 if scaled else 1.0
+        check_heads(n_embd, n_head, kv_heads)
+        self.n_head, self.kv_heads, self.block_size, self.backend = n_head, kv_heads or n_head, block_size, backend
+        self.causal, self.window = causal, window
+        self.core = "manual" if backend == "sdpa" and (softcap or sink) else backend  # the core that runs
+        D = n_embd // n_head
+        self.scale = D**-0.5 if scaled else 1.0
         self.qk_norm, self.softcap, self.rope = qk_norm, softcap, rope
-        # Every head's q, k and v in one matrix. The lessons' Head has no bias there; GPT-2 has
-        # one, so its weights load with qkv_bias=True.
-        self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=qkv_bias)
-        self.query_key = slice(0, 2 * n_embd)  # qkv's rows that make queries and keys: their own init, their own gradient norm
+        # Every head's q, k and v in one matrix: H query heads, K key and K value heads. The lessons' Head
+        # has no bias there; GPT-2 has one, so its weights load with qkv_bias=True.
+        self.qkv = nn.Linear(n_embd, n_embd + 2 * self.kv_heads * D, bias=qkv_bias)
+        self.query_key = slice(0, n_embd + self.kv_heads * D)  # qkv's rows that make queries and keys: their own init and norm
         self.proj = nn.Linear(n_embd, n_embd)  # mixes what the heads found
+        self.gate = nn.Linear(n_embd, n_embd) if gate else None
+        self.sink = nn.Parameter(torch.zeros(n_head)) if sink else None  # one logit a head
         self.dropout_p = dropout
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: torch.Tensor, start: int = 0, raw: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Project x (B, T, C), at positions start .. start + T - 1, to queries, keys and values, each (B, H, T, D), ready for the
-        core: every backend, the weights path, the KV cache and GPT.attention_probe take them from here. raw: as projected,
-        before QK-norm and RoPE (the norms that grow with the weights, which measurements.qk_norms reads)."""
+        """Project x (B, T, C), at positions start .. start + T - 1, to queries (B, H, T, D) and keys and values (B, K, T, D),
+        ready for the core: every backend, the weights path, the KV cache and GPT.attention_probe take them from here. raw: as
+        projected, before QK-norm and RoPE (the norms that grow with the weights, which measurements.qk_norms reads)."""
         B, T, C = x.shape
-        H, D = self.n_head, C // self.n_head
-        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, 3C) -> 3 x (B, T, C)
+        H, K, D = self.n_head, self.kv_heads, C // self.n_head
+        q, k, v = self.qkv(x).split([C, K * D, K * D], dim=2)  # (B, T, C + 2KD) -> (B, T, C), 2 x (B, T, KD)
         q = q.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
-        k = k.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
-        v = v.view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
-        return (q, k, v) if raw else (*prepare(q, k, self.qk_norm, self.rope, start), v)  # (B, H, T, D) each
+        k = k.view(B, T, K, D).transpose(1, 2)  # (B, T, KD) -> (B, K, T, D)
+        v = v.view(B, T, K, D).transpose(1, 2)  # (B, T, KD) -> (B, K, T, D)
+        return (q, k, v) if raw else (*prepare(q, k, self.qk_norm, self.rope, start), v)
+
+    def shared(self, kv: torch.Tensor) -> torch.Tensor:
+        """Keys or values (B, K, S, D) -> (B, H, S, D): each of the K heads serves H / K query heads in a row."""
+        return kv if self.kv_heads == self.n_head else kv.repeat_interleave(self.n_head // self.kv_heads, dim=1)
 
     def mask(self, T: int, S: int | None = None) -> torch.Tensor | None:
-        """The (T, S) causal mask for T queries after S - T cached positions (S defaults to T), or None for --no-mask."""
-        S = T if S is None else S
-        return causal_mask(T, S, self.qkv.weight.device) if self.causal else None
+        """The (T, S) mask for T queries after S - T cached positions (S defaults to T), or None for --no-mask."""
+        return causal_mask(T, T if S is None else S, self.qkv.weight.device, self.window, self.causal)
 
     def forward(self, x: torch.Tensor, return_weights: bool = False, cache: KVCache | None = None):
         """x (B, T, C) -> (B, T, C); with a cache, x holds the T positions after the cached ones."""
         B, T, C = x.shape
         past = len(cache) if cache is not None else 0
-        S = past + T  # keys: the cached past, then these T positions
-        check_length(S, self.block_size)
+        check_length(past + T, self.block_size)
         if cache is not None and not self.causal:
             raise ValueError("a KV cache needs causal attention: without the mask each new token changes what earlier positions see")
-        q, k, v = self.split_heads(x, start=past)  # each (B, H, T, D); RoPE turns them to positions past .. S - 1
+        q, k, v = self.split_heads(x, start=past)  # (B, H, T, D), 2 x (B, K, T, D); RoPE turns them to positions past ..
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, T, D) -> (B, H, S, D): cached keys keep their own positions' turn
+            k, v = cache.append(k, v)  # -> (B, K, S, D): cached keys keep their own positions' turn
+        S = k.shape[2]  # the keys in view: these T positions and what the cache kept
         weights = None
         if return_weights or self.core == "manual":
-            y, weights = attention(q, k, v, self.mask(T, S), self.scale, self.attn_dropout, self.softcap)  # (B, H, T, D), (B, H, T, S)
+            y, weights = attention(q, self.shared(k), self.shared(v), self.mask(T, S), self.scale, self.attn_dropout, self.softcap,
+                                   self.sink)  # (B, H, T, D), (B, H, T, S)  # fmt: skip
         elif self.core == "tiled":
-            y = tiled_attention(q, k, v, self.causal, self.scale, self.attn_dropout, softcap=self.softcap)  # (B, H, T, D)
+            y = tiled_attention(q, self.shared(k), self.shared(v), self.mask(T, S), self.scale, self.attn_dropout, softcap=self.softcap,
+                                sink=self.sink)  # (B, H, T, D)  # fmt: skip
         else:
             p = self.dropout_p if self.training else 0.0
             # is_causal draws its triangle from the top-left corner, right only when S == T. After a
             # cached past, one new query may see every key; several get the last rows of the mask.
-            mask = self.mask(T, S) if S > T > 1 else None
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=self.causal and S == T, scale=self.scale)
+            mask = self.mask(T, S) if self.window or S > T > 1 else None
+            causal = self.causal and S == T and mask is None
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, scale=self.scale,
+                                               enable_gqa=self.kv_heads != self.n_head)  # (B, H, T, D)  # fmt: skip
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C): heads side by side
+        if self.gate is not None:
+            y = y * torch.sigmoid(self.gate(x))  # (B, T, C): each head's each channel scaled by 0..1, read from the input
         y = self.resid_dropout(self.proj(y))  # (B, T, C)
         return (y, weights) if return_weights else y

@@ -56,6 +56,17 @@ class ModelConfig:
         "scores capped to (-C, C) by C * tanh(score / C) before the mask (Gemma 2 used C = 50); 0 is off, else C is from 2**-126 "
         "to 2**102, the caps float32 scores can take",
     )
+    kv_heads: int = setting(
+        0, "key/value heads K, each shared by n_head / K query heads (grouped-query attention, Llama 3's); 1 is multi-query; 0: n_head"
+    )
+    window: int = setting(0, "a sliding window W: each query sees itself and the W - 1 positions before it (Mistral, gpt-oss); 0 is off")
+    window_layers: str = setting(
+        "L",
+        'which layers the window applies to, repeated over the blocks: L local, G global; "LG" alternates (gpt-oss), '
+        '"LLLLLG" is five local to one global (Gemma 3)',
+    )
+    gate: bool = setting(False, "a sigmoid gate per head and channel on the attention output, read from the block's input (Qwen3-Next)")
+    sink: bool = setting(False, "one learned logit per head that joins every row's softmax and takes weight from the tokens (gpt-oss)")
 
     def __post_init__(self) -> None:
         if isinstance(self.positions, bool):  # configs stored before positions had kinds: true (learned) or false (none)
@@ -63,7 +74,7 @@ class ModelConfig:
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be a positive integer, got {getattr(self, name)}")
-        check_heads(self.n_embd, self.n_head, prefix="model.")
+        check_heads(self.n_embd, self.n_head, self.kv_heads, prefix="model.")
         for name in ("dropout", "qk_init_std", "softcap"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"model.{name} must be a finite number, got {getattr(self, name)}")
@@ -76,6 +87,14 @@ class ModelConfig:
         check_choice("model.positions", self.positions, POSITION_KINDS)
         if self.positions == "rope" and self.head_size % 2:
             raise ValueError(f"model.positions = rope turns pairs of components, so head_size must be even, got {self.head_size}")
+        if not 0 <= self.window <= self.block_size:
+            raise ValueError(
+                f"model.window must be a number of positions from 1 to block_size ({self.block_size}), or 0 for none, got {self.window}"
+            )
+        if not self.window_layers or set(self.window_layers) - {"L", "G"} or (self.window and "L" not in self.window_layers):
+            raise ValueError(
+                f'model.window_layers is a pattern of L (local) and G (global) layers with an L, such as "LG", got {self.window_layers!r}'
+            )
         if self.softcap < 0:
             raise ValueError(f"model.softcap must be a positive cap (or 0, off), got {self.softcap}")
         if 0 < self.softcap < SOFTCAP_LEAST:
@@ -96,6 +115,10 @@ class ModelConfig:
     def head_size(self) -> int:
         return self.n_embd // self.n_head
 
+    def local(self, layer: int) -> bool:
+        """Whether block `layer` (from 0) has the sliding window: its letter in window_layers, repeated over the blocks."""
+        return bool(self.window) and self.window_layers[layer % len(self.window_layers)] == "L"
+
     @property
     def max_length(self) -> int | None:
         """The longest input the model accepts: block_size when positions are a learned table (it has no row past
@@ -103,11 +126,15 @@ class ModelConfig:
         return self.block_size if self.positions == "learned" else None
 
 
-def check_heads(n_embd: int, n_head: int, prefix: str = "") -> None:
-    """The heads split the width evenly, C = H * D, or a ValueError that suggests head counts that fit."""
+def check_heads(n_embd: int, n_head: int, kv_heads: int = 0, prefix: str = "") -> None:
+    """The heads split the width evenly, C = H * D, and the key/value heads the query heads, or a ValueError that suggests
+    counts that fit."""
     if n_embd % n_head != 0:
         fits = [h for h in range(1, 17) if n_embd % h == 0]
         raise ValueError(f"{prefix}n_embd ({n_embd}) must be divisible by {prefix}n_head ({n_head}); try n_head in {fits}")
+    if kv_heads < 0 or (kv_heads and n_head % kv_heads):
+        fits = [k for k in range(1, n_head + 1) if n_head % k == 0]
+        raise ValueError(f"{prefix}kv_heads ({kv_heads}) must divide {prefix}n_head ({n_head}): try one of {fits}, or 0 for n_head")
 
 
 def check_length(T: int, max_length: int | None) -> None:

@@ -38,11 +38,12 @@ class Block(nn.Module):
     which induction heads were first found, where every computation is a path through heads.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.n_embd)
         self.attn = MultiHead(cfg.n_embd, cfg.n_head, cfg.max_length, cfg.dropout, cfg.causal, cfg.scaled, cfg.attention, cfg.qkv_bias,
-                              qk_norm=cfg.qk_norm, softcap=cfg.softcap, rope=cfg.positions == "rope")  # fmt: skip
+                              qk_norm=cfg.qk_norm, softcap=cfg.softcap, rope=cfg.positions == "rope", kv_heads=cfg.kv_heads,
+                              window=cfg.window if cfg.local(layer) else 0, gate=cfg.gate, sink=cfg.sink)  # fmt: skip
         self.ln2 = nn.LayerNorm(cfg.n_embd) if cfg.mlp else None
         self.mlp = MLP(cfg) if cfg.mlp else None
 
@@ -66,7 +67,7 @@ class GPT(nn.Module):
 
     Positions come in three kinds (cfg.positions). "learned": a table of block_size vectors added to
     the tokens, GPT-2's, with no row for a longer input. "rope": no table; every attention layer turns
-    its queries and keys by their positions (model/attention.py's rotate), at any length. "none"
+    its queries and keys by their positions (model/qk.py's rotate), at any length. "none"
     (--no-pos): nothing at all, so every block treats its input as a set and only the causal mask
     can tell a token where it stands.
     """
@@ -77,7 +78,7 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.positions == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # tied
@@ -104,6 +105,10 @@ class GPT(nn.Module):
     def can_cache(self) -> bool:
         """Whether generate() can keep keys and values: only under the causal mask (see KVCache)."""
         return self.cfg.causal
+
+    def new_caches(self) -> list[KVCache]:
+        """One empty KVCache per layer, each keeping what its layer's window lets later queries see."""
+        return [KVCache(block.attn.window) for block in self.blocks]
 
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Token plus position embeddings: idx (B, T) -> x (B, T, C), at positions start .. start + T - 1."""
@@ -140,7 +145,7 @@ class GPT(nn.Module):
         for block in self.blocks:
             attn = block.attn
             q, k, _ = attn.split_heads(block.ln1(x))  # normalised and turned as the forward pass does
-            scores = attention_scores(q, k, attn.mask(T), attn.scale, attn.softcap)  # (B, H, T, T)
+            scores = attention_scores(q, attn.shared(k), attn.mask(T), attn.scale, attn.softcap)  # (B, H, T, T)
             x, weights = block(x, return_weights=True)
             maps.append((scores, weights))
         return maps
@@ -187,7 +192,7 @@ class GPT(nn.Module):
             if not use_cache:
                 x = self.hidden(window)  # the whole window, every step
             elif caches is None:
-                caches = [KVCache() for _ in self.blocks]
+                caches = self.new_caches()
                 x = self.hidden(window, caches)  # prefill: encode the whole window once
             else:
                 x = self.hidden(window[:, -1:], caches)  # only the newest position: (B, 1, C)

@@ -1,9 +1,42 @@
-"""How the next token is drawn from the model's logits: greedy, or sampled with a temperature, top-k and top-p.
+"""What generation needs beside the model: the KV cache, which keeps each layer's keys and values so that a new token
+costs one position, and the draw of the next token from the logits: greedy, or with a temperature, top-k and top-p.
 
-Shape legend: B batch (rows sampled side by side), V vocabulary, K candidates kept (K <= V).
+Shape legend: as in attention.py for the cache (B, K key/value heads, S, D); for the draw, B rows sampled side by
+side, V vocabulary, K candidates kept (K <= V).
 """
 
+from dataclasses import dataclass
+
 import torch
+
+
+@dataclass
+class KVCache:
+    """One layer's keys and values so far, each (B, K, S, D) for K key/value heads, so a new token costs one position.
+
+    Only a causal model can cache: there a position never sees later ones, so the keys and values of
+    earlier positions (RoPE's keys turned to their own positions) stay the same when a token is appended.
+    A layer with a window W keeps only the W - 1 newest positions: all that its next query can see.
+    """
+
+    window: int = 0  # the layer's sliding window, or 0: every position is kept
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    seen: int = 0  # positions appended so far; a windowed cache holds fewer
+
+    def __len__(self) -> int:
+        return self.seen
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the new positions k, v (B, K, T, D); return every position the new queries may see, each (B, K, S, D)."""
+        self.seen += k.shape[2]
+        if self.k is not None:
+            k = torch.cat([self.k, k], dim=2)  # (B, K, S - T, D) + (B, K, T, D) -> (B, K, S, D)
+            v = torch.cat([self.v, v], dim=2)  # (B, K, S - T, D) + (B, K, T, D) -> (B, K, S, D)
+        S = k.shape[2]
+        kept = S - min(S, self.window - 1) if self.window else 0  # a window drops what no later query sees
+        self.k, self.v = k[:, :, kept:], v[:, :, kept:]
+        return k, v
 
 
 class SamplingError(ValueError):

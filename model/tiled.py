@@ -16,11 +16,12 @@ def tiled_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    causal: bool,
+    mask: torch.Tensor | None,
     scale: float,
     dropout: nn.Module | None = None,
     tile: int = 256,
     softcap: float = 0.0,
+    sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale, masked) @ v, computed one (Tq, Sk) tile of scores at a time.
 
@@ -32,39 +33,45 @@ def tiled_attention(
     subtracting the maximum only keeps exp() from overflowing. Memory beyond q, k, v and the
     output is a few (..., Tq, Sk) tiles instead of the (..., T, S) scores and weights.
 
-    With `causal`, query t sits at position S - T + t (earlier keys came from a cache) and sees
-    keys up to there. Key tiles entirely in the future of a whole query tile are skipped;
-    tiles entirely in the past need no mask. Dropout, when given, drops the unnormalised tile
+    The mask is attention()'s, read one tile at a time: a key tile hidden from every query of a
+    query tile (the future under the causal mask, the past behind a window) is skipped, and a
+    tile every query sees needs no mask. Dropout, when given, drops the unnormalised tile
     weights, while denom sums them undropped: the same as dropping the normalised weights.
 
     Args:
         q: (..., T, D) queries; k, v: (..., S, D) keys and values.
-        causal: False is the --no-mask ablation; scale: D**-0.5, or 1.0 for --no-scale.
+        mask: (T, S) boolean, True where a query may look (attention.causal_mask), or None: every key in view.
+        scale: D**-0.5, or 1.0 for --no-scale.
         tile: queries and keys per tile.
         softcap: each tile's scores squashed into (-softcap, softcap) as attention_scores does; 0 for none.
+        sink: one logit per head (H,) that joins each row's softmax (as in attention()): the running max starts at
+            it and the denominator at its exp, with nothing added to acc.
     Returns:
         y: (..., T, D), equal to attention()'s y up to float rounding.
     """
     T, S = q.shape[-2], k.shape[-2]
-    past = S - T  # keys before the first query, from a cache
     outputs = []
     for q0 in range(0, T, tile):
         qt = q[..., q0 : q0 + tile, :]  # (..., T, D) -> (..., Tq, D)
-        Tq = qt.shape[-2]
-        first, last = past + q0, past + q0 + Tq - 1  # positions of this tile's first and last query
         m = torch.full_like(qt[..., :1], float("-inf"))  # (..., Tq, 1): running max of each row's scores
         denom = torch.zeros_like(m)  # (..., Tq, 1): running sum of exp(score - m), softmax's denominator
         acc = torch.zeros_like(qt)  # (..., Tq, D): running sum of exp(score - m) * value
-        for k0 in range(0, last + 1 if causal else S, tile):  # causal: keys after `last` are skipped
+        if sink is not None:
+            logit = sink.view(-1, 1, 1).to(m.dtype).expand_as(m)  # (H,) -> (..., Tq, 1): the sink's, the first score seen
+            m = logit.detach()  # the running max only steadies exp(); the result does not depend on it
+            denom = (logit - m).exp()  # (..., Tq, 1): exp(sink - m) = 1, through which the sink learns
+        for k0 in range(0, S, tile):
+            seen = None if mask is None else mask[q0 : q0 + tile, k0 : k0 + tile]  # (Tq, Sk): True where a query may look
+            if seen is not None and not seen.any():  # every key here is hidden from every query: skip the tile
+                continue
             kt, vt = k[..., k0 : k0 + tile, :], v[..., k0 : k0 + tile, :]  # (..., S, D) -> (..., Sk, D)
             scores = (qt @ kt.transpose(-2, -1)) * scale  # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
             if softcap:
                 scores = softcap * torch.tanh(scores / softcap)  # (..., Tq, Sk), each in (-softcap, softcap)
-            if causal and k0 + kt.shape[-2] - 1 > first:  # some key here is later than some query
-                rows = torch.arange(first, last + 1, device=q.device)  # (Tq,) query positions
-                cols = torch.arange(k0, k0 + kt.shape[-2], device=q.device)  # (Sk,) key positions
-                scores = scores.masked_fill(cols > rows[:, None], float("-inf"))  # (Tq, Sk) future mask
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., Tq, 1)
+            if seen is not None and not seen.all():  # some key here is hidden from some query
+                scores = scores.masked_fill(~seen, float("-inf"))  # (..., Tq, Sk)
+            # A row whose every key so far was hidden (behind a window) keeps m = -inf: exp() is then taken from the lowest float.
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True)).clamp(min=torch.finfo(scores.dtype).min)  # (..., Tq, 1)
             p = (scores - m_new).exp()  # (..., Tq, Sk): this tile's weights, not yet normalised
             rescale = (m - m_new).exp()  # (..., Tq, 1): moves earlier sums onto the new maximum
             denom = denom * rescale + p.sum(dim=-1, keepdim=True)

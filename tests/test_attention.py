@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from conftest import assert_close
 
 from model import GPT, ModelConfig
-from model.attention import Head, MultiHead, attention, attention_scores, rotate
+from model.attention import Head, MultiHead, attention, attention_scores
+from model.qk import rotate
 
 FLAGS = list(itertools.product([True, False], [True, False]))  # (causal, scaled)
 FLAG_IDS = [f"causal={c}-scaled={s}" for c, s in FLAGS]

@@ -25,10 +25,10 @@ from harness.lens import INSTALL, LensError, has_bridge, hf_tokenizer, load_hook
 from harness.training.checkpoints import load_model
 from model import GPT, ModelConfig
 from model.ablations import CHANGES, JOIN, name_suffix, variant_changes
-from model.attention import rms_norm
 from model.gpt import lm_loss
 from model.heads import ablate_heads
 from model.induction import INDUCTION_THRESHOLD
+from model.qk import rms_norm
 from model.roles import PREVIOUS_TOKEN_THRESHOLD, head_roles, next_token_weight
 from tools.lens_page import figures_of, run_page
 

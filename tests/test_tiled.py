@@ -8,7 +8,7 @@ import torch
 from conftest import assert_close
 
 from model import GPT, ModelConfig
-from model.attention import MultiHead, attention
+from model.attention import MultiHead, attention, causal_mask
 from model.tiled import tiled_attention
 
 FLAGS = list(itertools.product([True, False], [True, False]))  # (causal, scaled)
@@ -26,6 +26,12 @@ def readable(q, k, v, causal: bool, scale: float, softcap: float = 0.0) -> torch
     return attention(q, k, v, mask, scale, softcap=softcap)[0]
 
 
+def tiled(q, k, v, causal: bool, scale: float, **options) -> torch.Tensor:
+    """tiled_attention under the causal mask for the last T of S positions (as after a KV cache), or none."""
+    T, S = q.shape[-2], k.shape[-2]
+    return tiled_attention(q, k, v, causal_mask(T, S) if causal else None, scale, **options)
+
+
 # 1. Equal to attention()
 
 
@@ -34,16 +40,16 @@ def readable(q, k, v, causal: bool, scale: float, softcap: float = 0.0) -> torch
 def test_tiled_matches_readable(causal, scaled, T, tile):
     q, k, v = qkv(2, 3, T, 8)  # (B, H, T, D)
     scale = 8**-0.5 if scaled else 1.0
-    y = tiled_attention(q, k, v, causal, scale, tile=tile)
+    y = tiled(q, k, v, causal, scale, tile=tile)
     assert y.shape == (2, 3, T, 8)
     assert_close(y, readable(q, k, v, causal, scale), atol=1e-5, msg=f"tiled vs attention() T={T} tile={tile}")
 
 
 def test_tiled_any_leading_dims():
     q, k, v = qkv(5, 20, 4)  # (T, D) with one leading dim
-    assert_close(tiled_attention(q, k, v, True, 0.5, tile=8), readable(q, k, v, True, 0.5), atol=1e-5, msg="(B, T, D)")
+    assert_close(tiled(q, k, v, True, 0.5, tile=8), readable(q, k, v, True, 0.5), atol=1e-5, msg="(B, T, D)")
     q, k, v = qkv(20, 4)
-    assert_close(tiled_attention(q, k, v, False, 0.5, tile=8), readable(q, k, v, False, 0.5), atol=1e-5, msg="(T, D)")
+    assert_close(tiled(q, k, v, False, 0.5, tile=8), readable(q, k, v, False, 0.5), atol=1e-5, msg="(T, D)")
 
 
 @pytest.mark.parametrize("T", [1, 5], ids=["one-query", "five-queries"])
@@ -51,14 +57,14 @@ def test_tiled_queries_after_cached_keys(T):
     """Fewer queries than keys: the queries are the last T positions, as after a KV cache."""
     q, _, _ = qkv(2, 2, T, 8, seed=1)
     _, k, v = qkv(2, 2, 37, 8, seed=2)
-    y = tiled_attention(q, k, v, True, 8**-0.5, tile=16)
+    y = tiled(q, k, v, True, 8**-0.5, tile=16)
     assert_close(y, readable(q, k, v, True, 8**-0.5), atol=1e-5, msg=f"T={T} queries after 37 keys")
 
 
 def test_large_scores_do_not_overflow():
     q, k, v = qkv(1, 1, 40, 8)
     q = q * 30  # unscaled scores in the hundreds: a plain exp() would overflow to inf
-    y = tiled_attention(q, k, v, True, 1.0, tile=16)
+    y = tiled(q, k, v, True, 1.0, tile=16)
     assert torch.isfinite(y).all()
     assert_close(y, readable(q, k, v, True, 1.0), atol=1e-5, msg="large scores")
 
@@ -69,7 +75,7 @@ def test_tiled_caps_each_tiles_scores_as_the_readable_path_does(causal, scaled, 
     q, k, v = qkv(2, 3, T, 8)
     q = q * 20  # scores well past the cap, so that it changes the result
     scale = 8**-0.5 if scaled else 1.0
-    y = tiled_attention(q, k, v, causal, scale, tile=tile, softcap=3.0)
+    y = tiled(q, k, v, causal, scale, tile=tile, softcap=3.0)
     assert_close(y, readable(q, k, v, causal, scale, softcap=3.0), atol=1e-5, msg=f"capped: tiled vs attention() T={T}")
     assert (y - readable(q, k, v, causal, scale)).abs().max() > 1e-2, "the cap changes the output"
 
@@ -82,7 +88,7 @@ def test_tiled_caps_each_tiles_scores_as_the_readable_path_does(causal, scaled, 
 def test_tiled_gradients_match(causal, scaled, softcap):
     scale = 8**-0.5 if scaled else 1.0
     grads = []
-    for fn in (readable, lambda *a, **kw: tiled_attention(*a, tile=16, **kw)):
+    for fn in (readable, lambda *a, **kw: tiled(*a, tile=16, **kw)):
         q, k, v = qkv(2, 2, 40, 8, requires_grad=True)
         y = fn(q, k, v, causal, scale, softcap=softcap)
         (y * torch.linspace(-1, 1, 8)).sum().backward()  # a weighted sum, so every output matters differently

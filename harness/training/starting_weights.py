@@ -26,7 +26,7 @@ from harness.training.budget import check_affordable
 from harness.training.checkpoints import check_model_config, model_config_of
 from harness.training.runtime import Runtime
 from model import GPT, ModelConfig
-from model.ablations import CURE, POSITIONS, applied
+from model.ablations import CURE, POSITIONS, SHIPPED, applied
 
 
 def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None) -> tuple[Config, GPT]:
@@ -101,13 +101,13 @@ def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> 
 
 def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
     """Refuse a run from GPT-2's weights without positions (its every weight was trained on them), or with what
-    GPT-2 never had (QK-norm, a softcap, RoPE): with them its weights would compute something else."""
+    GPT-2 never had (QK-norm, a softcap, RoPE, grouped heads, a window, a gate, a sink): with them its weights would compute something else."""
     if preset.positions == "none":
         raise ConfigError(
             f"{name}'s weights were trained with learned positions, so a run without them (model.positions = none) "
             "cannot start from them; train from scratch, or see break_gpt2.py for GPT-2 with its positions zeroed"
         )
-    added = [c.flag for c in applied(preset, (CURE, POSITIONS))]
+    added = [c.flag for c in applied(preset, (CURE, POSITIONS, SHIPPED))]
     if added:
         raise ConfigError(
             f"{name} was trained without {' and '.join(added)}, so its weights cannot start a run with them "
