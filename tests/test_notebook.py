@@ -68,6 +68,8 @@ def test_notebook_runs_top_to_bottom_on_a_small_text(tmp_path, corpus_file, monk
     printed = "\n".join(code_outputs(nb))
     assert "first row equals v[0]: True" in printed
     assert "largest difference: project" in printed  # the cell that asserts attention() and PyTorch agree with the hand computation
+    grouped = re.search(r"by hand vs the project's MultiHead: (\S+)\nby hand vs torch's kernel: +(\S+)", printed)
+    assert grouped and max(map(float, grouped.groups())) < 1e-5, "grouped-query heads by hand = MultiHead(kv_heads) = torch's"
     losses = {
         name: (float(forced), float(honest))
         for name, forced, honest in re.findall(r"^(.+): teacher-forced loss ([\d.]+), honest loss ([\d.]+) nats", printed, re.MULTILINE)
