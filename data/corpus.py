@@ -94,7 +94,11 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
         folders = prepared_folders(cache_dir / "prepared", path.resolve().stem, data_cfg.tokenizer, key)
         prepared_splits = next(filter(None, (read_prepared(folder, key) for folder in folders)), None)
         if prepared_splits is None:  # never prepared, prepared from other text or by an older version, or damaged
-            prepare(source, data_cfg.tokenizer, key, folders[0], data_cfg.text_field, data_cfg.workers, val)
+
+            def whole(folder: Path) -> bool:  # another process's, prepared at the same time and renamed into place first
+                return read_prepared(folder, key) is not None
+
+            prepare(source, data_cfg.tokenizer, key, folders[0], data_cfg.text_field, data_cfg.workers, val, whole=whole)
             prepared_splits = read_prepared(folders[0], key)
         if prepared_splits is None:
             raise DataError(f"the prepared data in {folders[0]} cannot be read back after writing it; delete that folder and try again")

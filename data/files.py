@@ -1,14 +1,18 @@
 """Files written whole or not at all, and their fingerprints: the two file utilities every package uses."""
 
+import errno
 import glob
 import hashlib
 import json
 import os
+import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
+
+REPLACE_TRIES = 5  # how many times replace_folder moves a refused folder aside (each time, another process put one there)
 
 
 def sha256_of(path: Path) -> str:
@@ -72,11 +76,15 @@ def write_atomically(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def replace_folder(tmp: Path, folder: Path) -> None:
-    """Make a folder written whole under a temporary name appear as `folder`, all at once.
+def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool] = lambda folder: False) -> bool:
+    """Make a folder written whole under a temporary name appear as `folder`, all at once; False when another's stays.
 
     Its files are flushed to disk first, so that a crash never leaves a folder that looks whole
-    with half its bytes; an older folder of that name (damaged, or from an older version) is removed.
+    with half its bytes. Two processes may write the same folder at once (two runs started together
+    on a new corpus): a folder already in place that `whole` accepts is the other's, finished first,
+    and stays, since that process may be reading it; tmp is removed instead. One that `whole` refuses
+    (damaged, or from an older version) is renamed aside, and removed only once tmp has taken its
+    place, so that a reader never finds the path missing while a folder's files are deleted.
     """
     for path in tmp.iterdir():
         fd = os.open(path, os.O_RDONLY)
@@ -84,9 +92,25 @@ def replace_folder(tmp: Path, folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
+    aside = folder.with_name(f"{folder.name}.old{os.getpid()}")  # remove_abandoned reads the pid
+    try:
+        for _ in range(REPLACE_TRIES):
+            try:
+                os.replace(tmp, folder)
+                return True
+            except OSError as e:  # a folder is there: ENOTEMPTY or EEXIST (EACCES on Windows)
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EACCES) or not folder.exists():
+                    raise
+            if whole(folder):
+                shutil.rmtree(tmp)
+                return False
+            shutil.rmtree(aside, ignore_errors=True)
+            with suppress(FileNotFoundError):  # another writer moved it first
+                os.replace(folder, aside)
+        os.replace(tmp, folder)  # folders that `whole` refuses kept coming back: say why it cannot be replaced
+        return True
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def running(pid: int) -> bool:
@@ -103,11 +127,12 @@ def running(pid: int) -> bool:
 
 
 def remove_abandoned(path: Path) -> None:
-    """Delete the <path>.tmp<pid> twins (files or folders) of processes that no longer run: a writer killed outright
-    (SIGKILL, a power cut) could not clean up, and a half-written corpus may take gigabytes. A live writer's twin stays."""
-    for twin in path.parent.glob(f"{glob.escape(path.name)}.tmp*"):
-        pid = twin.name.rsplit(".tmp", 1)[1]
-        if not pid.isdigit() or int(pid) == os.getpid() or running(int(pid)):
+    """Delete the <path>.tmp<pid> twins (files or folders), and the <path>.old<pid> folders put aside by replace_folder, of
+    processes that no longer run: a writer killed outright (SIGKILL, a power cut) could not clean up, and a half-written
+    corpus may take gigabytes. A live writer's twin stays."""
+    for twin in path.parent.glob(f"{glob.escape(path.name)}.*"):
+        pid = re.fullmatch(r"(?:tmp|old)(\d+)", twin.name[len(path.name) + 1 :])
+        if pid is None or int(pid[1]) == os.getpid() or running(int(pid[1])):
             continue
         if twin.is_dir():
             shutil.rmtree(twin, ignore_errors=True)

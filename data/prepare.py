@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +35,6 @@ from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerErr
 TRAIN_FRACTION = 0.9
 FORMAT_VERSION = 3  # 2 records each split's token count, so a cut-short .bin is noticed; 3 seals meta.json with its checksum
 PROGRESS_DELAY_S = 1.0  # a preparation shorter than this shows no progress bar
-
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))  # no SIGHUP on Windows
 
@@ -159,6 +159,7 @@ def prepare(
     workers: int = 0,
     val_source: Source | None = None,
     chunk_chars: int = CHUNK_CHARS,
+    whole: Callable[[Path], bool] = lambda folder: False,  # whether a folder found in place (another process's) is finished
 ) -> dict:
     """Encode the sources into folder/train.bin and val.bin, write meta.json last, and return it.
 
@@ -201,7 +202,7 @@ def prepare(
                 if not s.is_one_text
             )
             write_atomically(tmp / "meta.json", sealed_json(meta))
-            replace_folder(tmp, folder)
+            replace_folder(tmp, folder, whole)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -33,6 +33,7 @@ import data.prepare
 from configs import DataConfig
 from data.chunks import make_tasks
 from data.corpus import DataError, load_corpus
+from data.files import replace_folder, sha256_of, sha256_of_bytes
 from data.prepare import prepare
 from data.sources import CHUNK_CHARS, find_source, read_text
 from harness.cli import run_command
@@ -247,8 +248,8 @@ def test_a_stop_signal_while_preparing_stops_and_keeps_nothing(tmp_path, sig):
 
 
 def test_what_a_killed_preparation_left_is_removed_by_the_next(tmp_path):
-    """A preparation killed outright (SIGKILL) cannot clean up: its <folder>.tmp<pid> stays. The next one removes the
-    twins of processes that no longer run, and leaves a live writer's alone."""
+    """A preparation killed outright (SIGKILL) cannot clean up: its <folder>.tmp<pid> stays, and the <folder>.old<pid> it was
+    removing. The next one removes those of processes that no longer run, and leaves a live writer's twin alone."""
     path = tmp_path / "corpus.txt"
     path.write_text(make_corpus_text(min_chars=20_000))
     folder = tmp_path / "cache" / "prepared" / "corpus"
@@ -258,6 +259,7 @@ def test_what_a_killed_preparation_left_is_removed_by_the_next(tmp_path):
         twin.mkdir(parents=True)
         (twin / "train.bin").write_bytes(b"\0" * 1000)  # half-written tokens
     (folder.parent / f"corpus-other.tmp{gone.stdout.strip()}").mkdir()  # another corpus's twin: not this folder's to judge
+    (folder.parent / f"corpus.old{gone.stdout.strip()}").mkdir()  # a damaged folder put aside, not yet removed
     prepare(find_source(path, "-"), "char", "k", folder, workers=1)
     assert sorted(p.name for p in folder.parent.iterdir()) == sorted(["corpus", alive.name, f"corpus-other.tmp{gone.stdout.strip()}"])
 
@@ -493,3 +495,71 @@ def test_text_without_a_safe_place_is_searched_once_not_for_every_piece(monkeypa
     pieces = [p for _, task, _ in make_tasks(stream, 1000) for p, _ in task]
     assert sum(scanned) < 3 * len(text), f"{sum(scanned):,} characters searched for a text of {len(text):,}"
     assert "".join(pieces) == text and len(pieces) >= 50 and max(map(len, pieces[:-1])) <= 1000
+
+
+# 7. Two preparations of one new corpus at once (sweep.py --jobs 2, two train.py started together)
+
+TOGETHER = """
+import hashlib, sys, time
+from pathlib import Path
+from types import SimpleNamespace
+import data.prepare
+from data.corpus import load_corpus
+replace, me, root = data.prepare.replace_folder, sys.argv[1], Path(sys.argv[2])
+
+
+def replace_together(tmp, folder, *args):  # each waits for the other before renaming: the two renames collide every time
+    (folder.parent / f"ready{me}").touch()
+    deadline = time.monotonic() + 10  # the other failed before it: go on alone
+    while len(list(folder.parent.glob("ready*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return replace(tmp, folder, *args)
+
+
+data.prepare.replace_folder = replace_together
+for attempt in range(ROUNDS):
+    cache_dir = str(root / f"cache{attempt}")  # a DataConfig's fields: configs would import torch, 2 s of start-up a process
+    corpus = load_corpus(SimpleNamespace(path=str(root / "corpus.txt"), val_path="", text_field="text", tokenizer="char", cache_dir=cache_dir, workers=1))
+    print(hashlib.sha256(corpus.train.tobytes() + corpus.val.tobytes()).hexdigest(), len(corpus.train), len(corpus.val))
+"""
+
+
+def test_two_preparations_of_one_new_corpus_at_once_both_read_the_same_tokens(tmp_path):
+    """Two processes preparing the same new corpus both reach the rename at once, three times over (once where a damaged
+    folder stands). The second used to
+    delete the folder that the first had just renamed into place and was reading back ("cannot be read back after writing
+    it"), or failed on its own rename ("Directory not empty"); now it keeps the first's folder and drops its own."""
+    path = write_corpus(tmp_path, text=make_corpus_text(min_chars=5_000))
+    program = TOGETHER.replace("ROUNDS", "3")
+    damaged = tmp_path / "cache1" / "prepared" / f"corpus-char-{sha256_of(path)[:16]}"  # the second time, over a damaged folder
+    damaged.mkdir(parents=True)
+    (damaged / "meta.json").write_text("{}")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", program, str(i), str(tmp_path)], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for i in range(2)
+    ]
+    outputs = [proc.communicate(timeout=60) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err for _, err in outputs]
+    alone = load_corpus(cfg(tmp_path, path))  # the same text prepared by one process, in a cache of its own
+    expected = f"{sha256_of_bytes(alone.train.tobytes() + alone.val.tobytes())} {len(alone.train)} {len(alone.val)}"
+    assert [out.split("\n")[:-1] for out, _ in outputs] == [[expected] * 3] * 2
+    for attempt in range(3):  # one folder each time, and nothing half-written or put aside beside it
+        prepared = tmp_path / f"cache{attempt}" / "prepared"
+        assert sorted(p.name for p in prepared.iterdir()) == [f"corpus-char-{alone.source_sha256[:16]}", "ready0", "ready1"]
+
+
+def test_a_folder_in_place_is_kept_when_whole_and_replaced_when_not(tmp_path):
+    """replace_folder with the destination already there: a whole one (another writer's, finished first) stays and the
+    new copy is removed; a refused one (damaged, older) is replaced, and the copy put aside is removed too."""
+    folder, tmp = tmp_path / "corpus", tmp_path / "corpus.tmp1"
+    for name, text in ((folder, "first"), (tmp, "second")):
+        name.mkdir()
+        (name / "train.bin").write_text(text)
+    assert replace_folder(tmp, folder, lambda f: (f / "train.bin").read_text() == "first") is False
+    assert [p.name for p in tmp_path.iterdir()] == ["corpus"] and (folder / "train.bin").read_text() == "first"
+    tmp.mkdir()
+    (tmp / "train.bin").write_text("third")
+    assert replace_folder(tmp, folder, lambda f: False) is True
+    assert [p.name for p in tmp_path.iterdir()] == ["corpus"] and (folder / "train.bin").read_text() == "third"
