@@ -6,7 +6,7 @@ activation (cache["pattern", layer] holds a layer's attention weights), run_with
 transformer_lens.head_detector scores heads against a pattern. Its config has a switch for most of
 ours, so a model trained without its mask, scale or positions, with QK-norm or a softcap, with rotary positions,
 grouped-query heads or a sliding window (its local layers, in our pattern), opens there computing exactly what it
-computes here; with a sink, under 3.x from 3.9 (4.x's native model has none). Neither has a gate on the attention
+computes here; with a sink, under 3.x from 3.7 (4.x's native model has none). Neither has a gate on the attention
 output, so a run with one is refused, as is a window without the causal mask (its local attention looks back only).
 Nothing is downloaded: the config and weights are the run's, and the tokenizer is ours, rebuilt as the Hugging
 Face tokenizer with the same ids that TransformerLens reads strings with.
@@ -40,7 +40,7 @@ from harness.training.checkpoints import load_model
 from model import GPT
 from model.qk import QK_NORM_EPS, ROPE_BASE
 
-LENS_VERSIONS = ">=3.0"  # 3.0 has every config field used here but a sink's (3.9: an older 3.x refuses a sink run in one line);
+LENS_VERSIONS = ">=3.0"  # 3.0 has every config field used here but a sink's (3.7: an older 3.x refuses a sink run in one line);
 # 3.x and 4.x are both opened (tests/test_lens.py runs under each)
 INSTALL = "pip install -r requirements-dev.txt (or pip install transformer-lens)"
 
@@ -97,7 +97,7 @@ FIELDS: dict[str, Callable] = {
     "window": lambda w: {"use_local_attn": True, "window_size": w} if w else {},
     "window_layers": anything,  # read with window, by lens_config
     "gate": lacking("gate", "sigmoid gate on the attention output"),
-    "sink": one_of({True: {"use_attention_sinks": True}, False: {}}),  # 3.x's (from 3.9), after the cap and mask, as ours
+    "sink": one_of({True: {"use_attention_sinks": True}, False: {}}),  # 3.x's (from 3.7), after the cap and mask, as ours
     "attention": anything,  # every backend computes the same attention (tests/test_attention.py holds them equal)
     "qk_init_std": anything,  # how the weights were drawn at the start; the weights themselves come from the run
     "dropout": anything,  # acts only in training; TransformerLens has none, and both models run in eval mode
@@ -163,7 +163,7 @@ def transformer_bridge(lens, model: GPT, config: dict, context: int | None, toke
 
     if config.pop("use_attention_sinks", False):
         raise LensError("model.sink = True: TransformerLens 4.x's native model has no sink logit, and 3.x's HookedTransformer has "
-                        "one (use_attention_sinks, from 3.9): open this run under pip install 'transformer-lens>=3.9,<4'")  # fmt: skip
+                        "one (use_attention_sinks, from 3.7): open this run under pip install 'transformer-lens>=3.7,<4'")  # fmt: skip
     config = config | {"act_fn": NATIVE_ACTIVATIONS[config["act_fn"]], "tokenizer_prepends_bos": False}
     bridge_config = lens.TransformerBridgeConfig(**{k: v for k, v in config.items() if k != "device"})
     native = NativeModel(bridge_config).to(device=config["device"], dtype=config["dtype"])
@@ -182,7 +182,7 @@ def hooked_transformer(lens, model: GPT, config: dict, context: int | None, toke
     known = {f.name for f in fields(lens.HookedTransformerConfig)} if is_dataclass(lens.HookedTransformerConfig) else set(config)
     if set(config) - known:
         raise LensError(f"TransformerLens {version('transformer-lens')} has no {', '.join(sorted(set(config) - known))}, which "
-                        "this run needs: pip install 'transformer-lens>=3.9,<4' (or 4.x)")  # fmt: skip
+                        "this run needs: pip install 'transformer-lens>=3.7,<4' (or 4.x)")  # fmt: skip
     with warnings.catch_warnings():  # 3.x's notice that 4.0 removes HookedTransformer: 4.x opens runs as a TransformerBridge
         warnings.filterwarnings("ignore", "HookedTransformer is deprecated", DeprecationWarning)
         hooked = lens.HookedTransformer(lens.HookedTransformerConfig(**config))

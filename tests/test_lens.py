@@ -122,7 +122,7 @@ def test_every_variant_gives_our_logits_and_attention_in_transformer_lens(lens, 
     cfg = model.cfg
     if not opens(lens, cfg):
         with pytest.raises(LensError, match=r"^model\.sink = True: TransformerLens 4\.x's native model has no sink logit, .* "
-                                            r"pip install 'transformer-lens>=3\.9,<4'$"):  # fmt: skip
+                                            r"pip install 'transformer-lens>=3\.7,<4'$"):  # fmt: skip
             to_hooked(model)
         return
     hooked = to_hooked(model)
@@ -275,6 +275,18 @@ class LaterConfig(ModelConfig):
     """A config with a field the lens does not know yet, as a new variant brings one."""
 
     latent: int = 16  # as multi-head latent attention (DeepSeek's) would bring
+
+
+def test_a_3x_without_a_field_the_run_needs_refuses_in_one_line(lens, monkeypatch):
+    """3.6 and older have no use_attention_sinks: a config class like the installed one less that field stands in for one."""
+    if has_bridge(lens):
+        pytest.skip("3.x opens runs as a HookedTransformer: under 4.x, a sink is refused by the test above")
+    older = dataclasses.make_dataclass("Older", [(f.name, object, None) for f in dataclasses.fields(lens.HookedTransformerConfig)
+                                                 if f.name != "use_attention_sinks"])  # fmt: skip
+    monkeypatch.setattr(lens, "HookedTransformerConfig", older)
+    with pytest.raises(LensError, match=r"^TransformerLens 3\.\d+\.\d+ has no use_attention_sinks, which this run needs: pip install "
+                                        r"'transformer-lens>=3\.7,<4' \(or 4\.x\)$"):  # fmt: skip
+        to_hooked(random_model(variant("char", "sink")))
 
 
 @pytest.mark.parametrize("pattern", ["LG", "GL"])
