@@ -3,9 +3,11 @@ under TransformerLens 3.x, a TransformerBridge under 4.x.
 
 TransformerLens, the library of the ARENA exercises, reads a model through hooks: run_with_cache keeps every
 activation (cache["pattern", layer] holds a layer's attention weights), run_with_hooks changes any of them, and
-transformer_lens.head_detector scores heads against a pattern. Its config has a switch for each of
-ours, so a model trained without its mask, scale or positions, with QK-norm or a softcap, or with rotary positions,
-opens there computing exactly what it computes here.
+transformer_lens.head_detector scores heads against a pattern. Its config has a switch for most of
+ours, so a model trained without its mask, scale or positions, with QK-norm or a softcap, with rotary positions,
+grouped-query heads or a sliding window (its local layers, in our pattern), opens there computing exactly what it
+computes here; with a sink, under 3.x from 3.7 (4.x's native model has none). Neither has a gate on the attention
+output, so a run with one is refused, as is a window without the causal mask (its local attention looks back only).
 Nothing is downloaded: the config and weights are the run's, and the tokenizer is ours, rebuilt as the Hugging
 Face tokenizer with the same ids that TransformerLens reads strings with.
 
@@ -16,31 +18,31 @@ new variant is refused until it is mapped here, never opened computing something
 
 Both majors open a run. TransformerLens 3.x builds a HookedTransformer from a HookedTransformerConfig; 4.0 removed
 both, and 4.x opens it as a TransformerBridge around the library's own native model (NativeModel, built from a
-TransformerBridgeConfig that takes the same fields). Two of ours the native model lacks, and they are added here to
-its attention modules: an unscaled score (its scale is set to 1) and QK-norm (its query and key projections divide
-each head by its RMS, ours). The tensors go to each model under its own names: lens_weights (3.x), native_weights (4.x).
+TransformerBridgeConfig that takes the same fields). Three of ours the native model lacks, and harness/lens_weights.py's
+add_ours gives them to its attention modules: an unscaled score (its scale is set to 1), QK-norm (its query and key
+projections divide each head by its RMS, ours) and the window (its config takes window_size and attn_types, and its mask
+is made ours in each local layer). The tensors go to each model under its own names: lens_weights (3.x), native_weights (4.x).
 """
 
-import json
 import warnings
 from collections.abc import Callable, Hashable
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from importlib.metadata import version
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer
-from harness.lens_weights import HeadRMSNorm, LensError, lens_weights, native_weights
+from data.tokenizer import Tokenizer
+from harness.lens_tokenizer import hf_tokenizer
+from harness.lens_weights import LensError, add_ours, lens_weights, native_weights
 from harness.training.checkpoints import load_model
 from model import GPT
 from model.qk import QK_NORM_EPS, ROPE_BASE
 
-LENS_VERSIONS = ">=3.0"  # 3.0 has every config field used here; 3.x and 4.x are both opened (tests/test_lens.py runs under each)
+LENS_VERSIONS = ">=3.0"  # 3.0 has every config field used here but a sink's (3.7: an older 3.x refuses a sink run in one line);
+# 3.x and 4.x are both opened (tests/test_lens.py runs under each)
 INSTALL = "pip install -r requirements-dev.txt (or pip install transformer-lens)"
-END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token, which TransformerLens pads with
-GPT2_FILES = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"  # tiktoken's gpt2 files, kept in its cache
 
 
 def one_of(table: dict) -> Callable:
@@ -51,6 +53,18 @@ def one_of(table: dict) -> Callable:
 def anything(value) -> dict:
     """A field that changes nothing TransformerLens computes."""
     return {}
+
+
+def lacking(field: str, what: str) -> Callable:
+    """A switch that neither TransformerLens config has a field for: off changes nothing, on is refused naming what is missing."""
+
+    def mapped(value) -> dict:
+        if value:
+            raise LensError(f"model.{field} = {value!r}: TransformerLens has no {what} (no field of 3.x's HookedTransformerConfig "
+                            "or 4.x's TransformerBridgeConfig), so this run cannot open there; a run trained without it can")  # fmt: skip
+        return {}
+
+    return mapped
 
 
 POSITIONS = {  # each kind of our positions -> the config's fields
@@ -77,6 +91,13 @@ FIELDS: dict[str, Callable] = {
     "qkv_bias": one_of({True: {}, False: {}}),  # without one, b_Q, b_K and b_V are zeros
     "gelu": one_of({"exact": {"act_fn": "gelu"}, "tanh": {"act_fn": "gelu_pytorch_tanh"}}),  # F.gelu, as ours call it
     "mlp": one_of({True: {"attn_only": False}, False: {"attn_only": True}}),
+    # K key/value heads, each shared by n_heads / K query heads in order (repeat_interleave on both sides); 0 is n_head.
+    "kv_heads": lambda k: {"n_key_value_heads": k} if k else {},
+    # The query and the W - 1 positions before it, as its "local" layers see; lens_config gives each layer its attn_type.
+    "window": lambda w: {"use_local_attn": True, "window_size": w} if w else {},
+    "window_layers": anything,  # read with window, by lens_config
+    "gate": lacking("gate", "sigmoid gate on the attention output"),
+    "sink": one_of({True: {"use_attention_sinks": True}, False: {}}),  # 3.x's (from 3.7), after the cap and mask, as ours
     "attention": anything,  # every backend computes the same attention (tests/test_attention.py holds them equal)
     "qk_init_std": anything,  # how the weights were drawn at the start; the weights themselves come from the run
     "dropout": anything,  # acts only in training; TransformerLens has none, and both models run in eval mode
@@ -123,6 +144,11 @@ def lens_config(model: GPT, context: int | None = None) -> dict:
             raise LensError(f"model.{field.name} = {value!r} has no TransformerLens counterpart in harness/lens.py yet")
         mapped |= lens
     mapped["n_ctx"] = context or cfg.block_size
+    if cfg.window and not cfg.causal:
+        raise LensError("model.window without the causal mask sees W positions on either side, and TransformerLens's local "
+                        "attention only the W - 1 before; a window opens there with the causal mask on")  # fmt: skip
+    if cfg.window:
+        mapped["attn_types"] = ["local" if cfg.local(layer) else "global" for layer in range(cfg.n_layer)]
     if cfg.positions == "rope":
         mapped["rotary_dim"] = cfg.head_size
     parameter = next(model.parameters())
@@ -135,15 +161,14 @@ def transformer_bridge(lens, model: GPT, config: dict, context: int | None, toke
     from transformer_lens.model_bridge.sources import build_bridge_from_module
     from transformer_lens.model_bridge.sources.native import NativeModel
 
+    if config.pop("use_attention_sinks", False):
+        raise LensError("model.sink = True: TransformerLens 4.x's native model has no sink logit, and 3.x's HookedTransformer has "
+                        "one (use_attention_sinks, from 3.7): open this run under pip install 'transformer-lens>=3.7,<4'")  # fmt: skip
     config = config | {"act_fn": NATIVE_ACTIVATIONS[config["act_fn"]], "tokenizer_prepends_bos": False}
     bridge_config = lens.TransformerBridgeConfig(**{k: v for k, v in config.items() if k != "device"})
     native = NativeModel(bridge_config).to(device=config["device"], dtype=config["dtype"])
     native.load_state_dict(native_weights(model, context))  # strict: each of its tensors gets one of ours
-    for layer in native.layers:
-        if not model.cfg.scaled:
-            layer.attn.scale = 1.0  # its scores are divided by this: sqrt(d_head) whatever use_attn_scale says
-        if model.cfg.qk_norm:
-            layer.attn.q, layer.attn.k = HeadRMSNorm(layer.attn.q, model.cfg.head_size), HeadRMSNorm(layer.attn.k, model.cfg.head_size)
+    add_ours(native, model.cfg)  # what its attention lacks: the unscaled score, QK-norm, the window
     if model.cfg.positions == "none":
         native.pos.weight.requires_grad_(False)  # no positions: the table stays at zero when the model is trained there
     return build_bridge_from_module(native, "TransformerLensNative", tl_config=bridge_config, tokenizer=tokenizer, device=config["device"])
@@ -153,7 +178,11 @@ NATIVE_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_new"}  # 3.x's 
 
 
 def hooked_transformer(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
-    """TransformerLens 3.x: our model as a HookedTransformer with our weights."""
+    """TransformerLens 3.x: our model as a HookedTransformer with our weights, or a LensError naming the fields this 3.x lacks."""
+    known = {f.name for f in fields(lens.HookedTransformerConfig)} if is_dataclass(lens.HookedTransformerConfig) else set(config)
+    if set(config) - known:
+        raise LensError(f"TransformerLens {version('transformer-lens')} has no {', '.join(sorted(set(config) - known))}, which "
+                        "this run needs: pip install 'transformer-lens>=3.7,<4' (or 4.x)")  # fmt: skip
     with warnings.catch_warnings():  # 3.x's notice that 4.0 removes HookedTransformer: 4.x opens runs as a TransformerBridge
         warnings.filterwarnings("ignore", "HookedTransformer is deprecated", DeprecationWarning)
         hooked = lens.HookedTransformer(lens.HookedTransformerConfig(**config))
@@ -185,53 +214,3 @@ def load_hooked(path: str | Path, device: str | torch.device = "cpu", context: i
     TransformerBridge under 4.x), reading strings with the run's own tokenizer (context: the longest input, as to_hooked's)."""
     model, tokenizer, _ = load_model(Path(path), device)
     return to_hooked(model, tokenizer, context)
-
-
-def hf_tokenizer(tokenizer: Tokenizer):
-    """Our tokenizer as a Hugging Face PreTrainedTokenizerFast with the same ids, built offline.
-
-    char: the run's own characters, one token each. gpt2: GPT-2's byte-level BPE from the two files that tiktoken
-    reads for it (encoder.json holds the ids, vocab.bpe the merges), from tiktoken's cache. Both pad with
-    <|endoftext|>; char runs have no such token, so it gets the id after the vocabulary, which no embedding has:
-    a padded batch fails there instead of reading a real character. The text "<|endoftext|>" itself reads as
-    ours reads it, as ordinary text (split_special_tokens), never as that id.
-    """
-    from tokenizers import Regex, decoders, pre_tokenizers
-    from tokenizers import Tokenizer as Fast
-    from tokenizers.models import BPE, WordLevel
-    from transformers import PreTrainedTokenizerFast
-
-    if isinstance(tokenizer, CharTokenizer):
-        fast = Fast(WordLevel({c: i for i, c in enumerate(tokenizer.chars)} | {END_OF_TEXT: tokenizer.vocab_size}, unk_token=None))
-        fast.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character on its own
-        fast.decoder = decoders.Fuse()  # joined back without spaces
-        kind = reading_first(PreTrainedTokenizerFast, tokenizer.encode)  # a character outside the vocabulary, named
-    elif isinstance(tokenizer, GPT2Tokenizer):
-        from tiktoken.load import read_file_cached
-
-        ids = json.loads(read_file_cached(GPT2_FILES + "encoder.json"))
-        merges = [tuple(line.split(" ")) for line in read_file_cached(GPT2_FILES + "vocab.bpe").decode().splitlines()[1:] if line]
-        fast = Fast(BPE(ids, merges))
-        fast.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2's split into words, then bytes
-        fast.decoder = decoders.ByteLevel()
-        kind = PreTrainedTokenizerFast  # bytes: every text reads
-    else:
-        raise LensError(f"no Hugging Face counterpart of the {tokenizer.name} tokenizer here; pass tokenizer=None and give token ids")
-    return kind(tokenizer_object=fast, eos_token=END_OF_TEXT, pad_token=END_OF_TEXT, split_special_tokens=True)
-
-
-def reading_first(base: type, read: Callable[[str], object]) -> type:
-    """base, a Hugging Face tokenizer class, with its entry points (__call__, encode, tokenize) reading each text with
-    `read` first: our CharTokenizer.encode, whose one-line error names the characters outside a char run's vocabulary,
-    where the Hugging Face tokenizer says only "Missing [UNK] token" (its vocabulary has no token for the unknown)."""
-
-    def first(method: Callable) -> Callable:
-        def entry(self, text=None, *args, **kwargs):
-            for one in [text] if isinstance(text, str) else text if isinstance(text, list | tuple) else []:  # a text or a batch
-                if isinstance(one, str):
-                    read(one)
-            return method(self, text, *args, **kwargs)
-
-        return entry
-
-    return type(base.__name__, (base,), {name: first(getattr(base, name)) for name in ("__call__", "encode", "tokenize")})

@@ -8,7 +8,8 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from model import GPT
+from model import GPT, ModelConfig
+from model.attention import causal_mask
 from model.qk import rms_norm
 
 
@@ -35,10 +36,13 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
     """Our tensors under HookedTransformer's names and shapes, or a LensError naming a tensor that has no place there.
     (context: as lens_config's, the rows of the position table.)
 
-    Ours keep every head's query, key and value in one (3C, C) matrix, rows h*D .. h*D + D - 1 for head h;
-    TransformerLens keeps W_Q, W_K, W_V as (H, C, D) and W_O as (H, D, C), multiplying from the right.
+    Ours keep every head's query, then every key/value head's key and value, in one (C + 2KD, C) matrix, rows
+    h*D .. h*D + D - 1 for head h of each; TransformerLens keeps W_Q as (H, C, D), W_K and W_V as (K, C, D) (named
+    _W_K and _W_V when it has grouped-query heads) and W_O as (H, D, C), multiplying from the right.
     """
     cfg, C, H, D = model.cfg, model.cfg.n_embd, model.cfg.n_head, model.cfg.head_size
+    K = cfg.kv_heads or H
+    grouped = "_" if cfg.kv_heads else ""  # its GroupedQueryAttention keeps the K heads under these names
     ours, take = our_tensors(model)
 
     zeros = torch.zeros_like
@@ -52,11 +56,15 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
     # rope: queries and keys turned by their positions, and no table on either side
     for block in (f"blocks.{i}." for i in range(cfg.n_layer)):  # each block's prefix, the same on both sides
         out[block + "ln1.w"], out[block + "ln1.b"] = take(block + "ln1.weight"), take(block + "ln1.bias")
-        qkv = take(block + "attn.qkv.weight")  # (3C, C)
-        qkv_bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else zeros(qkv[:, 0])  # (3C,)
-        for kind, weight, bias in zip("QKV", qkv.split(C), qkv_bias.split(C), strict=True):
-            out[f"{block}attn.W_{kind}"] = weight.view(H, D, C).transpose(1, 2)  # (C, C) -> (H, D, C) -> (H, C, D)
-            out[f"{block}attn.b_{kind}"] = bias.view(H, D)  # (C,) -> (H, D)
+        qkv = take(block + "attn.qkv.weight")  # (C + 2KD, C)
+        qkv_bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else zeros(qkv[:, 0])  # (C + 2KD,)
+        sizes = [C, K * D, K * D]
+        for kind, heads, weight, bias in zip(["Q", "K", "V"], [H, K, K], qkv.split(sizes), qkv_bias.split(sizes), strict=True):
+            named = f"{block}attn.{grouped if kind != 'Q' else ''}"  # blocks.0.attn.W_Q, and blocks.0.attn._W_K with K heads
+            out[f"{named}W_{kind}"] = weight.view(heads, D, C).transpose(1, 2)  # (HD, C) -> (H, D, C) -> (H, C, D); K heads alike
+            out[f"{named}b_{kind}"] = bias.view(heads, D)  # (HD,) -> (H, D)
+        if cfg.sink:
+            out[block + "attn.sinks"] = take(block + "attn.sink")  # (H,): one logit a head, joining each row's softmax
         if cfg.qk_norm:  # ours divides by the RMS alone; TransformerLens's RMSNorm then multiplies by its gains, ones here
             out[block + "attn.q_norm.w"], out[block + "attn.k_norm.w"] = qkv.new_ones(D), qkv.new_ones(D)
         out[block + "attn.W_O"] = take(block + "attn.proj.weight").view(C, H, D).permute(1, 2, 0)  # (C, H*D) -> (H, D, C)
@@ -75,10 +83,12 @@ def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Te
     """Our tensors under the names of TransformerLens 4.x's NativeModel, or a LensError naming a tensor that has no place
     there. (context: as lens_config's, the rows of the position table.)
 
-    Its q, k, v, o and MLP are nn.Linear layers, as ours: the (3C, C) qkv matrix splits into three (C, C) ones, rows
-    h*D .. h*D + D - 1 for head h on both sides; its output head has no bias, and takes the token embedding, as ours.
+    Its q, k, v, o and MLP are nn.Linear layers, as ours: the (C + 2KD, C) qkv matrix splits into (C, C), (KD, C) and
+    (KD, C) ones, rows h*D .. h*D + D - 1 for head h on both sides; its output head has no bias, and takes the token
+    embedding, as ours.
     """
     cfg, C = model.cfg, model.cfg.n_embd
+    KD = (cfg.kv_heads or cfg.n_head) * cfg.head_size
     ours, take = our_tensors(model)
 
     out = {"tok_embed.weight": take("tok_emb.weight")}  # (V, C)
@@ -91,10 +101,10 @@ def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Te
     for i in range(cfg.n_layer):
         block, layer = f"blocks.{i}.", f"layers.{i}."
         out[layer + "ln1.weight"], out[layer + "ln1.bias"] = take(block + "ln1.weight"), take(block + "ln1.bias")
-        qkv = take(block + "attn.qkv.weight")  # (3C, C)
-        qkv_bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else torch.zeros_like(qkv[:, 0])  # (3C,)
-        for kind, weight, bias in zip("qkv", qkv.split(C), qkv_bias.split(C), strict=True):
-            out[f"{layer}attn.{kind}.weight"], out[f"{layer}attn.{kind}.bias"] = weight, bias  # (C, C), (C,)
+        qkv = take(block + "attn.qkv.weight")  # (C + 2KD, C)
+        qkv_bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else torch.zeros_like(qkv[:, 0])  # (C + 2KD,)
+        for kind, weight, bias in zip("qkv", qkv.split([C, KD, KD]), qkv_bias.split([C, KD, KD]), strict=True):
+            out[f"{layer}attn.{kind}.weight"], out[f"{layer}attn.{kind}.bias"] = weight, bias  # (C, C), (C,); k, v: (KD, C), (KD,)
         out[layer + "attn.o.weight"], out[layer + "attn.o.bias"] = take(block + "attn.proj.weight"), take(block + "attn.proj.bias")
         if cfg.mlp:
             out[layer + "ln2.weight"], out[layer + "ln2.bias"] = take(block + "ln2.weight"), take(block + "ln2.bias")
@@ -121,3 +131,17 @@ class HeadRMSNorm(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(super().forward(x).unflatten(-1, (-1, self.head_size))).flatten(-2)  # (B, T, C) -> (B, T, H, D) -> (B, T, C)
+
+
+def add_ours(native: nn.Module, cfg: ModelConfig) -> None:
+    """Give 4.x's NativeModel, in place, what its attention lacks and the run has: an unscaled score (its scale set to 1),
+    QK-norm (HeadRMSNorm on its query and key projections) and the sliding window (its mask buffer, True where a query may
+    not look, made ours in each local layer: the config's window_size and attn_types, which it takes, it does not read)."""
+    for i, layer in enumerate(native.layers):
+        if not cfg.scaled:
+            layer.attn.scale = 1.0  # its scores are divided by this: sqrt(d_head) whatever use_attn_scale says
+        if cfg.qk_norm:
+            layer.attn.q, layer.attn.k = HeadRMSNorm(layer.attn.q, cfg.head_size), HeadRMSNorm(layer.attn.k, cfg.head_size)
+        if cfg.local(i):
+            n_ctx = layer.attn.causal_mask.shape[0]
+            layer.attn.causal_mask = ~causal_mask(n_ctx, n_ctx, layer.attn.causal_mask.device, cfg.window)  # (n_ctx, n_ctx)

@@ -21,10 +21,11 @@ from conftest import assert_close, gpt2_encoding_or_skip, import_or_skip, make_c
 import train
 from configs import load_config
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError
-from harness.lens import INSTALL, LensError, has_bridge, hf_tokenizer, load_hooked, to_hooked
+from harness.lens import INSTALL, LensError, has_bridge, load_hooked, to_hooked
+from harness.lens_tokenizer import hf_tokenizer
 from harness.training.checkpoints import load_model
 from model import GPT, ModelConfig
-from model.ablations import CHANGES, JOIN, name_suffix, variant_changes
+from model.ablations import CHANGES, JOIN, SHIPPED, name_suffix, variant_changes
 from model.gpt import lm_loss
 from model.heads import ablate_heads
 from model.induction import INDUCTION_THRESHOLD
@@ -60,22 +61,34 @@ SHAPES = {  # ModelConfig settings that change what the network computes, beside
     "attention-only": {"vocab_size": 65, "mlp": False},  # the induction preset's blocks
     "gpt2": {"vocab_size": 50257, "qkv_bias": True, "gelu": "tanh"},  # what --pretrained loads
 }
-CAP = 2.0  # the softcap of these tests: on their random weights scores reach several units, so it changes the logits
-# Every variant: for each field that the table of changes sets, the field as it is or one change that sets it (positions:
+# What the changes that take a number set in these tests: a softcap of 2 (on their random weights scores reach several
+# units, so it changes the logits), 2 key/value heads for the 4 query heads, a window of 5 of the 24 positions.
+NUMBERS = {"softcap": 2.0, "kv_heads": 2, "window": 5}
+LESSONS = [c for c in CHANGES if c.kind != SHIPPED]  # the ablations, the cures and rope; the shipped changes come below
+# Every variant of those: for each field that they set, the field as it is or one change that sets it (positions:
 # learned, no-pos or rope), named as compare.py's --variants names them ("no-scale+qk-norm"), "base" for none.
-GROUPS = [[c for c in CHANGES if c.field == field] for field in dict.fromkeys(c.field for c in CHANGES)]  # by the field they set
+GROUPS = [[c for c in LESSONS if c.field == field] for field in dict.fromkeys(c.field for c in LESSONS)]  # by the field they set
 EVERY = [JOIN.join(c.name for c in picked if c) or "base" for picked in itertools.product(*([None, *group] for group in GROUPS))]
 # The other shapes take a sample: each change alone, all the ablations, and combinations of cures, ablations and rope.
-SAMPLE = ["base", *(c.name for c in CHANGES), "no-mask+no-scale+no-pos", "no-scale+qk-norm", "rope+qk-norm+softcap", "no-mask+rope",
+SAMPLE = ["base", *(c.name for c in LESSONS), "no-mask+no-scale+no-pos", "no-scale+qk-norm", "rope+qk-norm+softcap", "no-mask+rope",
           "no-mask+no-scale+rope+qk-norm+softcap"]  # fmt: skip
-VARIANTS = [("char", name) for name in EVERY] + [(shape, name) for shape in SHAPES if shape != "char" for name in SAMPLE]
+# Grouped-query heads, the window and the sink (3.x: 4.x refuses it, below), alone and with the others (the gate: refused).
+SHIPPED_SAMPLE = ["kv-heads", "window", "kv-heads+window", "no-scale+kv-heads+softcap", "no-pos+window", "rope+qk-norm+kv-heads+window",
+                  "sink", "softcap+window+sink", "no-mask+rope+kv-heads+sink"]  # fmt: skip
+VARIANTS = [("char", name) for name in EVERY + SHIPPED_SAMPLE] + [(shape, name) for shape in SHAPES if shape != "char" for name in SAMPLE]
+VARIANTS += [("gpt2", "kv-heads"), ("attention-only", "rope+window")]  # a bias split by K heads; windows without an MLP
 
 
-def variant(shape: str, name: str) -> ModelConfig:
-    """The shape's small model with the changes a variant name spells (the softcap at CAP)."""
-    cfg = ModelConfig(n_layer=2, n_head=4, n_embd=32, block_size=24, attention="manual", **SHAPES[shape])
+def variant(shape: str, name: str, window_layers: str = "L") -> ModelConfig:
+    """The shape's small model with the changes a variant name spells (a number at its NUMBERS value)."""
+    cfg = ModelConfig(n_layer=2, n_head=4, n_embd=32, block_size=24, attention="manual", window_layers=window_layers, **SHAPES[shape])
     changes = variant_changes(name) if name != "base" else []
-    return dataclasses.replace(cfg, **{c.field: CAP if c.takes_value else c.value for c in changes})
+    return dataclasses.replace(cfg, **{c.field: NUMBERS[c.field] if c.takes_value else c.value for c in changes})
+
+
+def opens(lens, cfg: ModelConfig) -> bool:
+    """Whether this TransformerLens opens such a run: a sink only in 3.x (4.x's native model has none, and refuses it)."""
+    return not (cfg.sink and has_bridge(lens))
 
 
 def random_model(cfg: ModelConfig, seed: int = 0) -> GPT:
@@ -99,13 +112,19 @@ def assert_same_model(model: GPT, hooked, idx: torch.Tensor) -> None:
 
 def test_the_variants_are_every_combination_of_the_changes_and_the_sample_covers_each():
     assert len(EVERY) == 2 * 2 * 3 * 2 * 2 == len(set(EVERY))  # mask, scale, positions (learned, none, rope), QK-norm, softcap
-    assert {c.name for c in CHANGES} <= set(SAMPLE) <= set(EVERY)
+    assert {c.name for c in LESSONS} <= set(SAMPLE) <= set(EVERY)
+    assert {c.name for c in CHANGES if c.kind == SHIPPED} - {"gate"} <= set(SHIPPED_SAMPLE), "each shipped change TransformerLens has"
 
 
 @pytest.mark.parametrize(("shape", "name"), VARIANTS, ids=[f"{shape}-{name}" for shape, name in VARIANTS])
 def test_every_variant_gives_our_logits_and_attention_in_transformer_lens(lens, shape, name):
     model = random_model(variant(shape, name))
     cfg = model.cfg
+    if not opens(lens, cfg):
+        with pytest.raises(LensError, match=r"^model\.sink = True: TransformerLens 4\.x's native model has no sink logit, .* "
+                                            r"pip install 'transformer-lens>=3\.7,<4'$"):  # fmt: skip
+            to_hooked(model)
+        return
     hooked = to_hooked(model)
     assert isinstance(hooked, opened_as(lens))
     assert hooked.cfg.attention_dir == ("causal" if cfg.causal else "bidirectional")
@@ -118,10 +137,13 @@ def test_every_variant_gives_our_logits_and_attention_in_transformer_lens(lens, 
         assert not hooked.pos_embed.W_pos.any(), "no positions: the table TransformerLens adds holds zeros"
     if cfg.positions == "rope":
         assert hooked.cfg.rotary_dim == cfg.head_size, "rope turns the whole head"
-    if cfg.softcap:  # the cap is no identity on these weights: without it the logits differ
-        uncapped = GPT(dataclasses.replace(cfg, softcap=0.0)).eval()
-        uncapped.load_state_dict(model.state_dict())
-        assert (uncapped(idx)[0] - model(idx)[0]).abs().max() > 0.01
+    assert hooked.cfg.n_key_value_heads == (cfg.kv_heads or None)
+    assert hooked.cfg.attn_types == (["local", "local"] if cfg.window else None) and hooked.cfg.window_size == (cfg.window or None)
+    for field, off in (("softcap", 0.0), ("window", 0)):  # neither is an identity on these weights: without it the logits differ
+        if getattr(cfg, field):
+            without = GPT(dataclasses.replace(cfg, **{field: off})).eval()
+            without.load_state_dict(model.state_dict())
+            assert (without(idx)[0] - model(idx)[0]).abs().max() > 0.01, field
     assert {n for n, p in hooked.named_parameters() if not p.requires_grad} == frozen_for(lens, cfg)
 
 
@@ -252,7 +274,32 @@ def test_without_transformer_lens_the_error_says_how_to_install_it(monkeypatch):
 class LaterConfig(ModelConfig):
     """A config with a field the lens does not know yet, as a new variant brings one."""
 
-    window: int = 16
+    latent: int = 16  # as multi-head latent attention (DeepSeek's) would bring
+
+
+def test_a_3x_without_a_field_the_run_needs_refuses_in_one_line(lens, monkeypatch):
+    """3.6 and older have no use_attention_sinks: a config class like the installed one less that field stands in for one."""
+    if has_bridge(lens):
+        pytest.skip("3.x opens runs as a HookedTransformer: under 4.x, a sink is refused by the test above")
+    older = dataclasses.make_dataclass("Older", [(f.name, object, None) for f in dataclasses.fields(lens.HookedTransformerConfig)
+                                                 if f.name != "use_attention_sinks"])  # fmt: skip
+    monkeypatch.setattr(lens, "HookedTransformerConfig", older)
+    with pytest.raises(LensError, match=r"^TransformerLens 3\.\d+\.\d+ has no use_attention_sinks, which this run needs: pip install "
+                                        r"'transformer-lens>=3\.7,<4' \(or 4\.x\)$"):  # fmt: skip
+        to_hooked(random_model(variant("char", "sink")))
+
+
+@pytest.mark.parametrize("pattern", ["LG", "GL"])
+def test_a_window_opens_local_in_the_layers_its_pattern_names(lens, pattern):
+    model = random_model(variant("char", "rope+window", window_layers=pattern))
+    hooked = to_hooked(model)
+    assert hooked.cfg.attn_types == ["local" if letter == "L" else "global" for letter in pattern]
+    idx = torch.randint(65, (2, 24), generator=torch.Generator().manual_seed(4))
+    assert_same_model(model, hooked, idx)
+    _, cache = hooked.run_with_cache(idx)
+    back = torch.arange(24)[:, None] - torch.arange(24)  # (T, T): how far back each key lies
+    for layer, letter in enumerate(pattern):  # a local layer leaves exactly zero weight W or more positions back
+        assert (cache["pattern", layer][..., back >= 5] == 0).all() == (letter == "L"), layer
 
 
 def test_what_transformer_lens_cannot_take_is_refused_in_one_line_naming_it(lens):
@@ -260,7 +307,12 @@ def test_what_transformer_lens_cannot_take_is_refused_in_one_line_naming_it(lens
     refused = {}  # what is changed -> the start of the one line that refuses it
     model = GPT(small)
     model.cfg = LaterConfig(**vars(small))
-    refused["a field"] = (model, r"^model\.window has no TransformerLens counterpart in harness/lens\.py yet")
+    refused["a field"] = (model, r"^model\.latent has no TransformerLens counterpart in harness/lens\.py yet")
+    refused["the gate"] = (GPT(dataclasses.replace(small, gate=True)),
+                           r"^model\.gate = True: TransformerLens has no sigmoid gate on the attention output \(no field of 3\.x's "
+                           r"HookedTransformerConfig or 4\.x's TransformerBridgeConfig\), so this run cannot open there; a run")  # fmt: skip
+    refused["a window without the mask"] = (GPT(dataclasses.replace(small, window=3, causal=False)),
+                                            r"^model\.window without the causal mask sees W positions on either side")  # fmt: skip
     model = GPT(small)
     model.cfg = dataclasses.replace(small)
     object.__setattr__(model.cfg, "positions", "alibi")  # a kind of positions the lens has no entry for

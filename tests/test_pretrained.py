@@ -225,6 +225,11 @@ def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypa
         ({"softcap": 50.0}, "--softcap"),
         ({"positions": "rope"}, "--rope"),
         ({"qk_norm": True, "positions": "rope"}, "--qk-norm and --rope"),
+        ({"kv_heads": 1}, "--kv-heads"),
+        ({"window": 16}, "--window"),
+        ({"gate": True}, "--gate"),
+        ({"sink": True}, "--sink"),
+        ({"kv_heads": 1, "window": 8, "window_layers": "LG", "gate": True, "sink": True}, "--kv-heads and --window and --gate and --sink"),
     ],
 )
 def test_export_refuses_what_gpt2_cannot_be(tmp_path, changes, flags):

@@ -254,10 +254,16 @@ def test_init_from_refuses_other_tokenizers_and_longer_contexts(gpt2_folder, cor
         (["--softcap=50"], "--softcap"),
         (["--rope"], "--rope"),
         (["--rope", "--qk-norm"], "--qk-norm and --rope"),
+        (["--kv-heads=1"], "--kv-heads"),
+        (["--window=16"], "--window"),
+        (["--gate"], "--gate"),
+        (["--sink"], "--sink"),
+        (["--sink", "--gate", "--window=8", "--kv-heads=1"], "--kv-heads and --window and --gate and --sink"),
     ],
 )
 def test_init_from_refuses_what_gpt2_was_trained_without(gpt2_folder, corpus, tmp_path, capsys, flags, named):
-    """QK-norm, a cap or RoPE on GPT-2's weights would compute something else than GPT-2: one line, exit 2, nothing written."""
+    """QK-norm, a cap, RoPE, grouped heads, a window, a gate or a sink on GPT-2's weights would compute something else than
+    GPT-2 (grouped heads would not even fit its key and value matrices): one line, exit 2, nothing written."""
     argv = gpt2_run(tmp_path, corpus, "--init-from", str(gpt2_folder), *flags)
     assert_one_line_error(error_of(train.main, argv, capsys), f"was trained without {named}", "train from scratch")
     assert not (tmp_path / "runs").exists()
