@@ -4,9 +4,10 @@ Trains the preset as it is and with each ablation of model/ablations.py (--no-ma
 --no-pos) into one folder, runs/compare-<config>/, so that `tensorboard --logdir runs/compare-<config>`
 overlays them. Then prints a comparison table and the differences from base, and draws the runs'
 own logged curves into compare.png. --variants no-mask,no-pos trains only those ablations (and the
-preset as it is, which every difference is measured from); the cures (qk-norm, softcap) and rotary
-positions (rope) are variants too. A variant may change several things at once, joined by +:
---variants no-mask,no-mask+no-pos also trains char-no-mask-no-pos, and measures it from char-no-mask
+preset as it is, which every difference is measured from); the cures (qk-norm, softcap), rotary
+positions (rope) and attention as shipped models have it (kv-heads: one key/value head, window: a
+sliding window of 32, gate, sink) are variants too. A variant may change several things at once,
+joined by +: --variants no-mask,no-mask+no-pos also trains char-no-mask-no-pos, and measures it from char-no-mask
 too (what the positions add to a model that sees the future); qk-norm,no-scale+qk-norm measures the
 cure without the scale from the cure alone.
 

@@ -178,7 +178,7 @@ class Config:
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}  # TOML section -> dataclass
 SECTION_MEANINGS = {
-    "model": "the network: its sizes, the switches that break attention and those that mend it",
+    "model": "the network: its sizes, the switches that break attention, those that mend it, and attention as shipped models have it",
     "data": "the text and how it becomes token ids",
     "train": "the run: optimizer, schedule, evaluations, device, where results go",
 }

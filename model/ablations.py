@@ -140,6 +140,9 @@ def variants(model_cfg: ModelConfig, names: Iterable[str] | None = None) -> dict
     chosen = [[a] for a in ABLATIONS] if names is None else [variant_changes(name) for name in sorted(names, key=variant_order)]
     out = {"": intact}
     for picked in chosen:
-        one = replace(intact, **{c.field: c.value for c in picked})
+        try:
+            one = replace(intact, **{c.field: c.value for c in picked})
+        except ValueError as e:  # a value this model cannot take: the window variant's 32 positions in a block of 16
+            raise ValueError(f"variant {JOIN.join(c.name for c in picked)}: {e}") from None
         out[name_suffix(one)] = one
     return out

@@ -66,6 +66,9 @@ def test_train_help_lists_the_flags(capsys):
     out = capsys.readouterr().out
     assert out.startswith("Train the GPT: python train.py --config base")
     assert "  --no-mask    model.causal=false" in out and "  --train.lr=0.001" in out and "model.vocab_size" not in out
+    for flag, key in (("--kv-heads", "model.kv_heads=VALUE"), ("--window", "model.window=VALUE"), ("--gate", "model.gate=true"),
+                      ("--sink", "model.sink=true")):  # fmt: skip
+        assert f"  {flag:<12} {key}" in out, flag
 
 
 def test_help_explains_every_key_by_section(capsys):

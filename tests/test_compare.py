@@ -103,6 +103,8 @@ def test_a_variant_removing_two_things_is_measured_from_base_and_from_each_varia
         ("no-pos,no-mask", ["no-mask", "no-pos"]),
         ("no-pos+no-mask, no-pos,no-mask", ["no-mask", "no-pos", "no-mask+no-pos"]),  # spelled in table order, pairs last
         ("no-mask+no-pos,no-pos+no-mask", ["no-mask+no-pos"]),  # the same variant once
+        ("sink,gate,window,kv-heads", ["kv-heads", "window", "gate", "sink"]),
+        ("sink+rope+kv-heads+qk-norm", ["qk-norm+rope+kv-heads+sink"]),
     ],
 )
 def test_variants_are_read_in_table_order(text, names):
@@ -159,6 +161,8 @@ def test_seeds_name_the_runs_only_when_there_are_several():
         (["--qk-norm"], "(--qk-norm given); leave those flags out, and pick with --variants"),
         (["--softcap=30"], "(--softcap given)"),
         (["--model.positions=rope"], "(--rope given)"),
+        (["--kv-heads=1", "--gate"], "(--kv-heads, --gate given)"),
+        (["--model.window=8"], "(--window given)"),
     ],
 )
 def test_bad_variants_are_a_one_line_error(args, needle, capsys, monkeypatch):
@@ -179,6 +183,25 @@ def test_bad_seed_counts_are_a_one_line_error(args, capsys, monkeypatch):
         runpy.run_path(str(REPO_ROOT / "compare.py"), run_name="__main__")
     out, err = capsys.readouterr()
     assert_one_line_error(subprocess.CompletedProcess(["compare.py"], stop.value.code, out, err), "--seeds")
+
+
+def test_the_shipped_designs_are_variants_each_named_by_its_value():
+    cfg = load_config(["--config", "tiny"])
+    plan = comparison.plan_runs(cfg, REPO_ROOT / "runs" / "compare-tiny", 1, ["kv-heads", "window", "gate", "sink"])
+    assert list(plan) == ["tiny", "tiny-kv-heads1", "tiny-window32", "tiny-gate", "tiny-sink"]
+    fields = [(c.model.kv_heads, c.model.window, c.model.gate, c.model.sink) for (c,) in plan.values()]
+    assert fields == [(0, 0, False, False), (1, 0, False, False), (0, 32, False, False), (0, 0, True, False), (0, 0, False, True)]
+
+
+def test_a_variant_the_model_cannot_take_is_one_line_and_leaves_the_earlier_comparison(tmp_path, capsys):
+    """--variants window trains a window of 32 positions: in a block of 16 that was a traceback, after the earlier
+    comparison had been moved aside."""
+    earlier = tmp_path / "runs" / "compare-tiny"
+    earlier.mkdir(parents=True)
+    argv = ["--config", "tiny", "--runs-dir", str(tmp_path / "runs"), "--model.block_size=16", "--variants", "gate,window"]
+    line = assert_one_line_error(error_of(compare.main, argv, capsys), "variant window: model.window must be a number of positions")
+    assert "block_size (16)" in line and "got 32" in line
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["compare-tiny"]
 
 
 def test_seeds_is_compares_own_flag_and_the_rest_goes_to_the_config_loader(monkeypatch, capsys):
@@ -255,6 +278,7 @@ def test_each_run_is_the_users_command_with_its_own_flags_last():
     assert comparison.train_argv(*parse_args(argv), no_mask) == [
         "--config", "tiny", "--train.lr=1e-3",  # the user's own flags, less those compare.py sets per run
         "--model.causal=false", "--model.scaled=true", "--model.positions=learned", "--model.qk_norm=false", "--model.softcap=0.0",
+        "--model.kv_heads=0", "--model.window=0", "--model.gate=false", "--model.sink=false",
         "--train.seed=6",
         "--train.runs_dir=/r/compare-tiny", "--train.run_name=tiny-no-mask-s6",
     ]  # fmt: skip

@@ -363,6 +363,10 @@ def test_shorthands_map_to_fields(tmp_path):
         (["--softcap", "30.5"], "base-softcap30.5"),
         (["--model.positions=rope"], "base-rope"),
         (["--rope", "--qk-norm", "--softcap=50"], "base-qk-norm-softcap50-rope"),
+        (["--kv-heads=1"], "base-kv-heads1"),
+        (["--window", "32"], "base-window32"),
+        (["--sink", "--gate"], "base-gate-sink"),
+        (["--sink", "--window=8", "--rope", "--kv-heads=2", "--gate", "--qk-norm"], "base-qk-norm-rope-kv-heads2-window8-gate-sink"),
     ],
 )
 def test_run_name_derivation(flags, run_name):
@@ -385,6 +389,7 @@ def test_titles_name_the_cures_and_rope_in_capitals():
     assert label("--no-scale", "--qk-norm") == "causal, NO SCALE, QK-NORM"
     assert label("--softcap=50") == "causal, scaled, SOFTCAP 50"
     assert label("--model.positions=rope", "--qk-norm", "--softcap=20") == "causal, scaled, QK-NORM, SOFTCAP 20, ROPE"
+    assert label("--kv-heads=2", "--window=16", "--gate", "--sink") == "causal, scaled, KV-HEADS 2, WINDOW 16, GATE, SINK"
 
 
 def test_the_cures_and_rope_are_variants_that_compose():

@@ -156,10 +156,10 @@ def test_the_measurements_live_in_one_module_that_imports_only_the_model():
         )
 
 
-ABLATION_WORDS = {  # the changes' names, flags and labels; "rope" and "softcap" alone are also a positions kind and a field
-    *(f"{dashes}{name}" for name in ("no-mask", "no-scale", "no-pos", "qk-norm") for dashes in ("", "-", "--")),
-    *("--softcap", "-softcap", "--rope", "-rope"),
-    *("NO MASK", "NO SCALE", "NO POS", "QK-NORM", "SOFTCAP", "ROPE"),
+ABLATION_WORDS = {  # the changes' names, flags and labels; "rope", "softcap", "window", "gate", "sink" alone are also fields
+    *(f"{dashes}{name}" for name in ("no-mask", "no-scale", "no-pos", "qk-norm", "kv-heads") for dashes in ("", "-", "--")),
+    *(f"{dashes}{name}" for name in ("softcap", "rope", "window", "gate", "sink") for dashes in ("-", "--")),
+    *("NO MASK", "NO SCALE", "NO POS", "QK-NORM", "SOFTCAP", "ROPE", "KV-HEADS", "WINDOW", "GATE", "SINK"),
 }
 
 

@@ -30,8 +30,12 @@ def plan_runs(cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None
     positions removed, or a cure or rope added (model/ablations.py; `names` picks some, "no-mask+no-pos" removes both, None takes
     each ablation alone), each at seeds cfg.train.seed + 0..n_seeds-1. A variant's seed-s run shares base's seed-s init and batches.
     `tag` follows the variant's name in its key and run names (sweep.py's learning rate: char-qk-norm-lr1.2e-1-s1337)."""
+    try:
+        planned = variants(cfg.model, names)
+    except ValueError as e:
+        raise ConfigError(f"{e}; leave it out of --variants, or change the model so that it fits") from None
     out = {}
-    for model_cfg in variants(cfg.model, names).values():
+    for model_cfg in planned.values():
         one = dataclasses.replace(cfg, model=model_cfg, train=dataclasses.replace(cfg.train, runs_dir=str(runs_dir), run_name=""))
         name = one.run_name + tag
         seeds = [cfg.train.seed + i for i in range(n_seeds)]
@@ -207,8 +211,8 @@ def run_comparison(
     stopped comparison: finished runs are kept as they are, a stopped run resumes, runs not yet begun start.
     """
     runs_dir = Path(cfg.train.runs_dir) / f"compare-{cfg.name}"
+    plan = plan_runs(cfg, runs_dir, n_seeds, names)  # first: a variant the model cannot take leaves an earlier comparison in place
     lock = claim_folder(runs_dir, cfg.train.resume, "comparison")
-    plan = plan_runs(cfg, runs_dir, n_seeds, names)
     seeds = [c.train.seed for c in next(iter(plan.values()))]
     # seed by seed: stopped early, the finished rounds are still complete pairs
     todo = [(f"{variant}, seed {seed}", configs[i]) for i, seed in enumerate(seeds) for variant, configs in plan.items()]
