@@ -93,7 +93,9 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
         else:
             raise ConfigError(f"{flag} needs a value")
         if flag in COUNTED and not (value.isdigit() and int(value) >= 1):
-            raise ConfigError(f"{flag} takes a whole number of {COUNTED[flag]}, at least 1, got {value!r}; leave it out for none")
+            raise ConfigError(
+                f"{flag} takes a whole number of {COUNTED[flag]}, at least 1, got {value!r}; leave {flag} out for attention without it"
+            )
         if flag == "--config":
             name = value
         else:

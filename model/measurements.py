@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from model.attention import causal_mask
 from model.gpt import GPT, lm_loss
 from model.heads import head_name
 
@@ -29,34 +30,36 @@ Between = Callable[[], None] | None  # called before each prefix pass: the calle
 # one position (the first row of a causal matrix) carry no information and are left out.
 
 
-def visible_counts(T: int, S: int, causal: bool, device=None) -> torch.Tensor:
-    """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S."""
-    return torch.arange(S - T + 1, S + 1, device=device) if causal else torch.full((T,), S, device=device)
+def visible_counts(T: int, S: int, causal: bool, device=None, window: int = 0) -> torch.Tensor:
+    """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S; a window caps it."""
+    mask = causal_mask(T, S, device, window, causal)  # (T, S), or None: every key in view
+    return torch.full((T,), S, device=device) if mask is None else mask.sum(-1)
 
 
-def normalized_entropy(weights: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Entropy of each row divided by the log of its visible count: 1 is uniform, 0 is one-hot.
+def normalized_entropy(weights: torch.Tensor, causal: bool, window: int = 0) -> torch.Tensor:
+    """Entropy of each row divided by the log of its visible count: 1 is uniform, 0 is one-hot. (With a sink, over the
+    weights on tokens as they are: what the sink takes is missing from the sum.)
     Returns (..., T'), where T' counts the rows that may see at least two positions."""
     T, S = weights.shape[-2:]
-    visible = visible_counts(T, S, causal, weights.device)
+    visible = visible_counts(T, S, causal, weights.device, window)
     keep = visible > 1
     entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1)  # (..., T); 0 * log 0 counts as 0
     return entropy[..., keep] / visible[keep].log()
 
 
-def row_max(weights: torch.Tensor, causal: bool) -> torch.Tensor:
+def row_max(weights: torch.Tensor, causal: bool, window: int = 0) -> torch.Tensor:
     """The largest weight in each row with at least two visible positions: (..., T')."""
     T, S = weights.shape[-2:]
-    keep = visible_counts(T, S, causal, weights.device) > 1
+    keep = visible_counts(T, S, causal, weights.device, window) > 1
     return weights.amax(-1)[..., keep]
 
 
 SATURATED = 0.99  # a row whose largest weight exceeds this is saturated
 
 
-def saturated_fraction(weights: torch.Tensor, causal: bool, threshold: float = SATURATED) -> torch.Tensor:
+def saturated_fraction(weights: torch.Tensor, causal: bool, threshold: float = SATURATED, window: int = 0) -> torch.Tensor:
     """Share of rows (with at least two visible positions) whose largest weight exceeds `threshold`."""
-    return (row_max(weights, causal) > threshold).float().mean()
+    return (row_max(weights, causal, window) > threshold).float().mean()
 
 
 def future_mass(weights: torch.Tensor) -> torch.Tensor:
@@ -151,15 +154,17 @@ def order_use(
     return {"loss/order_use": sum(rises) / len(rises)}
 
 
-def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool) -> list[dict]:
+def head_statistics(weights_per_layer: list[torch.Tensor], causal: bool, windows: list[int] | None = None) -> list[dict]:
     """Per layer and head, from weights (B, H, T, T) per layer: mean normalised entropy, mean row
-    maximum, share of saturated rows (maximum above 0.99) and mean attention mass on the future."""
+    maximum, share of saturated rows (maximum above 0.99) and mean attention mass on the future.
+    windows: each layer's sliding window (0: none), which sets how many positions a row may see."""
     rows = []
     for layer, weights in enumerate(weights_per_layer):
+        window = windows[layer] if windows else 0
         for head in range(weights.shape[1]):
             w = weights[:, head].float()  # (B, T, T)
-            entropy, maximum = normalized_entropy(w, causal).mean().item(), row_max(w, causal).mean().item()
-            stats = {"entropy": entropy, "max_weight": maximum, "saturated": saturated_fraction(w, causal).item()}
+            entropy, maximum = normalized_entropy(w, causal, window).mean().item(), row_max(w, causal, window).mean().item()
+            stats = {"entropy": entropy, "max_weight": maximum, "saturated": saturated_fraction(w, causal, window=window).item()}
             rows.append({"layer": layer, "head": head, **stats, "future_mass": future_mass(w).item()})
     return rows
 
@@ -177,7 +182,8 @@ def attention_summary(model: GPT, idx: torch.Tensor, probe: list | None = None) 
     a TensorBoard section of its own. Every head has as many rows, so means over heads are means over all rows.
     `probe`: model.attention_probe(idx), if the caller has it already."""
     probe = model.attention_probe(idx) if probe is None else probe
-    heads = head_statistics([weights for _, weights in probe], model.cfg.causal)
+    windows = [block.attn.window for block in model.blocks]
+    heads = head_statistics([weights for _, weights in probe], model.cfg.causal, windows)
     means = {f"attn/{tag}": sum(row[key] for row in heads) / len(heads) for tag, key in SUMMARY_TAGS}
     visible = [scores[scores.isfinite()].float() for scores, _ in probe]  # per layer, the scores of the positions a query sees
     score_std = sum(scores.std().item() for scores in visible) / len(visible)

@@ -11,6 +11,7 @@ from conftest import assert_close, assert_one_line_error, error_of
 import train
 from model import GPT, ModelConfig
 from model.attention import Head, MultiHead, attention, causal_mask
+from model.measurements import normalized_entropy
 from model.tiled import tiled_attention
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
@@ -172,6 +173,15 @@ def test_a_window_leaves_exactly_zero_weight_past_it(causal):
     assert (local[..., ~outside] > 0).all(), "every position in the window gets some weight"
     assert (wide[..., back >= 3] > 0).all(), "the global layer sees past the window"
     assert_close(local.sum(-1), torch.ones(2, 4, 12), atol=1e-6, msg="rows sum to 1")
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "no-mask"])
+def test_entropy_counts_what_a_windowed_row_may_see(causal):
+    """Uniform weights over a window are entropy 1, as over the whole past without one: the window sets the visible count."""
+    mask = causal_mask(12, 12, window=4, causal=causal)  # (T, S)
+    uniform = mask / mask.sum(-1, keepdim=True)  # (T, S): each row's weight spread over what it sees
+    assert_close(normalized_entropy(uniform, causal, window=4), torch.ones(11 if causal else 12), atol=1e-6, msg="uniform")
+    assert (normalized_entropy(uniform, causal) < 0.99).any(), "counted without the window, the same rows look focused"
 
 
 def test_with_a_sink_each_row_and_the_sink_s_share_sum_to_1():
