@@ -204,3 +204,23 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def plot_tradeoff(points: list[tuple[str, float, float, float]], path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """One point per variant, (name, x, y, the 95% half-width of y over seeds): what a variant costs (y, such as the val
+    loss) against what it saves (x, such as the KV cache's bytes per token)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt  # imported here: only recording the figures draws
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for (name, x, y, half), color in zip(points, itertools.cycle(COLORS), strict=False):
+        ax.errorbar(x, y, yerr=half, fmt="o", capsize=4, color=color)
+        ax.annotate(name, (x, y), xytext=(6, 4), textcoords="offset points", fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path)
