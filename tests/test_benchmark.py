@@ -154,7 +154,7 @@ def test_bench_variants_measures_each_cache_by_hand_and_refuses_in_one_line(caps
 
     cfg = load_config(["--config", "tiny", "--device", "cpu", "--model.block_size=64"])
     runtime = setup_runtime(cfg.train)
-    result = variant_bench.bench_variants(cfg, runtime, ["kv-heads", "window", "gate", "sink"], new_tokens=4, repeats=1)
+    result = variant_bench.bench_variants(cfg, runtime, ["kv-heads", "window", "gate", "sink"], new_tokens=4, repeats=1, train_steps=1)
     rows = result["variants"]
     assert list(rows) == ["tiny", "tiny-kv-heads1", "tiny-window32", "tiny-gate", "tiny-sink"]
     assert result["variant_context"] == 64 and rows["tiny"]["cache_bytes"] == 2 * 2 * 2 * 64 * 16 * 4 == 32 * 2**10
@@ -165,7 +165,7 @@ def test_bench_variants_measures_each_cache_by_hand_and_refuses_in_one_line(caps
     assert params == 28_384 + 32 * 32
     assert rows["tiny-kv-heads1"]["params"] == params - 2 * 32 * 32  # the fused projection's outputs: 3C -> C + 2D, per layer
     assert rows["tiny-gate"]["params"] == params + 2 * (32 * 32 + 32) and rows["tiny-sink"]["params"] == params + 2 * 2
-    assert all(row["sample_tokens_per_s"] > 0 for row in rows.values()) and rows["tiny"]["sample_speedup"] == 1.0
+    assert all(row["sample_tokens_per_s"] > 0 and row["step_ms"] > 0 for row in rows.values()) and rows["tiny"]["sample_speedup"] == 1.0
     table = variant_bench.format_variants({**result, **_table_fillers(cfg)})
     assert "| tiny-window32 | 0.029 M | 15.5 KiB | 248 | 48 % |" in table
     assert "sampling 4 tokens after a 64-token prompt, KV cache" in table

@@ -312,7 +312,7 @@ def test_the_shipped_variants_become_docs_variants_table_and_picture(tmp_path, c
     from configs import load_config
 
     cfg = load_config(["--config", "tiny", "--device", "cpu"])
-    bench = bench_variants(cfg, setup_runtime(cfg.train), ["sink"], new_tokens=2, repeats=1)
+    bench = bench_variants(cfg, setup_runtime(cfg.train), ["sink"], new_tokens=2, repeats=1, train_steps=1)
     figures = {"tiny-2seeds-sink": {"value": comparison_figures(folder)}, "tiny-variants-bench": {"value": bench}}
     figures["tiny-variants-weights"] = {"value": weights}
     rows = tables.variants_table(figures, "tiny", "tiny-2seeds-sink").splitlines()

@@ -7,7 +7,8 @@ context the model sees, block_size tokens, batch 1:
   layer, whatever the context, so its bytes per token fall as the context grows;
 - sampling's tokens/s with the cache, from that full prompt: generate()'s own context policy (a full window keeps its
   newest half and encodes it afresh), so each new token sees block_size / 2 to block_size positions, as sample.py's do
-  once a sample is longer than the context.
+  once a sample is longer than the context;
+- the training step of train.py, in ms, on random tokens (bench.py's own, harness/experiments/benchmark.py).
 Bytes and parameters do not depend on the weights; the speed depends on the shapes, not on training.
 """
 
@@ -18,7 +19,7 @@ from functools import partial
 import torch
 
 from configs import Config, ConfigError
-from harness.experiments.benchmark import VOCAB_SIZES
+from harness.experiments.benchmark import VOCAB_SIZES, bench_training
 from harness.experiments.profiling import machine_line
 from harness.training.budget import timed
 from harness.training.runtime import Runtime
@@ -37,9 +38,12 @@ def cache_bytes(model: GPT, prompt: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for cache in caches for t in (cache.k, cache.v))
 
 
-def bench_variants(cfg: Config, runtime: Runtime, names: list[str], new_tokens: int = VARIANT_TOKENS, repeats: int = 3) -> dict:
+def bench_variants(
+    cfg: Config, runtime: Runtime, names: list[str], new_tokens: int = VARIANT_TOKENS, repeats: int = 3, train_steps: int = 3
+) -> dict:
     """Per variant (keyed by run name, the preset first): parameters, the KV cache's bytes after block_size tokens and
-    per token, and cached sampling's tokens/s after a full prompt (the best of `repeats` runs, taken in turns). The figures are at
+    per token, cached sampling's tokens/s after a full prompt, and train.py's step in ms (bench_training's median of
+    train_steps steps); the best of `repeats` runs of each, taken in turns. The figures are at
     cfg.model.block_size: raise --model.block_size for a longer context (rope or learned positions alike)."""
     T = cfg.model.block_size
     rows, runs = {}, {}
@@ -52,13 +56,14 @@ def bench_variants(cfg: Config, runtime: Runtime, names: list[str], new_tokens: 
         model.generate(prompt, 4)  # warm-up
         name = f"{cfg.name}{suffix}"
         rows[name] = {"params": model.num_params(), "cache_bytes": total, "cache_bytes_per_token": total / T}
-        runs[name] = (model, prompt, [])
+        runs[name] = (model, prompt, [], dataclasses.replace(cfg, model=model_cfg), [])
     for _ in range(repeats):  # in turns, so that a burst of other work on the machine slows one run of each, not all of one
-        for model, prompt, seconds in runs.values():
+        for model, prompt, seconds, variant_cfg, steps_ms in runs.values():
             generator = torch.Generator(device=runtime.device).manual_seed(0)
             seconds.append(timed(partial(model.generate, prompt, new_tokens, generator=generator), runtime.device)[0])
-    for name, (_, _, seconds) in runs.items():
-        rows[name]["sample_tokens_per_s"] = new_tokens / min(seconds)
+            steps_ms.append(bench_training(variant_cfg, runtime, warmup_steps=1, steps=train_steps)["ms_per_step"])
+    for name, (_, _, seconds, _, steps_ms) in runs.items():
+        rows[name] |= {"sample_tokens_per_s": new_tokens / min(seconds), "step_ms": min(steps_ms)}
     preset = next(iter(rows.values()))
     for row in rows.values():
         row["cache_fraction"] = row["cache_bytes"] / preset["cache_bytes"]
@@ -90,12 +95,12 @@ def format_variants(r: dict) -> str:
         machine_line(r),
         "",
         f"| config {r['config']}, batch 1, context {T} tokens | parameters | KV cache after {T} tokens | bytes per token "
-        f"| of the preset's | sampling {n} tokens after a {T}-token prompt, KV cache | of the preset's |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| of the preset's | sampling {n} tokens after a {T}-token prompt, KV cache | of the preset's | training step |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, v in r["variants"].items():
         lines.append(
             f"| {name} | {v['params'] / 1e6:.3f} M | {v['cache_bytes'] / KiB:,.1f} KiB | {v['cache_bytes_per_token']:,.0f} "
-            f"| {100 * v['cache_fraction']:.0f} % | {v['sample_tokens_per_s']:,.0f} tokens/s | {v['sample_speedup']:.2f}x |"
+            f"| {100 * v['cache_fraction']:.0f} % | {v['sample_tokens_per_s']:,.0f} tokens/s | {v['sample_speedup']:.2f}x | {v['step_ms']:.0f} ms |"
         )
     return "\n".join(lines)
