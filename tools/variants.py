@@ -114,14 +114,20 @@ def main(argv: list[str]) -> int:
     folder = args.runs_dir / f"compare-{args.config}"
     if not folder.is_dir():
         parser.error(f"no comparison at {folder}; run python compare.py --config {args.config} --seeds 3 --variants ... first")
+    reports = []
+    for path in args.bench:  # each read first: a report missing or cut short is refused before anything is measured
+        try:
+            reports.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as e:
+            parser.error(f"--bench {path}: not a bench.py --variants --json report ({type(e).__name__}); make it with that command")
+        if "variants" not in reports[-1]:
+            parser.error(f"--bench {path}: not a bench.py --variants --json report; make it with that command")
     command = f"python -m tools.variants --config {args.config} --runs-dir {args.runs_dir} (the runs of compare.py in {folder})"
     record(f"{args.config}-variants-weights", command, measure_runs(folder))
-    for path in args.bench:
-        report = json.loads(path.read_text(encoding="utf-8"))
-        block = load_config(["--config", args.config]).model.block_size
+    block = load_config(["--config", args.config]).model.block_size
+    for report in reports:
         context = "" if report["variant_context"] == block else f" --model.block_size={report['variant_context']}"
-        names = ",".join(name.removeprefix(f"{args.config}-") for name in list(report["variants"])[1:])
-        command = f"OMP_NUM_THREADS=1 python bench.py --config {args.config} --variants {names}{context} --json"
+        command = f"OMP_NUM_THREADS=1 python bench.py --config {args.config} --variants {','.join(report['variant_names'])}{context} --json"
         ran_on = f"{report['machine']}, {os.cpu_count()} cores, {report['torch_threads']} torch threads, torch {report['torch_version']}"
         record(bench_key(args.config, report), command, report, ran_on=f"{ran_on}, load average {report['load_avg_1min']:.1f}")
     try:

@@ -83,7 +83,7 @@ def measure_variants(cfg: Config, runtime: Runtime, names: list[str], machine: d
     check_variants(cfg)
     start = time.perf_counter()
     log(f"variants at a context of {cfg.model.block_size} tokens: {', '.join(names)} ...")
-    result = {"config": cfg.name, **machine, **bench_variants(cfg, runtime, names)}
+    result = {"config": cfg.name, **machine, "variant_names": names, **bench_variants(cfg, runtime, names)}
     result["bench_s"] = time.perf_counter() - start
     return result
 
