@@ -124,9 +124,14 @@ def main(argv: list[str]) -> int:
             parser.error(f"--bench {path}: not a bench.py --variants --json report; make it with that command")
     command = f"python -m tools.variants --config {args.config} --runs-dir {args.runs_dir} (the runs of compare.py in {folder})"
     record(f"{args.config}-variants-weights", command, measure_runs(folder))
-    block = load_config(["--config", args.config]).model.block_size
+    preset = load_config(["--config", args.config])
     for report in reports:
-        context = "" if report["variant_context"] == block else f" --model.block_size={report['variant_context']}"
+        context = "" if report["variant_context"] == preset.model.block_size else f" --model.block_size={report['variant_context']}"
+        context += (
+            ""
+            if report.get("batch_size", preset.train.batch_size) == preset.train.batch_size
+            else f" --train.batch_size={report['batch_size']}"
+        )
         command = f"OMP_NUM_THREADS=1 python bench.py --config {args.config} --variants {','.join(report['variant_names'])}{context} --json"
         ran_on = f"{report['machine']}, {os.cpu_count()} cores, {report['torch_threads']} torch threads, torch {report['torch_version']}"
         record(bench_key(args.config, report), command, report, ran_on=f"{ran_on}, load average {report['load_avg_1min']:.1f}")

@@ -68,7 +68,7 @@ def bench_variants(
     for row in rows.values():
         row["cache_fraction"] = row["cache_bytes"] / preset["cache_bytes"]
         row["sample_speedup"] = row["sample_tokens_per_s"] / preset["sample_tokens_per_s"]
-    return {"variant_context": T, "variant_new_tokens": new_tokens, "variants": rows}
+    return {"variant_context": T, "variant_new_tokens": new_tokens, "batch_size": cfg.train.batch_size, "variants": rows}
 
 
 def check_variants(cfg: Config) -> None:
