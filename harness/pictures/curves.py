@@ -215,9 +215,10 @@ def plot_tradeoff(points: list[tuple[str, float, float, float]], path: Path, xla
     import matplotlib.pyplot as plt  # imported here: only recording the figures draws
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for (name, x, y, half), color in zip(points, itertools.cycle(COLORS), strict=False):
+    for i, ((name, x, y, half), color) in enumerate(zip(points, itertools.cycle(COLORS), strict=False)):
         ax.errorbar(x, y, yerr=half, fmt="o", capsize=4, color=color)
-        ax.annotate(name, (x, y), xytext=(6, 4), textcoords="offset points", fontsize=9)
+        side = {"xytext": (-8, 4), "ha": "right"} if i % 2 else {"xytext": (8, 4), "ha": "left"}  # points at one x: either side
+        ax.annotate(name, (x, y), textcoords="offset points", fontsize=9, color=color, **side)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
