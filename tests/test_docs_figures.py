@@ -289,6 +289,7 @@ def test_the_shipped_variants_become_docs_variants_table_and_picture(tmp_path, c
     tools/tables.py: at 2 steps no head favours the first token yet, and the sink already takes weight (its logit starts at 0,
     one more equal entry in a softmax of near-equal scores: about the mean of 1/(t+2) over rows, 0.11 at T = 32)."""
     import compare
+    import tools.variants
     from harness.experiments.variant_bench import bench_variants
     from harness.pictures.curves import plot_tradeoff
     from harness.training.runtime import setup_runtime
@@ -313,6 +314,15 @@ def test_the_shipped_variants_become_docs_variants_table_and_picture(tmp_path, c
 
     cfg = load_config(["--config", "tiny", "--device", "cpu"])
     bench = bench_variants(cfg, setup_runtime(cfg.train), ["sink"], new_tokens=2, repeats=1, train_steps=1)
+    report = tmp_path / "bench.json"  # what bench.py --variants --json prints, with its machine
+    report.write_text(json.dumps({"variant_names": ["sink"], "machine": "m", "torch_threads": 1, "torch_version": "x", "load_avg_1min": 0.5,
+                                  **bench}))  # fmt: skip
+    monkeypatch.setattr(tools.variants, "FIGURES", tmp_path / "docs" / "figures.json")  # never the docs' own
+    (tmp_path / "docs").mkdir()
+    assert tools.variants.main(["--config", "tiny", "--runs-dir", str(tmp_path / "runs"), "--bench", str(report)]) == 0
+    recorded = read_figures(tmp_path / "docs" / "figures.json")
+    assert recorded["tiny-variants-weights"]["value"]["tiny-sink"]["sink"] == weights["tiny-sink"]["sink"]
+    assert recorded["tiny-variants-bench"]["command"] == "OMP_NUM_THREADS=1 python bench.py --config tiny --variants sink --json"
     figures = {"tiny-2seeds-sink": {"value": comparison_figures(folder)}, "tiny-variants-bench": {"value": bench}}
     figures["tiny-variants-weights"] = {"value": weights}
     rows = tables.variants_table(figures, "tiny", "tiny-2seeds-sink").splitlines()

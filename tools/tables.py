@@ -227,7 +227,7 @@ def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
     bench, weights = figures[f"{config}-variants-bench"]["value"], figures[f"{config}-variants-weights"]["value"]
     lines = [f"| run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s | training step "
              "| first-token weight / uniform share (largest head) | sink's weight |", "|---|" + "---:|" * 7]  # fmt: skip
-    for name, stats in compared["aggregate"].items():
+    for name, stats in ((name, compared["aggregate"][name]) for name in in_table_order(compared["aggregate"], config)):
         d, b, w = compared["differences"].get(name, {}).get("loss/val"), bench["variants"][name], weights[name]
         delta = f"{d['mean']:+.3f} [{d['mean'] - d['half_width']:+.3f}, {d['mean'] + d['half_width']:+.3f}]" if d else "(the preset)"
         lines.append(f"| {name} | {stats['loss/val']['mean']:.3f} ± {stats['loss/val']['std']:.3f} | {delta} | "
@@ -246,4 +246,5 @@ TABLES: list[tuple[str, Callable[[dict], str]]] = [
     ("docs/experiment.md", contexts_table),
     ("docs/experiment.md", buckets_table),
     ("docs/performance.md", first_steps_table),
+    ("docs/variants.md", variants_table),
 ]

@@ -31,6 +31,7 @@ from harness.training.runlog import evaluations, read_metrics
 from model.ablations import CHANGES, SHIPPED
 from model.roles import first_token_weight, sink_weight, uniform_first_token_weight
 from tools.figures import FIGURES, interval, read_figures, record
+from tools.tables import in_table_order
 
 VAL_WINDOWS = 8  # val windows a checkpoint is measured on: 8 x 127 rows per head
 VAL_SEED = 0  # the windows' offsets: the same for every run
@@ -96,11 +97,11 @@ def plot_variants(figures: dict, config: str) -> Path:
     compared = figures[f"{config}-3seeds" + "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]
     points = [(name, bench["variants"][name]["cache_bytes_per_token"], s["loss/val"]["mean"], half_width(Spread(**s["loss/val"])) or 0.0)
-              for name, s in compared["aggregate"].items()]  # fmt: skip
+              for name, s in ((n, compared["aggregate"][n]) for n in in_table_order(compared["aggregate"], config))]  # fmt: skip
     path = FIGURES.parent / f"variants-{config}.png"
     plot_tradeoff(points, path, f"KV cache, bytes per token after {bench['variant_context']} tokens (float32; bench.py --variants)",
                   "val loss at the end of training", f"{config}: what each variant costs in loss against what it saves in cache\n"
-                  f"mean over {len(compared['seeds'])} seeds, bars: 95% interval of the mean")  # fmt: skip
+                  f"mean over {len(compared['seeds'])} seeds, bars: 95% interval of each mean (paired differences: docs/variants.md)")  # fmt: skip
     return path
 
 
@@ -123,7 +124,7 @@ def main(argv: list[str]) -> int:
         if "variants" not in reports[-1]:
             parser.error(f"--bench {path}: not a bench.py --variants --json report; make it with that command")
     command = f"python -m tools.variants --config {args.config} --runs-dir {args.runs_dir} (the runs of compare.py in {folder})"
-    record(f"{args.config}-variants-weights", command, measure_runs(folder))
+    record(f"{args.config}-variants-weights", command, measure_runs(folder), path=FIGURES)
     preset = load_config(["--config", args.config])
     for report in reports:
         context = "" if report["variant_context"] == preset.model.block_size else f" --model.block_size={report['variant_context']}"
@@ -134,9 +135,11 @@ def main(argv: list[str]) -> int:
         )
         command = f"OMP_NUM_THREADS=1 python bench.py --config {args.config} --variants {','.join(report['variant_names'])}{context} --json"
         ran_on = f"{report['machine']}, {os.cpu_count()} cores, {report['torch_threads']} torch threads, torch {report['torch_version']}"
-        record(bench_key(args.config, report), command, report, ran_on=f"{ran_on}, load average {report['load_avg_1min']:.1f}")
+        record(
+            bench_key(args.config, report), command, report, path=FIGURES, ran_on=f"{ran_on}, load average {report['load_avg_1min']:.1f}"
+        )
     try:
-        print(f"recorded in {FIGURES}; drew {plot_variants(read_figures(), args.config)}")
+        print(f"recorded in {FIGURES}; drew {plot_variants(read_figures(FIGURES), args.config)}")
     except KeyError as e:
         print(
             f"recorded in {FIGURES}; no picture yet: docs/figures.json holds no {e}; python -m tools.docs_figures --record stores the comparison"

@@ -219,6 +219,7 @@ def plot_tradeoff(points: list[tuple[str, float, float, float]], path: Path, xla
         ax.errorbar(x, y, yerr=half, fmt="o", capsize=4, color=color)
         side = {"xytext": (-8, 4), "ha": "right"} if i % 2 else {"xytext": (8, 4), "ha": "left"}  # points at one x: either side
         ax.annotate(name, (x, y), textcoords="offset points", fontsize=9, color=color, **side)
+    ax.set_xlim(0, 1.15 * max(x for _, x, _, _ in points))  # from 0: a cache's size is read against none
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
