@@ -15,6 +15,10 @@ no number follows) made into .bin files with data.tokenizer and data.workers: MB
 the ratio to tiktoken's own encode_ordinary_batch on the same text, one thread per core, the two run in turns.
 
 
+With --variants kv-heads,window,gate,sink it measures instead, for the preset and each variant of model/ablations.py
+(names as compare.py takes them), at a context of block_size tokens, batch 1: the parameters, the KV cache's bytes after
+block_size tokens and per token, and cached sampling's tokens/s after a full prompt (harness/experiments/variant_bench.py).
+
 With --whole-run it profiles one whole `python train.py` run of the preset instead (the same flags, real
 data, evaluations and all; its output goes to stderr, its run folder to a temporary one unless --runs-dir
 says): the wall and CPU seconds of its start-up (interpreter, imports, device, model, optimizer, TensorBoard's
@@ -38,12 +42,13 @@ from pathlib import Path
 
 import torch
 
-from harness.arguments import positive_float
+from harness.arguments import EVERY, positive_float, variant_names
 from harness.cli import OneLineParser, run_command
 from harness.experiments.bench_cost import bench_cost
 from harness.experiments.benchmark import GPT2_124M_FLAG, expand_gpt2_124m, format_tables, measure_all
 from harness.experiments.data_bench import MIN_MB, bench_data, format_data_table
 from harness.experiments.profiling import load_average, machine_name
+from harness.experiments.variant_bench import format_variants, measure_variants
 from harness.experiments.whole_run import format_whole_run, profile_whole_run
 from harness.training.budget import duration
 from harness.training.runlog import evaluations
@@ -80,6 +85,12 @@ def main(argv: list[str]) -> dict | int:
         help=f"measure preparing a generated MB-megabyte text instead (at least {MIN_MB:g})",
     )
     instead.add_argument("--whole-run", action="store_true", help="profile one whole train.py run of the preset, phase by phase")
+    instead.add_argument(
+        "--variants",
+        type=variant_names,
+        metavar="NAMES",
+        help=f"measure the KV cache and cached sampling of the preset and these variants instead, from {EVERY}",
+    )
     parser.add_argument(
         GPT2_124M_FLAG, action="store_true", help="GPT-2 124M's shape: 12 layers, 12 heads, 768 wide, context 1024, GPT-2 tokens"
     )
@@ -98,6 +109,11 @@ def main(argv: list[str]) -> dict | int:
         result |= {"machine": machine_name(runtime.device), "device": str(runtime.device), "torch_version": torch.__version__}
         result |= {"load_avg_1min": load_average(), "torch_threads": torch.get_num_threads()}  # the child's threads too: OMP_NUM_THREADS
         tables = format_whole_run(result)
+    elif args.variants:
+        machine = {"machine": machine_name(runtime.device), "device": str(runtime.device), "torch_version": torch.__version__}
+        machine |= {"load_avg_1min": load_average(), "torch_threads": torch.get_num_threads()}
+        result = measure_variants(cfg, runtime, args.variants, machine, log=log)
+        tables = format_variants(result)
     else:
         log(f"benchmarking: about {duration(bench_cost(cfg, runtime))} (estimated), after train.py's checks of the model and its step")
         result = measure_all(cfg, runtime, log=log)

@@ -89,3 +89,17 @@ def role_line(rows: list[dict], role: str, key: str, threshold: float) -> str:
         if role in row["roles"]
     ]
     return f"{role} heads (mean weight above {threshold} on the {n} rows that can show it): {', '.join(found) or 'none'}"
+
+
+def uniform_first_token_weight(T: int, window: int = 0) -> float:
+    """first_token_weight of uniform attention over what each row may see, on T positions: row t puts 1/(t+1) on position 0,
+    and in a sliding window of W nothing once t >= W (position 0 is out of its view). What a head's weight there is measured
+    against: above it, the head favours the first token; a sink puts many times it there."""
+    rows = [1 / (t + 1) if not window or t < window else 0.0 for t in range(1, T)]
+    return sum(rows) / len(rows)
+
+
+def sink_weight(weights: torch.Tensor) -> float:
+    """The mean weight a learned sink (model.sink) takes from each row of weights (B, T, T) of one head: 1 - the row's sum,
+    since the sink's logit joins the softmax and is then dropped. 0 without a sink, up to float rounding."""
+    return (1 - weights.float().sum(-1)).mean().item()

@@ -143,6 +143,38 @@ def _table_fillers(cfg) -> dict:
     return fillers
 
 
+def test_bench_variants_measures_each_cache_by_hand_and_refuses_in_one_line(capsys):
+    """bench.py --variants on tiny at a 64-token context: a full cache is 2 (keys, values) x 2 layers x 2 heads x 64 positions
+    x 16 numbers x 4 bytes = 32 KiB, 512 bytes a token; one key/value head keeps half of it (2 heads share it); a window of 32
+    keeps 31 positions in every layer, 31/64 of it. The gate adds a (C, C) matrix and a bias per layer, the sink H logits."""
+    from conftest import assert_one_line_error, error_of
+
+    import bench
+    from harness.experiments import variant_bench
+
+    cfg = load_config(["--config", "tiny", "--device", "cpu", "--model.block_size=64"])
+    runtime = setup_runtime(cfg.train)
+    result = variant_bench.bench_variants(cfg, runtime, ["kv-heads", "window", "gate", "sink"], new_tokens=4, repeats=1, train_steps=1)
+    rows = result["variants"]
+    assert list(rows) == ["tiny", "tiny-kv-heads1", "tiny-window32", "tiny-gate", "tiny-sink"]
+    assert result["variant_context"] == 64 and rows["tiny"]["cache_bytes"] == 2 * 2 * 2 * 64 * 16 * 4 == 32 * 2**10
+    assert rows["tiny"]["cache_bytes_per_token"] == 512 and rows["tiny-kv-heads1"]["cache_bytes_per_token"] == 256
+    assert rows["tiny-window32"]["cache_bytes"] == 2 * 2 * 2 * 31 * 16 * 4 and rows["tiny-window32"]["cache_fraction"] == 31 / 64
+    assert rows["tiny-gate"]["cache_fraction"] == rows["tiny-sink"]["cache_fraction"] == 1.0
+    params = rows["tiny"]["params"]  # 28,384 (test_bench_functions_on_tiny_config) at block 32, plus 32 rows of positions
+    assert params == 28_384 + 32 * 32
+    assert rows["tiny-kv-heads1"]["params"] == params - 2 * 32 * 32  # the fused projection's outputs: 3C -> C + 2D, per layer
+    assert rows["tiny-gate"]["params"] == params + 2 * (32 * 32 + 32) and rows["tiny-sink"]["params"] == params + 2 * 2
+    assert all(row["sample_tokens_per_s"] > 0 and row["step_ms"] > 0 for row in rows.values()) and rows["tiny"]["sample_speedup"] == 1.0
+    table = variant_bench.format_variants({**result, **_table_fillers(cfg)})
+    assert "| tiny-window32 | 0.029 M | 15.5 KiB | 248 | 48 % |" in table
+    assert "sampling 4 tokens after a 64-token prompt, KV cache" in table
+
+    tiny = ["--config", "tiny", "--device", "cpu"]
+    assert_one_line_error(error_of(bench.main, [*tiny, "--variants", "gate", "--model.gate=true"], capsys), "leave those flags out")
+    assert_one_line_error(error_of(bench.main, [*tiny, "--variants", "nothing"], capsys), "--variants")
+
+
 # 3. MFU on a GPU: the card's peak, the model's FLOPs, GPT-2 124M's shape, checked by hand on any machine
 
 

@@ -282,3 +282,51 @@ def test_a_positions_comparison_scored_at_contexts_becomes_its_entries_tables_an
     picture = tmp_path / "contexts-tiny.png"
     plot_positions(contexts, picture, recorder.positions_title("tiny", contexts))
     assert picture.read_bytes().startswith(b"\x89PNG") and picture.stat().st_size > 10_000
+
+
+def test_the_shipped_variants_become_docs_variants_table_and_picture(tmp_path, corpus_file, one_cpu_thread, monkeypatch):
+    """compare.py with --sink on tiny, then tools/variants.py on its checkpoints and bench.py --variants's figures, rendered by
+    tools/tables.py: at 2 steps no head favours the first token yet, and the sink already takes weight (its logit starts at 0,
+    one more equal entry in a softmax of near-equal scores: about the mean of 1/(t+2) over rows, 0.11 at T = 32)."""
+    import compare
+    import tools.variants
+    from harness.experiments.variant_bench import bench_variants
+    from harness.pictures.curves import plot_tradeoff
+    from harness.training.runtime import setup_runtime
+    from tools import tables, variants
+    from tools.figures import comparison_figures
+
+    train_in_process(monkeypatch)
+    compare.main(
+        [
+            *tiny_argv(tmp_path, corpus_file, "--seeds=2", "--variants=sink", "--train.max_steps=2"),
+            "--train.warmup_steps=1",
+            "--train.probes=0",
+        ]
+    )
+    folder = tmp_path / "runs" / "compare-tiny"
+    weights = variants.measure_runs(folder)
+    assert list(weights) == ["tiny", "tiny-sink"] and list(weights["tiny-sink"]["runs"]) == ["1337", "1338"]
+    assert weights["tiny"]["sink"]["mean"] < 1e-6 and 0.08 < weights["tiny-sink"]["sink"]["mean"] < 0.14
+    assert weights["tiny"]["uniform"]["mean"] == pytest.approx(sum(1 / (t + 1) for t in range(1, 32)) / 31)
+    assert 0 < weights["tiny"]["ratio"]["mean"] < 2 and weights["tiny"]["step_ms"]["mean"] > 0
+    from configs import load_config
+
+    cfg = load_config(["--config", "tiny", "--device", "cpu"])
+    bench = bench_variants(cfg, setup_runtime(cfg.train), ["sink"], new_tokens=2, repeats=1, train_steps=1)
+    report = tmp_path / "bench.json"  # what bench.py --variants --json prints, with its machine
+    report.write_text(json.dumps({"variant_names": ["sink"], "machine": "m", "torch_threads": 1, "torch_version": "x", "load_avg_1min": 0.5,
+                                  **bench}))  # fmt: skip
+    monkeypatch.setattr(tools.variants, "FIGURES", tmp_path / "docs" / "figures.json")  # never the docs' own
+    (tmp_path / "docs").mkdir()
+    assert tools.variants.main(["--config", "tiny", "--runs-dir", str(tmp_path / "runs"), "--bench", str(report)]) == 0
+    recorded = read_figures(tmp_path / "docs" / "figures.json")
+    assert recorded["tiny-variants-weights"]["value"]["tiny-sink"]["sink"] == weights["tiny-sink"]["sink"]
+    assert recorded["tiny-variants-bench"]["command"] == "OMP_NUM_THREADS=1 python bench.py --config tiny --variants sink --json"
+    figures = {"tiny-2seeds-sink": {"value": comparison_figures(folder)}, "tiny-variants-bench": {"value": bench}}
+    figures["tiny-variants-weights"] = {"value": weights}
+    rows = tables.variants_table(figures, "tiny", "tiny-2seeds-sink").splitlines()
+    assert rows[2].startswith("| tiny | ") and "| (the preset) | 512 (100%) |" in rows[2]
+    assert rows[3].startswith("| tiny-sink | ") and rows[3].endswith(f"| {weights['tiny-sink']['sink']['mean']:.3f} |")
+    plot_tradeoff([("tiny", 512, 4.0, 0.1), ("tiny-sink", 512, 4.1, 0.0)], tmp_path / "p.png", "bytes", "val", "title")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

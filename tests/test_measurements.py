@@ -44,6 +44,8 @@ from model.roles import (
     head_roles,
     next_token_weight,
     previous_token_weight,
+    sink_weight,
+    uniform_first_token_weight,
 )
 
 
@@ -369,6 +371,22 @@ def test_previous_token_and_first_token_weights_by_hand():
     expected = sum(1 / (t + 1) for t in range(1, T)) / (T - 1)
     assert previous_token_weight(uniform) == pytest.approx(expected)
     assert first_token_weight(uniform) == pytest.approx(expected)
+
+
+def test_the_uniform_first_token_share_and_the_sink_s_weight_by_hand():
+    """Equal scores (q = 0) give uniform weights over each row's view: their first-token weight is the uniform share, under
+    the causal mask (1/2, 1/3, 1/4, 1/5 on rows 1-4) and in a window of 3 (rows 3 and 4 no longer see position 0). A sink
+    logit of 0 on equal scores is one more equal entry: row t gives it 1/(t+2), and the tokens the rest."""
+    T, v = 5, torch.randn(1, 5, 4)
+    q = torch.zeros(1, T, 4)
+    assert uniform_first_token_weight(T) == pytest.approx((1 / 2 + 1 / 3 + 1 / 4 + 1 / 5) / 4)
+    assert uniform_first_token_weight(T, window=3) == pytest.approx((1 / 2 + 1 / 3) / 4)
+    for window in (0, 3):
+        _, w = model_attention.attention(q, q, v, model_attention.causal_mask(T, T, window=window), 1.0)
+        assert first_token_weight(w) == pytest.approx(uniform_first_token_weight(T, window))
+        assert sink_weight(w) == pytest.approx(0.0, abs=1e-6)
+    _, w = model_attention.attention(q[None], q[None], v[None], model_attention.causal_mask(T, T), 1.0, sink=torch.zeros(1))
+    assert sink_weight(w[0]) == pytest.approx(sum(1 / (t + 2) for t in range(T)) / T)
 
 
 def test_head_roles_names_the_heads_and_ranks_by_entropy():

@@ -7,7 +7,7 @@ wrap anywhere there. A doc may also hold a sentence with its placeholders still 
 python -m tools.docs_figures fills them in.
 """
 
-from tools.quotes_cures import CURE_QUOTES
+from tools.quotes_cures import CURE_QUOTES, VARIANT_QUOTES
 
 COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
 SWEEPS = ("char-sweep",)  # the learning-rate sweeps: their cure rows at the preset's rate join the tables of their config
@@ -243,7 +243,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/tensorboard.md", 'for example "{code.sample_tokens_shown:.0f} tokens, all whitespace"'),
     ("docs/experiment.md", 'says "{code.sample_tokens_shown:.0f} tokens, all whitespace": a one-token prompt and {code.sample_tokens:.0f} generated'),
 ]  # fmt: skip
-QUOTES += CURE_QUOTES  # the learning-rate sweep's, kept apart
+QUOTES += CURE_QUOTES + VARIANT_QUOTES  # the learning-rate sweep's and bench.py --variants', kept apart
 QUOTES += [  # what the probe costs a whole run (docs/performance.md)
     ("docs/performance.md", "the probe took {probe-cost-char.wall_ratio:.3f} times the wall time of one without it (the medians; CPU time "
      "{probe-cost-char.cpu_ratio:.3f} times), a `base` run {probe-cost-base.wall_ratio:.3f} times (CPU time {probe-cost-base.cpu_ratio:.3f} times)"),

@@ -1,5 +1,6 @@
 """The sentences that quote the learning-rate sweep (sweep.py, recorded as char-sweep): README's line on the cures and
-docs/experiment.md's section on them, each figure a placeholder, as tools/quotes.py's QUOTES, which ends with these."""
+docs/experiment.md's section on them, each figure a placeholder, as tools/quotes.py's QUOTES, which ends with these; then
+docs/variants.md's on bench.py --variants at a longer context (char-variants-bench-1024)."""
 
 S = "char-sweep"
 TOP, PRESET = f"{S}.aggregate.char.1.2e-1", f"{S}.aggregate.char.1.2e-2"  # the preset at ten times its rate, at its rate
@@ -39,4 +40,13 @@ CURE_QUOTES = [
     ("docs/experiment.md", "with the gain val changes by " + paired("qk-norm-gain-char.1.2e-2.gain_minus_none.loss/val") + " nats at the preset's rate and "
      + paired("qk-norm-gain-char.1.2e-1.gain_minus_none.loss/val") + " at ten times it."),
     ("docs/experiment.md", "the largest grows from {qk-norm-gain-char.1.2e-1.none.attn/score_max.mean:.1f} to {qk-norm-gain-char.1.2e-1.gain.attn/score_max.mean:.1f} at ten times the rate"),
+]  # fmt: skip
+
+L = "char-variants-bench-1024.variants"  # bench.py --config char --variants ... --model.block_size=1024
+VARIANT_QUOTES = [
+    ("docs/variants.md", f"the window's cache keeps {{{L}.char-window32.cache_bytes_per_token:.0f}} bytes per token against the preset's "
+     f"{{{L}.char.cache_bytes_per_token:,.0f}}"),
+    ("docs/variants.md", f"sampling ran at {{{L}.char.sample_tokens_per_s:.0f}} tokens/s for the preset, {{{L}.char-kv-heads1.sample_tokens_per_s:.0f}} "
+     f"with one key/value head, {{{L}.char-window32.sample_tokens_per_s:.0f}} with the window, {{{L}.char-gate.sample_tokens_per_s:.0f}} "
+     f"with the gate and {{{L}.char-sink.sample_tokens_per_s:.0f}} with the sink"),
 ]  # fmt: skip

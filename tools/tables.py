@@ -11,7 +11,7 @@ from collections.abc import Callable
 from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table
 from harness.experiments.sweep import COLUMNS as SWEEP_COLUMNS
 from harness.experiments.sweep import format_sweep
-from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, variant_changes, variant_order
+from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_changes, variant_order
 from tools.quotes import COMPARISONS, MORE_ROWS, SWEEPS
 
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")  # what positions change
@@ -220,6 +220,22 @@ def interval_cell(s: dict) -> str:
     return f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
 
 
+def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
+    """docs/variants.md's table: the comparison of the shipped variants (val, the paired difference), bench.py --variants's
+    cache, sampling speed and step time, and tools/variants.py's first-token weight and sink weight."""
+    compared = figures[key or f"{config}-3seeds" + "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)]["value"]
+    bench, weights = figures[f"{config}-variants-bench"]["value"], figures[f"{config}-variants-weights"]["value"]
+    lines = [f"| run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s | training step "
+             "| first-token weight / uniform share (largest head) | sink's weight |", "|---|" + "---:|" * 7]  # fmt: skip
+    for name, stats in ((name, compared["aggregate"][name]) for name in in_table_order(compared["aggregate"], config)):
+        d, b, w = compared["differences"].get(name, {}).get("loss/val"), bench["variants"][name], weights[name]
+        delta = f"{d['mean']:+.3f} [{d['mean'] - d['half_width']:+.3f}, {d['mean'] + d['half_width']:+.3f}]" if d else "(the preset)"
+        lines.append(f"| {name} | {stats['loss/val']['mean']:.3f} ± {stats['loss/val']['std']:.3f} | {delta} | "
+                     f"{b['cache_bytes_per_token']:,.0f} ({b['cache_fraction']:.0%}) | {b['sample_tokens_per_s']:,.0f} | "
+                     f"{b['step_ms']:.0f} ms | {w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f}) | {w['sink']['mean']:.3f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 TABLES: list[tuple[str, Callable[[dict], str]]] = [
     ("README.md", readme_table),
     ("docs/experiment.md", differences_table),
@@ -230,4 +246,5 @@ TABLES: list[tuple[str, Callable[[dict], str]]] = [
     ("docs/experiment.md", contexts_table),
     ("docs/experiment.md", buckets_table),
     ("docs/performance.md", first_steps_table),
+    ("docs/variants.md", variants_table),
 ]

@@ -154,7 +154,7 @@ def bench_attention(n_head: int, head_size: int, device: torch.device, lengths=A
         cores = {  # each returns y (1, H, T, D); the readable one also its (1, H, T, T) weights
             "readable": partial(attention, q, k, v, mask, scale),
             "sdpa": partial(F.scaled_dot_product_attention, q, k, v, is_causal=True, scale=scale),
-            "tiled": partial(tiled_attention, q, k, v, True, scale),
+            "tiled": partial(tiled_attention, q, k, v, mask, scale),
         }
         with torch.no_grad():
             for name, core in cores.items():

@@ -204,3 +204,25 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def plot_tradeoff(points: list[tuple[str, float, float, float]], path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """One point per variant, (name, x, y, the 95% half-width of y over seeds): what a variant costs (y, such as the val
+    loss) against what it saves (x, such as the KV cache's bytes per token)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt  # imported here: only recording the figures draws
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, ((name, x, y, half), color) in enumerate(zip(points, itertools.cycle(COLORS), strict=False)):
+        ax.errorbar(x, y, yerr=half, fmt="o", capsize=4, color=color)
+        side = {"xytext": (-8, 4), "ha": "right"} if i % 2 else {"xytext": (8, 4), "ha": "left"}  # points at one x: either side
+        ax.annotate(name, (x, y), textcoords="offset points", fontsize=9, color=color, **side)
+    ax.set_xlim(0, 1.15 * max(x for _, x, _, _ in points))  # from 0: a cache's size is read against none
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path)
