@@ -51,7 +51,7 @@ def test_tiny_preset_loads_with_the_file_values():
     assert cfg.train.weight_decay == 0.1  # not in tiny.toml: the dataclass default
 
 
-@pytest.mark.parametrize("preset", ["base", "char", "char-gpu", "tiny"])
+@pytest.mark.parametrize("preset", ["base", "char", "char-gpu", "char-modern", "tiny"])
 def test_every_preset_loads(preset):
     cfg = load_config(["--config", preset])
     assert cfg.name == preset
@@ -231,7 +231,7 @@ def test_unknown_section(tmp_path):
 def test_unknown_config_name_lists_presets():
     with pytest.raises(ConfigError, match="unknown config 'nope'") as e:
         load_config(["--config", "nope"])
-    assert "base, char, char-gpu, gpt2-finetune, induction, tiny" in str(e.value)
+    assert "base, char, char-gpu, char-modern, gpt2-finetune, induction, tiny" in str(e.value)
     with pytest.raises(ConfigError, match="did you mean tiny?"):
         load_config(["--config", "tinny"])
 

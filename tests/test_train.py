@@ -230,7 +230,7 @@ def test_a_gpu_given_a_cpu_preset_is_told_which_preset_suits_it(tmp_path, monkey
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     cpu = harness.training.runtime.setup_runtime(TrainConfig(device="cpu"))
-    for preset in ("base", "char", "char-gpu"):
+    for preset in ("base", "char", "char-modern", "char-gpu"):
         cfg = load_config(["--config", preset, "--runs-dir", str(tmp_path / "runs")])
         for runtime in (gpu, cpu):
             harness.training.runlog.open_run_dir(cfg, runtime).release()

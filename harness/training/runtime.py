@@ -61,7 +61,7 @@ def keep_freed_memory(threshold: int = 2**30) -> bool:
 
 
 GPU_PRESET = "char-gpu"  # the preset sized for one GPU (configs/char-gpu.toml)
-CPU_DEMOS = ("base", "char")  # README's first commands: presets sized for a 2-core CPU
+CPU_DEMOS = ("base", "char", "char-modern")  # README's first commands and the quick char: presets sized for a 2-core CPU
 
 
 def preset_advice(preset: str, device: torch.device) -> str | None:
