@@ -13,6 +13,7 @@ if __name__ == "__main__":  # first, before the imports below take their second:
 
 import argparse
 import gc
+import math
 import sys
 import time
 
@@ -29,7 +30,7 @@ from harness.training.probe import Probe
 from harness.training.runlog import RunLogger, open_run_dir, phase_change
 from harness.training.runtime import load_data, mean_over_ranks, setup_runtime, stop_asked, wrap_for_training
 from harness.training.starting_weights import initial_model
-from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_second, tokens_per_step
+from harness.training.step import check_finite, draw_micro_batches, micro_steps, tokens_per_second, tokens_per_step
 from model.ablations import flags_label
 from model.gradients import qk_grad_norm
 
@@ -97,11 +98,21 @@ def train(cfg: Config) -> dict:
                 lr = lr_at(step, cfg.train)
                 set_lr(optimizer, lr)
                 log_now = (step + 1) % cfg.train.log_interval == 0 or step + 1 == cfg.train.max_steps
-                loss, _, qk_norm = optimizer_step(
-                    step_model, optimizer, draw_micro_batches(corpus.train, cfg, runtime, train_gen), runtime, cfg.train.grad_clip,
-                    step, cfg.run_dir / "ckpt.pt", before_update=(lambda: qk_grad_norm(model)) if log_now else None,
-                )  # fmt: skip
-                progress.window_loss, progress.window_steps = progress.window_loss + loss.detach(), progress.window_steps + 1
+                # The step: forward, loss and backward per micro-batch (their gradients add up), then clip, check, update.
+                micro_batches = draw_micro_batches(corpus.train, cfg, runtime, train_gen)  # this process's share of the batch
+                optimizer.zero_grad(set_to_none=True)
+                loss = torch.zeros((), device=runtime.device)  # the step's mean loss over its micro-batches
+                for x, y, ddp_sync in micro_steps(step_model, micro_batches, runtime):  # DDP averages gradients on the last only
+                    with ddp_sync:
+                        with runtime.autocast():
+                            _, micro_loss = step_model(x, y)  # the logits and lm_loss (model/gpt.py)
+                        (micro_loss / len(micro_batches)).backward()
+                    loss += micro_loss.detach() / len(micro_batches)
+                grad_norm = torch.nn.utils.clip_grad_norm_(step_model.parameters(), cfg.train.grad_clip or math.inf)  # 0: no clip
+                check_finite(loss, grad_norm, step, cfg.run_dir / "ckpt.pt", record=runtime.is_main)  # NaN or inf: stop, weights kept
+                qk_norm = qk_grad_norm(model) if log_now else None  # the gradients are final, the weights not yet moved
+                optimizer.step()
+                progress.window_loss, progress.window_steps = progress.window_loss + loss, progress.window_steps + 1
                 if log_now:
                     mean_loss = mean_over_ranks(progress.window_loss / progress.window_steps, runtime).item()
                     tok_s = tokens_per_second(progress.window_steps * step_tokens, time.perf_counter() - window_start)

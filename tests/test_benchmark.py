@@ -7,10 +7,14 @@ import re
 import pytest
 import torch
 
+import train
 from configs import load_config
 from harness.experiments import benchmark, profiling
 from harness.training import budget
-from harness.training.runtime import setup_runtime
+from harness.training.optim import lr_at, make_optimizer, set_lr
+from harness.training.runlog import read_metrics
+from harness.training.runtime import load_data, setup_runtime, wrap_for_training
+from harness.training.step import draw_micro_batches
 from model import GPT
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
@@ -66,6 +70,39 @@ def test_bench_functions_on_tiny_config():
     assert "| attention kernel (sdpa: torch's pick for this step's shapes) | flash |" in table  # no dropout in tiny
     assert "| float32 peak: measured here |" in table
     assert json.loads(json.dumps(result)) == result
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_bench_times_the_step_train_py_takes(tmp_path, monkeypatch, optimizer):
+    """bench.py keeps its own copy of train.py's step (a script imports no other): from the same weights and the same
+    micro-batches (two a step, at the schedule's rates), the two give the same losses, bit for bit. Dropout is off, so
+    the losses depend on nothing else."""
+    from conftest import tiny_argv, write_corpus
+
+    extra = ["--train.max_steps=4", "--train.log_interval=1", "--train.grad_accum_steps=2", "--model.dropout=0.0"]
+    cfg = load_config(tiny_argv(tmp_path, write_corpus(tmp_path / "text"), *extra, f"--train.optimizer={optimizer}"))
+    start, real_make = {}, train.make_optimizer
+
+    def make_optimizer_after_the_init(model, *args):  # the weights as train.py's first step finds them
+        start.update({name: t.clone() for name, t in model.state_dict().items()})
+        return real_make(model, *args)
+
+    monkeypatch.setattr(train, "make_optimizer", make_optimizer_after_the_init)
+    train.train(cfg)
+    trained = [row["loss/train_step"] for row in read_metrics(cfg.run_dir) if "loss/train_step" in row]
+
+    runtime = setup_runtime(cfg.train)
+    corpus, cfg = load_data(cfg, runtime)
+    model = GPT(cfg.model)
+    model.load_state_dict(start)
+    step_model, optimizer = wrap_for_training(model, runtime), make_optimizer(model, cfg.train, runtime.device)
+    generator, benched = torch.Generator().manual_seed(cfg.train.seed), []
+    for step in range(cfg.train.max_steps):
+        set_lr(optimizer, lr_at(step, cfg.train))
+        micro_batches = draw_micro_batches(corpus.train, cfg, runtime, generator)
+        loss, _ = profiling.training_step(step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip)
+        benched.append(loss.item())
+    assert len(trained) == 4 and benched == trained, (benched, trained)
 
 
 def test_bench_refuses_what_train_py_refuses_before_it_builds_and_estimates_first(monkeypatch, capsys):
@@ -282,8 +319,9 @@ def test_whole_run_profiles_a_real_train_py_run_phase_by_phase(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)
     calls = {name: phase["calls"] for name, phase in result["phases"].items()}
-    # 4 steps, each one forward (the evaluations' forward passes are theirs, not the steps'), backward and update.
-    assert calls["steps: forward"] == calls["steps: backward and clip"] == calls["steps: the optimizer's update"] == 4
+    # 4 steps of one micro-batch, each one forward (the evaluations' forward passes are theirs, not the steps'), then
+    # backward and the clip, then the finiteness check and the update: two calls each.
+    assert calls["steps: forward"] == 4 and calls["steps: backward and clip"] == calls["steps: the optimizer's update"] == 8
     assert calls["data: the training batches"] == 4
     # Evaluations at steps 0, 2 and 4: each scores train and val, and saves a checkpoint.
     assert calls["evaluations: heatmap weights, a sample"] == 3 and calls["evaluations: losses"] == 6

@@ -12,6 +12,7 @@ from conftest import REPO_ROOT
 SCRIPTS = sorted(p.stem for p in REPO_ROOT.glob("*.py"))
 PACKAGES = sorted(p.parent.name for p in REPO_ROOT.glob("*/__init__.py") if p.parent.name != "tests")  # the top-level packages
 SCRIPT_LINES = 150  # docs/layout.md, rule 4: a script is a door
+TRAIN_LINES = 200  # docs/layout.md, rule 4: train.py, the outline of a run with its step in sight
 MODULE_LINES = 250  # docs/layout.md, rule 4: a module reads in one sitting
 FOLDER_MODULES = 12  # docs/layout.md, rule 5: no folder a flat drawer
 
@@ -83,8 +84,9 @@ def line_count(path: Path) -> int:
 
 def test_every_script_is_a_door():
     """A script parses, calls and prints (train.py: the outline of a run); its library code lives in a package."""
-    long = {f"{script}.py": n for script in SCRIPTS if (n := line_count(REPO_ROOT / f"{script}.py")) > SCRIPT_LINES}
-    assert not long, f"scripts over {SCRIPT_LINES} lines: {long}; move their library code into a package"
+    caps = {script: TRAIN_LINES if script == "train" else SCRIPT_LINES for script in SCRIPTS}
+    long = {f"{script}.py": n for script in SCRIPTS if (n := line_count(REPO_ROOT / f"{script}.py")) > caps[script]}
+    assert not long, f"scripts over {SCRIPT_LINES} lines (train.py {TRAIN_LINES}): {long}; move their library code into a package"
 
 
 def test_every_module_reads_in_one_sitting():

@@ -612,7 +612,7 @@ def ctrl_c_twice_in_child(where: str, argv: list[str], out: str, err: str) -> No
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: the forkserver ignores Ctrl-C
     harness.training.evaluation.HEATMAP_MAX_TOKENS = 4  # quicker evaluations: the figures are not under test
-    steps, sent, real_step, real_del = [], [], train.optimizer_step, tqdm.__del__
+    steps, sent, real_draw, real_del = [], [], train.draw_micro_batches, tqdm.__del__
 
     class Cycle:
         pass
@@ -622,7 +622,7 @@ def ctrl_c_twice_in_child(where: str, argv: list[str], out: str, err: str) -> No
             sent.append(os.write(1, f"second SIGINT sent in {where}\n".encode()))
             signal.raise_signal(signal.SIGINT)
 
-    def optimizer_step(*args, **kwargs):
+    def draw_micro_batches(*args, **kwargs):
         steps.append(None)
         if len(steps) == 3:
             signal.raise_signal(signal.SIGINT)  # the first: the run stops before step 3 and saves
@@ -632,14 +632,14 @@ def ctrl_c_twice_in_child(where: str, argv: list[str], out: str, err: str) -> No
                 weakref.finalize(cycle, second_ctrl_c)
                 del cycle
                 gc.collect()  # as the garbage collector does now and then, in whatever code runs
-        return real_step(*args, **kwargs)
+        return real_draw(*args, **kwargs)
 
     def teardown(self):  # the first bar's teardown after the first Ctrl-C: the training bar's, as train() returns
         if where == "the bar's teardown" and len(steps) >= 3:
             second_ctrl_c()
         real_del(self)
 
-    train.optimizer_step, tqdm.__del__ = optimizer_step, teardown
+    train.draw_micro_batches, tqdm.__del__ = draw_micro_batches, teardown
     code = train.main(argv)
     if where == "after run_command":  # where the interpreter's shutdown runs its atexit hooks and finalizers
         second_ctrl_c()
@@ -852,21 +852,25 @@ def test_best_pt_keeps_the_dip_across_a_resume_and_sample_best_uses_it(tmp_path,
 
 
 def nan_on_call(mp: pytest.MonkeyPatch, k: int, what: str, run_dir: Path) -> dict:
-    """The k-th train_step returns a NaN loss or gradient norm; records ckpt.pt and the weights just before it."""
-    real, calls, seen = harness.training.step.train_step, [0], {}
+    """The k-th step's loss or gradient norm reaches train.py's check_finite as NaN; records the model, ckpt.pt and the
+    weights just before that check."""
+    real_check, real_make, calls, seen = train.check_finite, train.make_optimizer, [0], {}
 
-    def train_step(model, micro_batches, runtime, grad_clip):
+    def make_optimizer(model, *args):
+        seen["model"] = model
+        return real_make(model, *args)
+
+    def check_finite(loss, grad_norm, *args, **kwargs):
         calls[0] += 1
         if calls[0] == k:
-            seen.update(model=model, ckpt=(run_dir / "ckpt.pt").read_bytes())
-            seen["weights"] = {name: t.clone() for name, t in model.state_dict().items()}
-        loss, grad_norm = real(model, micro_batches, runtime, grad_clip)
-        if calls[0] == k:
+            seen.update(ckpt=(run_dir / "ckpt.pt").read_bytes())
+            seen["weights"] = {name: t.clone() for name, t in seen["model"].state_dict().items()}
             nan = torch.tensor(float("nan"))
-            return (nan, grad_norm) if what == "loss" else (loss, nan)
-        return loss, grad_norm
+            loss, grad_norm = (nan, grad_norm) if what == "loss" else (loss, nan)
+        return real_check(loss, grad_norm, *args, **kwargs)
 
-    mp.setattr(harness.training.step, "train_step", train_step)  # what optimizer_step calls
+    mp.setattr(train, "make_optimizer", make_optimizer)
+    mp.setattr(train, "check_finite", check_finite)
     return seen
 
 

@@ -8,6 +8,6 @@ stats.py        spreads and paired differences over seeds, and the tables of var
 benchmark.py    what bench.py measures: the training step, sampling, each attention backend
 bench_cost.py   what bench.py will cost, said first: train.py's refusals before any model is built, then the seconds
 data_bench.py   what bench.py --data-mb measures: the corpus's preparation against tiktoken's batch encoding
-profiling.py    timers that wait for the device, peak memory on CPU and CUDA, the machine, a matmul peak
+profiling.py    train.py's step as bench.py times it, timers that wait for the device, peak memory on CPU and CUDA, the machine, a matmul peak
 whole_run.py    bench.py --whole-run: one whole train.py run, its wall and CPU time split phase by phase
 """

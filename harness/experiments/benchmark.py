@@ -20,11 +20,12 @@ from harness.experiments.profiling import (
     machine_name,
     peak_flops,
     peak_memory_bytes,
+    training_step,
 )
 from harness.training.budget import flops_per_token, sync, timed
 from harness.training.optim import describe, make_optimizer
 from harness.training.runtime import Runtime, wrap_for_training
-from harness.training.step import draw_micro_batches, optimizer_step, tokens_per_step
+from harness.training.step import draw_micro_batches, tokens_per_step
 from model import GPT
 from model.attention import attention
 from model.tiled import tiled_attention
@@ -71,9 +72,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         """train.py's optimizer step; the seconds of its forward + backward (with the clip and the finiteness
         check, which waits for the device) and of the optimizer's update."""
         start = time.perf_counter()
-        _, _, middle = optimizer_step(
-            step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip, 0, before_update=time.perf_counter
-        )
+        _, middle = training_step(step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip)
         sync(runtime.device)
         return middle - start, time.perf_counter() - middle
 

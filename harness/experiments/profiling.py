@@ -1,7 +1,8 @@
-"""Measuring tools for the benchmark: timers that wait for the device, peak memory (CUDA's allocator, or a
+"""Measuring tools for the benchmark: train.py's training step as bench.py times it, timers that wait for the device, peak memory (CUDA's allocator, or a
 tracker of tensor storage on the CPU, where torch keeps no allocator statistics), the machine, the peak that MFU
 divides by (a CUDA card's from its datasheet, or a matmul peak measured here), and the attention kernel torch picks."""
 
+import math
 import os
 import platform
 import re
@@ -15,6 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from harness.training.budget import sync, timed
+from harness.training.runtime import Runtime
+from harness.training.step import check_finite, micro_steps
 from model import ModelConfig
 
 # Dense bfloat16 tensor-core peaks, in TFLOP/s: the MFU denominator of a CUDA card under bf16 autocast. Datasheets print
@@ -78,6 +81,24 @@ class PeakMemory(TorchDispatchMode):
     def release(self, key: int, nbytes: int) -> None:
         self.counted.discard(key)
         self.live -= nbytes
+
+
+def training_step(step_model, optimizer, micro_batches: list, runtime: Runtime, grad_clip: float) -> tuple[torch.Tensor, float]:
+    """train.py's step, line for line: a script imports no other, so bench.py keeps its own copy, and
+    tests/test_benchmark.py holds the two to the same losses. Returns the mean loss and the clock as the update starts."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = torch.zeros((), device=runtime.device)
+    for x, y, ddp_sync in micro_steps(step_model, micro_batches, runtime):
+        with ddp_sync:
+            with runtime.autocast():
+                _, micro_loss = step_model(x, y)
+            (micro_loss / len(micro_batches)).backward()
+        loss += micro_loss.detach() / len(micro_batches)
+    grad_norm = torch.nn.utils.clip_grad_norm_(step_model.parameters(), grad_clip or math.inf)
+    check_finite(loss, grad_norm, 0, None)
+    update_starts = time.perf_counter()
+    optimizer.step()
+    return loss, update_starts
 
 
 def peak_memory_bytes(fn, device: torch.device) -> int:

@@ -3,7 +3,7 @@
 bench.py starts `python -m harness.experiments.whole_run REPORT train.py ARGS...`: this module, run as a
 process of its own, puts a clock around the functions that train.py calls (each named in PHASES),
 then runs train.py itself, unchanged, as `python train.py ARGS...` would. Each phase's clock counts
-its own wall and CPU seconds only: a phase entered inside another (the forward pass inside a step)
+its own wall and CPU seconds only: a phase entered inside another (the losses inside an evaluation)
 stops the outer one's clock meanwhile. What no phase claims is the interpreter's start, the imports,
 the loop's own work (the schedule, the progress bar) and the exit. The report goes to REPORT as JSON;
 `profile_whole_run` (bench.py's side) adds the interpreter's start and exit, which only the parent sees,
@@ -24,6 +24,8 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+INTERPRETER, IMPORTS = "start-up: the interpreter", "start-up: imports"
+LOOP, EXIT = "the rest: the loop's own work (schedule, progress bar)", "the rest: the interpreter's exit"
 # (module, attribute, phase, only inside this phase or None): the functions train.py's run goes through.
 PHASES = [
     ("harness.cli", "OneLineParser.parse_with_config", "start-up: the config", None),
@@ -35,9 +37,12 @@ PHASES = [
     ("harness.training.runtime", "load_data", "data: corpus and tokenizer", None),
     ("harness.training.evaluation", "make_eval_set", "data: the evaluation batches", None),
     ("harness.training.step", "draw_micro_batches", "data: the training batches", None),
-    ("model.gpt", "GPT.forward", "steps: forward", "steps: backward and clip"),
-    ("harness.training.step", "train_step", "steps: backward and clip", None),
-    ("harness.training.step", "optimizer_step", "steps: the optimizer's update", None),
+    ("model.gpt", "GPT.forward", "steps: forward", LOOP),  # the steps' own: an evaluation's forward passes are its own
+    ("torch", "Tensor.backward", "steps: backward and clip", LOOP),
+    ("torch.nn.utils", "clip_grad_norm_", "steps: backward and clip", LOOP),
+    ("harness.training.step", "check_finite", "steps: the optimizer's update", LOOP),  # waits for the device
+    ("torch.optim", "Adam.step", "steps: the optimizer's update", None),  # AdamW's, alone or under CombinedOptimizer's
+    ("harness.training.optim", "CombinedOptimizer.step", "steps: the optimizer's update", None),  # Muon's and AdamW's
     ("harness.training.evaluation", "estimate_loss", "evaluations: losses", None),
     ("harness.training.evaluation", "measure_breakage", "evaluations: honest loss, attention statistics", None),
     ("harness.training.evaluation", "evaluate", "evaluations: heatmap weights, a sample", None),
@@ -48,8 +53,6 @@ PHASES = [
     ("harness.training.runlog", "RunLogger.log_evaluation", "logging: heatmap pictures, the sample", None),
     ("harness.training.checkpoints", "Checkpointer.save", "checkpoints: ckpt.pt and best.pt written", None),
 ]  # fmt: skip
-INTERPRETER, IMPORTS = "start-up: the interpreter", "start-up: imports"
-LOOP, EXIT = "the rest: the loop's own work (schedule, progress bar)", "the rest: the interpreter's exit"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -70,8 +73,8 @@ class PhaseClock:
     def timed(self, fn, phase: str, inside: str | None):
         @functools.wraps(fn)
         def clocked(*args, **kwargs):
-            if inside is not None and self.stack[-1] != inside:  # e.g. the forward pass of an evaluation
-                return fn(*args, **kwargs)
+            if (inside is not None and self.stack[-1] != inside) or self.stack[-1] == phase:  # e.g. an evaluation's forward
+                return fn(*args, **kwargs)  # pass, or AdamW's step inside the combined optimizer's: not a call of its own
             self.charge()
             self.stack.append(phase)
             self.calls[phase] = self.calls.get(phase, 0) + 1

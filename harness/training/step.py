@@ -1,9 +1,9 @@
-"""One training step: draw this process's micro-batches, run forward and backward over them, clip, check, update."""
+"""The bookkeeping around train.py's step: this process's micro-batches, the DDP sync, the check before the update."""
 
 import contextlib
 import json
-import math
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -34,22 +34,13 @@ def draw_micro_batches(split, cfg: Config, runtime: Runtime, generator: torch.Ge
     return [(x[(first + m) * B : (first + m + 1) * B], y[(first + m) * B : (first + m + 1) * B]) for m in range(A)]
 
 
-def train_step(model, micro_batches: list, runtime: Runtime, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward and backward over the micro-batches, then clip; returns (mean loss, gradient norm) as tensors.
-
-    Gradients add up over micro-batches; under DDP they are averaged across ranks on the last one only.
-    """
-    total = torch.zeros((), device=runtime.device)
+def micro_steps(model, micro_batches: list, runtime: Runtime) -> Iterator[tuple[torch.Tensor, torch.Tensor, AbstractContextManager]]:
+    """Each micro-batch on the device, with the context its forward and backward run in: under DDP, model.no_sync()
+    on all but the last, so the gradients add up on each rank and are averaged across ranks once, on the last."""
     for m, (x, y) in enumerate(micro_batches):
         last = m == len(micro_batches) - 1
-        sync = contextlib.nullcontext() if last or runtime.world_size == 1 else model.no_sync()
-        with sync:
-            with runtime.autocast():
-                _, loss = model(x.to(runtime.device, non_blocking=True), y.to(runtime.device, non_blocking=True))
-            (loss / len(micro_batches)).backward()
-        total += loss.detach() / len(micro_batches)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else math.inf)
-    return total, grad_norm
+        ddp_sync = contextlib.nullcontext() if last or runtime.world_size == 1 else model.no_sync()
+        yield x.to(runtime.device, non_blocking=True), y.to(runtime.device, non_blocking=True), ddp_sync
 
 
 def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor, step: int, checkpoint: Path | None, record: bool = True) -> None:
@@ -67,31 +58,6 @@ def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor, step: int, checkpo
         raise TrainingError(
             f"non-finite {bad} at step {step + 1}; stopped before the update{kept}; try a lower --train.lr or --train.grad_clip"
         )
-
-
-def optimizer_step(
-    model,
-    optimizer: torch.optim.Optimizer,
-    micro_batches: list,
-    runtime: Runtime,
-    grad_clip: float,
-    step: int,
-    checkpoint: Path | None = None,
-    before_update: Callable[[], object] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, object]:
-    """One optimizer step, as the training loop and the benchmark take it: zero the gradients, train_step
-    (forward, backward, clip), stop on a non-finite loss or gradient, update the weights.
-
-    before_update, if given, runs between the check and the update, when the gradients are final and the
-    weights not yet moved (the loop reads the query/key gradient norm there). Returns (mean loss, gradient
-    norm, what before_update returned, else None).
-    """
-    optimizer.zero_grad(set_to_none=True)
-    loss, grad_norm = train_step(model, micro_batches, runtime, grad_clip)
-    check_finite(loss, grad_norm, step, checkpoint, record=runtime.is_main)
-    seen = before_update() if before_update is not None else None
-    optimizer.step()
-    return loss, grad_norm, seen
 
 
 def tokens_per_step(cfg: Config, runtime: Runtime) -> int:
