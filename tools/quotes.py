@@ -225,13 +225,6 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
       for pair in (1, 2, 3)),
     ("docs/performance.md", "Median {yardstick-char.ratio.median:.3f} ({yardstick-char.ratio.min:.3f} to {yardstick-char.ratio.max:.3f}), at a lower "
      "final val than nanoGPT's ({yardstick-char.pairs.1.ours_val:.3f} against {yardstick-char.pairs.1.nanogpt_val:.3f})"),
-    *(("docs/performance.md", f"| pair {pair} | {{yardstick-char-modern.pairs.{pair}.ours_s:.1f}} | "
-       f"{{yardstick-char-modern.pairs.{pair}.nanogpt_s:.1f}} | {{yardstick-char-modern.pairs.{pair}.ratio:.3f}} |")
-      for pair in (1, 2, 3)),
-    ("docs/performance.md", "Median {yardstick-char-modern.ratio.median:.3f} ({yardstick-char-modern.ratio.min:.3f} to "
-     "{yardstick-char-modern.ratio.max:.3f}; pair 1's"),
-    ("docs/performance.md", "seeds 1337, 1338 and 1339 end at {yardstick-char-modern.seeds_val.1337:.3f}, "
-     "{yardstick-char-modern.seeds_val.1338:.3f} and {yardstick-char-modern.seeds_val.1339:.3f}"),
     ("README.md", "(`char` reaches val {yardstick-char.pairs.1.ours_val:.3f} in {yardstick-char.ratio.median:.2f} of the wall time nanoGPT's CPU "
      "recipe takes to {yardstick-char.pairs.1.nanogpt_val:.3f}: median of 3 pairs run in turns on a quiet 2-core Intel Xeon with bfloat16 units)"),
     ("README.md", "`python train.py --config char --model.attention=manual --run-name char-manual`\ntakes "
@@ -250,7 +243,7 @@ QUOTES = [  # (doc, sentence): the sentence as the doc writes it, each figure a 
     ("docs/tensorboard.md", 'for example "{code.sample_tokens_shown:.0f} tokens, all whitespace"'),
     ("docs/experiment.md", 'says "{code.sample_tokens_shown:.0f} tokens, all whitespace": a one-token prompt and {code.sample_tokens:.0f} generated'),
 ]  # fmt: skip
-QUOTES += CURE_QUOTES + VARIANT_QUOTES  # the learning-rate sweep's and bench.py --variants', kept apart
+QUOTES += CURE_QUOTES + VARIANT_QUOTES  # the learning-rate sweep's, bench.py --variants' and char-modern's, kept apart
 QUOTES += [  # what the probe costs a whole run (docs/performance.md)
     ("docs/performance.md", "the probe took {probe-cost-char.wall_ratio:.3f} times the wall time of one without it (the medians; CPU time "
      "{probe-cost-char.cpu_ratio:.3f} times), a `base` run {probe-cost-base.wall_ratio:.3f} times (CPU time {probe-cost-base.cpu_ratio:.3f} times)"),

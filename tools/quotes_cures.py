@@ -1,6 +1,7 @@
 """The sentences that quote the learning-rate sweep (sweep.py, recorded as char-sweep): README's line on the cures and
 docs/experiment.md's section on them, each figure a placeholder, as tools/quotes.py's QUOTES, which ends with these; then
-docs/variants.md's on bench.py --variants at a longer context (char-variants-bench-1024)."""
+docs/variants.md's on bench.py --variants at a longer context (char-variants-bench-1024), and the modern char preset's
+against nanoGPT (yardstick-char-modern)."""
 
 S = "char-sweep"
 TOP, PRESET = f"{S}.aggregate.char.1.2e-1", f"{S}.aggregate.char.1.2e-2"  # the preset at ten times its rate, at its rate
@@ -49,4 +50,15 @@ VARIANT_QUOTES = [
     ("docs/variants.md", f"sampling ran at {{{L}.char.sample_tokens_per_s:.0f}} tokens/s for the preset, {{{L}.char-kv-heads1.sample_tokens_per_s:.0f}} "
      f"with one key/value head, {{{L}.char-window32.sample_tokens_per_s:.0f}} with the window, {{{L}.char-gate.sample_tokens_per_s:.0f}} "
      f"with the gate and {{{L}.char-sink.sample_tokens_per_s:.0f}} with the sink"),
+    # the modern char preset, char-modern, against nanoGPT (yardstick-char-modern)
+    *(("docs/performance.md", f"| pair {pair} | {{yardstick-char-modern.pairs.{pair}.ours_s:.1f}} | "
+       f"{{yardstick-char-modern.pairs.{pair}.nanogpt_s:.1f}} | {{yardstick-char-modern.pairs.{pair}.ratio:.3f}} |")
+      for pair in (1, 2, 3)),
+    ("docs/performance.md", "Median {yardstick-char-modern.ratio.median:.3f} ({yardstick-char-modern.ratio.min:.3f} to "
+     "{yardstick-char-modern.ratio.max:.3f}): under a quarter"),
+    ("README.md", "ends below nanoGPT's val in {yardstick-char-modern.ratio.median:.2f} of its wall time"),
+    ("docs/command-line.md", "val {yardstick-char-modern.seeds_val.1339:.3f} to {yardstick-char-modern.seeds_val.1338:.3f} on 3 seeds, "
+     "below nanoGPT's 1.886 in {yardstick-char-modern.ratio.median:.2f} of its time"),
+    ("docs/performance.md", "seeds 1337, 1338 and 1339 end at {yardstick-char-modern.seeds_val.1337:.3f}, "
+     "{yardstick-char-modern.seeds_val.1338:.3f} and {yardstick-char-modern.seeds_val.1339:.3f}"),
 ]  # fmt: skip
