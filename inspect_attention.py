@@ -108,7 +108,7 @@ def main(argv: list[str]) -> Path:
     )
     print("| layer | head | entropy | max weight | saturated | future mass | t-1 | t+1 | first | induction | role |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    rows = head_roles(weights, model.cfg.causal, torch.tensor([ids]))
+    rows = head_roles(weights, model.cfg.causal, torch.tensor([ids]), [block.attn.window for block in model.blocks])
     for row in rows:
         print(
             f"| {row['layer']} | {row['head']} | {row['entropy']:.3f} | {row['max_weight']:.3f} | {row['saturated']:.2f} | "

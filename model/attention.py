@@ -12,7 +12,8 @@ Shape legend, used in every comment below:
 Each token asks a question (its query q), advertises what it holds (its key k) and offers
 a message (its value v). A token's output is the average of the values of the tokens it may
 see, weighted by how well their keys answer its query. Two cures for a saturated softmax (QK-norm,
-the softcap) and rotary positions (RoPE) change q, k or the scores the same way on every path.
+the softcap) and rotary positions (RoPE) change q, k or the scores the same way on every path, and so do
+four designs of shipped models (docs/variants.md): grouped-query heads, a sliding window, an output gate, a sink.
 """
 
 import torch
@@ -82,7 +83,8 @@ def in_view(back: torch.Tensor, causal: bool = True, window: int = 0) -> torch.T
 
     Causal: the past and itself (back >= 0). A window W (a sliding window, as Mistral's and gpt-oss's layers and
     Gemma 3's local ones have): only keys fewer than W positions back, the query itself and the W - 1 before it;
-    without the causal mask, W positions on either side. Every path but torch's kernel masks with it.
+    without the causal mask, W positions on either side. Every path masks with it (torch's kernel draws the plain
+    causal triangle itself).
     """
     seen = back >= 0 if causal else torch.ones_like(back, dtype=torch.bool)  # the past, or everything
     return seen & (back.abs() < window) if window else seen

@@ -63,12 +63,14 @@ ROLES = (  # role, the head_roles key it reads, the weight above which a head ha
 )
 
 
-def head_roles(weights_per_layer: list[torch.Tensor], causal: bool, idx: torch.Tensor | None = None) -> list[dict]:
+def head_roles(
+    weights_per_layer: list[torch.Tensor], causal: bool, idx: torch.Tensor | None = None, windows: list[int] | None = None
+) -> list[dict]:
     """head_statistics plus, per head, the mean weight on t-1, on t+1, on position 0 and (given the tokens idx (B, T)
     the weights were computed on) the induction score (0 where no row can show it); "rows": how many rows can show each
     role, "above": how many of them pass its threshold; "roles": those whose mean passes over at least MIN_ROLE_ROWS
     rows. The most focused head first."""
-    heads = head_statistics(weights_per_layer, causal)
+    heads = head_statistics(weights_per_layer, causal, windows)  # windows: each layer's, as head_statistics takes them
     for head in heads:
         rows = role_rows(weights_per_layer[head["layer"]][:, head["head"]], idx)  # of (B, T, T)
         head.update({key: rows[key].mean().item() if len(rows[key]) else 0.0 for _, key, _ in ROLES})

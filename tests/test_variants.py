@@ -11,7 +11,9 @@ from conftest import assert_close, assert_one_line_error, error_of
 import train
 from model import GPT, ModelConfig
 from model.attention import Head, MultiHead, attention, causal_mask
-from model.measurements import normalized_entropy
+from model.heads import head_name
+from model.measurements import attention_summary, normalized_entropy
+from model.roles import head_roles
 from model.tiled import tiled_attention
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
@@ -182,6 +184,18 @@ def test_entropy_counts_what_a_windowed_row_may_see(causal):
     uniform = mask / mask.sum(-1, keepdim=True)  # (T, S): each row's weight spread over what it sees
     assert_close(normalized_entropy(uniform, causal, window=4), torch.ones(11 if causal else 12), atol=1e-6, msg="uniform")
     assert (normalized_entropy(uniform, causal) < 0.99).any(), "counted without the window, the same rows look focused"
+
+
+def test_the_role_table_and_tensorboard_give_a_windowed_head_one_entropy():
+    """inspect_attention.py's role table and attn/entropy's heads count the rows a window lets a query see alike."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=20, window=4, window_layers="LG")).eval()
+    idx = torch.randint(0, 20, (1, 16))
+    summary = attention_summary(model, idx)
+    windows = [block.attn.window for block in model.blocks]
+    for row in head_roles(model.attention_weights(idx), True, idx, windows):
+        tag = f"heads/entropy/{head_name(row['layer'], row['head'])}"
+        assert row["entropy"] == pytest.approx(summary[tag], abs=1e-6), tag
 
 
 def test_with_a_sink_each_row_and_the_sink_s_share_sum_to_1():
