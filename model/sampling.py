@@ -34,8 +34,8 @@ class KVCache:
             k = torch.cat([self.k, k], dim=2)  # (B, K, S - T, D) + (B, K, T, D) -> (B, K, S, D)
             v = torch.cat([self.v, v], dim=2)  # (B, K, S - T, D) + (B, K, T, D) -> (B, K, S, D)
         S = k.shape[2]
-        kept = S - min(S, self.window - 1) if self.window else 0  # a window drops what no later query sees
-        self.k, self.v = k[:, :, kept:], v[:, :, kept:]
+        dropped = S - min(S, self.window - 1) if self.window else 0  # a window drops what no later query sees
+        self.k, self.v = (k[:, :, dropped:].clone(), v[:, :, dropped:].clone()) if dropped else (k, v)  # a copy frees the rest
         return k, v
 
 
