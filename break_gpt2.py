@@ -1,10 +1,11 @@
-"""Break a pretrained GPT-2 at inference: python break_gpt2.py --pretrained gpt2 [--config gpt2-finetune] [--section.field=VALUE ...]
+"""Break a pretrained GPT-2 at inference: python break_gpt2.py --pretrained gpt2 [--config
+gpt2-finetune] [--section.field=VALUE ...]
 
 No training: the same weights are evaluated on the val text as they are and once per ablation of
 model/ablations.py: without the causal mask, without the 1/sqrt(D) scale, and without the learned
-positions (zeroed, the one way GPT-2's weights lose them), and the table compare.py prints for trained runs
-comes out for each (loss, honest loss, leak gap, bits per byte, entropy, saturated share,
-future mass, score std). compare.py's ablations learned to live without the switch (the
+positions (zeroed, the one way GPT-2's weights lose them), and the table compare.py prints for
+trained runs comes out for each (loss, honest loss, leak gap, bits per byte, entropy, saturated
+share, future mass, score std). compare.py's ablations learned to live without the switch (the
 no-mask run learned to cheat); here a model that never saw the future is suddenly shown it.
 
 The val text, the context and the eval batches come from the preset (default gpt2-finetune:
@@ -14,7 +15,8 @@ layer for each variant go to <out>/<variant>/, the numbers to <out>/break.json.
 
 from harness.stopping import exit_on_signal
 
-if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+# first, before the imports below take their second: a signal meanwhile is one line
+if __name__ == "__main__":
     exit_on_signal()
 
 import dataclasses
@@ -37,23 +39,45 @@ from harness.training.evaluation import estimate_loss, make_eval_set, measure_br
 from harness.training.runtime import setup_runtime
 from model.ablations import flags_label, variants
 
-UNTRAINED_COLUMNS = [c for c in COLUMNS if c[1] != "loss/train"]  # nothing is trained, so no training loss
+# nothing is trained, so no training loss
+UNTRAINED_COLUMNS = [c for c in COLUMNS if c[1] != "loss/train"]
 
 
 def main(argv: list[str]) -> dict[str, dict]:
-    parser = OneLineParser("Evaluate a pretrained GPT-2 as it is and without its mask, its scale or its positions.", config="gpt2-finetune")
-    parser.add_argument("--pretrained", required=True, metavar="NAME_OR_FOLDER", help="gpt2, gpt2-medium, ... or a folder")
-    parser.add_argument("--out", type=Path, help="folder for heatmaps and break.json (default: <runs-dir>/break-<name>)")
-    args, cfg = parser.parse_with_config(argv)  # the rest is a config: --config NAME, --data-file, --section.field=VALUE
-    ignored = [key for key, _ in args.overrides if key.startswith("model.") and key != "model.block_size"]
+    parser = OneLineParser(
+        "Evaluate a pretrained GPT-2 as it is and without its mask, its scale or its positions.",
+        config="gpt2-finetune",
+    )
+    parser.add_argument(
+        "--pretrained",
+        required=True,
+        metavar="NAME_OR_FOLDER",
+        help="gpt2, gpt2-medium, ... or a folder",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for heatmaps and break.json (default: <runs-dir>/break-<name>)",
+    )
+    # the rest is a config: --config NAME, --data-file, --section.field=VALUE
+    args, cfg = parser.parse_with_config(argv)
+    ignored = [
+        key for key, _ in args.overrides if key.startswith("model.") and key != "model.block_size"
+    ]
     if ignored:
         raise ConfigError(
             f"break_gpt2.py takes the model as --pretrained gives it and makes its ablated variants itself, "
             f"so {ignored[0]} would be ignored; leave it out (--model.block_size, the context, is the one model key it reads)"
         )
     if cfg.data.tokenizer != "gpt2":
-        raise ConfigError(f"GPT-2 reads the gpt2 tokenizer's ids, and the config says data.tokenizer = {cfg.data.tokenizer}")
-    out = writable_folder(args.out or Path(cfg.train.runs_dir) / f"break-{Path(args.pretrained).name}", "--out", create=False)
+        raise ConfigError(
+            f"GPT-2 reads the gpt2 tokenizer's ids, and the config says data.tokenizer = {cfg.data.tokenizer}"
+        )
+    out = writable_folder(
+        args.out or Path(cfg.train.runs_dir) / f"break-{Path(args.pretrained).name}",
+        "--out",
+        create=False,
+    )
     runtime = setup_runtime(cfg.train)
     model, tokenizer, info = load_pretrained(args.pretrained, runtime.device)
     T = min(cfg.model.block_size, model.cfg.block_size)
@@ -70,21 +94,46 @@ def main(argv: list[str]) -> dict[str, dict]:
     results = {}
     for suffix, variant_cfg in variants(model.cfg).items():
         started = time.perf_counter()
-        kept = {key: t for key, t in state.items() if variant_cfg.positions == "learned" or key != "pos_emb.weight"}  # -no-pos: zeroed
+        # -no-pos: zeroed
+        kept = {
+            key: t
+            for key, t in state.items()
+            if variant_cfg.positions == "learned" or key != "pos_emb.weight"
+        }
         variant = build(variant_cfg, kept, info["source"]).to(runtime.device).eval()
         metrics = {"loss/val": estimate_loss(variant, eval_set.batches["val"], runtime)}
         metrics.update(measure_breakage(variant, eval_set, runtime, metrics["loss/val"]))
         metrics["wall_s"] = time.perf_counter() - started
         results[name + suffix] = metrics
         flags = flags_label(variant_cfg)
-        print(f"{name + suffix} ({flags}): val {metrics['loss/val']:.3f} in {metrics['wall_s']:.1f}s", flush=True)
-        weights = variant.attention_weights(torch.tensor([eval_set.heatmap_ids], device=runtime.device))
+        print(
+            f"{name + suffix} ({flags}): val {metrics['loss/val']:.3f} in {metrics['wall_s']:.1f}s",
+            flush=True,
+        )
+        weights = variant.attention_weights(
+            torch.tensor([eval_set.heatmap_ids], device=runtime.device)
+        )
         folder = writable_folder(out / (name + suffix), "--out")
-        save_layer_heatmaps(weights, eval_set.heatmap_labels, folder, name + suffix, flags, dpi=90, causal=variant_cfg.causal)
+        save_layer_heatmaps(
+            weights,
+            eval_set.heatmap_labels,
+            folder,
+            name + suffix,
+            flags,
+            dpi=90,
+            causal=variant_cfg.causal,
+        )
 
-    summary = {"model": info, "block_size": T, "val_tokens": eval_set.val_tokens, "results": results}
+    summary = {
+        "model": info,
+        "block_size": T,
+        "val_tokens": eval_set.val_tokens,
+        "results": results,
+    }
     write_atomically(out / "break.json", json.dumps(summary, indent=2).encode())
-    print(f"\n{format_table({run: aggregate([m]) for run, m in results.items()}, UNTRAINED_COLUMNS)}")
+    print(
+        f"\n{format_table({run: aggregate([m]) for run, m in results.items()}, UNTRAINED_COLUMNS)}"
+    )
     print(f"\nheatmaps: {out}/<variant>/attn_L<layer>.png; numbers: {out / 'break.json'}")
     return results
 

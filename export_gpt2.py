@@ -2,13 +2,15 @@
 
 The folder gets config.json and model.safetensors, the Hugging Face hub's layout, so that
 transformers' GPT2LMHeadModel.from_pretrained(FOLDER) loads it, and so do this project's
---pretrained FOLDER (sample.py, inspect_attention.py, break_gpt2.py) and train.py --init-from FOLDER.
-Only a run on the gpt2 tokenizer with the causal mask can be one: GPT-2 has no switch to unmask.
+--pretrained FOLDER (sample.py, inspect_attention.py, break_gpt2.py) and train.py --init-from
+FOLDER. Only a run on the gpt2 tokenizer with the causal mask can be one: GPT-2 has no switch to
+unmask.
 """
 
 from harness.stopping import exit_on_signal
 
-if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+# first, before the imports below take their second: a signal meanwhile is one line
+if __name__ == "__main__":
     exit_on_signal()
 
 import argparse
@@ -22,10 +24,21 @@ from harness.training.checkpoints import load_model
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(description="Export a trained run to GPT-2's layout (config.json + model.safetensors).")
+    parser = OneLineParser(
+        description="Export a trained run to GPT-2's layout (config.json + model.safetensors)."
+    )
     add_checkpoint_source(parser)
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write (created if missing; new or empty)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out (never a run's own folder)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="the folder to write (created if missing; new or empty)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier export in --out (never a run's own folder)",
+    )
     return parser.parse_args(argv)
 
 
@@ -35,7 +48,9 @@ def main(argv: list[str]) -> Path:
     path = checkpoint_path(args)
     model, tokenizer, checkpoint = load_model(path, "cpu")
     folder = export_hf(model, tokenizer.name, args.out)
-    print(f"{path} (step {checkpoint.get('step')}) written as a GPT-2 to {folder}/: config.json, model.safetensors")
+    print(
+        f"{path} (step {checkpoint.get('step')}) written as a GPT-2 to {folder}/: config.json, model.safetensors"
+    )
     print(f"read it back with: python sample.py --pretrained {folder}")
     return folder
 

@@ -1,20 +1,23 @@
-"""Score a text: python score.py [--run NAME | --checkpoint PATH | --pretrained NAME_OR_FOLDER] [--file PATH]
+"""Score a text: python score.py [--run NAME | --checkpoint PATH | --pretrained NAME_OR_FOLDER]
+[--file PATH]
 
 Prints how well the model predicts the text: the tokens scored, the mean loss in nats per token,
 the perplexity and the bits per byte. Without --file it scores the val split of the run's corpus
 (of Tiny Shakespeare for a pretrained GPT-2). A text longer than the model's context is read in
 sliding windows with a stride; harness/scoring.py says how, and why each token is scored once.
 
---contexts 0.5,1,2,4 scores the text at contexts of those multiples of the model's block_size instead,
-each in separate windows, and prints the loss per context and per position bucket (0-63, 64-127, ...
-at block_size 128); contexts.json in the model's folder holds them (contexts-<name>.json for a --file, so that a
-file never takes the val split's place), with the loss at every position and the text scored.
-A model with a learned position table is refused contexts past its block_size; harness/lengths.py says why.
+--contexts 0.5,1,2,4 scores the text at contexts of those multiples of the model's block_size
+instead, each in separate windows, and prints the loss per context and per position bucket (0-63,
+64-127, ... at block_size 128); contexts.json in the model's folder holds them (contexts-<name>.json
+for a --file, so that a file never takes the val split's place), with the loss at every position and
+the text scored. A model with a learned position table is refused contexts past its block_size;
+harness/lengths.py says why.
 """
 
 from harness.stopping import StopFlag, exit_on_signal
 
-if __name__ == "__main__":  # first, before the imports below take their second: a signal meanwhile is one line
+# first, before the imports below take their second: a signal meanwhile is one line
+if __name__ == "__main__":
     exit_on_signal()
 
 import argparse
@@ -24,19 +27,49 @@ from pathlib import Path
 
 from data.files import write_atomically
 from harness.arguments import context_factors, positive_int
-from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, out_of_memory_advice, run_command
+from harness.cli import (
+    OneLineParser,
+    add_model_source,
+    device_of,
+    load_model_source,
+    out_of_memory_advice,
+    run_command,
+)
 from harness.folders import writable_folder
-from harness.lengths import buckets, check_contexts, context_lengths, contexts_cost, factor_label, score_contexts
+from harness.lengths import (
+    buckets,
+    check_contexts,
+    context_lengths,
+    contexts_cost,
+    factor_label,
+    score_contexts,
+)
 from harness.scoring import score_ids, surprises, text_ids
 from harness.training.budget import duration
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(description="How well a model predicts a text: loss per token, perplexity and bits per byte.")
+    parser = OneLineParser(
+        description="How well a model predicts a text: loss per token, perplexity and bits per byte."
+    )
     add_model_source(parser)
-    parser.add_argument("--file", type=Path, metavar="PATH", help="a UTF-8 text file (default: the val split of the run's corpus)")
-    parser.add_argument("--stride", type=positive_int, help="tokens between window starts, at most the context (default: half of it)")
-    parser.add_argument("--top", type=positive_int, metavar="N", help="also list the N tokens that surprised the model most")
+    parser.add_argument(
+        "--file",
+        type=Path,
+        metavar="PATH",
+        help="a UTF-8 text file (default: the val split of the run's corpus)",
+    )
+    parser.add_argument(
+        "--stride",
+        type=positive_int,
+        help="tokens between window starts, at most the context (default: half of it)",
+    )
+    parser.add_argument(
+        "--top",
+        type=positive_int,
+        metavar="N",
+        help="also list the N tokens that surprised the model most",
+    )
     parser.add_argument(
         "--contexts",
         type=context_factors,
@@ -44,11 +77,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="score at these multiples of the model's block_size instead, comma-separated (0.5,1,2,4): the loss per context "
         "and per position bucket, also written to contexts.json beside the checkpoint",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object: tokens, loss, perplexity, bits_per_byte (and top)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: tokens, loss, perplexity, bits_per_byte (and top)",
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     args = parser.parse_args(argv)
     if args.contexts and (args.stride or args.top):
-        parser.error("--contexts reads each context in separate windows of its own length; leave out --stride and --top")
+        parser.error(
+            "--contexts reads each context in separate windows of its own length; leave out --stride and --top"
+        )
     return args
 
 
@@ -58,7 +97,9 @@ def main(argv: list[str]) -> dict:
     model, tokenizer, described, folder, checkpoint = load_model_source(args, device)
     ids, what = text_ids(tokenizer, args.file, checkpoint)
     if args.contexts:
-        return score_at_contexts(args, model, ids, device, folder, f"# {described} on {device}", what)
+        return score_at_contexts(
+            args, model, ids, device, folder, f"# {described} on {device}", what
+        )
     stride = args.stride or max(1, model.cfg.block_size // 2)
     if not model.cfg.causal:
         print(
@@ -66,7 +107,8 @@ def main(argv: list[str]) -> dict:
             "predict, so each token is scored from the tokens before it alone (one pass per token: slower)",
             file=sys.stderr,
         )
-    with StopFlag() as stop:  # Ctrl-C stops at the next pass: exit code 130, nothing printed as if whole
+    # Ctrl-C stops at the next pass: exit code 130, nothing printed as if whole
+    with StopFlag() as stop:
         score = score_ids(model, tokenizer, ids, stride, stop.poll)
     result = score.summary()
     if args.top:
@@ -81,26 +123,45 @@ def main(argv: list[str]) -> dict:
     print(f"perplexity      {score.perplexity:.3f}")
     print(f"bits per byte   {score.bits_per_byte:.4f}")
     if args.top:
-        print(f"the {len(result['top'])} tokens that surprised the model most (loss, line, the text before, the token):")
+        print(
+            f"the {len(result['top'])} tokens that surprised the model most (loss, line, the text before, the token):"
+        )
     for row in result.get("top", []):
-        print(f"{row['loss']:7.3f} nats  line {row['line']:<6} {row['context']!r} -> {row['token']!r}")
+        print(
+            f"{row['loss']:7.3f} nats  line {row['line']:<6} {row['context']!r} -> {row['token']!r}"
+        )
     return result
 
 
-def score_at_contexts(args: argparse.Namespace, model, ids: list[int], device, folder: Path, described: str, what: str) -> dict:
-    """--contexts: refusals and the estimate first, then the loss per context and per position bucket, printed, then kept
-    beside the checkpoint: the val split's in contexts.json (what tools.docs_figures reads), a --file's in
-    contexts-<its name>.json, each naming the text it scored."""
+def score_at_contexts(
+    args: argparse.Namespace, model, ids: list[int], device, folder: Path, described: str, what: str
+) -> dict:
+    """--contexts: refusals and the estimate first, then the loss per context and per position
+    bucket, printed, then kept
+    beside the checkpoint: the val split's in contexts.json (what tools.docs_figures reads), a
+    --file's in contexts-<its name>.json, each naming the text it scored."""
     lengths = context_lengths(args.contexts, model.cfg, len(ids))
-    seconds = check_contexts(model.cfg, lengths, len(ids), device, contexts_cost(model, lengths, len(ids)))
-    out = writable_folder(folder, "the model's folder")  # before the work: a folder that cannot take the result costs nothing
+    seconds = check_contexts(
+        model.cfg, lengths, len(ids), device, contexts_cost(model, lengths, len(ids))
+    )
+    # before the work: a folder that cannot take the result costs nothing
+    out = writable_folder(folder, "the model's folder")
     kept = out / ("contexts.json" if args.file is None else f"contexts-{args.file.stem}.json")
-    print(f"scoring {len(args.contexts)} contexts: about {duration(seconds)} (estimated)", file=sys.stderr)
-    with StopFlag() as stop, out_of_memory_advice("give shorter --contexts (each pass holds its windows' whole context)"):
+    print(
+        f"scoring {len(args.contexts)} contexts: about {duration(seconds)} (estimated)",
+        file=sys.stderr,
+    )
+    with (
+        StopFlag() as stop,
+        out_of_memory_advice(
+            "give shorter --contexts (each pass holds its windows' whole context)"
+        ),
+    ):
         result = score_contexts(model, ids, args.contexts, stop.poll)
     result["text"] = what if args.file is None else str(args.file.resolve())
     if args.json:
-        print(json.dumps(result), flush=True)  # printed before the file is written: a full disk loses the file, not the result
+        # printed before the file is written: a full disk loses the file, not the result
+        print(json.dumps(result), flush=True)
     else:
         print_contexts(result, lengths, f"{described}\n# {what}", model.cfg)
     write_atomically(kept, json.dumps(result).encode())
@@ -112,12 +173,24 @@ def score_at_contexts(args: argparse.Namespace, model, ids: list[int], device, f
 def print_contexts(result: dict, lengths: list[int], header: str, model_cfg) -> None:
     """The table of --contexts: per context its loss, then per position bucket."""
     names = [f"{first}-{last}" for first, last in buckets(lengths)]
-    print(f"{header}: separate windows of each context; trained at {model_cfg.block_size} tokens, positions {model_cfg.positions}")
-    print("# loss in nats per token: over all of each context's windows, then at the positions of a window that each column names")
-    print(f"{'context':>8} {'tokens':>7} {'scored':>9} {'loss':>7} |" + "".join(f"{n:>10}" for n in names))
+    print(
+        f"{header}: separate windows of each context; trained at {model_cfg.block_size} tokens, positions {model_cfg.positions}"
+    )
+    print(
+        "# loss in nats per token: over all of each context's windows, then at the positions of a window that each column names"
+    )
+    print(
+        f"{'context':>8} {'tokens':>7} {'scored':>9} {'loss':>7} |"
+        + "".join(f"{n:>10}" for n in names)
+    )
     for c in result["contexts"].values():
-        cells = "".join(f"{c['buckets'][n]['loss']:10.4f}" if n in c["buckets"] else " " * 10 for n in names)
-        print(f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f} |{cells}".rstrip(), flush=True)
+        cells = "".join(
+            f"{c['buckets'][n]['loss']:10.4f}" if n in c["buckets"] else " " * 10 for n in names
+        )
+        print(
+            f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f} |{cells}".rstrip(),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

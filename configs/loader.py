@@ -1,16 +1,16 @@
-"""The loader: a TOML preset, then command-line overrides, checked against the schema and converted to its types.
+"""The loader: a TOML preset, then command-line overrides, checked against the schema and converted
+to its types.
 
 Precedence is dataclass defaults < TOML file < command line. Sections [model], [data] and
 [train] map one-to-one onto ModelConfig, DataConfig and TrainConfig, and every field can be
 set from the command line with its dotted name:
 
-    python train.py --config base --train.lr=3e-4 --model.n_layer 4
-    python train.py --no-mask        # shorthand for --model.causal=false
-    python train.py --no-scale       # shorthand for --model.scaled=false
-    python train.py --no-pos         # shorthand for --model.positions=none
-    python train.py --qk-norm        # shorthand for --model.qk_norm=true (model/ablations.py holds every such change)
-    python train.py --softcap=50     # shorthand for --model.softcap=50
-    python train.py --config gpt2-finetune --init-from gpt2   # shorthand for --train.init_from=gpt2
+    python train.py --config base --train.lr=3e-4 --model.n_layer 4 python train.py --no-mask
+    # shorthand for --model.causal=false python train.py --no-scale       # shorthand for
+    --model.scaled=false python train.py --no-pos         # shorthand for --model.positions=none
+    python train.py --qk-norm        # shorthand for --model.qk_norm=true (model/ablations.py holds
+    every such change) python train.py --softcap=50     # shorthand for --model.softcap=50 python
+    train.py --config gpt2-finetune --init-from gpt2   # shorthand for --train.init_from=gpt2
 
 Parsing is data only: stdlib tomllib, and values converted to the annotated field types.
 """
@@ -27,7 +27,11 @@ from model.ablations import CHANGES
 
 CONFIG_DIR = Path(__file__).resolve().parent
 SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes a value)
-    **{c.flag: (f"model.{c.field}", None if c.takes_value else str(c.value).lower()) for c in CHANGES},  # --no-mask, --qk-norm, ...
+    # --no-mask, --qk-norm, ...
+    **{
+        c.flag: (f"model.{c.field}", None if c.takes_value else str(c.value).lower())
+        for c in CHANGES
+    },
     "--device": ("train.device", None),
     "--data-file": ("data.path", None),
     "--run-name": ("train.run_name", None),
@@ -35,12 +39,17 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--resume": ("train.resume", "true"),
     "--init-from": ("train.init_from", None),
 }
-COUNTED = {c.flag: c.counts for c in CHANGES if c.counts}  # --window=W, --kv-heads=K: a count from 1
-SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}  # what only a synthetic source reads
-CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}  # with weights: the run's, or refused
-FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER  # what pretrained weights fix
-# A relative path names another file from another folder: the run's config.json and checkpoints record these resolved, so that
-# score.py and inspect_attention.py find a run's text from anywhere, and a run resumed from elsewhere records the same text.
+# --window=W, --kv-heads=K: a count from 1
+COUNTED = {c.flag: c.counts for c in CHANGES if c.counts}
+# what only a synthetic source reads
+SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}
+# with weights: the run's, or refused
+CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}
+# what pretrained weights fix
+FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER
+# A relative path names another file from another folder: the run's config.json and checkpoints
+# record these resolved, so that score.py and inspect_attention.py find a run's text from anywhere,
+# and a run resumed from elsewhere records the same text.
 TEXT_PATHS = ("path", "val_path")
 
 
@@ -52,23 +61,33 @@ def find_config_file(name: str) -> Path:
     if name.endswith(".toml") or "/" in name or "\\" in name:
         path = Path(name)
         if not path.is_file():
-            raise ConfigError(f"config file {name} not found; give a path to a .toml file or one of: {', '.join(presets())}")
+            raise ConfigError(
+                f"config file {name} not found; give a path to a .toml file or one of: {', '.join(presets())}"
+            )
         return path
     path = CONFIG_DIR / f"{name}.toml"
     if not path.is_file():
         hint = difflib.get_close_matches(name, presets(), n=1)
         did_you_mean = f"did you mean {hint[0]}? " if hint else ""
-        raise ConfigError(f"unknown config {name!r}; {did_you_mean}choose one of: {', '.join(presets())}, or a path to a .toml file")
+        raise ConfigError(
+            f"unknown config {name!r}; {did_you_mean}choose one of: {', '.join(presets())}, or a path to a .toml file"
+        )
     return path
 
 
 def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
-    """Return the config name (`default` unless --config gives one) and the (dotted key, string value) overrides, in order."""
+    """Return the config name (`default` unless --config gives one) and the (dotted key, string
+    value) overrides, in order.
+    """
     name, overrides, spelled, i = default, [], [], 0  # spelled: each override as it was typed
     while i < len(argv):
         arg = argv[i]
         flag, has_eq, inline = arg.partition("=")
-        takes_value = flag == "--config" or (flag in SHORTHANDS and SHORTHANDS[flag][1] is None) or "." in flag
+        takes_value = (
+            flag == "--config"
+            or (flag in SHORTHANDS and SHORTHANDS[flag][1] is None)
+            or "." in flag
+        )
         if flag in SHORTHANDS and SHORTHANDS[flag][1] is not None:
             if has_eq:
                 raise ConfigError(f"{flag} takes no value")
@@ -78,15 +97,23 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
             continue
         if not flag.startswith("--") or not takes_value:
             shown = [*SHORTHANDS, "--config", "--section.field=VALUE"]
-            fields = [f"--{dotted}=VALUE" for dotted in KEYS if dotted.partition(".")[2] == flag[2:].replace("-", "_")]
-            fields += [flag.replace("_", "-")] if flag.replace("_", "-") in SHORTHANDS else []  # --no_mask: --no-mask
+            fields = [
+                f"--{dotted}=VALUE"
+                for dotted in KEYS
+                if dotted.partition(".")[2] == flag[2:].replace("-", "_")
+            ]
+            # --no_mask: --no-mask
+            fields += [flag.replace("_", "-")] if flag.replace("_", "-") in SHORTHANDS else []
             hint = f" (did you mean {' or '.join(fields)}?)" if fields else ""
-            raise ConfigError(f"unknown argument {arg!r}{hint}; valid arguments: {', '.join(shown)}")
+            raise ConfigError(
+                f"unknown argument {arg!r}{hint}; valid arguments: {', '.join(shown)}"
+            )
         if has_eq:
             value = inline
         elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
             value, i = argv[i + 1], i + 1
-        elif i + 1 < len(argv):  # `--run-name --no-mask`: the value was left out; write --flag=--value to mean it
+        # `--run-name --no-mask`: the value was left out; write --flag=--value to mean it
+        elif i + 1 < len(argv):
             raise ConfigError(
                 f"{flag} needs a value, and got the flag {argv[i + 1]}; to give a value that starts with --, write {flag}=VALUE"
             )
@@ -107,14 +134,17 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
 
 
 def refuse_contradictions(overrides: list[tuple[str, str]], spelled: list[str]) -> None:
-    """A flag that sets a fixed value (--no-pos: model.positions=none) and another that sets the same key otherwise
-    (--rope, --model.positions=rope) contradict each other: neither silently wins."""
+    """A flag that sets a fixed value (--no-pos: model.positions=none) and another that sets the
+    same key otherwise (--rope, --model.positions=rope) contradict each other: neither silently
+    wins."""
     for (key, value), flag in zip(overrides, spelled, strict=True):
         if flag not in SHORTHANDS:
             continue
         for (other_key, other), other_flag in zip(overrides, spelled, strict=True):
             if other_key == key and other.strip().lower() != value:
-                raise ConfigError(f"{flag} sets {key}={value} and {other_flag} sets it to {other}; give one of them")
+                raise ConfigError(
+                    f"{flag} sets {key}={value} and {other_flag} sets it to {other}; give one of them"
+                )
 
 
 def load_config(argv: list[str], default: str = "base") -> Config:
@@ -129,21 +159,38 @@ def load_config(argv: list[str], default: str = "base") -> Config:
         raise ConfigError(f"cannot read config file {path}: {e}") from None
     cfg = validate_config(table, path, overrides)
     refuse_ignored(cfg, overrides)
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **resolved_texts(dataclasses.asdict(cfg.data))))
+    return dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, **resolved_texts(dataclasses.asdict(cfg.data)))
+    )
 
 
 def resolved_texts(data: dict) -> dict[str, str]:
-    """A data section's texts (TEXT_PATHS) as the files they name from here, not as typed: one file however it is written."""
+    """A data section's texts (TEXT_PATHS) as the files they name from here, not as typed: one file
+    however it is written.
+    """
     return {key: str(Path(data[key]).expanduser().resolve()) for key in TEXT_PATHS if data.get(key)}
 
 
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
-    """A flag the run would not use is refused, never silently ignored: a text's settings when the source draws its own
-    tokens (the induction preset's), a synthetic source's settings when it reads a text, and a model field that
-    pretrained weights fix (train.init_from: the sizes, the bias, the GELU, ...), which the weights' values replace."""
+    """A flag the run would not use is refused, never silently ignored: a text's settings when the
+    source draws its own tokens (the induction preset's), a synthetic source's settings when it
+    reads a text, and a model field that pretrained weights fix (train.init_from: the sizes, the
+    bias, the GELU, ...), which the weights' values replace."""
     for dotted, value in overrides:
-        flag = next((f"{f} {value}" for f, (key, fixed) in SHORTHANDS.items() if key == dotted and fixed is None), f"--{dotted}={value}")
-        if dotted.startswith("data.") and cfg.data.source != "text" and dotted not in SYNTHETIC and dotted != "data.source":
+        flag = next(
+            (
+                f"{f} {value}"
+                for f, (key, fixed) in SHORTHANDS.items()
+                if key == dotted and fixed is None
+            ),
+            f"--{dotted}={value}",
+        )
+        if (
+            dotted.startswith("data.")
+            and cfg.data.source != "text"
+            and dotted not in SYNTHETIC
+            and dotted != "data.source"
+        ):
             raise ConfigError(
                 f"{flag} does not apply to data.source = {cfg.data.source}, which draws its own tokens (data.symbols of them) and "
                 f"reads no text, so {dotted} would be ignored; leave it out, or add --data.source=text to train on a text"

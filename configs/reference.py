@@ -1,8 +1,8 @@
-"""What every key means, written out from the schema: `--help` of each config-driven script, and the key tables
-of docs/command-line.md.
+"""What every key means, written out from the schema: `--help` of each config-driven script, and the
+key tables of docs/command-line.md.
 
-Each field's meaning lives once, in its `setting(default, meaning)`; this module only prints it. The tables in
-docs/command-line.md sit between two marker lines and are rewritten by
+Each field's meaning lives once, in its `setting(default, meaning)`; this module only prints it. The
+tables in docs/command-line.md sit between two marker lines and are rewritten by
 
     python -m configs
 
@@ -23,7 +23,9 @@ END = "<!-- end of every key -->"
 
 
 def shown_default(dotted: str) -> str:
-    """A field's default as it is typed on the command line: true/false, the number, the text ('' shown as empty)."""
+    """A field's default as it is typed on the command line: true/false, the number, the text (''
+    shown as empty).
+    """
     default = KEYS[dotted].default
     if isinstance(default, bool):
         return str(default).lower()
@@ -35,32 +37,53 @@ def meaning(dotted: str) -> str:
 
 
 def settable(section: str) -> list[str]:
-    return [f"{section}.{f.name}" for f in dataclasses.fields(SECTIONS[section]) if f"{section}.{f.name}" not in FROM_TOKENIZER]
+    return [
+        f"{section}.{f.name}"
+        for f in dataclasses.fields(SECTIONS[section])
+        if f"{section}.{f.name}" not in FROM_TOKENIZER
+    ]
 
 
 def usage(default: str = "base", width: int = 110) -> str:
-    """The epilog of --help: the presets, the shorthands, then every key by section with its default and meaning."""
-    lines = [f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file", "", "shorthands:"]
+    """The epilog of --help: the presets, the shorthands, then every key by section with its default
+    and meaning.
+    """
+    lines = [
+        f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file",
+        "",
+        "shorthands:",
+    ]
     for flag, (dotted, value) in SHORTHANDS.items():
         lines.append(f"  {flag:<12} {dotted}={'VALUE' if value is None else value}")
-    lines.append("\nevery key, --section.field=VALUE, with its default (a preset may change it) and its meaning:")
+    lines.append(
+        "\nevery key, --section.field=VALUE, with its default (a preset may change it) and its meaning:"
+    )
     for section in SECTIONS:
         lines.append(f"\n[{section}] {SECTION_MEANINGS[section]}")
         for dotted in settable(section):
             key = f"  --{dotted}={shown_default(dotted)}"
             wrapped = textwrap.wrap(meaning(dotted), width=max(40, width - 34))
-            lines.append(f"{key:<32}  {wrapped[0]}" if len(key) < 32 else f"{key}\n{'':<34}{wrapped[0]}")
+            lines.append(
+                f"{key:<32}  {wrapped[0]}" if len(key) < 32 else f"{key}\n{'':<34}{wrapped[0]}"
+            )
             lines.extend(f"{'':<34}{more}" for more in wrapped[1:])
     return "\n".join(lines)
 
 
 def markdown_tables() -> str:
-    """One table per section: key, default, meaning (what docs/command-line.md holds between its markers)."""
+    """One table per section: key, default, meaning (what docs/command-line.md holds between its
+    markers).
+    """
     parts = []
     for section in SECTIONS:
-        rows = [f"| `{dotted}` | {'`' + shown_default(dotted) + '`' if shown_default(dotted) else '(empty)'} | {meaning(dotted)} |"
-                for dotted in settable(section)]  # fmt: skip
-        parts.append(f"### [{section}]: {SECTION_MEANINGS[section]}\n\n| key | default | meaning |\n|---|---|---|\n" + "\n".join(rows))
+        rows = [
+            f"| `{dotted}` | {'`' + shown_default(dotted) + '`' if shown_default(dotted) else '(empty)'} | {meaning(dotted)} |"
+            for dotted in settable(section)
+        ]
+        parts.append(
+            f"### [{section}]: {SECTION_MEANINGS[section]}\n\n| key | default | meaning |\n|---|---|---|\n"
+            + "\n".join(rows)
+        )
     return "\n\n".join(parts)
 
 

@@ -1,4 +1,5 @@
-"""The configuration's schema: DataConfig and TrainConfig beside model/config.py's ModelConfig, and Config, one of each.
+"""The configuration's schema: DataConfig and TrainConfig beside model/config.py's ModelConfig, and
+Config, one of each.
 
 Each field carries its unit or meaning; checks run in __post_init__, so a bad value fails when
 the config is built, not at step 3000. configs/validation.py fills these from a TOML preset and the
@@ -18,51 +19,84 @@ from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("adamw", "muon")
-MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")  # "auto": bfloat16 where the device computes it in hardware
-MAX_SEED = 2**63 - 1  # torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
+# "auto": bfloat16 where the device computes it in hardware
+MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")
+# torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
+MAX_SEED = 2**63 - 1
 MAX_RUN_NAME = 200  # characters
-CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")  # the model fields a run from pretrained weights takes from its config
+# the model fields a run from pretrained weights takes from its config
+CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = setting("", "a UTF-8 text file, a .jsonl or .parquet file of documents, or a folder of them; empty means Tiny Shakespeare")
+    path: str = setting(
+        "",
+        "a UTF-8 text file, a .jsonl or .parquet file of documents, or a folder of them; empty means Tiny Shakespeare",
+    )
     tokenizer: str = setting("gpt2", '"gpt2" (tiktoken BPE) or "char" (one id per character)')
-    cache_dir: str = setting("", "where downloads and prepared .bin files go; empty means data/cache")
-    text_field: str = setting("text", "the JSONL field or parquet column that holds each document's text")
-    val_path: str = setting("", "a separate validation source (file or folder); empty means the last 10% of data.path")
-    workers: int = setting(0, "threads that encode while preparing the corpus; 0 means one per core")
+    cache_dir: str = setting(
+        "", "where downloads and prepared .bin files go; empty means data/cache"
+    )
+    text_field: str = setting(
+        "text", "the JSONL field or parquet column that holds each document's text"
+    )
+    val_path: str = setting(
+        "", "a separate validation source (file or folder); empty means the last 10% of data.path"
+    )
+    workers: int = setting(
+        0, "threads that encode while preparing the corpus; 0 means one per core"
+    )
     source: str = setting(
-        "text", '"text": data.path, tokenized; "repeated-random": fresh random tokens in which a segment recurs (docs/induction.md)'
+        "text",
+        '"text": data.path, tokenized; "repeated-random": fresh random tokens in which a segment recurs (docs/induction.md)',
     )
     symbols: int = setting(256, "repeated-random: how many distinct tokens, drawn uniformly")
     min_segment: int = setting(8, "repeated-random: the shortest segment that recurs, in tokens")
-    max_segment: int = setting(32, "repeated-random: the longest segment that recurs, in tokens (two copies fit in a block)")
+    max_segment: int = setting(
+        32,
+        "repeated-random: the longest segment that recurs, in tokens (two copies fit in a block)",
+    )
 
     def __post_init__(self) -> None:
         check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
         check_choice("data.source", self.source, SOURCES)
         if not 2 <= self.symbols <= len(SYMBOLS):
-            raise ValueError(f"data.symbols must be between 2 and {len(SYMBOLS)}, got {self.symbols}")
+            raise ValueError(
+                f"data.symbols must be between 2 and {len(SYMBOLS)}, got {self.symbols}"
+            )
         if not 1 <= self.min_segment <= self.max_segment:
-            raise ValueError(f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), got {self.min_segment}")
+            raise ValueError(
+                f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), got {self.min_segment}"
+            )
         if not self.text_field:
             raise ValueError("data.text_field must name a field, got an empty value")
         if self.workers < 0:
-            raise ValueError(f"data.workers must be 0 (one per core) or a positive number, got {self.workers}")
+            raise ValueError(
+                f"data.workers must be 0 (one per core) or a positive number, got {self.workers}"
+            )
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     batch_size: int = setting(32, "sequences per micro-batch, per process")
-    grad_accum_steps: int = setting(1, "micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x processes")
+    grad_accum_steps: int = setting(
+        1,
+        "micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x processes",
+    )
     max_steps: int = setting(1000, "optimizer steps in the whole run")
     lr: float = setting(1e-3, "peak learning rate, reached at the end of warmup")
     min_lr: float = setting(1e-4, "learning rate at the last step of the cosine decay")
-    warmup_steps: int = setting(100, "steps of linear warmup from 0 to lr (a shorter run warms up over all of it)")
-    optimizer: str = setting("adamw", '"adamw", or "muon": torch.optim.Muon for the blocks\' matrices, AdamW (same lr) for the rest')
+    warmup_steps: int = setting(
+        100, "steps of linear warmup from 0 to lr (a shorter run warms up over all of it)"
+    )
+    optimizer: str = setting(
+        "adamw",
+        '"adamw", or "muon": torch.optim.Muon for the blocks\' matrices, AdamW (same lr) for the rest',
+    )
     muon_dtype: str = setting(
-        "auto", 'Muon\'s Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device computes it in hardware'
+        "auto",
+        'Muon\'s Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device computes it in hardware',
     )
     weight_decay: float = setting(0.1, "AdamW decay, on matrices only")
     beta1: float = setting(0.9, "AdamW momentum")
@@ -70,7 +104,9 @@ class TrainConfig:
     grad_clip: float = setting(1.0, "max global gradient norm; 0 turns clipping off")
     eval_interval: int = setting(100, "steps between evaluations (and one at the end)")
     eval_batches: int = setting(20, "fixed batches per split in each evaluation")
-    honest_batches: int = setting(4, "of those val batches, how many are also scored prefix by prefix (loss/val_honest)")
+    honest_batches: int = setting(
+        4, "of those val batches, how many are also scored prefix by prefix (loss/val_honest)"
+    )
     probes: int = setting(
         20,
         "how many times a run measures the story's signals on a few val sequences (Probe_loss/..., Probe_attn/...): every max_steps // probes steps, and "
@@ -79,29 +115,51 @@ class TrainConfig:
     log_interval: int = setting(10, "steps between training-loss logs")
     seed: int = setting(1337, "one seed for init and the training batches")
     device: str = setting("auto", '"auto" picks cuda, then mps, then cpu')
-    compile: str = setting("auto", 'torch.compile the training model: "auto" (CUDA only), "true" or "false"')
+    compile: str = setting(
+        "auto", 'torch.compile the training model: "auto" (CUDA only), "true" or "false"'
+    )
     run_name: str = setting("", "folder under runs_dir; empty derives it from config and flags")
     runs_dir: str = setting("runs", "where every run's folder goes")
     resume: bool = setting(False, "continue runs_dir/run_name/ckpt.pt instead of starting afresh")
-    init_from: str = setting("", "start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + model.safetensors)")
+    init_from: str = setting(
+        "",
+        "start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + model.safetensors)",
+    )
 
     def __post_init__(self) -> None:
         for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"):
-            if not math.isfinite(getattr(self, name)):  # nan slips past every comparison below, inf past most
+            # nan slips past every comparison below, inf past most
+            if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"train.{name} must be a finite number, got {getattr(self, name)}")
         if not 0 <= self.seed <= MAX_SEED:
-            raise ValueError(f"train.seed must be between 0 and {MAX_SEED} (2**63 - 1), got {self.seed}")
-        for name in ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches", "honest_batches", "log_interval"):
+            raise ValueError(
+                f"train.seed must be between 0 and {MAX_SEED} (2**63 - 1), got {self.seed}"
+            )
+        for name in (
+            "batch_size",
+            "grad_accum_steps",
+            "max_steps",
+            "eval_interval",
+            "eval_batches",
+            "honest_batches",
+            "log_interval",
+        ):
             if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}")
+                raise ValueError(
+                    f"train.{name} must be a positive integer, got {getattr(self, name)}"
+                )
         if not self.lr > 0:
             raise ValueError(f"train.lr must be positive, got {self.lr}")
         if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}")
+            raise ValueError(
+                f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}"
+            )
         if self.warmup_steps < 0:
             raise ValueError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.probes < 0:
-            raise ValueError(f"train.probes must be 0 (no probe) or a positive number of probes per run, got {self.probes}")
+            raise ValueError(
+                f"train.probes must be 0 (no probe) or a positive number of probes per run, got {self.probes}"
+            )
         for name in ("weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
@@ -117,22 +175,35 @@ class TrainConfig:
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
         if not self.runs_dir.strip():
-            raise ValueError("train.runs_dir must name a folder (write . for the current one), got an empty value")
-        if len(self.run_name) > MAX_RUN_NAME:  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
-            raise ValueError(f"train.run_name must be at most {MAX_RUN_NAME} characters, got {len(self.run_name)}")
+            raise ValueError(
+                "train.runs_dir must name a folder (write . for the current one), got an empty value"
+            )
+        # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
+        if len(self.run_name) > MAX_RUN_NAME:
+            raise ValueError(
+                f"train.run_name must be at most {MAX_RUN_NAME} characters, got {len(self.run_name)}"
+            )
 
     @property
     def warmup(self) -> int:
-        """The warmup the schedule uses: warmup_steps, shrunk to fit a run shorter than it (`--train.max_steps=3`)."""
+        """The warmup the schedule uses: warmup_steps, shrunk to fit a run shorter than it
+        (`--train.max_steps=3`).
+        """
         return min(self.warmup_steps, self.max_steps)
 
     def probes_at(self, step: int) -> bool:
-        """Whether the probe measures at this step: every max_steps // probes steps (at most every step), and at the last."""
-        return self.probes > 0 and (step % max(1, self.max_steps // self.probes) == 0 or step == self.max_steps)
+        """Whether the probe measures at this step: every max_steps // probes steps (at most every
+        step), and at the last.
+        """
+        return self.probes > 0 and (
+            step % max(1, self.max_steps // self.probes) == 0 or step == self.max_steps
+        )
 
 
 def check_measurable(block_size: int, min_segment: int) -> None:
-    """What the induction measurements need of a synthetic source, or a ValueError saying why it would measure nothing."""
+    """What the induction measurements need of a synthetic source, or a ValueError saying why it
+    would measure nothing.
+    """
     if block_size < SHORTEST_CONTEXT:
         raise ValueError(
             f"model.block_size must be at least {SHORTEST_CONTEXT} to measure induction heads, got {block_size}: attention spread evenly "
@@ -152,7 +223,9 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    shape: str = ""  # the model sizes the command line changed from the preset's, as run names end: "-n_layer1" (configs/validation.py)
+    # the model sizes the command line changed from the preset's, as run names end: "-n_layer1"
+    # (configs/validation.py)
+    shape: str = ""
 
     def __post_init__(self) -> None:
         if self.data.source != "text":
@@ -165,7 +238,9 @@ class Config:
 
     @property
     def run_name(self) -> str:
-        """`base`, `base-no-mask`, `base-no-scale`, ..., then the changed sizes (`char-n_layer6`), unless train.run_name says otherwise."""
+        """`base`, `base-no-mask`, `base-no-scale`, ..., then the changed sizes (`char-n_layer6`),
+        unless train.run_name says otherwise.
+        """
         return self.train.run_name or self.name + name_suffix(self.model) + self.shape
 
     @property
@@ -176,20 +251,27 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}  # TOML section -> dataclass
+# TOML section -> dataclass
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 SECTION_MEANINGS = {
     "model": "the network: its sizes, the switches that break attention, those that mend it, and attention as shipped models have it",
     "data": "the text and how it becomes token ids",
     "train": "the run: optimizer, schedule, evaluations, device, where results go",
 }
-KEYS = {f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # "train.lr" -> its field
+# "train.lr" -> its field
+KEYS = {
+    f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+}
 
 
-def config_differences(saved: dict, wanted: dict, ignore: tuple[str, ...] = (), prefix: str = "") -> list[str]:
-    """What differs between a recorded config and the wanted one, key by key: ["n_layer 2 vs 4", ...].
+def config_differences(
+    saved: dict, wanted: dict, ignore: tuple[str, ...] = (), prefix: str = ""
+) -> list[str]:
+    """What differs between a recorded config and the wanted one, key by key: ["n_layer 2 vs 4",
+    ...].
 
-    Both are plain dicts as `to_dict()` and checkpoints hold them; a key the record lacks shows as None.
-    Nested sections ({"model": {...}}) are compared key by key, named "model.n_layer".
+    Both are plain dicts as `to_dict()` and checkpoints hold them; a key the record lacks shows as
+    None. Nested sections ({"model": {...}}) are compared key by key, named "model.n_layer".
     """
     found = []
     for key, value in wanted.items():

@@ -1,10 +1,12 @@
-"""One way into a Config, whatever its source: every key checked against the schema, every value against its type.
+"""One way into a Config, whatever its source: every key checked against the schema, every value
+against its type.
 
-Four sources give a config: a TOML file (typed values), the command line (text, converted to each field's
-type), and what a run records, the config in every checkpoint and in runs/<run-name>/config.json. All go
-through validate_config, so a checkpoint whose config says causal = "false" is refused as the same line
-of a TOML file is: Python reads any non-empty text as true, so the model would have kept its mask. The
-error is one line that names the field, the value, the file and what to do.
+Four sources give a config: a TOML file (typed values), the command line (text, converted to each
+field's type), and what a run records, the config in every checkpoint and in
+runs/<run-name>/config.json. All go through validate_config, so a checkpoint whose config says
+causal = "false" is refused as the same line
+of a TOML file is: Python reads any non-empty text as true, so the model would have kept its mask.
+The error is one line that names the field, the value, the file and what to do.
 
 A key that does not exist names the nearest one that does, or the flag of the change it spells
 (model.rope is --rope, model.no_mask is --no-mask: model/ablations.py's table).
@@ -20,10 +22,19 @@ from configs.schema import KEYS, SECTIONS, Config
 from model.ablations import CHANGES
 
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
-SHAPE = ("n_layer", "n_head", "n_embd", "block_size")  # a model of another size is another run, named for it: shape_suffix
+# a model of another size is another run, named for it: shape_suffix
+SHAPE = ("n_layer", "n_head", "n_embd", "block_size")
 RECORDED = ("name", "shape")  # what a run's record holds beside its sections (Config.to_dict)
 TAKES = {bool: "true or false", int: "a whole number", float: "a number", str: "text, in quotes"}
-IS = {bool: "a boolean", int: "a whole number", float: "a number", str: "text", list: "a list", dict: "a table", type(None): "null"}
+IS = {
+    bool: "a boolean",
+    int: "a whole number",
+    float: "a number",
+    str: "text",
+    list: "a list",
+    dict: "a table",
+    type(None): "null",
+}
 RECORDED_FIX = (
     "train.py writes no such config, so the file was changed since (or by another version of this project); "
     "correct it, or train the run again"
@@ -35,7 +46,9 @@ class ConfigError(ValueError):
 
 
 def change_meant(name: str) -> str | None:
-    """The flag of the change a key is spelled like, with the field it sets: rope -> --rope (model.positions = "rope")."""
+    """The flag of the change a key is spelled like, with the field it sets: rope -> --rope
+    (model.positions = "rope").
+    """
     for change in CHANGES:
         if change.name == name.replace("_", "-"):
             value = "C" if change.takes_value else json.dumps(change.value)
@@ -44,8 +57,8 @@ def change_meant(name: str) -> str | None:
 
 
 def nearest_key(dotted: str) -> str | None:
-    """The valid key (or change flag) a typo most likely meant: a change's name (no_mask -> --no-mask), an abbreviation
-    (learning_rate -> lr), else the closest spelling."""
+    """The valid key (or change flag) a typo most likely meant: a change's name (no_mask ->
+    --no-mask), an abbreviation (learning_rate -> lr), else the closest spelling."""
     section, _, name = dotted.partition(".")
     if change_meant(name):
         return change_meant(name)
@@ -63,30 +76,43 @@ def nearest_key(dotted: str) -> str | None:
 
 
 def check_key(dotted: str, where: str = "", recorded: bool = False) -> None:
-    """Make sure 'section.field' exists and may be set here, suggesting the nearest valid key if not (where: the file)."""
+    """Make sure 'section.field' exists and may be set here, suggesting the nearest valid key if not
+    (where: the file).
+    """
     in_file = f" in {where}" if where else ""
     if dotted not in KEYS:
         section, _, name = dotted.partition(".")
         if section not in SECTIONS and not name:
-            raise ConfigError(f"unknown section [{section}]{in_file}; valid sections are {', '.join(SECTIONS)}")
+            raise ConfigError(
+                f"unknown section [{section}]{in_file}; valid sections are {', '.join(SECTIONS)}"
+            )
         hint = nearest_key(dotted)
         suggestion = f", did you mean {hint}?" if hint else f"; valid keys: {', '.join(KEYS)}"
-        raise ConfigError(f"unknown key {dotted}{in_file}{suggestion}" + (f" ({RECORDED_FIX})" if recorded else ""))
+        raise ConfigError(
+            f"unknown key {dotted}{in_file}{suggestion}"
+            + (f" ({RECORDED_FIX})" if recorded else "")
+        )
     if dotted in FROM_TOKENIZER and not recorded:  # a run's record holds it: train.py filled it in
-        raise ConfigError(f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead")
+        raise ConfigError(
+            f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead"
+        )
 
 
 def is_denormal(x: float) -> bool:
-    """Whether x is below the smallest normal double (2.2e-308) but not 0: read from its bits, since a CPU that flushes
-    denormals (as training sets it to) reads such a number as 0 in any comparison."""
+    """Whether x is below the smallest normal double (2.2e-308) but not 0: read from its bits, since
+    a CPU that flushes denormals (as training sets it to) reads such a number as 0 in any
+    comparison."""
     bits = struct.unpack("<Q", struct.pack("<d", x))[0]
     return (bits >> 52) & 0x7FF == 0 and bits & (2**52 - 1) != 0
 
 
 def convert(dotted: str, value):
-    """Turn a TOML value or a command-line string into the type of field `dotted`, or explain why not."""
+    """Turn a TOML value or a command-line string into the type of field `dotted`, or explain why
+    not.
+    """
     number = converted(dotted, value)
-    if isinstance(number, float) and is_denormal(number):  # 1e-320 passes a check for > 0, then training's CPU reads it as 0
+    # 1e-320 passes a check for > 0, then training's CPU reads it as 0
+    if isinstance(number, float) and is_denormal(number):
         raise ConfigError(
             f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in training; give a larger value"
         )
@@ -105,10 +131,14 @@ def converted(dotted: str, value):
         try:
             return kind(text)
         except ValueError:
-            raise ConfigError(f"{dotted} takes {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+            raise ConfigError(
+                f"{dotted} takes {'an integer' if kind is int else 'a number'}, got {value!r}"
+            ) from None
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         if abs(value) > 2**1023:  # a TOML integer of 400 digits: float() would raise OverflowError
-            raise ConfigError(f"{dotted} = {value} is larger than any number a float holds; give a smaller value")
+            raise ConfigError(
+                f"{dotted} = {value} is larger than any number a float holds; give a smaller value"
+            )
         return float(value)
     if type(value) is not kind:
         raise ConfigError(f"{dotted} takes {kind.__name__}, got {type(value).__name__} {value!r}")
@@ -116,10 +146,12 @@ def converted(dotted: str, value):
 
 
 def typed(dotted: str, value, where: str, recorded: bool):
-    """A value read from a file (TOML, a checkpoint, config.json), which has types: it must have the field's (an
-    integer serves as a number), or the error names the field, the value, the file and what to do."""
+    """A value read from a file (TOML, a checkpoint, config.json), which has types: it must have the
+    field's (an integer serves as a number), or the error names the field, the value, the file and
+    what to do."""
     kind = KEYS[dotted].type
-    if recorded and dotted == "model.positions" and type(value) is bool:  # recorded before positions had kinds
+    # recorded before positions had kinds
+    if recorded and dotted == "model.positions" and type(value) is bool:
         return value  # ModelConfig reads true as "learned", false as "none"
     if type(value) is kind or (kind is float and type(value) is int):
         return convert(dotted, value)
@@ -129,40 +161,57 @@ def typed(dotted: str, value, where: str, recorded: bool):
             fix = f"write it without quotes: {dotted.partition('.')[2]} = {json.dumps(converted(dotted, value))}"
         except ConfigError:
             pass
-    shown = json.dumps(value, default=repr)  # as TOML and JSON spell it: "false" in quotes is text, false is not
+    # as TOML and JSON spell it: "false" in quotes is text, false is not
+    shown = json.dumps(value, default=repr)
     found = IS.get(type(value), type(value).__name__)
-    raise ConfigError(f"{dotted} = {shown} in {where} is {found}, and {dotted} takes {TAKES[kind]}; {fix}")
+    raise ConfigError(
+        f"{dotted} = {shown} in {where} is {found}, and {dotted} takes {TAKES[kind]}; {fix}"
+    )
 
 
 def shape_suffix(preset: dict, model) -> str:
-    """What a run's default name gets for the model sizes the command line changed from its preset's: "-n_layer1", ...
+    """What a run's default name gets for the model sizes the command line changed from its
+    preset's: "-n_layer1", ...
 
-    `--config induction --model.n_layer=1` then trains runs/induction-n_layer1 beside runs/induction, instead of moving
-    the two-layer run aside; a size the preset already has adds nothing, and --run-name always wins. It is kept apart
-    from the run name (Config.shape), so that variants derived from the config (compare.py's, the notebook's) keep it
-    under names of their own."""
-    changed = [key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)]
+    `--config induction --model.n_layer=1` then trains runs/induction-n_layer1 beside
+    runs/induction, instead of moving the two-layer run aside; a size the preset already has adds
+    nothing, and --run-name always wins. It is kept apart from the run name (Config.shape), so that
+    variants derived from the config (compare.py's, the notebook's) keep it under names of their
+    own."""
+    changed = [
+        key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)
+    ]
     return "".join(f"-{key}{getattr(model, key)}" for key in changed)
 
 
-def validate_config(table, where: str | Path, overrides: Iterable[tuple[str, str]] = (), recorded: bool = False) -> Config:
-    """The Config a source gives, from any source: each key checked against the schema, each value against its field's type.
+def validate_config(
+    table, where: str | Path, overrides: Iterable[tuple[str, str]] = (), recorded: bool = False
+) -> Config:
+    """The Config a source gives, from any source: each key checked against the schema, each value
+    against its field's type.
 
-    table: a TOML file's sections ({"model": {...}, ...}; the config is named for the file), or with `recorded` what a run
-    stored (a checkpoint's config, config.json: Config.to_dict(), with its name, shape and model.vocab_size; a field added
-    since takes its default). where: the file, named in every error. overrides: the command line's (dotted key, text)
-    pairs, applied after the table. The schema's own checks then run as for any Config (n_embd % n_head, ...).
+    table: a TOML file's sections ({"model": {...}, ...}; the config is named for the file), or with
+    `recorded` what a run stored (a checkpoint's config, config.json: Config.to_dict(), with its
+    name, shape and model.vocab_size; a field added since takes its default). where: the file, named
+    in every error. overrides: the command line's (dotted key, text) pairs, applied after the table.
+    The schema's own checks then run as for any Config (n_embd % n_head, ...).
     """
     if not isinstance(table, dict):
-        raise ConfigError(f"{where} holds no config (found {IS.get(type(table), type(table).__name__)}); {RECORDED_FIX}")
+        raise ConfigError(
+            f"{where} holds no config (found {IS.get(type(table), type(table).__name__)}); {RECORDED_FIX}"
+        )
     values: dict[str, dict] = {section: {} for section in SECTIONS}
     for section, body in table.items():
         if recorded and section in RECORDED:
             if not isinstance(body, str):
-                raise ConfigError(f"{section} = {json.dumps(body, default=repr)} in {where} is not text; {RECORDED_FIX}")
+                raise ConfigError(
+                    f"{section} = {json.dumps(body, default=repr)} in {where} is not text; {RECORDED_FIX}"
+                )
             continue
         if section not in SECTIONS or not isinstance(body, dict):
-            raise ConfigError(f"unknown section [{section}] in {where}; valid sections are {', '.join(SECTIONS)}")
+            raise ConfigError(
+                f"unknown section [{section}] in {where}; valid sections are {', '.join(SECTIONS)}"
+            )
         for key, value in body.items():
             check_key(f"{section}.{key}", str(where), recorded)
             values[section][key] = typed(f"{section}.{key}", value, str(where), recorded)
@@ -175,6 +224,8 @@ def validate_config(table, where: str | Path, overrides: Iterable[tuple[str, str
         sections = {s: cls(**values[s]) for s, cls in SECTIONS.items()}
         if recorded:
             return Config(name=table.get("name", "run"), **sections, shape=table.get("shape", ""))
-        return Config(name=Path(where).stem, **sections, shape=shape_suffix(preset, sections["model"]))
+        return Config(
+            name=Path(where).stem, **sections, shape=shape_suffix(preset, sections["model"])
+        )
     except ValueError as e:
         raise ConfigError(f"{where}: {e}; {RECORDED_FIX}" if recorded else str(e)) from None

@@ -4,7 +4,9 @@ import numpy as np
 import torch
 
 
-def get_batch(ids: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def get_batch(
+    ids: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw batch_size windows at random offsets; return inputs x and targets y, both (B, T) int64.
 
     y is x shifted one position left: y[b, t] is the token that follows x[b, t]. Every position
@@ -17,9 +19,12 @@ def get_batch(ids: np.ndarray, batch_size: int, block_size: int, generator: torc
     return window[:, :-1], window[:, 1:]  # x (B, T), y (B, T)
 
 
-def draw_batch(split, batch_size: int, block_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """x, y (B, T) from a split: windows of its token ids (get_batch), or a synthetic source's own draw
-    (data/synthetic.py). Either way `generator` alone decides them, so a checkpoint of it resumes the stream."""
+def draw_batch(
+    split, batch_size: int, block_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, y (B, T) from a split: windows of its token ids (get_batch), or a synthetic source's own
+    draw (data/synthetic.py). Either way `generator` alone decides them, so a checkpoint of it
+    resumes the stream."""
     if isinstance(split, np.ndarray):
         return get_batch(split, batch_size, block_size, generator)
     return split.draw(batch_size, block_size, generator)

@@ -1,4 +1,5 @@
-"""Encode a corpus of any size into train.bin and val.bin, in constant memory, at the tokenizer's speed.
+"""Encode a corpus of any size into train.bin and val.bin, in constant memory, at the tokenizer's
+speed.
 
 Two streaming passes over the sources. The first reads every file once: it checks the input (bad
 UTF-8, a broken JSON line: errors come before any work), counts documents and characters (where
@@ -27,21 +28,32 @@ import numpy as np
 from tqdm import tqdm
 
 from data.chunks import make_tasks
-from data.files import remove_abandoned, replace_folder, sealed_json, temporary_twin, write_atomically
+from data.files import (
+    remove_abandoned,
+    replace_folder,
+    sealed_json,
+    temporary_twin,
+    write_atomically,
+)
 from data.identity import check_unchanged
 from data.sources import CHUNK_CHARS, DataError, Source, read_source
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
-FORMAT_VERSION = 3  # 2 records each split's token count, so a cut-short .bin is noticed; 3 seals meta.json with its checksum
+# 2 records each split's token count, so a cut-short .bin is noticed; 3 seals meta.json with its
+# checksum
+FORMAT_VERSION = 3
 PROGRESS_DELAY_S = 1.0  # a preparation shorter than this shows no progress bar
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))  # no SIGHUP on Windows
+# no SIGHUP on Windows
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal) while preparing: the half-written folder is gone, and the process
-    exits with 128 + signum."""
+    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal) while preparing: the half-written folder is
+    gone, and the process exits with 128 + signum."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -68,13 +80,24 @@ def workers_to_use(workers: int) -> int:
 
 
 def progress(desc: str, total: int, unit: str) -> tqdm:
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=PROGRESS_DELAY_S, file=sys.stderr, dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=True,
+        delay=PROGRESS_DELAY_S,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
 
 
 def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
-    """The first pass: every file read and checked; its documents and characters counted, and its characters collected."""
+    """The first pass: every file read and checked; its documents and characters counted, and its
+    characters collected.
+    """
     found = Scan()
-    sizes = [size for size, _, _ in source.stats]  # taken before reading, if not before hashing: check_unchanged compares them
+    # taken before reading, if not before hashing: check_unchanged compares them
+    sizes = [size for size, _, _ in source.stats]
     with progress(f"reading {source.path.name}", sum(sizes), "B") as bar:
         for text, starts, nbytes in read_source(source, text_field):
             found.documents += starts
@@ -82,31 +105,42 @@ def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
             found.blank = found.blank and text.isspace()
             if count_chars:
                 if text.isascii():  # most text: count bytes with numpy instead of building a set
-                    found.charset.update(map(chr, np.flatnonzero(np.bincount(np.frombuffer(text.encode(), np.uint8)))))
+                    found.charset.update(
+                        map(
+                            chr, np.flatnonzero(np.bincount(np.frombuffer(text.encode(), np.uint8)))
+                        )
+                    )
                 else:
                     found.charset.update(text)
             bar.update(nbytes)
     if not found.documents or found.blank:
-        raise DataError(f"{source.flag} {source.path} is empty (nothing but whitespace); give a file with some text")
+        raise DataError(
+            f"{source.flag} {source.path} is empty (nothing but whitespace); give a file with some text"
+        )
     return found
 
 
 def train_cut(source: Source, found: Scan, split: str | None) -> int:
-    """Where val begins: a character of one text, or a count of documents (see `prepare`); past the end for a train-only source."""
+    """Where val begins: a character of one text, or a count of documents (see `prepare`); past the
+    end for a train-only source.
+    """
     if split is not None:
         return (found.chars if source.is_one_text else found.documents) + 1
     if source.is_one_text:
-        return int(found.chars * TRAIN_FRACTION)  # in characters, exactly as the whole text always was cut
-    return min(int(found.documents * TRAIN_FRACTION), found.documents - 1)  # at least one document for val
+        # in characters, exactly as the whole text always was cut
+        return int(found.chars * TRAIN_FRACTION)
+    # at least one document for val
+    return min(int(found.documents * TRAIN_FRACTION), found.documents - 1)
 
 
 def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
-    """(split, text, starts, separated) for every piece of every source, in order. A source's split in the plan is
-    "train", "val", or None: cut it at the usual fraction."""
+    """(split, text, starts, separated) for every piece of every source, in order. A source's split
+    in the plan is "train", "val", or None: cut it at the usual fraction."""
     for source, found, split in plan:
         cut, seen = train_cut(source, found, split), 0
         for text, starts, _ in read_source(source, text_field):
-            if source.is_one_text:  # one document, no separator; its two halves are encoded apart, as two texts
+            # one document, no separator; its two halves are encoded apart, as two texts
+            if source.is_one_text:
                 if seen < cut <= seen + len(text):
                     yield split or "train", text[: cut - seen], starts, False
                     seen, text, starts = cut, text[cut - seen :], True
@@ -117,7 +151,9 @@ def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
                 yield split or ("train" if seen <= cut else "val"), text, starts, starts
 
 
-def encode_task(tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_text: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def encode_task(
+    tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_text: np.ndarray, dtype: np.dtype
+) -> np.ndarray:
     """One task's ids, in the .bin file's dtype (in the worker: the writer only writes)."""
     parts = [end_of_text[:0]]
     for text, separated in pieces:
@@ -130,8 +166,8 @@ def encode_task(tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_tex
 
 @contextmanager
 def stopped_by_signals():
-    """Ctrl-C, SIGTERM and SIGHUP raise Interrupted (once: a second signal while cleaning up is ignored) in the main thread;
-    one that the launcher ignores (nohup's SIGHUP) stays ignored."""
+    """Ctrl-C, SIGTERM and SIGHUP raise Interrupted (once: a second signal while cleaning up is
+    ignored) in the main thread; one that the launcher ignores (nohup's SIGHUP) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -142,7 +178,11 @@ def stopped_by_signals():
             raised.append(signum)
             raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
+    previous = {
+        sig: signal.signal(sig, handle)
+        for sig in STOP_SIGNALS
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
     try:
         yield
     finally:
@@ -159,19 +199,26 @@ def prepare(
     workers: int = 0,
     val_source: Source | None = None,
     chunk_chars: int = CHUNK_CHARS,
-    whole: Callable[[Path], bool] = lambda folder: False,  # whether a folder found in place (another process's) is finished
+    # whether a folder found in place (another process's) is finished
+    whole: Callable[[Path], bool] = lambda folder: False,
 ) -> dict:
     """Encode the sources into folder/train.bin and val.bin, write meta.json last, and return it.
 
     Validation is the end of the corpus, not a random sample: contiguous text would leak across a
     random split (neighbouring lines share names, phrases and scenes). One text file: its last 10 %
-    of characters. Documents (a folder, JSONL, parquet): the last 10 % of documents, at least one, so
-    no document is cut in two; each document is preceded by the tokenizer's end-of-text. A separate
-    val_source is the whole val split.
+    of characters. Documents (a folder, JSONL, parquet): the last 10 % of documents, at least one,
+    so no document is cut in two; each document is preceded by the tokenizer's end-of-text. A
+    separate val_source is the whole val split.
     """
     started = time.perf_counter()
     with stopped_by_signals():
-        plan = [(source, scan(source, text_field, tokenizer_name == "char"), None if val_source is None else "train")]
+        plan = [
+            (
+                source,
+                scan(source, text_field, tokenizer_name == "char"),
+                None if val_source is None else "train",
+            )
+        ]
         if val_source is not None:
             plan.append((val_source, scan(val_source, text_field, tokenizer_name == "char"), "val"))
         elif not source.is_one_text and plan[0][1].documents < 2:
@@ -179,25 +226,40 @@ def prepare(
                 f"{source.flag} {source.path} holds 1 document; the split needs 2 (the last one for val), or set --data.val_path"
             )
         if tokenizer_name == "char":
-            separators = CharTokenizer.END_OF_TEXT if any(not s.is_one_text for s, _, _ in plan) else ""
-            tokenizer = CharTokenizer(sorted(set().union(*(found.charset for _, found, _ in plan), separators)))
+            separators = (
+                CharTokenizer.END_OF_TEXT if any(not s.is_one_text for s, _, _ in plan) else ""
+            )
+            tokenizer = CharTokenizer(
+                sorted(set().union(*(found.charset for _, found, _ in plan), separators))
+            )
         else:
             tokenizer = GPT2Tokenizer()
         tmp = temporary_twin(folder)
         remove_abandoned(folder)
         try:
-            tmp.mkdir(parents=True, exist_ok=True)  # one left by a process of the same id, killed: overwritten
+            # one left by a process of the same id, killed: overwritten
+            tmp.mkdir(parents=True, exist_ok=True)
             try:
-                meta = encode_into(tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars)
-            except (DataError, TokenizerError):  # text that the first pass did not see: a changed file, if one changed
+                meta = encode_into(
+                    tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars
+                )
+            # text that the first pass did not see: a changed file, if one changed
+            except (DataError, TokenizerError):
                 check_unchanged(s for s, _, _ in plan)
                 raise
-            check_unchanged(s for s, _, _ in plan)  # a file written while it was read would give a split nobody asked for
-            meta.update(source_sha256=key, text_field=text_field, seconds=round(time.perf_counter() - started, 3))
+            # a file written while it was read would give a split nobody asked for
+            check_unchanged(s for s, _, _ in plan)
+            meta.update(
+                source_sha256=key,
+                text_field=text_field,
+                seconds=round(time.perf_counter() - started, 3),
+            )
             meta["sources"] = [s.description for s, _, _ in plan]
             meta["documents"] = sum(found.documents for _, found, _ in plan)
             meta["val_documents"] = sum(
-                found.documents if split == "val" else max(0, found.documents - train_cut(s, found, split))
+                found.documents
+                if split == "val"
+                else max(0, found.documents - train_cut(s, found, split))
                 for s, found, split in plan
                 if not s.is_one_text
             )
@@ -209,10 +271,16 @@ def prepare(
     return meta
 
 
-def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str, workers: int, chunk_chars: int) -> dict:
-    """The second pass: tasks encoded by `workers` threads, their ids appended to <split>.bin in order."""
+def encode_into(
+    folder: Path, plan: list, tokenizer: Tokenizer, text_field: str, workers: int, chunk_chars: int
+) -> dict:
+    """The second pass: tasks encoded by `workers` threads, their ids appended to <split>.bin in
+    order.
+    """
     dtype = np.dtype("uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32")
-    end_of_text = np.array(tokenizer.end_of_text if any(not s.is_one_text for s, _, _ in plan) else [], dtype=np.uint32)
+    end_of_text = np.array(
+        tokenizer.end_of_text if any(not s.is_one_text for s, _, _ in plan) else [], dtype=np.uint32
+    )
     tokens, files = {"train": 0, "val": 0}, {}
     in_flight: deque = deque()
     started = time.perf_counter()
@@ -223,21 +291,34 @@ def encode_into(folder: Path, plan: list, tokenizer: Tokenizer, text_field: str,
         files[split].write(ids.data)
         tokens[split] += len(ids)
         bar.update(chars)
-        bar.set_postfix_str(f"{sum(tokens.values()) / (time.perf_counter() - started) / 1e6:.2f}M tokens/s", refresh=False)
+        bar.set_postfix_str(
+            f"{sum(tokens.values()) / (time.perf_counter() - started) / 1e6:.2f}M tokens/s",
+            refresh=False,
+        )
 
     total_chars = sum(found.chars for _, found, _ in plan)
-    with progress(f"encoding {plan[0][0].path.name}", total_chars, "char") as bar, ThreadPoolExecutor(workers) as pool:
+    with (
+        progress(f"encoding {plan[0][0].path.name}", total_chars, "char") as bar,
+        ThreadPoolExecutor(workers) as pool,
+    ):
         try:
-            cut_anywhere = tokenizer.name == "char"  # a character's id never depends on its neighbours
-            for split, pieces, chars in make_tasks(split_stream(plan, text_field), chunk_chars, cut_anywhere):
+            # a character's id never depends on its neighbours
+            cut_anywhere = tokenizer.name == "char"
+            for split, pieces, chars in make_tasks(
+                split_stream(plan, text_field), chunk_chars, cut_anywhere
+            ):
                 if split not in files:
                     files[split] = open(folder / f"{split}.bin", "wb")
-                in_flight.append((split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)))
-                while len(in_flight) > 2 * workers:  # a few tasks ahead of the writer: memory stays flat
+                in_flight.append(
+                    (split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype))
+                )
+                # a few tasks ahead of the writer: memory stays flat
+                while len(in_flight) > 2 * workers:
                     write_oldest(bar)
             while in_flight:
                 write_oldest(bar)
-        finally:  # after an error or a signal: the tasks not started are dropped, the running ones end soon
+        # after an error or a signal: the tasks not started are dropped, the running ones end soon
+        finally:
             pool.shutdown(wait=False, cancel_futures=True)
             for f in files.values():
                 f.close()

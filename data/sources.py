@@ -1,4 +1,5 @@
-"""Where the text comes from: a text file, a .jsonl or .parquet file of documents, or a folder of them.
+"""Where the text comes from: a text file, a .jsonl or .parquet file of documents, or a folder of
+them.
 
 Every reader streams: it yields the text in pieces of at most about `chunk_chars` characters, so a
 corpus of any size passes through a few megabytes of memory. A piece is `(text, starts, nbytes)`:
@@ -19,11 +20,16 @@ from data.identity import KINDS, DataError, Source, find_source, kind_of  # noqa
 
 CHUNK_CHARS = 1 << 18  # characters a reader yields at a time: memory stays flat in the corpus size
 PARQUET_BATCH_ROWS = 1024
-SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # how a JSON line spells a UTF-16 surrogate: half a character, maybe alone
+# how a JSON line spells a UTF-16 surrogate: half a character, maybe alone
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def read_source(source: Path | Source, text_field: str, chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[str, bool, int]]:
-    """Every document of every file of the source, in order, as (text, starts, nbytes) pieces (see the module's docstring)."""
+def read_source(
+    source: Path | Source, text_field: str, chunk_chars: int = CHUNK_CHARS
+) -> Iterator[tuple[str, bool, int]]:
+    """Every document of every file of the source, in order, as (text, starts, nbytes) pieces (see
+    the module's docstring).
+    """
     for file in source.files:
         kind = kind_of(file)
         if kind == "text":
@@ -42,10 +48,13 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 
 
 def read_text_file(file: Path, source: Source, chunk_chars: int) -> Iterator[tuple[str, bool, int]]:
-    """A UTF-8 text file in pieces, newlines read as Python reads them (\\r\\n and \\r become \\n); an empty file yields nothing.
+    """A UTF-8 text file in pieces, newlines read as Python reads them (\\r\\n and \\r become \\n);
+    an empty file yields nothing.
 
-    A byte-order mark at the start (Notepad writes one) is dropped, as Python's utf-8-sig and JSON readers drop it:
-    it marks the encoding, it is not text. One anywhere else is a character of the text (a zero-width no-break space).
+    A byte-order mark at the start (Notepad writes one) is dropped, as Python's utf-8-sig and JSON
+    readers drop it:
+    it marks the encoding, it is not text. One anywhere else is a character of the text (a
+    zero-width no-break space).
     """
     with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
         starts, position = True, 0
@@ -60,7 +69,8 @@ def read_text_file(file: Path, source: Source, chunk_chars: int) -> Iterator[tup
                 raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
             if not text:
                 return
-            if "\0" in text:  # valid UTF-8, but no text holds NUL characters: an image, an archive, a tensor file
+            # valid UTF-8, but no text holds NUL characters: an image, an archive, a tensor file
+            if "\0" in text:
                 raise DataError(
                     f"{source.where(file)} is binary (it holds NUL bytes), the first at offset {nul_offset(file)}; give a UTF-8 text file"
                 )
@@ -70,10 +80,13 @@ def read_text_file(file: Path, source: Source, chunk_chars: int) -> Iterator[tup
 
 
 def bad_utf8_offset(file: Path) -> int:
-    """The offset of the first byte that is not UTF-8, found by decoding the file again, block by block."""
+    """The offset of the first byte that is not UTF-8, found by decoding the file again, block by
+    block.
+    """
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
-        for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):  # the empty block at the end: a character cut off by the end
+        # the empty block at the end: a character cut off by the end
+        for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):
             held = len(decoder.getstate()[0])  # the bytes of a character cut by the last block
             try:
                 decoder.decode(block, final=not block)
@@ -94,7 +107,9 @@ def nul_offset(file: Path) -> int:
 
 
 def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bool, int]]:
-    """One document per line: the string in `field` of the line's JSON object. Blank lines and empty texts are skipped."""
+    """One document per line: the string in `field` of the line's JSON object. Blank lines and empty
+    texts are skipped.
+    """
     with open_or_fail(file, source) as f:
         offset = 0
         for number, line in enumerate(f, 1):
@@ -109,15 +124,22 @@ def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bo
                     f"{where} is not UTF-8 (bad byte at offset {offset - len(line) + e.start}); convert the file to UTF-8"
                 ) from None
             except ValueError as e:
-                raise DataError(f"{where} is not valid JSON ({e.args[0].split(':')[0]}); each line must be one JSON object") from None
+                raise DataError(
+                    f"{where} is not valid JSON ({e.args[0].split(':')[0]}); each line must be one JSON object"
+                ) from None
             except RecursionError:
-                raise DataError(f"{where} nests arrays or objects too deeply to read; each line must be one JSON object") from None
+                raise DataError(
+                    f"{where} nests arrays or objects too deeply to read; each line must be one JSON object"
+                ) from None
             if not isinstance(record, dict) or field not in record:
-                raise DataError(f"{where} has no field {field!r}; name the text's field with --data.text_field")
+                raise DataError(
+                    f"{where} has no field {field!r}; name the text's field with --data.text_field"
+                )
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(f"{where}: field {field!r} holds {type(text).__name__}, not text")
-            if SURROGATE_ESCAPE.search(line) and not text.isascii():  # cheap: only a line that spells a surrogate is checked
+            # cheap: only a line that spells a surrogate is checked
+            if SURROGATE_ESCAPE.search(line) and not text.isascii():
                 try:
                     text.encode("utf-8")
                 except UnicodeEncodeError as e:
@@ -130,21 +152,30 @@ def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bo
 
 
 def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, bool, int]]:
-    """One document per row: the string column `field`, read a batch of rows at a time from one row group at a time."""
+    """One document per row: the string column `field`, read a batch of rows at a time from one row
+    group at a time.
+    """
     try:
         import pyarrow as pa  # imported here: only parquet sources need it
         import pyarrow.parquet as pq
     except ImportError:
-        raise DataError(f"reading {source.where(file)} needs pyarrow: pip install pyarrow") from None
+        raise DataError(
+            f"reading {source.where(file)} needs pyarrow: pip install pyarrow"
+        ) from None
     try:
         parquet = pq.ParquetFile(open_or_fail(file, source))
     except Exception as e:  # pyarrow's ArrowInvalid and OSError for a file that is not parquet
-        raise DataError(f"{source.where(file)} is not a parquet file ({str(e).splitlines()[0][:120]})") from None
+        raise DataError(
+            f"{source.where(file)} is not a parquet file ({str(e).splitlines()[0][:120]})"
+        ) from None
     columns = parquet.schema_arrow.names
     if field not in columns:
-        raise DataError(f"{source.where(file)} has no column {field!r} (it has {', '.join(columns[:8])}); name it with --data.text_field")
+        raise DataError(
+            f"{source.where(file)} has no column {field!r} (it has {', '.join(columns[:8])}); name it with --data.text_field"
+        )
     kind = parquet.schema_arrow.field(field).type
-    values = kind.value_type if pa.types.is_dictionary(kind) else kind  # a dictionary-encoded column (pandas' category) of strings
+    # a dictionary-encoded column (pandas' category) of strings
+    values = kind.value_type if pa.types.is_dictionary(kind) else kind
     if str(values) not in ("string", "large_string", "string_view"):
         raise DataError(f"{source.where(file)}: column {field!r} holds {kind}, not text")
     size, rows, row = os.path.getsize(file), max(1, parquet.metadata.num_rows), 0
@@ -152,14 +183,16 @@ def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, 
         for text in batch.column(0).to_pylist():
             row += 1
             if text is None:
-                raise DataError(f"{source.where(file)} row {row} has no text (null in column {field!r})")
+                raise DataError(
+                    f"{source.where(file)} row {row} has no text (null in column {field!r})"
+                )
             if text:
                 yield text, True, size // rows
 
 
 def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The whole UTF-8 text of a small file named with `flag` (a prompt, a text to score), read as a text file whatever
-    its name; bad input is a DataError."""
+    """The whole UTF-8 text of a small file named with `flag` (a prompt, a text to score), read as a
+    text file whatever its name; bad input is a DataError."""
     if not path.exists():
         raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file")
     if not path.is_file():
@@ -167,5 +200,7 @@ def read_text(path: Path, flag: str = "--data-file") -> str:
     source = Source(path, flag, (path,))
     text = "".join(piece for piece, _, _ in read_text_file(path, source, CHUNK_CHARS))
     if not text.strip():
-        raise DataError(f"{flag} {path} is empty (nothing but whitespace); give a file with some text")
+        raise DataError(
+            f"{flag} {path} is empty (nothing but whitespace); give a file with some text"
+        )
     return text

@@ -16,7 +16,8 @@ import numpy as np
 
 TOKENIZERS = ("gpt2", "char")
 GPT2_VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding: 50,000 merges, 256 bytes and <|endoftext|>
-DEGENERATE_SHARE = 0.5  # a text more than this share whitespace, or one character, is not text a reader can read
+# a text more than this share whitespace, or one character, is not text a reader can read
+DEGENERATE_SHARE = 0.5
 
 
 class TokenizerError(ValueError):
@@ -47,14 +48,18 @@ class GPT2Tokenizer:
                 "connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder holding its files (a training run can also use --data.tokenizer=char)"
             ) from None
         self.vocab_size = self.enc.n_vocab
-        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>, 50256: GPT-2's own mark between documents
+        # <|endoftext|>, 50256: GPT-2's own mark between documents
+        self.end_of_text = [self.enc.eot_token]
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)  # special tokens are plain text here
 
     def encode_array(self, text: str) -> np.ndarray:
-        """The ids of encode(text) as a uint32 array; tiktoken releases the GIL while it encodes, so threads encode in parallel."""
-        return self.enc.encode_to_numpy(text, disallowed_special=())  # nothing special: the same ids as encode_ordinary
+        """The ids of encode(text) as a uint32 array; tiktoken releases the GIL while it encodes, so
+        threads encode in parallel.
+        """
+        # nothing special: the same ids as encode_ordinary
+        return self.enc.encode_to_numpy(text, disallowed_special=())
 
     def decode(self, ids: list[int]) -> str:
         return self.enc.decode(ids)
@@ -68,12 +73,19 @@ class CharTokenizer:
     END_OF_TEXT = "\n\n"  # a blank line between documents: the char tokenizer has no special token
 
     def __init__(self, chars: list[str]):
-        if not chars or len(set(chars)) != len(chars) or any(not isinstance(c, str) or len(c) != 1 for c in chars):
-            raise TokenizerError("a char vocabulary must be a non-empty list of distinct single characters")
+        if (
+            not chars
+            or len(set(chars)) != len(chars)
+            or any(not isinstance(c, str) or len(c) != 1 for c in chars)
+        ):
+            raise TokenizerError(
+                "a char vocabulary must be a non-empty list of distinct single characters"
+            )
         self.chars = list(chars)
         self.vocab_size = len(chars)
         self.stoi = {c: i for i, c in enumerate(chars)}
-        self.lookup = np.full(max(map(ord, chars)) + 1, -1, dtype=np.int32)  # code point -> id, -1 outside the vocabulary
+        # code point -> id, -1 outside the vocabulary
+        self.lookup = np.full(max(map(ord, chars)) + 1, -1, dtype=np.int32)
         self.lookup[[ord(c) for c in chars]] = np.arange(len(chars))
 
     @classmethod
@@ -83,7 +95,9 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         unknown = sorted(set(text) - self.stoi.keys())
         if unknown:
-            shown = repr("".join(unknown[:10])) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+            shown = repr("".join(unknown[:10])) + (
+                f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+            )
             raise TokenizerError(
                 f"{len(unknown)} character(s) not in the training vocabulary: {shown}; use only characters of the training text"
             )
@@ -137,11 +151,12 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
 
 
 def degenerate(text: str) -> tuple[str, str] | None:
-    """What is wrong with a text a model wrote, or None if nothing is: (what, counts), e.g. ("all whitespace",
-    "201 newlines, 0 spaces") or ("96% one character", "'e' 192 times"). A text more than DEGENERATE_SHARE
-    whitespace, or more than that share one character, is degenerate: what a model trained without the causal mask
-    writes, for one (it learned to read the next token, which generation does not give it). TensorBoard's text tab and sample.py
-    both say so with this verdict."""
+    """What is wrong with a text a model wrote, or None if nothing is: (what, counts), e.g. ("all
+    whitespace", "201 newlines, 0 spaces") or ("96% one character", "'e' 192 times"). A text more
+    than DEGENERATE_SHARE whitespace, or more than that share one character, is degenerate: what a
+    model trained without the causal mask writes, for one (it learned to read the next token, which
+    generation does not give it). TensorBoard's text tab and sample.py both say so with this
+    verdict."""
     if not text:
         return None
     blank = sum(c.isspace() for c in text)
@@ -150,7 +165,11 @@ def degenerate(text: str) -> tuple[str, str] | None:
         return share, f"{text.count(chr(10))} newlines, {text.count(' ')} spaces"
     char, count = Counter(text).most_common(1)[0]
     if count / len(text) > DEGENERATE_SHARE:
-        share = "one character repeated" if count == len(text) else f"{count / len(text):.0%} one character"
+        share = (
+            "one character repeated"
+            if count == len(text)
+            else f"{count / len(text):.0%} one character"
+        )
         return share, f"{char!r} {count} times"
     return None
 

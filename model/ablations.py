@@ -1,16 +1,17 @@
-"""Every change to attention the project measures, defined once: three ablations, two cures, rotary positions and
-four designs of attention as shipped models have it.
+"""Every change to attention the project measures, defined once: three ablations, two cures, rotary
+positions and four designs of attention as shipped models have it.
 
 Ablations break: without the causal mask, without the 1/sqrt(D) scale, without positions. Cures mend
 the softmax that saturates when the scores grow (with the scale in place, a high learning rate makes
 them grow too): QK-norm, and a cap on the scores. RoPE is another kind of position: queries and keys
-turned by their positions instead of a learned table added to the tokens. The shipped designs: grouped-query heads
-(--kv-heads=K), a sliding window (--window=W), an output gate (--gate) and a learned sink (--sink) (docs/variants.md).
+turned by their positions instead of a learned table added to the tokens. The shipped designs:
+grouped-query heads (--kv-heads=K), a sliding window (--window=W), an output gate (--gate) and a
+learned sink (--sink) (docs/variants.md).
 
 Every place that names or builds a variant derives it from CHANGES: the command-line flags
-(--no-mask, --qk-norm, --softcap=C, ...), the run names (char-no-mask, char-softcap50), the labels in
-picture titles ("NO MASK, scaled", "causal, scaled, QK-NORM"), and the variants that compare.py trains
-(--variants no-scale+qk-norm) and break_gpt2.py evaluates (the ablations alone).
+(--no-mask, --qk-norm, --softcap=C, ...), the run names (char-no-mask, char-softcap50), the labels
+in picture titles ("NO MASK, scaled", "causal, scaled, QK-NORM"), and the variants that compare.py
+trains (--variants no-scale+qk-norm) and break_gpt2.py evaluates (the ablations alone).
 
 Without positions, attention is blind to order: with no mask either, permuting the input only
 permutes the output (a bag of tokens). The causal mask alone gives order back, since position t
@@ -23,19 +24,27 @@ from dataclasses import dataclass, replace
 
 from model.config import ModelConfig
 
-ABLATION, CURE, POSITIONS, SHIPPED = "ablation", "cure", "positions", "shipped"  # breaks, mends, places tokens, as shipped
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}  # every field's value in a model nothing has changed
+# breaks, mends, places tokens, as shipped
+ABLATION, CURE, POSITIONS, SHIPPED = "ablation", "cure", "positions", "shipped"
+# every field's value in a model nothing has changed
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 
 
 @dataclass(frozen=True)
 class Change:
-    """One change to the model: the field it sets and to what, and how flags, run names and titles spell it."""
+    """One change to the model: the field it sets and to what, and how flags, run names and titles
+    spell it.
+    """
 
-    name: str  # "no-mask": the flag is --no-mask, a run's name gets -no-mask, compare.py's --variants spells it
+    # "no-mask": the flag is --no-mask, a run's name gets -no-mask, compare.py's --variants spells
+    # it
+    name: str
     kind: str  # ABLATION, CURE or POSITIONS
     field: str  # the ModelConfig field it sets
-    value: bool | str | float | int  # what it sets there; a number (the softcap) is what compare.py trains, and the flag takes any
-    label: str  # how a title says it is applied, in capitals so that it stands out; a number's value follows it
+    # what it sets there; a number (the softcap) is what compare.py trains, and the flag takes any
+    value: bool | str | float | int
+    # how a title says it is applied, in capitals so that it stands out; a number's value follows it
+    label: str
     label_without: str = ""  # how a title says it is not ("causal", "scaled"; "" says nothing)
     counts: str = ""  # what a whole-number flag counts ("positions"): its value must be at least 1
 
@@ -45,16 +54,22 @@ class Change:
 
     @property
     def takes_value(self) -> bool:
-        """Whether its flag takes a value (--softcap=C) rather than setting `value` itself (--no-mask)."""
+        """Whether its flag takes a value (--softcap=C) rather than setting `value` itself
+        (--no-mask).
+        """
         return not isinstance(self.value, bool | str)
 
     def is_applied(self, model_cfg: ModelConfig) -> bool:
-        """Whether model_cfg has it: its field holds `value` (a number: any value but the field's default, off)."""
+        """Whether model_cfg has it: its field holds `value` (a number: any value but the field's
+        default, off).
+        """
         held = getattr(model_cfg, self.field)
         return held != DEFAULTS[self.field] if self.takes_value else held == self.value
 
     def spelled(self, model_cfg: ModelConfig) -> tuple[str, str]:
-        """(run-name part, title label) of this change in model_cfg: ("softcap50", "SOFTCAP 50"), ("no-mask", "NO MASK")."""
+        """(run-name part, title label) of this change in model_cfg: ("softcap50", "SOFTCAP 50"),
+        ("no-mask", "NO MASK").
+        """
         if not self.takes_value:
             return self.name, self.label
         held = f"{getattr(model_cfg, self.field):g}"
@@ -68,38 +83,52 @@ CHANGES = (  # the one table; its order is the order of run names, labels and co
     Change("qk-norm", CURE, "qk_norm", True, "QK-NORM"),
     Change("softcap", CURE, "softcap", 50.0, "SOFTCAP"),  # Gemma 2's cap on its attention scores
     Change("rope", POSITIONS, "positions", "rope", "ROPE"),
-    Change("kv-heads", SHIPPED, "kv_heads", 1, "KV-HEADS", counts="key/value heads"),  # Llama 3's grouped-query heads
-    Change("window", SHIPPED, "window", 32, "WINDOW", counts="positions"),  # Mistral's, gpt-oss's sliding window
-    Change("gate", SHIPPED, "gate", True, "GATE"),  # Qwen3-Next's sigmoid gate on each head's output
+    # Llama 3's grouped-query heads
+    Change("kv-heads", SHIPPED, "kv_heads", 1, "KV-HEADS", counts="key/value heads"),
+    # Mistral's, gpt-oss's sliding window
+    Change("window", SHIPPED, "window", 32, "WINDOW", counts="positions"),
+    # Qwen3-Next's sigmoid gate on each head's output
+    Change("gate", SHIPPED, "gate", True, "GATE"),
     Change("sink", SHIPPED, "sink", True, "SINK"),  # gpt-oss's learned sink logit
 )
-ABLATIONS = tuple(c for c in CHANGES if c.kind == ABLATION)  # what compare.py trains by default and break_gpt2.py evaluates
+# what compare.py trains by default and break_gpt2.py evaluates
+ABLATIONS = tuple(c for c in CHANGES if c.kind == ABLATION)
 CURES = tuple(c for c in CHANGES if c.kind == CURE)
 
 
-def applied(model_cfg: ModelConfig, kinds: Iterable[str] = (ABLATION, CURE, POSITIONS, SHIPPED)) -> list[Change]:
+def applied(
+    model_cfg: ModelConfig, kinds: Iterable[str] = (ABLATION, CURE, POSITIONS, SHIPPED)
+) -> list[Change]:
     """The changes of the given kinds that this model config has, in table order."""
     return [c for c in CHANGES if c.kind in kinds and c.is_applied(model_cfg)]
 
 
 def name_suffix(model_cfg: ModelConfig) -> str:
-    """What a run's name gets for its changes: "", "-no-mask", "-no-mask-no-scale", "-no-scale-qk-norm", "-softcap50", ..."""
+    """What a run's name gets for its changes: "", "-no-mask", "-no-mask-no-scale",
+    "-no-scale-qk-norm", "-softcap50", ...
+    """
     return "".join(f"-{c.spelled(model_cfg)[0]}" for c in applied(model_cfg))
 
 
 def flags_label(model_cfg: ModelConfig) -> str:
-    """How a model's attention was built, for titles: "causal, scaled", with what is changed in capitals
-    ("causal, scaled, NO POS", "NO MASK, scaled", "causal, scaled, QK-NORM, ROPE")."""
-    labels = (c.spelled(model_cfg)[1] if c.is_applied(model_cfg) else c.label_without for c in CHANGES)
+    """How a model's attention was built, for titles: "causal, scaled", with what is changed in
+    capitals ("causal, scaled, NO POS", "NO MASK, scaled", "causal, scaled, QK-NORM, ROPE")."""
+    labels = (
+        c.spelled(model_cfg)[1] if c.is_applied(model_cfg) else c.label_without for c in CHANGES
+    )
     return ", ".join(label for label in labels if label)
 
 
 def by_name(names: Iterable[str]) -> list[Change]:
-    """The changes that `names` ("no-mask", "qk-norm", ...) spell, in table order, or a ValueError that lists the valid ones."""
+    """The changes that `names` ("no-mask", "qk-norm", ...) spell, in table order, or a ValueError
+    that lists the valid ones.
+    """
     names = list(names)
     unknown = [name for name in names if name not in {c.name for c in CHANGES}]
     if unknown:
-        raise ValueError(f"unknown variant {unknown[0]!r}; choose from {', '.join(c.name for c in CHANGES)}")
+        raise ValueError(
+            f"unknown variant {unknown[0]!r}; choose from {', '.join(c.name for c in CHANGES)}"
+        )
     return [c for c in CHANGES if c.name in names]
 
 
@@ -107,14 +136,20 @@ JOIN = "+"  # a variant with several changes at once: "no-mask+no-pos", "no-scal
 
 
 def variant_changes(name: str) -> list[Change]:
-    """The changes one variant name spells: "no-pos" -> [no-pos], "no-scale+qk-norm" -> [no-scale, qk-norm]."""
+    """The changes one variant name spells: "no-pos" -> [no-pos], "no-scale+qk-norm" -> [no-scale,
+    qk-norm].
+    """
     parts = [part.strip() for part in name.split(JOIN)]
     if "" in parts or len(set(parts)) != len(parts):
-        raise ValueError(f"a variant is a change or several joined by {JOIN} (no-mask{JOIN}no-pos), each once; got {name!r}")
+        raise ValueError(
+            f"a variant is a change or several joined by {JOIN} (no-mask{JOIN}no-pos), each once; got {name!r}"
+        )
     picked = by_name(parts)
     for one, other in zip(picked, picked[1:], strict=False):
         if one.field == other.field:
-            raise ValueError(f"{one.name} and {other.name} both set model.{one.field}, so {name!r} cannot have both; pick one")
+            raise ValueError(
+                f"{one.name} and {other.name} both set model.{one.field}, so {name!r} cannot have both; pick one"
+            )
     return picked
 
 
@@ -125,24 +160,32 @@ def variant_order(name: str) -> tuple[int, ...]:
 
 
 def undone(model_cfg: ModelConfig, changes: Iterable[Change]) -> ModelConfig:
-    """model_cfg with these changes taken back: their fields at their defaults (the mask on, learned positions, no cap)."""
+    """model_cfg with these changes taken back: their fields at their defaults (the mask on, learned
+    positions, no cap).
+    """
     return replace(model_cfg, **{c.field: DEFAULTS[c.field] for c in changes})
 
 
 def variants(model_cfg: ModelConfig, names: Iterable[str] | None = None) -> dict[str, ModelConfig]:
-    """The model with nothing changed and with each variant, keyed by the name suffix: "", "-no-mask", "-qk-norm", ...
+    """The model with nothing changed and with each variant, keyed by the name suffix: "",
+    "-no-mask", "-qk-norm", ...
 
-    names picks the variants: a change ("no-mask", "qk-norm", ...) or several joined by + ("no-scale+qk-norm",
-    keyed "-no-scale-qk-norm"); None takes every ablation in the table, each alone. Keys follow the table's order,
-    single changes first, whatever the order of names.
+    names picks the variants: a change ("no-mask", "qk-norm", ...) or several joined by +
+    ("no-scale+qk-norm", keyed "-no-scale-qk-norm"); None takes every ablation in the table, each
+    alone. Keys follow the table's order, single changes first, whatever the order of names.
     """
     intact = undone(model_cfg, CHANGES)
-    chosen = [[a] for a in ABLATIONS] if names is None else [variant_changes(name) for name in sorted(names, key=variant_order)]
+    chosen = (
+        [[a] for a in ABLATIONS]
+        if names is None
+        else [variant_changes(name) for name in sorted(names, key=variant_order)]
+    )
     out = {"": intact}
     for picked in chosen:
         try:
             one = replace(intact, **{c.field: c.value for c in picked})
-        except ValueError as e:  # a value this model cannot take: the window variant's 32 positions in a block of 16
+        # a value this model cannot take: the window variant's 32 positions in a block of 16
+        except ValueError as e:
             raise ValueError(f"variant {JOIN.join(c.name for c in picked)}: {e}") from None
         out[name_suffix(one)] = one
     return out

@@ -41,15 +41,30 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.n_embd)
-        self.attn = MultiHead(cfg.n_embd, cfg.n_head, cfg.max_length, cfg.dropout, cfg.causal, cfg.scaled, cfg.attention, cfg.qkv_bias,
-                              qk_norm=cfg.qk_norm, softcap=cfg.softcap, rope=cfg.positions == "rope", kv_heads=cfg.kv_heads,
-                              window=cfg.window if cfg.local(layer) else 0, gate=cfg.gate, sink=cfg.sink)  # fmt: skip
+        self.attn = MultiHead(
+            cfg.n_embd,
+            cfg.n_head,
+            cfg.max_length,
+            cfg.dropout,
+            cfg.causal,
+            cfg.scaled,
+            cfg.attention,
+            cfg.qkv_bias,
+            qk_norm=cfg.qk_norm,
+            softcap=cfg.softcap,
+            rope=cfg.positions == "rope",
+            kv_heads=cfg.kv_heads,
+            window=cfg.window if cfg.local(layer) else 0,
+            gate=cfg.gate,
+            sink=cfg.sink,
+        )
         self.ln2 = nn.LayerNorm(cfg.n_embd) if cfg.mlp else None
         self.mlp = MLP(cfg) if cfg.mlp else None
 
     def think(self, x: torch.Tensor) -> torch.Tensor:
         """The residual stream after the MLP: x itself in an attention-only block."""
-        return x if self.mlp is None else x + self.mlp(self.ln2(x))  # residual connection around the MLP
+        # residual connection around the MLP
+        return x if self.mlp is None else x + self.mlp(self.ln2(x))
 
     def forward(self, x: torch.Tensor, return_weights: bool = False, cache: KVCache | None = None):
         if return_weights:
@@ -66,8 +81,8 @@ class GPT(nn.Module):
     parameters, and reading and writing tokens then use the same vector space.
 
     Positions come in three kinds (cfg.positions). "learned": a table of block_size vectors added to
-    the tokens, GPT-2's, with no row for a longer input. "rope": no table; every attention layer turns
-    its queries and keys by their positions (model/qk.py's rotate), at any length. "none"
+    the tokens, GPT-2's, with no row for a longer input. "rope": no table; every attention layer
+    turns its queries and keys by their positions (model/qk.py's rotate), at any length. "none"
     (--no-pos): nothing at all, so every block treats its input as a set and only the causal mask
     can tell a token where it stands.
     """
@@ -76,7 +91,9 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.positions == "learned" else None
+        self.pos_emb = (
+            nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.positions == "learned" else None
+        )
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
@@ -88,7 +105,8 @@ class GPT(nn.Module):
             # 1/sqrt(2 * n_layer) to keep the stream's variance flat with depth.
             for proj in (block.attn.proj, *([block.mlp.proj] if block.mlp is not None else [])):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
-            # Query and key rows get their own std (see docs/experiment.md: why the presets draw them at 1/sqrt(n_embd)).
+            # Query and key rows get their own std (see docs/experiment.md: why the presets draw
+            # them at 1/sqrt(n_embd)).
             nn.init.normal_(block.attn.qkv.weight[block.attn.query_key], std=cfg.qk_init_std)
 
     @staticmethod
@@ -111,12 +129,16 @@ class GPT(nn.Module):
         return [KVCache(block.attn.window) for block in self.blocks]
 
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Token plus position embeddings: idx (B, T) -> x (B, T, C), at positions start .. start + T - 1."""
+        """Token plus position embeddings: idx (B, T) -> x (B, T, C), at positions start .. start +
+        T - 1.
+        """
         B, T = idx.shape
-        check_length(start + T, self.cfg.max_length)  # a learned table has block_size rows; rope and none take any length
+        # a learned table has block_size rows; rope and none take any length
+        check_length(start + T, self.cfg.max_length)
         x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))  # (B, T, C) + (T, C) -> (B, T, C)
+            # (B, T, C) + (T, C) -> (B, T, C)
+            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))
         return self.drop(x)
 
     def hidden(self, idx: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
@@ -132,20 +154,26 @@ class GPT(nn.Module):
         return self.ln_f(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """idx (B, T) -> logits (B, T, V), and the mean next-token cross-entropy when targets (B, T) are given."""
+        """idx (B, T) -> logits (B, T, V), and the mean next-token cross-entropy when targets (B, T)
+        are given.
+        """
         logits = self.lm_head(self.hidden(idx))  # (B, T, C) -> (B, T, V)
         return logits, None if targets is None else lm_loss(logits, targets)
 
     @torch.no_grad()
     def attention_probe(self, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer, the pre-softmax scores (after the scale and any cap) and the weights (B, H, T, T) of the readable path."""
+        """Per layer, the pre-softmax scores (after the scale and any cap) and the weights (B, H, T,
+        T) of the readable path.
+        """
         T = idx.shape[1]
         x = self.embed(idx)
         maps = []
         for block in self.blocks:
             attn = block.attn
-            q, k, _ = attn.split_heads(block.ln1(x))  # normalised and turned as the forward pass does
-            scores = attention_scores(q, attn.shared(k), attn.mask(T), attn.scale, attn.softcap)  # (B, H, T, T)
+            # normalised and turned as the forward pass does
+            q, k, _ = attn.split_heads(block.ln1(x))
+            # (B, H, T, T)
+            scores = attention_scores(q, attn.shared(k), attn.mask(T), attn.scale, attn.softcap)
             x, weights = block(x, return_weights=True)
             maps.append((scores, weights))
         return maps
@@ -155,7 +183,9 @@ class GPT(nn.Module):
         return [weights for _, weights in self.attention_probe(idx)]
 
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **sampling) -> torch.Tensor:
-        """Append max_new_tokens tokens to idx (B, T0) and return (B, T0 + max_new_tokens); see `stream`."""
+        """Append max_new_tokens tokens to idx (B, T0) and return (B, T0 + max_new_tokens); see
+        `stream`.
+        """
         return torch.cat([idx, *self.stream(idx, max_new_tokens, **sampling)], dim=1)
 
     @torch.no_grad()
@@ -176,10 +206,10 @@ class GPT(nn.Module):
         The context policy is the same with and without the cache, so both give the same tokens:
         the model sees at most the last block_size tokens, and when that window is full it keeps
         only its most recent block_size // 2 tokens and continues from there. Why not slide it by
-        one token? Every later position attended to the token that would drop out, and positions
-        are counted from the window's start, so sliding makes every cached key and value stale. Halving re-encodes the window
-        once (a fresh prefill) per block_size // 2 new tokens; the other steps cost one position.
-        Without the cache, each step runs the model on the whole current window.
+        one token? Every later position attended to the token that would drop out, and positions are
+        counted from the window's start, so sliding makes every cached key and value stale. Halving
+        re-encodes the window once (a fresh prefill) per block_size // 2 new tokens; the other steps
+        cost one position. Without the cache, each step runs the model on the whole current window.
 
         A model with causal=False cannot cache (every new token changes what earlier positions
         see), so there use_cache is ignored and each step recomputes; see `can_cache`.
@@ -196,7 +226,8 @@ class GPT(nn.Module):
                 x = self.hidden(window, caches)  # prefill: encode the whole window once
             else:
                 x = self.hidden(window[:, -1:], caches)  # only the newest position: (B, 1, C)
-            idx_next = sample_next(self.lm_head(x[:, -1]), temperature, top_k, top_p, generator)  # (B, V) -> (B, 1)
+            # (B, V) -> (B, 1)
+            idx_next = sample_next(self.lm_head(x[:, -1]), temperature, top_k, top_p, generator)
             yield idx_next
             window = torch.cat([window, idx_next], dim=1)  # (B, T) -> (B, T + 1)
             if window.shape[1] > block_size:  # full: keep the most recent half, encode it afresh
@@ -204,7 +235,9 @@ class GPT(nn.Module):
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Next-token cross-entropy in nats of logits (..., V) against targets (...): the one loss that training,
-    evaluation, the honest loss and scoring compute. reduction "none" keeps one loss per target, shaped like targets."""
-    losses = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), reduction=reduction)  # over every prediction
+    """Next-token cross-entropy in nats of logits (..., V) against targets (...): the one loss that
+    training, evaluation, the honest loss and scoring compute. reduction "none" keeps one loss per
+    target, shaped like targets."""
+    # over every prediction
+    losses = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), reduction=reduction)
     return losses.view(targets.shape) if reduction == "none" else losses

@@ -1,4 +1,5 @@
-"""Switch chosen attention heads off, to see what they carry: head ablation, an intervention at inference.
+"""Switch chosen attention heads off, to see what they carry: head ablation, an intervention at
+inference.
 
 A head's output is the (B, T, D) slice of the heads' side-by-side output (B, T, C) that enters
 the block's output projection `proj`: columns h*D .. (h+1)*D - 1 for head h. Zeroing that slice
@@ -34,7 +35,8 @@ def all_heads(model: GPT) -> list[tuple[int, int]]:
 
 
 def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
-    """ "L0H1,L0H3" (or "L1" for every head of layer 1) -> [(0, 1), (0, 3)], checked against the model's sizes.
+    """ "L0H1,L0H3" (or "L1" for every head of layer 1) -> [(0, 1), (0, 3)], checked against the
+    model's sizes.
 
     A ValueError says which name is malformed or out of range.
     """
@@ -45,18 +47,27 @@ def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
         elif match := LAYER_NAME.fullmatch(name):
             layer, head = int(match[1]), None
         else:
-            raise ValueError(f"{name!r} names no head; write heads as L<layer>H<head> (L0H1,L1H3) or a whole layer as L<layer>")
+            raise ValueError(
+                f"{name!r} names no head; write heads as L<layer>H<head> (L0H1,L1H3) or a whole layer as L<layer>"
+            )
         if layer >= n_layer:
-            raise ValueError(f"{name}: layer {layer} is out of range, the model has layers 0 to {n_layer - 1}")
+            raise ValueError(
+                f"{name}: layer {layer} is out of range, the model has layers 0 to {n_layer - 1}"
+            )
         if head is not None and head >= n_head:
-            raise ValueError(f"{name}: head {head} is out of range, the model has heads 0 to {n_head - 1} per layer")
+            raise ValueError(
+                f"{name}: head {head} is out of range, the model has heads 0 to {n_head - 1} per layer"
+            )
         heads += [(layer, head)] if head is not None else [(layer, h) for h in range(n_head)]
     return list(dict.fromkeys(heads))  # in order, each once
 
 
 @contextmanager
-def ablate_heads(model: GPT, heads: Iterable[tuple[int, int]], means: list[torch.Tensor] | None = None) -> Iterator[GPT]:
-    """Within the block, the model runs with `heads` (layer, head) switched off; on exit it is as it was.
+def ablate_heads(
+    model: GPT, heads: Iterable[tuple[int, int]], means: list[torch.Tensor] | None = None
+) -> Iterator[GPT]:
+    """Within the block, the model runs with `heads` (layer, head) switched off; on exit it is as it
+    was.
 
     Each chosen head's slice of the input to its layer's output projection is set to zero, or,
     with `means` (per layer, the (C,) mean input to proj: see head_means), to its mean there.
@@ -72,12 +83,16 @@ def ablate_heads(model: GPT, heads: Iterable[tuple[int, int]], means: list[torch
             y = inputs[0].clone()  # (B, T, C): heads side by side, before the projection mixes them
             for head in chosen:
                 cols = slice(head * D, (head + 1) * D)
-                y[..., cols] = 0.0 if means is None else means[layer][cols].to(y.dtype)  # (B, T, D) <- 0 or (D,)
+                # (B, T, D) <- 0 or (D,)
+                y[..., cols] = 0.0 if means is None else means[layer][cols].to(y.dtype)
             return (y,)
 
         return hook
 
-    handles = [model.blocks[layer].attn.proj.register_forward_pre_hook(switch_off(layer, chosen)) for layer, chosen in by_layer.items()]
+    handles = [
+        model.blocks[layer].attn.proj.register_forward_pre_hook(switch_off(layer, chosen))
+        for layer, chosen in by_layer.items()
+    ]
     try:
         yield model
     finally:
@@ -87,7 +102,9 @@ def ablate_heads(model: GPT, heads: Iterable[tuple[int, int]], means: list[torch
 
 @torch.no_grad()
 def head_means(model: GPT, idx: torch.Tensor) -> list[torch.Tensor]:
-    """Per layer, the (C,) mean over every position of idx (B, T) of the heads' output before proj: mean-ablation's values."""
+    """Per layer, the (C,) mean over every position of idx (B, T) of the heads' output before proj:
+    mean-ablation's values.
+    """
     sums: list[torch.Tensor] = []
 
     def record(proj, inputs):

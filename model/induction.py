@@ -1,11 +1,14 @@
-"""Induction heads (Olsson et al. 2022), measured from the model alone: what attention learns beyond the breaks.
+"""Induction heads (Olsson et al. 2022), measured from the model alone: what attention learns beyond
+the breaks.
 
-Where a token appeared before, an induction head attends to the position just after that earlier occurrence
-and copies what came there: "A B ... A" -> "B". It takes two layers: a previous-token head writes into each
-position which token preceded it, and the induction head's query finds "preceded by me". `induction_score`
-scores one head's weights; `induction_summary` every head of a model, and how much its loss drops where the
-context gives the next token away (the in-context learning score). model/roles.py's head_roles
-names a head "induction" above INDUCTION_THRESHOLD, given enough repeated rows.
+Where a token appeared before, an induction head attends to the position just after that earlier
+occurrence
+and copies what came there: "A B ... A" -> "B". It takes two layers: a previous-token head writes
+into each position which token preceded it, and the induction head's query finds "preceded by me".
+`induction_score` scores one head's weights; `induction_summary` every head of a model, and how much
+its loss drops where the context gives the next token away (the in-context learning score).
+model/roles.py's head_roles names a head "induction" above INDUCTION_THRESHOLD, given enough
+repeated rows.
 """
 
 import math
@@ -15,47 +18,62 @@ import torch
 from model.gpt import GPT, lm_loss
 from model.heads import head_name
 
-INDUCTION_THRESHOLD = 0.3  # an induction head puts more than 0.3 of each repeated row's weight on its target
-# The shortest context in which the score tells a head from chance: attention spread evenly over T positions puts 1/T on
-# any target, and a fresh model's largest score sits near that. Only where 1/T is at most half the threshold is crossing
-# it a finding (a block of 2 scored 0.5 at initialisation: a "phase change" at step 0).
+# an induction head puts more than 0.3 of each repeated row's weight on its target
+INDUCTION_THRESHOLD = 0.3
+# The shortest context in which the score tells a head from chance: attention spread evenly over T
+# positions puts 1/T on any target, and a fresh model's largest score sits near that. Only where 1/T
+# is at most half the threshold is crossing it a finding (a block of 2 scored 0.5 at initialisation:
+# a "phase change" at step 0).
 SHORTEST_CONTEXT = math.ceil(2 / INDUCTION_THRESHOLD)
 
 
 def previous_occurrence(idx: torch.Tensor) -> torch.Tensor:
-    """(B, T) the latest position p < t where idx[b, p] == idx[b, t], or -1 where token t is a first occurrence."""
+    """(B, T) the latest position p < t where idx[b, p] == idx[b, t], or -1 where token t is a first
+    occurrence.
+    """
     positions = torch.arange(idx.shape[-1], device=idx.device)
-    same = (idx[..., :, None] == idx[..., None, :]) & (positions[None, :] < positions[:, None])  # (B, T, T): earlier, same token
+    # (B, T, T): earlier, same token
+    same = (idx[..., :, None] == idx[..., None, :]) & (positions[None, :] < positions[:, None])
     return torch.where(same, positions, -1).amax(-1)  # (B, T, T) -> (B, T)
 
 
 def induction_score(weights: torch.Tensor, idx: torch.Tensor) -> float:
-    """Mean weight from each repeated position t to its induction target, the position just after the previous
-    occurrence of token t, from one head's weights (B, T, T) on idx (B, T); rows of first occurrences are left out.
+    """Mean weight from each repeated position t to its induction target, the position just after
+    the previous occurrence of token t, from one head's weights (B, T, T) on idx (B, T); rows of
+    first occurrences are left out.
 
-    1 for a head that attends only there, about 0 for a previous-token head; 0 when no token repeats.
+    1 for a head that attends only there, about 0 for a previous-token head; 0 when no token
+    repeats.
     """
     return score_at(weights, previous_occurrence(idx) + 1)
 
 
 def score_at(weights: torch.Tensor, target: torch.Tensor) -> float:
-    """induction_score given the targets (B, T), previous_occurrence + 1 (0 where there is none): computed once for all heads."""
+    """induction_score given the targets (B, T), previous_occurrence + 1 (0 where there is none):
+    computed once for all heads.
+    """
     rows = target_rows(weights, target)
     return rows.mean().item() if len(rows) else 0.0
 
 
 def target_rows(weights: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The weight each repeated row puts on its target, from weights (B, T, T) and targets (B, T): (rows,), first occurrences left out."""
-    on_target = weights.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T): w[b, t, target[b, t]]
+    """The weight each repeated row puts on its target, from weights (B, T, T) and targets (B, T):
+    (rows,), first occurrences left out.
+    """
+    # (B, T): w[b, t, target[b, t]]
+    on_target = weights.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)
     return on_target[target > 0]
 
 
 @torch.no_grad()
-def induction_summary(model: GPT, x: torch.Tensor, y: torch.Tensor, layers: list[torch.Tensor] | None = None) -> dict[str, float]:
-    """On x, y (B, T): induction/L{layer}H{head}, every head's induction score, and induction/max; loss/repeated at
-    positions whose token occurred before and whose target followed it there (copying is right), loss/first at first
-    occurrences (nan if none), and icl/score, repeated minus first: below 0 once the model reads its context.
-    `layers`: the model's attention weights on x, if the caller has them already (n_layer x (B, H, T, T))."""
+def induction_summary(
+    model: GPT, x: torch.Tensor, y: torch.Tensor, layers: list[torch.Tensor] | None = None
+) -> dict[str, float]:
+    """On x, y (B, T): induction/L{layer}H{head}, every head's induction score, and induction/max;
+    loss/repeated at positions whose token occurred before and whose target followed it there
+    (copying is right), loss/first at first occurrences (nan if none), and icl/score, repeated minus
+    first: below 0 once the model reads its context. `layers`: the model's attention weights on x,
+    if the caller has them already (n_layer x (B, H, T, T))."""
     layers = model.attention_weights(x) if layers is None else layers
     previous = previous_occurrence(x)  # (B, T)
     scores = {
@@ -63,7 +81,17 @@ def induction_summary(model: GPT, x: torch.Tensor, y: torch.Tensor, layers: list
         for layer, w in enumerate(layers)
         for head in range(w.shape[1])
     }
-    after = x.gather(-1, previous + 1)  # (B, T): the token after the earlier occurrence (x[:, 0] where there is none)
+    # (B, T): the token after the earlier occurrence (x[:, 0] where there is none)
+    after = x.gather(-1, previous + 1)
     losses = lm_loss(model(x)[0], y, reduction="none")  # (B, T)
-    repeated, first = losses[(previous >= 0) & (after == y)].mean().item(), losses[previous < 0].mean().item()
-    return {**scores, "induction/max": max(scores.values()), "loss/repeated": repeated, "loss/first": first, "icl/score": repeated - first}
+    repeated, first = (
+        losses[(previous >= 0) & (after == y)].mean().item(),
+        losses[previous < 0].mean().item(),
+    )
+    return {
+        **scores,
+        "induction/max": max(scores.values()),
+        "loss/repeated": repeated,
+        "loss/first": first,
+        "icl/score": repeated - first,
+    }

@@ -1,8 +1,9 @@
-"""What generation needs beside the model: the KV cache, which keeps each layer's keys and values so that a new token
-costs one position, and the draw of the next token from the logits: greedy, or with a temperature, top-k and top-p.
+"""What generation needs beside the model: the KV cache, which keeps each layer's keys and values so
+that a new token costs one position, and the draw of the next token from the logits: greedy, or with
+a temperature, top-k and top-p.
 
-Shape legend: as in attention.py for the cache (B, K key/value heads, S, D); for the draw, B rows sampled side by
-side, V vocabulary, K candidates kept (K <= V).
+Shape legend: as in attention.py for the cache (B, K key/value heads, S, D); for the draw, B rows
+sampled side by side, V vocabulary, K candidates kept (K <= V).
 """
 
 from dataclasses import dataclass
@@ -12,11 +13,13 @@ import torch
 
 @dataclass
 class KVCache:
-    """One layer's keys and values so far, each (B, K, S, D) for K key/value heads, so a new token costs one position.
+    """One layer's keys and values so far, each (B, K, S, D) for K key/value heads, so a new token
+    costs one position.
 
     Only a causal model can cache: there a position never sees later ones, so the keys and values of
-    earlier positions (RoPE's keys turned to their own positions) stay the same when a token is appended.
-    A layer with a window W keeps only the W - 1 newest positions: all that its next query can see.
+    earlier positions (RoPE's keys turned to their own positions) stay the same when a token is
+    appended. A layer with a window W keeps only the W - 1 newest positions: all that its next query
+    can see.
     """
 
     window: int = 0  # the layer's sliding window, or 0: every position is kept
@@ -28,14 +31,20 @@ class KVCache:
         return self.seen
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add the new positions k, v (B, K, T, D); return every position the new queries may see, each (B, K, S, D)."""
+        """Add the new positions k, v (B, K, T, D); return every position the new queries may see,
+        each (B, K, S, D).
+        """
         self.seen += k.shape[2]
         if self.k is not None:
             k = torch.cat([self.k, k], dim=2)  # (B, K, S - T, D) + (B, K, T, D) -> (B, K, S, D)
             v = torch.cat([self.v, v], dim=2)  # (B, K, S - T, D) + (B, K, T, D) -> (B, K, S, D)
         S = k.shape[2]
-        dropped = S - min(S, self.window - 1) if self.window else 0  # a window drops what no later query sees
-        self.k, self.v = (k[:, :, dropped:].clone(), v[:, :, dropped:].clone()) if dropped else (k, v)  # a copy frees the rest
+        # a window drops what no later query sees
+        dropped = S - min(S, self.window - 1) if self.window else 0
+        # a copy frees the rest
+        self.k, self.v = (
+            (k[:, :, dropped:].clone(), v[:, :, dropped:].clone()) if dropped else (k, v)
+        )
         return k, v
 
 
@@ -44,8 +53,8 @@ class SamplingError(ValueError):
 
 
 def check_finite_logits(logits: torch.Tensor) -> None:
-    """Refuse NaN or infinite logits (B, ..., V): softmax turns them into NaN probabilities, and a NaN
-    distribution samples one fixed token (the last) forever instead of failing."""
+    """Refuse NaN or infinite logits (B, ..., V): softmax turns them into NaN probabilities, and a
+    NaN distribution samples one fixed token (the last) forever instead of failing."""
     if not torch.isfinite(logits).all():
         raise SamplingError(
             "the model's logits are not finite (NaN or inf), so its weights are broken (a diverged or damaged checkpoint); "
@@ -74,26 +83,37 @@ def sample_next(
     """
     logits = logits.float()
     scaled = logits if temperature == 0 else logits / temperature
-    if not torch.isfinite(scaled).all():  # one check per token; then say which of the two causes it is
+    # one check per token; then say which of the two causes it is
+    if not torch.isfinite(scaled).all():
         check_finite_logits(logits)  # the model's own logits: broken weights
         # finite logits, so a tiny temperature: 1e-50 is 0 in float32, and 2 / 1e-40 overflows
-        raise SamplingError(f"temperature {temperature:g} is too small: the logits divided by it overflow; use 0 for greedy decoding")
+        raise SamplingError(
+            f"temperature {temperature:g} is too small: the logits divided by it overflow; use 0 for greedy decoding"
+        )
     if temperature == 0:
         return scaled.argmax(dim=-1, keepdim=True)  # (B, V) -> (B, 1)
     logits = scaled
     ids = None
     if top_k is not None or top_p is not None:
         k = min(top_k or logits.size(-1), logits.size(-1))
-        logits, ids = torch.topk(logits, k)  # (B, V) -> (B, K) values, likeliest first, and their token ids
+        # (B, V) -> (B, K) values, likeliest first, and their token ids
+        logits, ids = torch.topk(logits, k)
     probs = logits.softmax(dim=-1)  # (B, K)
     if top_p is not None and top_p < 1:
         before = probs.cumsum(dim=-1) - probs  # (B, K): the mass of the likelier candidates
-        keep = before < top_p  # (B, K); a top_p below float32's range (1e-300) is 0 here, and 0 < 0 keeps nothing:
+        # (B, K); a top_p below float32's range (1e-300) is 0 here, and 0 < 0 keeps nothing:
+        keep = before < top_p
         keep[:, 0] = True  # the likeliest candidate always stays, so the nucleus is never empty
         probs = probs * keep
     cdf = probs.cumsum(dim=-1)  # (B, K): non-decreasing, last entry the kept mass
     u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]  # (B, 1)
-    # u can round up to the total: clamp to the last candidate with any probability (sorted candidates keep those first)
-    last = (probs > 0).sum(dim=-1, keepdim=True) - 1 if ids is not None else torch.full_like(u, cdf.shape[-1] - 1, dtype=torch.long)
-    choice = torch.minimum(torch.searchsorted(cdf, u, right=True), last)  # (B, 1) index into candidates
+    # u can round up to the total: clamp to the last candidate with any probability (sorted
+    # candidates keep those first)
+    last = (
+        (probs > 0).sum(dim=-1, keepdim=True) - 1
+        if ids is not None
+        else torch.full_like(u, cdf.shape[-1] - 1, dtype=torch.long)
+    )
+    # (B, 1) index into candidates
+    choice = torch.minimum(torch.searchsorted(cdf, u, right=True), last)
     return choice if ids is None else ids.gather(-1, choice)  # (B, 1) token ids

@@ -1,4 +1,5 @@
-"""Tiled attention: the same math as attention() in attention.py, without ever holding the (T, S) weights.
+"""Tiled attention: the same math as attention() in attention.py, without ever holding the (T, S)
+weights.
 
 Shape legend as in attention.py (B, T, C, H, D, V, S), plus two tile sizes:
     Tq  queries in one tile (at most `tile`)
@@ -40,12 +41,14 @@ def tiled_attention(
 
     Args:
         q: (..., T, D) queries; k, v: (..., S, D) keys and values.
-        mask: (T, S) boolean, True where a query may look (attention.causal_mask), or None: every key in view.
+        mask: (T, S) boolean, True where a query may look (attention.causal_mask), or None: every
+        key in view.
         scale: D**-0.5, or 1.0 for --no-scale.
         tile: queries and keys per tile.
-        softcap: each tile's scores squashed into (-softcap, softcap) as attention_scores does; 0 for none.
-        sink: one logit per head (H,) that joins each row's softmax (as in attention()): the running max starts at
-            it and the denominator at its exp, with nothing added to acc.
+        softcap: each tile's scores squashed into (-softcap, softcap) as attention_scores does; 0
+        for none.
+        sink: one logit per head (H,) that joins each row's softmax (as in attention()): the running
+            max starts at it and the denominator at its exp, with nothing added to acc.
     Returns:
         y: (..., T, D), equal to attention()'s y up to float rounding.
     """
@@ -53,25 +56,38 @@ def tiled_attention(
     outputs = []
     for q0 in range(0, T, tile):
         qt = q[..., q0 : q0 + tile, :]  # (..., T, D) -> (..., Tq, D)
-        m = torch.full_like(qt[..., :1], float("-inf"))  # (..., Tq, 1): running max of each row's scores
-        denom = torch.zeros_like(m)  # (..., Tq, 1): running sum of exp(score - m), softmax's denominator
+        # (..., Tq, 1): running max of each row's scores
+        m = torch.full_like(qt[..., :1], float("-inf"))
+        # (..., Tq, 1): running sum of exp(score - m), softmax's denominator
+        denom = torch.zeros_like(m)
         acc = torch.zeros_like(qt)  # (..., Tq, D): running sum of exp(score - m) * value
         if sink is not None:
-            logit = sink.view(-1, 1, 1).to(m.dtype).expand_as(m)  # (H,) -> (..., Tq, 1): the sink's, the first score seen
-            m = logit.detach()  # the running max only steadies exp(); the result does not depend on it
-            denom = (logit - m).exp()  # (..., Tq, 1): exp(sink - m) = 1, through which the sink learns
+            # (H,) -> (..., Tq, 1): the sink's, the first score seen
+            logit = sink.view(-1, 1, 1).to(m.dtype).expand_as(m)
+            # the running max only steadies exp(); the result does not depend on it
+            m = logit.detach()
+            # (..., Tq, 1): exp(sink - m) = 1, through which the sink learns
+            denom = (logit - m).exp()
         for k0 in range(0, S, tile):
-            seen = None if mask is None else mask[q0 : q0 + tile, k0 : k0 + tile]  # (Tq, Sk): True where a query may look
-            if seen is not None and not seen.any():  # every key here is hidden from every query: skip the tile
+            # (Tq, Sk): True where a query may look
+            seen = None if mask is None else mask[q0 : q0 + tile, k0 : k0 + tile]
+            # every key here is hidden from every query: skip the tile
+            if seen is not None and not seen.any():
                 continue
-            kt, vt = k[..., k0 : k0 + tile, :], v[..., k0 : k0 + tile, :]  # (..., S, D) -> (..., Sk, D)
-            scores = (qt @ kt.transpose(-2, -1)) * scale  # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
+            # (..., S, D) -> (..., Sk, D)
+            kt, vt = k[..., k0 : k0 + tile, :], v[..., k0 : k0 + tile, :]
+            # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
+            scores = (qt @ kt.transpose(-2, -1)) * scale
             if softcap:
-                scores = softcap * torch.tanh(scores / softcap)  # (..., Tq, Sk), each in (-softcap, softcap)
+                # (..., Tq, Sk), each in (-softcap, softcap)
+                scores = softcap * torch.tanh(scores / softcap)
             if seen is not None and not seen.all():  # some key here is hidden from some query
                 scores = scores.masked_fill(~seen, float("-inf"))  # (..., Tq, Sk)
-            # A row whose every key so far was hidden (behind a window) keeps m = -inf: exp() is then taken from the lowest float.
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True)).clamp(min=torch.finfo(scores.dtype).min)  # (..., Tq, 1)
+            # A row whose every key so far was hidden (behind a window) keeps m = -inf: exp() is
+            # then taken from the lowest float. (..., Tq, 1)
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True)).clamp(
+                min=torch.finfo(scores.dtype).min
+            )
             p = (scores - m_new).exp()  # (..., Tq, Sk): this tile's weights, not yet normalised
             rescale = (m - m_new).exp()  # (..., Tq, 1): moves earlier sums onto the new maximum
             denom = denom * rescale + p.sum(dim=-1, keepdim=True)

@@ -1,4 +1,5 @@
-"""Shared test helpers. Import them with `from conftest import assert_close` (pytest puts tests/ on sys.path).
+"""Shared test helpers. Import them with `from conftest import assert_close` (pytest puts tests/ on
+sys.path).
 
 Tests never touch the network, data/cache or runs/: each one writes its own small corpus with
 `write_corpus` (or the `corpus_file` fixture) and points the cache and run folders into tmp_path.
@@ -20,21 +21,63 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def assert_close(a: torch.Tensor, b: torch.Tensor, atol: float, msg: str = "") -> None:
-    """Assert same shape and max |a - b| <= atol; on failure report the max and mean absolute difference."""
+    """Assert same shape and max |a - b| <= atol; on failure report the max and mean absolute
+    difference.
+    """
     a, b = torch.as_tensor(a), torch.as_tensor(b)
     assert a.shape == b.shape, f"{msg} shape mismatch: {tuple(a.shape)} vs {tuple(b.shape)}"
     diff = (a.detach().double() - b.detach().double()).abs()
     max_diff, mean_diff = diff.max().item(), diff.mean().item()
-    assert max_diff <= atol, f"{msg} max abs diff {max_diff:.3e} > atol {atol:.1e} (mean abs diff {mean_diff:.3e})"
+    assert max_diff <= atol, (
+        f"{msg} max abs diff {max_diff:.3e} > atol {atol:.1e} (mean abs diff {mean_diff:.3e})"
+    )
 
 
-# A small synthetic play: ASCII only, varied words, and refrains that repeat so a tiny model can learn.
+# A small synthetic play: ASCII only, varied words, and refrains that repeat so a tiny model can
+# learn.
 
 SPEAKERS = ["KING", "QUEEN", "PRINCE", "NURSE", "FIRST CITIZEN", "SECOND CITIZEN", "GHOST", "FOOL"]
-SUBJECTS = ["the king", "my lord", "the queen", "this house", "our father", "the old man", "a young maid", "the ghost", "thy brother"]
-VERBS = ["loves", "fears", "speaks of", "walks with", "remembers", "forgets", "calls for", "waits upon", "looks at"]
-OBJECTS = ["the crown", "the river", "a sword", "the night", "the morning light", "his horse", "her letter", "the castle gate"]
-TAILS = ["", " tonight", " in the rain", " before the dawn", " with a heavy heart", " and says nothing", " again and again"]
+SUBJECTS = [
+    "the king",
+    "my lord",
+    "the queen",
+    "this house",
+    "our father",
+    "the old man",
+    "a young maid",
+    "the ghost",
+    "thy brother",
+]
+VERBS = [
+    "loves",
+    "fears",
+    "speaks of",
+    "walks with",
+    "remembers",
+    "forgets",
+    "calls for",
+    "waits upon",
+    "looks at",
+]
+OBJECTS = [
+    "the crown",
+    "the river",
+    "a sword",
+    "the night",
+    "the morning light",
+    "his horse",
+    "her letter",
+    "the castle gate",
+]
+TAILS = [
+    "",
+    " tonight",
+    " in the rain",
+    " before the dawn",
+    " with a heavy heart",
+    " and says nothing",
+    " again and again",
+]
 REFRAINS = [
     "To be, or not to be, that is the question.",
     "All the world's a stage, and all the men and women merely players.",
@@ -44,7 +87,9 @@ REFRAINS = [
 
 
 def make_corpus_text(min_chars: int = 30_000, seed: int = 0) -> str:
-    """About min_chars characters of English-like dialogue, the same on every call with the same seed."""
+    """About min_chars characters of English-like dialogue, the same on every call with the same
+    seed.
+    """
     rng = random.Random(seed)
     parts: list[str] = []
     size = 0
@@ -107,7 +152,9 @@ def tiny_argv(root: Path, corpus: Path, *extra: str) -> list[str]:
 
 
 def custom_scalars_layout(run_dir: Path) -> dict[str, list[list[str]]]:
-    """The custom-scalars layout a run wrote, as TensorBoard's plugin reads it back: section title -> each chart's tag patterns."""
+    """The custom-scalars layout a run wrote, as TensorBoard's plugin reads it back: section title
+    -> each chart's tag patterns.
+    """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.custom_scalar import layout_pb2
     from tensorboard.util import tensor_util
@@ -115,16 +162,23 @@ def custom_scalars_layout(run_dir: Path) -> dict[str, list[list[str]]]:
     events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0}).Reload()
     proto = events.Tensors("custom_scalars__config__")[0].tensor_proto
     parsed = layout_pb2.Layout.FromString(tensor_util.make_ndarray(proto).item())
-    return {section.title: [list(chart.multiline.tag) for chart in section.chart] for section in parsed.category}
+    return {
+        section.title: [list(chart.multiline.tag) for chart in section.chart]
+        for section in parsed.category
+    }
 
 
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
     """Run `python <script> args...` from the repository root, capturing text output."""
-    return subprocess.run([sys.executable, script, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, script, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """The script failed as a user error: exit 2, a single 'error: ...' line on stderr, no traceback."""
+    """The script failed as a user error: exit 2, a single 'error: ...' line on stderr, no
+    traceback.
+    """
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, f"exit code {proc.returncode}, stderr:\n{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -136,8 +190,8 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> s
 
 
 def error_of(command, argv: list[str], capsys) -> subprocess.CompletedProcess:
-    """harness.cli.run_command on a script's main, in process, as a finished process for assert_one_line_error
-    (argparse's errors exit on their own)."""
+    """harness.cli.run_command on a script's main, in process, as a finished process for
+    assert_one_line_error (argparse's errors exit on their own)."""
     from harness.cli import run_command
 
     try:
@@ -149,9 +203,10 @@ def error_of(command, argv: list[str], capsys) -> subprocess.CompletedProcess:
 
 
 def save_random_gpt2(folder: Path, seed: int = 0) -> Path:
-    """A small GPT-2 (2 layers of 2 heads, 32 wide, 64 positions), saved by transformers into folder. Every parameter
-    is drawn at std 0.2 (LayerNorm gains around 1), so that its predictions differ from token to token: at
-    transformers' init (std 0.02) every distribution is nearly uniform, and wrong code would score the same."""
+    """A small GPT-2 (2 layers of 2 heads, 32 wide, 64 positions), saved by transformers into
+    folder. Every parameter is drawn at std 0.2 (LayerNorm gains around 1), so that its predictions
+    differ from token to token: at transformers' init (std 0.02) every distribution is nearly
+    uniform, and wrong code would score the same."""
     import transformers
 
     torch.manual_seed(seed)
@@ -171,20 +226,25 @@ GPT2_BPE_URLS = (  # the two files tiktoken's gpt2 encoding reads (tiktoken_ext/
 
 
 def tiktoken_cache_dir() -> Path | None:
-    """The folder where tiktoken looks for downloaded files, as tiktoken.load.read_file_cached chooses it (None: caching off)."""
+    """The folder where tiktoken looks for downloaded files, as tiktoken.load.read_file_cached
+    chooses it (None: caching off).
+    """
     folder = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
     if folder is None:
         folder = os.path.join(tempfile.gettempdir(), "data-gym-cache")
     return Path(folder) if folder else None
 
 
-REQUIRE_ALL = "TINYGPT_REQUIRE_ALL_TESTS"  # set to 1 (CI's .ci/run does): a test that lacks transformers or the BPE files fails
+# set to 1 (CI's .ci/run does): a test that lacks transformers or the BPE files fails
+REQUIRE_ALL = "TINYGPT_REQUIRE_ALL_TESTS"
 
 
 def skip_or_fail(reason: str):
-    """Skip a test whose optional dependency is missing, or fail it where TINYGPT_REQUIRE_ALL_TESTS=1 says that nothing may skip.
+    """Skip a test whose optional dependency is missing, or fail it where
+    TINYGPT_REQUIRE_ALL_TESTS=1 says that nothing may skip.
 
-    Works in a test and at module level (a failure there is a collection error, which fails the run too).
+    Works in a test and at module level (a failure there is a collection error, which fails the run
+    too).
     """
     if os.environ.get(REQUIRE_ALL) == "1":
         pytest.fail(f"{reason} ({REQUIRE_ALL}=1: this machine must run every test)", pytrace=False)
@@ -200,7 +260,8 @@ def import_or_skip(module: str, reason: str):
 
 
 def gpt2_encoding_or_skip():
-    """tiktoken's gpt2 encoding, or skip when its BPE files are not in tiktoken's cache folder (tests never download).
+    """tiktoken's gpt2 encoding, or skip when its BPE files are not in tiktoken's cache folder
+    (tests never download).
 
     tiktoken keeps each file under the SHA-1 of its URL. When both files are there, any failure to
     load them (a corrupt file, an API change) fails the test instead of skipping it.
@@ -208,16 +269,22 @@ def gpt2_encoding_or_skip():
     tiktoken = import_or_skip("tiktoken", "the gpt2 tokenizer needs it (requirements.txt)")
     folder = tiktoken_cache_dir()
     missing = [
-        url.rsplit("/", 1)[1] for url in GPT2_BPE_URLS if folder is None or not (folder / hashlib.sha1(url.encode()).hexdigest()).is_file()
+        url.rsplit("/", 1)[1]
+        for url in GPT2_BPE_URLS
+        if folder is None or not (folder / hashlib.sha1(url.encode()).hexdigest()).is_file()
     ]
     if missing:
         where = f"in {folder}" if folder else "(TIKTOKEN_CACHE_DIR is empty: caching off)"
-        skip_or_fail(f"tiktoken's gpt2 BPE files ({', '.join(missing)}) are not {where}; set TIKTOKEN_CACHE_DIR to a folder holding them")
+        skip_or_fail(
+            f"tiktoken's gpt2 BPE files ({', '.join(missing)}) are not {where}; set TIKTOKEN_CACHE_DIR to a folder holding them"
+        )
     return tiktoken.get_encoding("gpt2")
 
 
 class EndedChild:
-    """A train.py child that has ended already, with its exit code, as harness/experiments/children.py waits on one."""
+    """A train.py child that has ended already, with its exit code, as
+    harness/experiments/children.py waits on one.
+    """
 
     def __init__(self, returncode: int):
         self.returncode = returncode
@@ -230,8 +297,8 @@ class EndedChild:
 
 
 def train_in_process(monkeypatch) -> None:
-    """compare.py's and sweep.py's children run as train.main in this process, one at a time: the same arguments,
-    without a new interpreter per run (each takes seconds to import torch)."""
+    """compare.py's and sweep.py's children run as train.main in this process, one at a time: the
+    same arguments, without a new interpreter per run (each takes seconds to import torch)."""
     import train
     from harness.experiments.children import Children
 

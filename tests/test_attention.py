@@ -1,4 +1,6 @@
-"""Tests for model/attention.py: attention(), Head and MultiHead (docs/layout.md, rule 8: tests assert real numbers)."""
+"""Tests for model/attention.py: attention(), Head and MultiHead (docs/layout.md, rule 8: tests
+assert real numbers).
+"""
 
 import dataclasses
 import itertools
@@ -17,7 +19,13 @@ FLAGS = list(itertools.product([True, False], [True, False]))  # (causal, scaled
 FLAG_IDS = [f"causal={c}-scaled={s}" for c, s in FLAGS]
 
 
-def make_head(causal: bool = True, scaled: bool = True, n_embd: int = 8, head_size: int = 4, block_size: int = 6) -> Head:
+def make_head(
+    causal: bool = True,
+    scaled: bool = True,
+    n_embd: int = 8,
+    head_size: int = 4,
+    block_size: int = 6,
+) -> Head:
     torch.manual_seed(0)
     return Head(n_embd, head_size, block_size, dropout=0.0, causal=causal, scaled=scaled).eval()
 
@@ -31,7 +39,9 @@ def make_multihead(
     backend: str = "sdpa",
 ) -> MultiHead:
     torch.manual_seed(0)
-    return MultiHead(n_embd, n_head, block_size, dropout=0.0, causal=causal, scaled=scaled, backend=backend).eval()
+    return MultiHead(
+        n_embd, n_head, block_size, dropout=0.0, causal=causal, scaled=scaled, backend=backend
+    ).eval()
 
 
 # 1. Hand-computed examples
@@ -65,7 +75,9 @@ def test_head_hand_computed_identity_projections():
 
     y_manual, w = head(x, return_weights=True)
     assert_close(y_manual, expected, atol=1e-4, msg="Head return_weights=True")
-    assert_close(w[0, 2], torch.tensor([0.2483, 0.2483, 0.5035]), atol=1e-4, msg="Head weights row 2")
+    assert_close(
+        w[0, 2], torch.tensor([0.2483, 0.2483, 0.5035]), atol=1e-4, msg="Head weights row 2"
+    )
     y_sdpa = head(x)
     assert_close(y_sdpa, expected, atol=1e-4, msg="Head default (sdpa) path")
 
@@ -125,19 +137,24 @@ def test_multihead_manual_backend_matches_sdpa(causal, scaled, T):
     assert_close(y_manual, y_sdpa, atol=1e-5, msg="backend manual vs sdpa")
     y_manual_w, w = manual(x, return_weights=True)
     assert_close(y_manual_w, y_sdpa, atol=1e-5, msg="manual backend's weights path vs sdpa")
-    # The returned weights, recomputed here from the qkv matrix: rows [q heads; k heads; v heads], D = 4.
+    # The returned weights, recomputed here from the qkv matrix: rows [q heads; k heads; v heads], D
+    # = 4.
     q, k, _ = (x @ manual.qkv.weight.detach().T).split(12, dim=-1)  # (B, T, C) each
     q, k = (t.view(2, T, 3, 4).transpose(1, 2) for t in (q, k))  # (B, H, T, D)
     scores = q @ k.transpose(-2, -1) * (0.5 if scaled else 1.0)  # 1/sqrt(D) = 1/2
     if causal:
         scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-    assert_close(w, scores.softmax(-1), atol=1e-6, msg="manual backend's weights vs softmax of q k^T by hand")
+    assert_close(
+        w, scores.softmax(-1), atol=1e-6, msg="manual backend's weights vs softmax of q k^T by hand"
+    )
 
 
 # 4. Heads: MultiHead is H Heads side by side
 
 
-def heads_from_multihead(mh: MultiHead, n_embd: int, n_head: int, block_size: int, **options) -> list[Head]:
+def heads_from_multihead(
+    mh: MultiHead, n_embd: int, n_head: int, block_size: int, **options
+) -> list[Head]:
     D = n_embd // n_head
     W = mh.qkv.weight.detach()  # (3C, C): rows [q heads 0..H-1; k heads; v heads]
     heads = []
@@ -202,11 +219,17 @@ def test_causality(kind, causal):
         y, y2 = module(x), module(x2)
     past_diff = (y[:, : t + 1] - y2[:, : t + 1]).abs().max().item()
     future_diff = (y[:, t + 1 :] - y2[:, t + 1 :]).abs().max().item()
-    assert future_diff > 1e-3, f"changing x after t should change outputs after t (max diff {future_diff:.3e})"
+    assert future_diff > 1e-3, (
+        f"changing x after t should change outputs after t (max diff {future_diff:.3e})"
+    )
     if causal:
-        assert_close(y[:, : t + 1], y2[:, : t + 1], atol=1e-6, msg="causal outputs at positions <= t")
+        assert_close(
+            y[:, : t + 1], y2[:, : t + 1], atol=1e-6, msg="causal outputs at positions <= t"
+        )
     else:
-        assert past_diff > 1e-3, f"non-causal: earlier outputs should change, max diff {past_diff:.3e}"
+        assert past_diff > 1e-3, (
+            f"non-causal: earlier outputs should change, max diff {past_diff:.3e}"
+        )
 
 
 # 6. Weights
@@ -228,10 +251,14 @@ def test_weights_rows_and_mask(kind, causal):
     above = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)
     upper = w[..., above]  # entries strictly above the diagonal
     if causal:
-        assert torch.count_nonzero(upper).item() == 0, f"causal weights above diagonal, max {upper.abs().max().item():.3e}"
+        assert torch.count_nonzero(upper).item() == 0, (
+            f"causal weights above diagonal, max {upper.abs().max().item():.3e}"
+        )
         assert (w[..., ~above] > 0).all(), "causal weights on/below the diagonal should be > 0"
     else:
-        assert (upper > 0).all(), f"non-causal weights above diagonal should be > 0, min {upper.min().item():.3e}"
+        assert (upper > 0).all(), (
+            f"non-causal weights above diagonal should be > 0, min {upper.min().item():.3e}"
+        )
 
 
 # 7. Errors
@@ -262,19 +289,28 @@ def test_causal_mask_not_in_state_dict():
     head, mh = make_head(), make_multihead()
     assert sorted(head.state_dict()) == ["key.weight", "query.weight", "value.weight"]
     assert sorted(mh.state_dict()) == ["proj.bias", "proj.weight", "qkv.weight"]
-    assert torch.equal(mh.mask(6), torch.ones(6, 6, dtype=torch.bool).tril())  # built when asked for
-    after_cache = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)  # 2 queries after 2 cached positions
+    # built when asked for
+    assert torch.equal(mh.mask(6), torch.ones(6, 6, dtype=torch.bool).tril())
+    # 2 queries after 2 cached positions
+    after_cache = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
     assert torch.equal(mh.mask(2, 4), after_cache)
     assert math.isclose(head.scale, 4**-0.5)
 
 
 def test_a_long_context_costs_no_mask_memory():
-    """A stored (block_size, block_size) mask per layer made block_size 100,000 cost 10 GB a layer; masks are built per call now."""
-    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=4096, vocab_size=11, attention="manual"))
+    """A stored (block_size, block_size) mask per layer made block_size 100,000 cost 10 GB a layer;
+    masks are built per call now.
+    """
+    model = GPT(
+        ModelConfig(
+            n_layer=2, n_head=2, n_embd=16, block_size=4096, vocab_size=11, attention="manual"
+        )
+    )
     assert sum(b.numel() for b in model.buffers()) == 0
     idx = torch.randint(0, 11, (1, 5), generator=torch.Generator().manual_seed(0))
     weights = model.attention_weights(idx)[0]  # (1, H, 5, 5)
-    assert weights.shape == (1, 2, 5, 5) and weights.triu(1).abs().max().item() == 0.0  # still causal
+    # still causal
+    assert weights.shape == (1, 2, 5, 5) and weights.triu(1).abs().max().item() == 0.0
 
 
 # 9. The cures and rotary positions: QK-norm, the softcap, RoPE
@@ -291,7 +327,9 @@ OPTIONS = {  # Head/MultiHead keyword arguments for each change and the combinat
     "no-mask+rope+softcap": {"causal": False, "rope": True, "softcap": 1.5},
 }
 GPT_OPTIONS = {  # the same as ModelConfig fields
-    name: {"positions": "rope"} | {k: v for k, v in options.items() if k != "rope"} if options.get("rope") else dict(options)
+    name: {"positions": "rope"} | {k: v for k, v in options.items() if k != "rope"}
+    if options.get("rope")
+    else dict(options)
     for name, options in OPTIONS.items()
 } | {"no-pos": {"positions": "none"}}
 
@@ -300,16 +338,20 @@ def multihead(backend: str, **options) -> MultiHead:
     torch.manual_seed(0)
     mh = MultiHead(12, 3, 8, dropout=0.0, backend=backend, **options).eval()
     with torch.no_grad():
-        mh.qkv.weight.mul_(4.0)  # larger q and k than the init's, so that the cap and the norm change the scores visibly
+        # larger q and k than the init's, so that the cap and the norm change the scores visibly
+        mh.qkv.weight.mul_(4.0)
     return mh
 
 
 def reference_rotate(x: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """RoPE in complex numbers: each adjacent pair (x[2i], x[2i+1]) is x[2i] + i x[2i+1], multiplied by e^(i p theta_i)."""
+    """RoPE in complex numbers: each adjacent pair (x[2i], x[2i+1]) is x[2i] + i x[2i+1], multiplied
+    by e^(i p theta_i).
+    """
     T, D = x.shape[-2:]
     theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
     angles = torch.arange(start, start + T, dtype=torch.float64)[:, None] * theta  # (T, D/2)
-    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], D // 2, 2).contiguous())  # (..., T, D/2) complex
+    # (..., T, D/2) complex
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], D // 2, 2).contiguous())
     turned = pairs * torch.polar(torch.ones_like(angles), angles)
     return torch.view_as_real(turned).reshape(x.shape).to(x.dtype)
 
@@ -321,12 +363,21 @@ def test_every_backend_equals_the_readable_path_with_each_change(name, backend):
     x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         y_readable, _ = mh(x, return_weights=True)
-        assert_close(mh(x), y_readable, atol=1e-5, msg=f"{name}: {backend} (core {mh.core}) vs the readable path")
+        assert_close(
+            mh(x),
+            y_readable,
+            atol=1e-5,
+            msg=f"{name}: {backend} (core {mh.core}) vs the readable path",
+        )
 
 
-@pytest.mark.parametrize("name", ["qk-norm", "softcap", "rope", "rope+qk-norm+softcap", "no-scale+qk-norm"])
+@pytest.mark.parametrize(
+    "name", ["qk-norm", "softcap", "rope", "rope+qk-norm+softcap", "no-scale+qk-norm"]
+)
 def test_the_readable_path_equals_the_formulas_by_hand(name):
-    """The weights, recomputed from qkv's rows with RoPE in complex numbers, the RMS norm and the cap written out."""
+    """The weights, recomputed from qkv's rows with RoPE in complex numbers, the RMS norm and the
+    cap written out.
+    """
     options = OPTIONS[name]
     mh = multihead("manual", **options)
     x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(1))
@@ -349,13 +400,26 @@ def test_the_readable_path_equals_the_formulas_by_hand(name):
 @pytest.mark.parametrize("name", GPT_OPTIONS)
 def test_every_backend_gives_the_readable_gpt_logits_with_each_change(name, backend):
     torch.manual_seed(0)
-    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, qk_init_std=0.5, **GPT_OPTIONS[name])
+    cfg = ModelConfig(
+        n_layer=2,
+        n_head=2,
+        n_embd=16,
+        block_size=8,
+        vocab_size=11,
+        qk_init_std=0.5,
+        **GPT_OPTIONS[name],
+    )
     model = GPT(dataclasses.replace(cfg, attention=backend)).eval()
     readable = GPT(dataclasses.replace(cfg, attention="manual")).eval()
     readable.load_state_dict(model.state_dict())
     idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        assert_close(model(idx)[0], readable(idx)[0], atol=1e-5, msg=f"{name}: GPT logits, {backend} vs manual")
+        assert_close(
+            model(idx)[0],
+            readable(idx)[0],
+            atol=1e-5,
+            msg=f"{name}: GPT logits, {backend} vs manual",
+        )
 
 
 def test_the_cap_bounds_every_score_even_for_huge_queries_and_keys():
@@ -364,12 +428,30 @@ def test_the_cap_bounds_every_score_even_for_huge_queries_and_keys():
     raw = attention_scores(q, k, None, 8**-0.5)
     capped = attention_scores(q, k, None, 8**-0.5, softcap=50.0)
     assert raw.abs().max() > 1e5 and capped.abs().max() <= 50.0
-    small = attention_scores(q / 1e4, k / 1e4, None, 8**-0.5, softcap=50.0)  # small scores pass almost unchanged
-    assert_close(small, attention_scores(q / 1e4, k / 1e4, None, 8**-0.5), atol=1e-6, msg="small scores under the cap")
-    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, qk_init_std=30.0, softcap=5.0))
+    # small scores pass almost unchanged
+    small = attention_scores(q / 1e4, k / 1e4, None, 8**-0.5, softcap=50.0)
+    assert_close(
+        small,
+        attention_scores(q / 1e4, k / 1e4, None, 8**-0.5),
+        atol=1e-6,
+        msg="small scores under the cap",
+    )
+    model = GPT(
+        ModelConfig(
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            block_size=8,
+            vocab_size=11,
+            qk_init_std=30.0,
+            softcap=5.0,
+        )
+    )
     for scores, _ in model.attention_probe(torch.randint(0, 11, (2, 8))):
         visible = scores[scores.isfinite()]
-        assert visible.abs().max() <= 5.0 and visible.abs().max() > 4.9, "the probe sees the capped scores the model uses"
+        assert visible.abs().max() <= 5.0 and visible.abs().max() > 4.9, (
+            "the probe sees the capped scores the model uses"
+        )
 
 
 def test_qk_norm_leaves_each_heads_queries_and_keys_at_unit_rms():
@@ -386,22 +468,37 @@ def test_qk_norm_leaves_each_heads_queries_and_keys_at_unit_rms():
 def test_the_rotation_equals_the_complex_number_reference():
     x = torch.randn(2, 3, 40, 8, generator=torch.Generator().manual_seed(0))
     for start in (0, 5, 1000):
-        assert_close(rotate(x, start), reference_rotate(x, start), atol=2e-5, msg=f"rotate from position {start}")
-    assert_close(rotate(x).norm(dim=-1), x.norm(dim=-1), atol=1e-5, msg="a rotation keeps every length")
+        assert_close(
+            rotate(x, start),
+            reference_rotate(x, start),
+            atol=2e-5,
+            msg=f"rotate from position {start}",
+        )
+    assert_close(
+        rotate(x).norm(dim=-1), x.norm(dim=-1), atol=1e-5, msg="a rotation keeps every length"
+    )
     assert torch.equal(rotate(x)[..., 0, :], x[..., 0, :]), "position 0 is not turned"
 
 
 def test_rope_scores_depend_only_on_the_distance():
-    """Shift every position by the same offset: queries and keys turn further, their scores stay the same."""
+    """Shift every position by the same offset: queries and keys turn further, their scores stay the
+    same.
+    """
     mh = multihead("manual", rope=True)
     x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        scores = [attention_scores(*mh.split_heads(x, start)[:2], None, mh.scale) for start in (0, 17, 300)]  # (B, H, T, T)
+        # (B, H, T, T)
+        scores = [
+            attention_scores(*mh.split_heads(x, start)[:2], None, mh.scale)
+            for start in (0, 17, 300)
+        ]
         q0, k0, _ = mh.split_heads(x, 0)
         q17, k17, _ = mh.split_heads(x, 17)
     assert (q17 - q0).abs().max() > 0.1, "the offset turns the queries"
     for shifted, start in zip(scores[1:], (17, 300), strict=True):
-        assert_close(shifted, scores[0], atol=1e-4, msg=f"scores with every position shifted by {start}")
+        assert_close(
+            shifted, scores[0], atol=1e-4, msg=f"scores with every position shifted by {start}"
+        )
     plain = attention_scores(*multihead("manual").split_heads(x)[:2], None, mh.scale)
     assert (plain - scores[0]).abs().max() > 0.1, "RoPE changes the scores"
 
@@ -414,7 +511,14 @@ def test_heads_concatenated_equal_multihead_with_each_change(name):
     x = torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         concat = torch.cat([head(x) for head in heads], dim=-1)  # (B, T, C)
-        assert_close(mh.proj(concat), mh(x), atol=1e-5, msg=f"{name}: proj(concat(Heads)) vs MultiHead")
+        assert_close(
+            mh.proj(concat), mh(x), atol=1e-5, msg=f"{name}: proj(concat(Heads)) vs MultiHead"
+        )
         _, w_mh = mh(x, return_weights=True)
         for h, head in enumerate(heads):
-            assert_close(head(x, return_weights=True)[1], w_mh[:, h], atol=1e-5, msg=f"{name}: weights of head {h}")
+            assert_close(
+                head(x, return_weights=True)[1],
+                w_mh[:, h],
+                atol=1e-5,
+                msg=f"{name}: weights of head {h}",
+            )

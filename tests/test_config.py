@@ -1,4 +1,6 @@
-"""Tests for configs/: presets, typed CLI overrides, helpful errors, run names, precedence, immutability."""
+"""Tests for configs/: presets, typed CLI overrides, helpful errors, run names, precedence,
+immutability.
+"""
 
 import dataclasses
 import json
@@ -10,7 +12,17 @@ import torch
 from conftest import assert_one_line_error, error_of, run_script, tiny_argv
 
 import train
-from configs import CONFIG_DIR, FROM_TOKENIZER, KEYS, Config, ConfigError, DataConfig, TrainConfig, load_config, validate_config
+from configs import (
+    CONFIG_DIR,
+    FROM_TOKENIZER,
+    KEYS,
+    Config,
+    ConfigError,
+    DataConfig,
+    TrainConfig,
+    load_config,
+    validate_config,
+)
 from model import ModelConfig
 from model.ablations import flags_label, variants
 from model.config import SOFTCAP_LEAST, SOFTCAP_MOST
@@ -19,14 +31,20 @@ SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfi
 
 
 def assert_matches_toml(cfg: Config, preset: str) -> None:
-    """Every key in configs/<preset>.toml is in cfg with the file's value; every other field keeps its default."""
+    """Every key in configs/<preset>.toml is in cfg with the file's value; every other field keeps
+    its default.
+    """
     table = tomllib.loads((CONFIG_DIR / f"{preset}.toml").read_text(encoding="utf-8"))
     for section, cls in SECTION_CLASSES.items():
         loaded = getattr(cfg, section)
         for f in dataclasses.fields(cls):
             expected = table.get(section, {}).get(f.name, f.default)
-            assert getattr(loaded, f.name) == expected, f"{section}.{f.name}: {getattr(loaded, f.name)!r} != {expected!r}"
-            assert type(getattr(loaded, f.name)) is f.type, f"{section}.{f.name} has type {type(getattr(loaded, f.name))}"
+            assert getattr(loaded, f.name) == expected, (
+                f"{section}.{f.name}: {getattr(loaded, f.name)!r} != {expected!r}"
+            )
+            assert type(getattr(loaded, f.name)) is f.type, (
+                f"{section}.{f.name} has type {type(getattr(loaded, f.name))}"
+            )
 
 
 def write_toml(tmp_path: Path, text: str, name: str = "custom.toml") -> Path:
@@ -42,7 +60,12 @@ def test_tiny_preset_loads_with_the_file_values():
     cfg = load_config(["--config", "tiny"])
     assert_matches_toml(cfg, "tiny")
     assert cfg.name == "tiny"
-    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.block_size) == (2, 2, 32, 32)
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.block_size) == (
+        2,
+        2,
+        32,
+        32,
+    )
     assert cfg.model.head_size == 16
     assert cfg.data.tokenizer == "char"
     assert (cfg.train.batch_size, cfg.train.max_steps, cfg.train.warmup_steps) == (8, 40, 5)
@@ -77,7 +100,9 @@ def test_config_from_a_toml_path(tmp_path):
 # 2. Typed overrides
 
 
-@pytest.mark.parametrize("argv", [["--model.n_layer=4"], ["--model.n_layer", "4"], ["--model.n_layer= 4 "]])
+@pytest.mark.parametrize(
+    "argv", [["--model.n_layer=4"], ["--model.n_layer", "4"], ["--model.n_layer= 4 "]]
+)
 def test_int_override_both_spellings(argv):
     cfg = load_config(["--config", "tiny", *argv])
     assert cfg.model.n_layer == 4
@@ -91,7 +116,9 @@ def test_float_override(value, expected):
     assert type(cfg.train.lr) is float
 
 
-@pytest.mark.parametrize(("value", "expected"), [("false", False), ("true", True), ("False", False), ("TRUE", True)])
+@pytest.mark.parametrize(
+    ("value", "expected"), [("false", False), ("true", True), ("False", False), ("TRUE", True)]
+)
 def test_bool_override(value, expected):
     cfg = load_config(["--config", "tiny", f"--model.causal={value}"])
     assert cfg.model.causal is expected
@@ -118,22 +145,36 @@ def test_bad_numbers(arg, message):
 
 
 def test_string_override_is_kept_verbatim(tmp_path):
-    cfg = load_config(["--config", "tiny", f"--data.path={tmp_path}/my text.txt", "--model.attention=manual"])
+    cfg = load_config(
+        ["--config", "tiny", f"--data.path={tmp_path}/my text.txt", "--model.attention=manual"]
+    )
     assert cfg.data.path == f"{tmp_path}/my text.txt"
     assert cfg.model.attention == "manual"
 
 
 def test_toml_values_are_converted_and_checked(tmp_path):
-    cfg = load_config(["--config", str(write_toml(tmp_path, "[train]\nlr = 1\n[model]\ncausal = false\n"))])
+    cfg = load_config(
+        ["--config", str(write_toml(tmp_path, "[train]\nlr = 1\n[model]\ncausal = false\n"))]
+    )
     assert cfg.train.lr == 1.0 and type(cfg.train.lr) is float
     assert cfg.model.causal is False
-    with pytest.raises(ConfigError, match=r"model.n_layer = 4.5 in .*a.toml is a number, and model.n_layer takes a whole number"):
-        load_config(["--config", str(write_toml(tmp_path, "[model]\nn_layer = 4.5\n", name="a.toml"))])
-    with pytest.raises(ConfigError, match=r"model.causal = 1 in .*b.toml is a whole number, and model.causal takes true or false"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model.n_layer = 4.5 in .*a.toml is a number, and model.n_layer takes a whole number",
+    ):
+        load_config(
+            ["--config", str(write_toml(tmp_path, "[model]\nn_layer = 4.5\n", name="a.toml"))]
+        )
+    with pytest.raises(
+        ConfigError,
+        match=r"model.causal = 1 in .*b.toml is a whole number, and model.causal takes true or false",
+    ):
         load_config(["--config", str(write_toml(tmp_path, "[model]\ncausal = 1\n", name="b.toml"))])
 
 
-WRONG_TYPES = [  # a checkpoint holding each of these loaded and sampled without a word: "false" and "yes" read as true
+# a checkpoint holding each of these loaded and sampled without a word: "false" and "yes" read as
+# true
+WRONG_TYPES = [
     ("causal", "false", 'model.causal = "false"', "is text, and model.causal takes true or false"),
     ("qk_norm", "yes", 'model.qk_norm = "yes"', "is text, and model.qk_norm takes true or false"),
     ("scaled", 0, "model.scaled = 0", "is a whole number, and model.scaled takes true or false"),
@@ -143,8 +184,9 @@ WRONG_TYPES = [  # a checkpoint holding each of these loaded and sampled without
 
 @pytest.mark.parametrize(("key", "value", "shown", "found"), WRONG_TYPES)
 def test_a_value_of_the_wrong_type_is_refused_from_every_source(tmp_path, key, value, shown, found):
-    """One function checks a TOML file and a run's record (a checkpoint's config, config.json) alike: the field, the value,
-    the file and what to do, in one line. Python reads any non-empty text as true, so causal = "false" kept the mask."""
+    """One function checks a TOML file and a run's record (a checkpoint's config, config.json)
+    alike: the field, the value, the file and what to do, in one line. Python reads any non-empty
+    text as true, so causal = "false" kept the mask."""
     toml = write_toml(tmp_path, f"[model]\n{key} = {json.dumps(value)}\n")
     with pytest.raises(ConfigError) as e:
         load_config(["--config", str(toml)])
@@ -153,7 +195,9 @@ def test_a_value_of_the_wrong_type_is_refused_from_every_source(tmp_path, key, v
     recorded["model"][key] = value
     with pytest.raises(ConfigError) as e:
         validate_config(recorded, "runs/tiny/config.json", recorded=True)
-    assert f"{shown} in runs/tiny/config.json {found}; train.py writes no such config" in str(e.value)
+    assert f"{shown} in runs/tiny/config.json {found}; train.py writes no such config" in str(
+        e.value
+    )
     assert str(e.value).endswith("correct it, or train the run again")
 
 
@@ -163,12 +207,21 @@ def test_a_toml_value_in_quotes_is_shown_without_them_and_a_run_s_record_loads_a
     with pytest.raises(ConfigError, match="write it without quotes: lr = 0.0003$"):
         load_config(["--config", str(write_toml(tmp_path, '[train]\nlr = "3e-4"\n'))])
     cfg = load_config(["--config", "induction", "--no-mask", "--model.n_layer=1"])
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=256))  # as train.py records it
-    assert validate_config(json.loads(json.dumps(cfg.to_dict())), "config.json", recorded=True) == cfg
+    # as train.py records it
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=256))
+    assert (
+        validate_config(json.loads(json.dumps(cfg.to_dict())), "config.json", recorded=True) == cfg
+    )
     unknown = cfg.to_dict() | {"model": {"n_layers": 2}}
-    with pytest.raises(ConfigError, match=r"unknown key model.n_layers in ckpt.pt, did you mean model.n_layer\? \(train.py writes"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown key model.n_layers in ckpt.pt, did you mean model.n_layer\? \(train.py writes",
+    ):
         validate_config(unknown, "ckpt.pt", recorded=True)
-    with pytest.raises(ConfigError, match=r"^ckpt.pt: model.n_embd \(128\) must be divisible by model.n_head \(3\); try n_head in"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^ckpt.pt: model.n_embd \(128\) must be divisible by model.n_head \(3\); try n_head in",
+    ):
         validate_config(cfg.to_dict() | {"model": {"n_head": 3}}, "ckpt.pt", recorded=True)
     with pytest.raises(ConfigError, match="ckpt.pt holds no config"):
         validate_config(["model"], "ckpt.pt", recorded=True)
@@ -178,12 +231,15 @@ def test_a_toml_value_in_quotes_is_shown_without_them_and_a_run_s_record_loads_a
 
 
 def test_unknown_key_names_the_nearest_valid_key():
-    with pytest.raises(ConfigError, match=r"unknown key model\.n_layers, did you mean model\.n_layer\?"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key model\.n_layers, did you mean model\.n_layer\?"
+    ):
         load_config(["--config", "tiny", "--model.n_layers=4"])
 
 
 def test_unknown_key_learning_rate_suggests_lr():
-    # docs/command-line.md gives this exact example: "unknown key train.learning_rate, did you mean train.lr?"
+    # docs/command-line.md gives this exact example: "unknown key train.learning_rate, did you mean
+    # train.lr?"
     with pytest.raises(ConfigError, match="unknown key train.learning_rate") as e:
         load_config(["--config", "tiny", "--train.learning_rate=1"])
     assert "train.lr" in str(e.value), str(e.value)
@@ -191,7 +247,10 @@ def test_unknown_key_learning_rate_suggests_lr():
 
 def test_unknown_key_in_toml(tmp_path):
     path = write_toml(tmp_path, "[train]\nbatchsize = 4\n")
-    with pytest.raises(ConfigError, match=r"unknown key train\.batchsize in .*custom.toml, did you mean train\.batch_size\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown key train\.batchsize in .*custom.toml, did you mean train\.batch_size\?",
+    ):
         load_config(["--config", str(path)])
 
 
@@ -205,8 +264,8 @@ def test_unknown_key_in_toml(tmp_path):
     ],
 )
 def test_a_key_spelled_like_a_change_names_the_change_s_flag(arg, meant, tmp_path):
-    """--model.rope=true answered "did you mean model.dropout?" and --model.no_mask=true "model.n_head?", the nearest spellings;
-    model/ablations.py's table knows what each means."""
+    """--model.rope=true answered "did you mean model.dropout?" and --model.no_mask=true
+    "model.n_head?", the nearest spellings; model/ablations.py's table knows what each means."""
     key = arg[2:].partition("=")[0]
     with pytest.raises(ConfigError) as e:
         load_config(["--config", "tiny", arg])
@@ -215,7 +274,9 @@ def test_a_key_spelled_like_a_change_names_the_change_s_flag(arg, meant, tmp_pat
     with pytest.raises(ConfigError) as e:
         load_config(["--config", str(toml)])
     assert str(e.value) == f"unknown key {key} in {toml}, did you mean {meant}?"
-    with pytest.raises(ConfigError, match=r"unknown argument '--no_mask' \(did you mean --no-mask\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"unknown argument '--no_mask' \(did you mean --no-mask\?\)"
+    ):
         load_config(["--config", "tiny", "--no_mask"])
 
 
@@ -297,8 +358,9 @@ def test_invalid_values_fail_at_load_time(arg, message):
 
 @pytest.mark.parametrize("arg", ["--model.qk_init_std=1e-320", "--train.lr=5e-324"])
 def test_a_number_the_cpu_flushes_to_0_is_one_line(arg, tmp_path, corpus_file):
-    """1e-320 passed the check for > 0, then training's torch.set_flush_denormal(True) made the CPU read it as 0, and a later
-    dataclasses.replace re-ran the check: a ValueError traceback "must be positive, got 0.0". In a fresh process, as typed."""
+    """1e-320 passed the check for > 0, then training's torch.set_flush_denormal(True) made the CPU
+    read it as 0, and a later dataclasses.replace re-ran the check: a ValueError traceback "must be
+    positive, got 0.0". In a fresh process, as typed."""
     key, _, value = arg[2:].partition("=")
     proc = run_script("train.py", *tiny_argv(tmp_path, corpus_file, arg, "--train.max_steps=2"))
     assert_one_line_error(proc, f"{key} = {value} is nearer 0 than 2.2e-308")
@@ -307,7 +369,8 @@ def test_a_number_the_cpu_flushes_to_0_is_one_line(arg, tmp_path, corpus_file):
 def test_unknown_device_shorthand():
     with pytest.raises(ConfigError, match="train.device must be one of auto, cpu, cuda, mps"):
         load_config(["--config", "tiny", "--device", "tpu"])
-    assert load_config(["--config", "tiny", "--device", "cuda:1"]).train.device == "cuda:1"  # checked later, at setup
+    # checked later, at setup
+    assert load_config(["--config", "tiny", "--device", "cuda:1"]).train.device == "cuda:1"
 
 
 def test_vocab_size_cannot_be_set_by_hand(tmp_path):
@@ -366,7 +429,10 @@ def test_shorthands_map_to_fields(tmp_path):
         (["--kv-heads=1"], "base-kv-heads1"),
         (["--window", "32"], "base-window32"),
         (["--sink", "--gate"], "base-gate-sink"),
-        (["--sink", "--window=8", "--rope", "--kv-heads=2", "--gate", "--qk-norm"], "base-qk-norm-rope-kv-heads2-window8-gate-sink"),
+        (
+            ["--sink", "--window=8", "--rope", "--kv-heads=2", "--gate", "--qk-norm"],
+            "base-qk-norm-rope-kv-heads2-window8-gate-sink",
+        ),
     ],
 )
 def test_run_name_derivation(flags, run_name):
@@ -377,9 +443,16 @@ def test_run_name_derivation(flags, run_name):
 
 def test_titles_name_positions_only_when_they_are_gone():
     assert flags_label(load_config(["--config", "base"]).model) == "causal, scaled"
-    assert flags_label(load_config(["--config", "base", "--no-pos", "--no-mask"]).model) == "NO MASK, scaled, NO POS"
-    assert list(variants(ModelConfig(), ["no-pos", "no-mask"])) == ["", "-no-mask", "-no-pos"]  # table order
-    with pytest.raises(ValueError, match="unknown variant 'no-position'; choose from no-mask, no-scale, no-pos, qk-norm, softcap, rope"):
+    assert (
+        flags_label(load_config(["--config", "base", "--no-pos", "--no-mask"]).model)
+        == "NO MASK, scaled, NO POS"
+    )
+    # table order
+    assert list(variants(ModelConfig(), ["no-pos", "no-mask"])) == ["", "-no-mask", "-no-pos"]
+    with pytest.raises(
+        ValueError,
+        match="unknown variant 'no-position'; choose from no-mask, no-scale, no-pos, qk-norm, softcap, rope",
+    ):
         variants(ModelConfig(), ["no-position"])
 
 
@@ -388,37 +461,60 @@ def test_titles_name_the_cures_and_rope_in_capitals():
     assert label("--qk-norm") == "causal, scaled, QK-NORM"
     assert label("--no-scale", "--qk-norm") == "causal, NO SCALE, QK-NORM"
     assert label("--softcap=50") == "causal, scaled, SOFTCAP 50"
-    assert label("--model.positions=rope", "--qk-norm", "--softcap=20") == "causal, scaled, QK-NORM, SOFTCAP 20, ROPE"
-    assert label("--kv-heads=2", "--window=16", "--gate", "--sink") == "causal, scaled, KV-HEADS 2, WINDOW 16, GATE, SINK"
+    assert (
+        label("--model.positions=rope", "--qk-norm", "--softcap=20")
+        == "causal, scaled, QK-NORM, SOFTCAP 20, ROPE"
+    )
+    assert (
+        label("--kv-heads=2", "--window=16", "--gate", "--sink")
+        == "causal, scaled, KV-HEADS 2, WINDOW 16, GATE, SINK"
+    )
 
 
 def test_the_cures_and_rope_are_variants_that_compose():
     base = ModelConfig()
     picked = variants(base, ["no-scale+qk-norm", "rope", "softcap", "qk-norm"])
-    assert list(picked) == ["", "-qk-norm", "-softcap50", "-rope", "-no-scale-qk-norm"]  # singles in table order, then the pair
-    assert (picked["-no-scale-qk-norm"].scaled, picked["-no-scale-qk-norm"].qk_norm) == (False, True)
+    # singles in table order, then the pair
+    assert list(picked) == ["", "-qk-norm", "-softcap50", "-rope", "-no-scale-qk-norm"]
+    assert (picked["-no-scale-qk-norm"].scaled, picked["-no-scale-qk-norm"].qk_norm) == (
+        False,
+        True,
+    )
     assert (picked["-softcap50"].softcap, picked["-rope"].positions) == (50.0, "rope")
     assert picked[""] == base
     with pytest.raises(ValueError, match="no-pos and rope both set model.positions") as e:
         variants(base, ["no-pos+rope"])
     assert "\n" not in str(e.value)
-    assert list(variants(base)) == ["", "-no-mask", "-no-scale", "-no-pos"]  # by default the three ablations, as ever
+    # by default the three ablations, as ever
+    assert list(variants(base)) == ["", "-no-mask", "-no-scale", "-no-pos"]
 
 
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--model.positions=bogus"], "model.positions must be one of learned, rope, none, got 'bogus'"),
+        (
+            ["--model.positions=bogus"],
+            "model.positions must be one of learned, rope, none, got 'bogus'",
+        ),
         (["--model.positions=false"], "model.positions must be one of learned, rope, none"),
         (["--softcap=-1"], r"model.softcap must be a positive cap \(or 0, off\), got -1.0"),
         (["--softcap=nan"], "model.softcap must be a finite number, got nan"),
         (["--softcap=inf"], "model.softcap must be a finite number, got inf"),
         (["--softcap"], "--softcap needs a value"),
         (["--qk-norm=true"], "--qk-norm takes no value"),
-        (["--no-pos", "--model.positions=rope"], "--no-pos sets model.positions=none and --model.positions=rope sets it to rope"),
+        (
+            ["--no-pos", "--model.positions=rope"],
+            "--no-pos sets model.positions=none and --model.positions=rope sets it to rope",
+        ),
         (["--rope", "--no-pos"], "--rope sets model.positions=rope and --no-pos sets it to none"),
-        (["--model.positions=rope", "--model.n_head=2", "--model.n_embd=30"], "head_size must be even, got 15"),
-        (["--model.positions=rope", "--model.n_head=4", "--model.n_embd=36"], "head_size must be even, got 9"),
+        (
+            ["--model.positions=rope", "--model.n_head=2", "--model.n_embd=30"],
+            "head_size must be even, got 15",
+        ),
+        (
+            ["--model.positions=rope", "--model.n_head=4", "--model.n_embd=36"],
+            "head_size must be even, got 9",
+        ),
     ],
 )
 def test_bad_positions_and_cures_are_one_line(flags, message):
@@ -438,21 +534,27 @@ def test_bad_positions_and_cures_are_one_line(flags, message):
     ],
 )
 def test_a_cap_float32_cannot_hold_is_refused_and_says_why(cap, why, tmp_path, corpus_file, capsys):
-    """1e300 and 4e38 were blamed on model.qk_init_std; 1e-300 (0 in float32) failed at step 1 with advice to lower the
-    learning rate; 3e38 trained another model than no cap, without a word."""
+    """1e300 and 4e38 were blamed on model.qk_init_std; 1e-300 (0 in float32) failed at step 1 with
+    advice to lower the learning rate; 3e38 trained another model than no cap, without a word."""
     proc = error_of(train.main, tiny_argv(tmp_path, corpus_file, f"--softcap={cap}"), capsys)
     line = assert_one_line_error(proc, f"model.softcap = {float(cap):g} ", why, "give 0 for no cap")
     assert "qk_init_std" not in line and "--train.lr" not in line
     assert not (tmp_path / "runs").exists()
-    assert load_config(["--config", "tiny", f"--softcap={SOFTCAP_MOST!r}"]).model.softcap == 2.0**102
-    assert load_config(["--config", "tiny", f"--softcap={SOFTCAP_LEAST!r}"]).model.softcap == 2.0**-126
+    assert (
+        load_config(["--config", "tiny", f"--softcap={SOFTCAP_MOST!r}"]).model.softcap == 2.0**102
+    )
+    assert (
+        load_config(["--config", "tiny", f"--softcap={SOFTCAP_LEAST!r}"]).model.softcap == 2.0**-126
+    )
 
 
 def test_the_cap_s_bounds_are_where_float32_scores_keep_their_values():
-    """Over the largest cap every score that can move a float32 softmax weight (above 2**-24) stays a normal number, so the
-    capped scores are the scores; over 3e38 most ordinary scores fall below 2**-126, which a CPU that flushes such numbers
-    (as training sets it) reads as 0. The smallest cap is not 0 in float32, where 1e-300 is."""
-    scores = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 3  # float32, as attention computes them
+    """Over the largest cap every score that can move a float32 softmax weight (above 2**-24) stays
+    a normal number, so the capped scores are the scores; over 3e38 most ordinary scores fall below
+    2**-126, which a CPU that flushes such numbers (as training sets it) reads as 0. The smallest
+    cap is not 0 in float32, where 1e-300 is."""
+    # float32, as attention computes them
+    scores = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 3
     tiny = torch.finfo(torch.float32).tiny  # 2**-126
 
     def read_as_0(cap: float) -> torch.Tensor:
@@ -462,18 +564,26 @@ def test_the_cap_s_bounds_are_where_float32_scores_keep_their_values():
     assert torch.equal(SOFTCAP_MOST * torch.tanh(scores / SOFTCAP_MOST), scores)
     capped = SOFTCAP_LEAST * torch.tanh(scores / SOFTCAP_LEAST)
     assert torch.isfinite(capped).all() and capped.abs().max() <= SOFTCAP_LEAST
-    assert torch.tensor(SOFTCAP_LEAST) > 0 and torch.tensor(1e-300) == 0 and torch.tensor(4e38).isinf()
+    assert (
+        torch.tensor(SOFTCAP_LEAST) > 0 and torch.tensor(1e-300) == 0 and torch.tensor(4e38).isinf()
+    )
 
 
 def test_configs_stored_with_positions_as_a_boolean_load_as_learned_and_none():
     """Checkpoints and config.json files written before positions had kinds hold true or false."""
-    assert ModelConfig(positions=True).positions == "learned" and ModelConfig(positions=False).positions == "none"
+    assert (
+        ModelConfig(positions=True).positions == "learned"
+        and ModelConfig(positions=False).positions == "none"
+    )
     stored = dataclasses.asdict(ModelConfig(n_layer=2))
     stored["positions"] = False
     for new_field in ("qk_norm", "softcap"):
         del stored[new_field]  # fields added since then take their defaults
     assert ModelConfig(**stored) == ModelConfig(n_layer=2, positions="none")
-    assert ModelConfig(positions=True).max_length == 64 and ModelConfig(positions="rope").max_length is None
+    assert (
+        ModelConfig(positions=True).max_length == 64
+        and ModelConfig(positions="rope").max_length is None
+    )
 
 
 def test_help_lists_the_cures_and_the_kinds_of_positions():
@@ -488,26 +598,55 @@ def test_help_lists_the_cures_and_the_kinds_of_positions():
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
-        (["--config", "induction", "--data-file", "t.txt"], "--data-file t.txt does not apply to data.source = repeated-random"),
-        (["--config", "induction", "--data.tokenizer=gpt2"], "reads no text, so data.tokenizer would be ignored"),
-        (["--config", "tiny", "--data.symbols=16"], "--data.symbols=16 sets the repeated-random source, and this run reads a text"),
-        (["--config", "gpt2-finetune", "--model.n_layer=3"], "their own value replaces it, so model.n_layer would be ignored"),
-        (["--config", "tiny", "--init-from", "{gpt2}", "--model.gelu=tanh"], "so model.gelu would be ignored"),
+        (
+            ["--config", "induction", "--data-file", "t.txt"],
+            "--data-file t.txt does not apply to data.source = repeated-random",
+        ),
+        (
+            ["--config", "induction", "--data.tokenizer=gpt2"],
+            "reads no text, so data.tokenizer would be ignored",
+        ),
+        (
+            ["--config", "tiny", "--data.symbols=16"],
+            "--data.symbols=16 sets the repeated-random source, and this run reads a text",
+        ),
+        (
+            ["--config", "gpt2-finetune", "--model.n_layer=3"],
+            "their own value replaces it, so model.n_layer would be ignored",
+        ),
+        (
+            ["--config", "tiny", "--init-from", "{gpt2}", "--model.gelu=tanh"],
+            "so model.gelu would be ignored",
+        ),
     ],
 )
 def test_a_flag_the_run_would_ignore_is_refused(flags, needle, tmp_path, capsys):
-    """`--config induction --data-file FILE` trained on the synthetic symbols without a word, and an --init-from run with
-    --model.n_layer=3 trained the weights' 2 layers in a folder named for 3: a flag that cannot apply is one line, exit 2."""
-    argv = [flag.format(gpt2=tmp_path / "gpt2") for flag in flags] + ["--runs-dir", str(tmp_path / "runs"), "--device", "cpu"]
+    """`--config induction --data-file FILE` trained on the synthetic symbols without a word, and an
+    --init-from run with --model.n_layer=3 trained the weights' 2 layers in a folder named for 3: a
+    flag that cannot apply is one line, exit 2."""
+    argv = [flag.format(gpt2=tmp_path / "gpt2") for flag in flags] + [
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--device",
+        "cpu",
+    ]
     assert_one_line_error(error_of(train.main, argv, capsys), needle, "leave it out")
     assert not (tmp_path / "runs").exists()
 
 
 def test_flags_that_apply_are_taken():
-    assert load_config(["--config", "induction", "--data.source=text", "--data-file", "t.txt"]).data.path == str(Path("t.txt").resolve())
+    assert load_config(
+        ["--config", "induction", "--data.source=text", "--data-file", "t.txt"]
+    ).data.path == str(Path("t.txt").resolve())
     assert load_config(["--config", "induction", "--data.symbols=16"]).data.symbols == 16
-    cfg = load_config(["--config", "gpt2-finetune", "--model.block_size=64", "--model.dropout=0.1", "--no-mask"])
-    assert (cfg.model.block_size, cfg.model.dropout, cfg.run_name) == (64, 0.1, "gpt2-finetune-no-mask-block_size64")
+    cfg = load_config(
+        ["--config", "gpt2-finetune", "--model.block_size=64", "--model.dropout=0.1", "--no-mask"]
+    )
+    assert (cfg.model.block_size, cfg.model.dropout, cfg.run_name) == (
+        64,
+        0.1,
+        "gpt2-finetune-no-mask-block_size64",
+    )
 
 
 # 6. Precedence and immutability
@@ -517,13 +656,15 @@ def test_precedence_defaults_then_toml_then_cli(tmp_path):
     path = write_toml(tmp_path, "[train]\nlr = 5e-3\nbatch_size = 4\n[model]\nn_layer = 3\n")
     from_file = load_config(["--config", str(path)])
     assert (from_file.train.lr, from_file.train.batch_size, from_file.model.n_layer) == (5e-3, 4, 3)
-    assert from_file.train.weight_decay == TrainConfig().weight_decay == 0.1  # default: not in file or CLI
+    # default: not in file or CLI
+    assert from_file.train.weight_decay == TrainConfig().weight_decay == 0.1
     assert from_file.model.n_embd == ModelConfig().n_embd == 128
     cfg = load_config(["--config", str(path), "--train.lr=1e-4", "--model.n_embd", "64"])
     assert cfg.train.lr == 1e-4  # CLI beats TOML
     assert cfg.model.n_embd == 64  # CLI beats default
     assert cfg.train.batch_size == 4  # TOML beats default
-    assert load_config(["--config", "tiny", "--train.lr=1", "--train.lr=2"]).train.lr == 2.0  # the last flag wins
+    # the last flag wins
+    assert load_config(["--config", "tiny", "--train.lr=1", "--train.lr=2"]).train.lr == 2.0
 
 
 def test_configs_are_frozen():
@@ -536,7 +677,8 @@ def test_configs_are_frozen():
         cfg.data.tokenizer = "gpt2"
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.name = "other"
-    variant = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=1e-3))  # the way to derive a variant
+    # the way to derive a variant
+    variant = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=1e-3))
     assert (variant.train.lr, cfg.train.lr) == (1e-3, 3e-3)
 
 
@@ -549,11 +691,15 @@ def test_to_dict_round_trip():
 
 
 def test_docs_command_line_lists_every_key_as_the_schema_says():
-    """docs/command-line.md's key tables are written from the fields' meanings; `python -m configs` rewrites them."""
+    """docs/command-line.md's key tables are written from the fields' meanings; `python -m configs`
+    rewrites them.
+    """
     from configs.reference import DOCS_PAGE, rewrite
 
     page = DOCS_PAGE.read_text(encoding="utf-8")
-    assert rewrite(page) == page, "docs/command-line.md's key tables are stale: run python -m configs"
+    assert rewrite(page) == page, (
+        "docs/command-line.md's key tables are stale: run python -m configs"
+    )
     for dotted in KEYS:
         if dotted not in FROM_TOKENIZER:
             assert f"| `{dotted}` |" in page, dotted
@@ -564,7 +710,11 @@ def test_a_changed_meaning_makes_the_docs_stale(monkeypatch):
 
     page = reference.DOCS_PAGE.read_text(encoding="utf-8")
     original = reference.meaning
-    monkeypatch.setattr(reference, "meaning", lambda dotted: "a new meaning" if dotted == "train.lr" else original(dotted))
+    monkeypatch.setattr(
+        reference,
+        "meaning",
+        lambda dotted: "a new meaning" if dotted == "train.lr" else original(dotted),
+    )
     assert "| `train.lr` | `0.001` | a new meaning |" in reference.rewrite(page) != page
 
 
@@ -572,17 +722,38 @@ def test_differences_name_each_changed_key_once_nested_sections_dotted():
     from configs.schema import config_differences
 
     saved = {"model": {"n_layer": 2, "causal": True}, "train": {"lr": 1e-3}}
-    wanted = {"model": {"n_layer": 4, "causal": True, "positions": True}, "train": {"lr": 1e-3, "run_name": "x"}}
-    assert config_differences(saved, wanted, ignore=("run_name",)) == ["model.n_layer 2 vs 4", "model.positions None vs True"]
+    wanted = {
+        "model": {"n_layer": 4, "causal": True, "positions": True},
+        "train": {"lr": 1e-3, "run_name": "x"},
+    }
+    assert config_differences(saved, wanted, ignore=("run_name",)) == [
+        "model.n_layer 2 vs 4",
+        "model.positions None vs True",
+    ]
     assert config_differences(saved["model"], saved["model"]) == []
 
 
 def test_a_model_of_another_size_gets_a_run_name_of_its_own():
-    """A control (`--model.n_layer=1`) or a wider model trains beside the preset's run, not in its place; the name says
-    what changed from the preset, after the ablations; a size the preset already has, or --run-name, changes nothing."""
-    assert load_config(["--config", "induction", "--model.n_layer=1"]).run_name == "induction-n_layer1"
-    assert load_config(["--config", "char", "--no-mask", "--model.n_layer", "6"]).run_name == "char-no-mask-n_layer6"
-    assert load_config(["--config", "char", "--model.block_size=64", "--model.n_embd=64"]).run_name == "char-n_embd64-block_size64"
-    assert load_config(["--config", "char", "--model.n_layer=3", "--train.lr=1e-3"]).run_name == "char"  # 3 is char's own
-    assert load_config(["--config", "char", "--model.n_layer=6", "--run-name", "wide"]).run_name == "wide"
+    """A control (`--model.n_layer=1`) or a wider model trains beside the preset's run, not in its
+    place; the name says what changed from the preset, after the ablations; a size the preset
+    already has, or --run-name, changes nothing."""
+    assert (
+        load_config(["--config", "induction", "--model.n_layer=1"]).run_name == "induction-n_layer1"
+    )
+    assert (
+        load_config(["--config", "char", "--no-mask", "--model.n_layer", "6"]).run_name
+        == "char-no-mask-n_layer6"
+    )
+    assert (
+        load_config(["--config", "char", "--model.block_size=64", "--model.n_embd=64"]).run_name
+        == "char-n_embd64-block_size64"
+    )
+    # 3 is char's own
+    assert (
+        load_config(["--config", "char", "--model.n_layer=3", "--train.lr=1e-3"]).run_name == "char"
+    )
+    assert (
+        load_config(["--config", "char", "--model.n_layer=6", "--run-name", "wide"]).run_name
+        == "wide"
+    )
     assert load_config(["--model.n_head=8"]).run_name == "base-n_head8"

@@ -11,7 +11,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT, REQUIRE_ALL, gpt2_encoding_or_skip, import_or_skip, make_corpus_text, write_corpus
+from conftest import (
+    REPO_ROOT,
+    REQUIRE_ALL,
+    gpt2_encoding_or_skip,
+    import_or_skip,
+    make_corpus_text,
+    write_corpus,
+)
 
 import data.corpus
 from configs import DataConfig
@@ -24,7 +31,14 @@ from data.corpus import (
     download_tiny_shakespeare,
     load_corpus,
 )
-from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError, decode_stream, degenerate, tokenizer_from_state
+from data.tokenizer import (
+    CharTokenizer,
+    GPT2Tokenizer,
+    TokenizerError,
+    decode_stream,
+    degenerate,
+    tokenizer_from_state,
+)
 
 
 def char_cfg(tmp_path: Path, path: Path | str) -> DataConfig:
@@ -87,7 +101,8 @@ def test_tokenizer_from_state_rejects_unknown(state):
 
 
 def test_a_missing_gpt2_dependency_skips_for_a_user_and_fails_in_ci(monkeypatch, tmp_path):
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache folder: the BPE files are missing
+    # an empty cache folder: the BPE files are missing
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(REQUIRE_ALL, raising=False)
     with pytest.raises(pytest.skip.Exception, match="gpt2 BPE files"):
         gpt2_encoding_or_skip()
@@ -96,9 +111,12 @@ def test_a_missing_gpt2_dependency_skips_for_a_user_and_fails_in_ci(monkeypatch,
     monkeypatch.setenv(REQUIRE_ALL, "1")
     with pytest.raises(pytest.fail.Exception, match="gpt2 BPE files.*must run every test"):
         gpt2_encoding_or_skip()
-    with pytest.raises(pytest.fail.Exception, match="could not import no_such_module.*must run every test"):
+    with pytest.raises(
+        pytest.fail.Exception, match="could not import no_such_module.*must run every test"
+    ):
         import_or_skip("no_such_module", "a test dependency")
-    assert f"\nexport {REQUIRE_ALL}=1" in (REPO_ROOT / ".ci" / "run").read_text()  # CI lets no GPT-2 test skip
+    # CI lets no GPT-2 test skip
+    assert f"\nexport {REQUIRE_ALL}=1" in (REPO_ROOT / ".ci" / "run").read_text()
 
 
 def test_gpt2_tokenizer_round_trip():
@@ -127,22 +145,28 @@ def test_degenerate_names_blank_and_one_character_texts_and_passes_prose():
 def test_decode_stream_holds_back_a_character_split_across_tokens():
     gpt2_encoding_or_skip()
     tok = GPT2Tokenizer()
-    text = "Caf\u00e9 \U0001f389 \u4f60\u597d!"  # an accented letter, an emoji and two CJK characters: several bytes each
+    # an accented letter, an emoji and two CJK characters: several bytes each
+    text = "Caf\u00e9 \U0001f389 \u4f60\u597d!"
     ids = tok.encode(text)
     alone = [tok.decode([i]) for i in ids]
-    assert any("\ufffd" in piece for piece in alone), "some token should end inside a character, or the test shows little"
+    assert any("\ufffd" in piece for piece in alone), (
+        "some token should end inside a character, or the test shows little"
+    )
     pieces = list(decode_stream(tok, ids))
     assert "".join(pieces) == text and not any("\ufffd" in piece for piece in pieces)
     assert len(pieces) < len(ids)  # the pieces that were held back came out joined to the next
     chars = CharTokenizer(list("abc"))
-    assert list(decode_stream(chars, [0, 2, 1])) == ["a", "c", "b"]  # one character per token: nothing is held back
+    # one character per token: nothing is held back
+    assert list(decode_stream(chars, [0, 2, 1])) == ["a", "c", "b"]
 
 
 def test_gpt2_corpus_split_round_trip(tmp_path):
     gpt2_encoding_or_skip()
     text = make_corpus_text(min_chars=5000)
     path = write_corpus(tmp_path / "text", text=text)
-    corpus = load_corpus(DataConfig(path=str(path), tokenizer="gpt2", cache_dir=str(tmp_path / "cache")))
+    corpus = load_corpus(
+        DataConfig(path=str(path), tokenizer="gpt2", cache_dir=str(tmp_path / "cache"))
+    )
     cut = int(len(text) * TRAIN_FRACTION)
     assert corpus.train.dtype == np.uint16  # 50257 ids fit in 16 bits
     assert corpus.tokenizer.decode(corpus.train.tolist()) == text[:cut]
@@ -160,7 +184,9 @@ def test_gpt2_unavailable_is_a_clear_error(tmp_path, monkeypatch, corpus_file):
         GPT2Tokenizer()
     assert "TIKTOKEN_CACHE_DIR" in str(e.value) and "--data.tokenizer=char" in str(e.value)
     with pytest.raises(DataError, match="TIKTOKEN_CACHE_DIR"):
-        load_corpus(DataConfig(path=str(corpus_file), tokenizer="gpt2", cache_dir=str(tmp_path / "cache")))
+        load_corpus(
+            DataConfig(path=str(corpus_file), tokenizer="gpt2", cache_dir=str(tmp_path / "cache"))
+        )
 
 
 # 3. Preparing the corpus: the 90/10 split, meta.json, reuse
@@ -192,7 +218,8 @@ def test_prepared_folder_layout_and_meta(tmp_path, corpus_file):
     assert meta["source_sha256"] == sha == corpus.source_sha256
     assert meta["dtype"] == "uint16"
     assert meta["vocab_size"] == len(set(text)) == len(meta["chars"])
-    assert (folder / "train.bin").stat().st_size == 2 * int(len(text) * 0.9)  # uint16: 2 bytes per id
+    # uint16: 2 bytes per id
+    assert (folder / "train.bin").stat().st_size == 2 * int(len(text) * 0.9)
 
 
 def test_second_load_reuses_prepared_files(tmp_path, corpus_file, monkeypatch):
@@ -212,14 +239,19 @@ def test_second_load_reuses_prepared_files(tmp_path, corpus_file, monkeypatch):
 
 def test_changed_source_is_prepared_again(tmp_path, corpus_file, monkeypatch):
     load_corpus(char_cfg(tmp_path, corpus_file))
-    new_text = corpus_file.read_text(encoding="utf-8") + "ZEBRA: a brand new line with new letters: XQJ.\n"
+    new_text = (
+        corpus_file.read_text(encoding="utf-8") + "ZEBRA: a brand new line with new letters: XQJ.\n"
+    )
     corpus_file.write_text(new_text, encoding="utf-8")
     calls = []
     real_prepare = data.corpus.prepare
-    monkeypatch.setattr(data.corpus, "prepare", lambda *a, **k: calls.append(a[1]) or real_prepare(*a, **k))
+    monkeypatch.setattr(
+        data.corpus, "prepare", lambda *a, **k: calls.append(a[1]) or real_prepare(*a, **k)
+    )
     corpus = load_corpus(char_cfg(tmp_path, corpus_file))
     assert calls == ["char"]
-    assert len(prepared_folders(tmp_path)) == 2  # the old preparation is left alone, the new one sits beside it
+    # the old preparation is left alone, the new one sits beside it
+    assert len(prepared_folders(tmp_path)) == 2
     cut = int(len(new_text) * 0.9)
     assert corpus.tokenizer.decode(corpus.val.tolist()) == new_text[cut:]
     assert "Z" in corpus.tokenizer.chars and "X" in corpus.tokenizer.chars
@@ -228,10 +260,16 @@ def test_changed_source_is_prepared_again(tmp_path, corpus_file, monkeypatch):
 @pytest.mark.parametrize(
     "damage",
     [
-        lambda folder: (folder / "train.bin").write_bytes((folder / "train.bin").read_bytes()[:-3]),  # cut short, odd length
+        # cut short, odd length
+        lambda folder: (folder / "train.bin").write_bytes((folder / "train.bin").read_bytes()[:-3]),
         lambda folder: (folder / "val.bin").unlink(),
-        lambda folder: (folder / "train.bin").write_bytes(b"\xff" * (folder / "train.bin").stat().st_size),  # ids beyond the vocabulary
-        lambda folder: (folder / "meta.json").write_text((folder / "meta.json").read_text().replace('"uint16"', '"float77"')),
+        # ids beyond the vocabulary
+        lambda folder: (folder / "train.bin").write_bytes(
+            b"\xff" * (folder / "train.bin").stat().st_size
+        ),
+        lambda folder: (folder / "meta.json").write_text(
+            (folder / "meta.json").read_text().replace('"uint16"', '"float77"')
+        ),
     ],
     ids=["truncated-bin", "missing-bin", "ids-out-of-range", "unknown-dtype"],
 )
@@ -328,7 +366,8 @@ def test_empty_file(tmp_path, content):
 
 def test_binary_file_that_decodes_as_utf8(tmp_path):
     path = tmp_path / "utf16.txt"
-    path.write_bytes("KING:\nTo be".encode("utf-16-le"))  # every other byte is NUL: valid UTF-8, but not text
+    # every other byte is NUL: valid UTF-8, but not text
+    path.write_bytes("KING:\nTo be".encode("utf-16-le"))
     with pytest.raises(DataError, match="is binary") as e:
         load_corpus(char_cfg(tmp_path, path))
     assert str(path) in str(e.value) and "--data-file" in str(e.value)
@@ -336,23 +375,28 @@ def test_binary_file_that_decodes_as_utf8(tmp_path):
 
 def test_non_utf8_file(tmp_path):
     path = tmp_path / "latin1.txt"
-    path.write_bytes("caf\u00e9 au lait\n".encode("latin-1"))  # 0xE9 at offset 3 is not valid UTF-8 here
+    # 0xE9 at offset 3 is not valid UTF-8 here
+    path.write_bytes("caf\u00e9 au lait\n".encode("latin-1"))
     with pytest.raises(DataError, match="not UTF-8") as e:
         load_corpus(char_cfg(tmp_path, path))
     assert str(path) in str(e.value) and "offset 3" in str(e.value)
 
 
 def test_unknown_tokenizer(tmp_path, corpus_file):
-    cfg = SimpleNamespace(**{**vars(char_cfg(tmp_path, corpus_file)), "tokenizer": "bpe"})  # bypass the config check
+    # bypass the config check
+    cfg = SimpleNamespace(**{**vars(char_cfg(tmp_path, corpus_file)), "tokenizer": "bpe"})
     with pytest.raises(DataError, match="unknown tokenizer 'bpe'; choose one of gpt2, char"):
         load_corpus(cfg)
 
 
 def test_split_shorter_than_block_size(tmp_path):
-    path = write_corpus(tmp_path / "text", text="abcdefghij" * 100)  # 1000 chars: 900 train, 100 val
+    # 1000 chars: 900 train, 100 val
+    path = write_corpus(tmp_path / "text", text="abcdefghij" * 100)
     corpus = load_corpus(char_cfg(tmp_path, path))
     check_split_lengths(corpus, block_size=99)  # val holds exactly one 100-token window
-    with pytest.raises(DataError, match=r"val split .* has 100 tokens, fewer than block_size \+ 1 = 101") as e:
+    with pytest.raises(
+        DataError, match=r"val split .* has 100 tokens, fewer than block_size \+ 1 = 101"
+    ) as e:
         check_split_lengths(corpus, block_size=100)
     assert "--model.block_size" in str(e.value)
     with pytest.raises(DataError, match=r"train split .* has 900 tokens"):
@@ -391,7 +435,9 @@ def test_no_network_error_names_url_cache_path_and_data_file(tmp_path, monkeypat
     assert not (cache / "tinyshakespeare.txt").exists()
 
 
-@pytest.mark.parametrize("error", [TimeoutError("timed out"), ConnectionResetError("reset"), OSError("network down")])
+@pytest.mark.parametrize(
+    "error", [TimeoutError("timed out"), ConnectionResetError("reset"), OSError("network down")]
+)
 def test_any_os_error_while_downloading_is_a_data_error(tmp_path, monkeypatch, error):
     def broken(url, timeout=None):
         raise error

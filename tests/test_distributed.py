@@ -1,4 +1,5 @@
-"""Tests for "Scale past one device": train.py under torchrun (DistributedDataParallel over Gloo on CPU).
+"""Tests for "Scale past one device": train.py under torchrun (DistributedDataParallel over Gloo on
+CPU).
 
 A 2-process job must train exactly the model that one process trains with grad_accum_steps=2: the
 global batch is the same windows, split over ranks instead of micro-steps. Every run trains the tiny
@@ -38,9 +39,16 @@ pytestmark = [
 ]
 
 STEPS = 10
-DDP = [f"--train.max_steps={STEPS}", "--train.eval_interval=5", "--train.eval_batches=2", "--train.log_interval=1"]
+DDP = [
+    f"--train.max_steps={STEPS}",
+    "--train.eval_interval=5",
+    "--train.eval_batches=2",
+    "--train.log_interval=1",
+]
 ATOL = 1e-5
-MUON_ATOL = 1e-4  # Muon orthogonalises in bfloat16: a float32 rounding difference (all-reduce order) can move a bf16 value by one step
+# Muon orthogonalises in bfloat16: a float32 rounding difference (all-reduce order) can move a bf16
+# value by one step
+MUON_ATOL = 1e-4
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -52,14 +60,28 @@ def by_step(metrics: list[dict], key: str) -> dict[int, float]:
 
 
 def cpu_runtime(rank: int, world_size: int) -> harness.training.runtime.Runtime:
-    return harness.training.runtime.Runtime(device=torch.device("cpu"), autocast_dtype=None, why="", rank=rank, world_size=world_size)
+    return harness.training.runtime.Runtime(
+        device=torch.device("cpu"), autocast_dtype=None, why="", rank=rank, world_size=world_size
+    )
 
 
 def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node=2 train.py args...` from the repository root (--standalone picks a free port)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *args]
+    """`torchrun --standalone --nproc_per_node=2 train.py args...` from the repository root
+    (--standalone picks a free port).
+    """
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "train.py",
+        *args,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # 1. Splitting the global batch
@@ -67,14 +89,18 @@ def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(("world_size", "accum"), [(2, 1), (2, 2), (4, 1)])
 def test_batches_split_over_ranks_equal_batches_split_over_micro_steps(world_size, accum):
-    """Ranks x micro-steps of one global step see the same windows, in the same order, as one process with more micro-steps."""
+    """Ranks x micro-steps of one global step see the same windows, in the same order, as one
+    process with more micro-steps.
+    """
     ids = torch.randint(0, 65, (5000,), generator=torch.Generator().manual_seed(0)).numpy()
     cfg = load_config(["--config", "tiny", f"--train.grad_accum_steps={accum}"])
     one = load_config(["--config", "tiny", f"--train.grad_accum_steps={accum * world_size}"])
     per_rank, generators = [], []
     for rank in range(world_size):
         generators.append(torch.Generator().manual_seed(7))
-        per_rank.append(train.draw_micro_batches(ids, cfg, cpu_runtime(rank, world_size), generators[-1]))
+        per_rank.append(
+            train.draw_micro_batches(ids, cfg, cpu_runtime(rank, world_size), generators[-1])
+        )
     single_gen = torch.Generator().manual_seed(7)
     single = train.draw_micro_batches(ids, one, cpu_runtime(0, 1), single_gen)
     split = [mb for rank_batches in per_rank for mb in rank_batches]
@@ -82,8 +108,10 @@ def test_batches_split_over_ranks_equal_batches_split_over_micro_steps(world_siz
     for (x, y), (x1, y1) in zip(split, single, strict=True):
         assert x.shape == y.shape == (cfg.train.batch_size, cfg.model.block_size)
         assert torch.equal(x, x1) and torch.equal(y, y1)
-    assert not torch.equal(per_rank[0][0][0], per_rank[1][0][0])  # the ranks train on different windows
-    for gen in generators:  # every rank's generator moved on exactly like the single process's: the next step stays in sync
+    # the ranks train on different windows
+    assert not torch.equal(per_rank[0][0][0], per_rank[1][0][0])
+    # every rank's generator moved on exactly like the single process's: the next step stays in sync
+    for gen in generators:
         assert torch.equal(gen.get_state(), single_gen.get_state())
 
 
@@ -100,7 +128,13 @@ def ddp_job(tmp_path_factory, corpus) -> dict:
     root = tmp_path_factory.mktemp("torchrun")
     argv = tiny_argv(root, corpus, *DDP)
     proc = torchrun(*argv)
-    return {"root": root, "corpus": corpus, "argv": argv, "proc": proc, "run_dir": root / "runs" / "tiny"}
+    return {
+        "root": root,
+        "corpus": corpus,
+        "argv": argv,
+        "proc": proc,
+        "run_dir": root / "runs" / "tiny",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +155,9 @@ def ddp_metrics(ddp_job) -> list[dict]:
 
 
 def test_under_torchrun_on_gpus_each_process_takes_its_own_card_and_nccl(monkeypatch):
-    """The CUDA branch of joining torchrun's group, which only a machine with GPUs runs: rank 3 on a node's second card
-    (LOCAL_RANK 1) trains on cuda:1, selects it before joining, and joins over NCCL. CUDA and the group are faked here."""
+    """The CUDA branch of joining torchrun's group, which only a machine with GPUs runs: rank 3 on a
+    node's second card (LOCAL_RANK 1) trains on cuda:1, selects it before joining, and joins over
+    NCCL. CUDA and the group are faked here."""
     joined, selected = [], []
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
@@ -132,7 +167,9 @@ def test_under_torchrun_on_gpus_each_process_takes_its_own_card_and_nccl(monkeyp
     monkeypatch.setattr(torch.cuda, "set_device", selected.append)
     monkeypatch.setattr(harness.training.runtime, "has_triton", lambda: True)
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: bool(joined))
-    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend: joined.append(backend))
+    monkeypatch.setattr(
+        torch.distributed, "init_process_group", lambda backend: joined.append(backend)
+    )
     monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: joined[-1])
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     try:
@@ -142,13 +179,15 @@ def test_under_torchrun_on_gpus_each_process_takes_its_own_card_and_nccl(monkeyp
     assert runtime.device == torch.device("cuda:1") and selected == [1] and joined == ["nccl"]
     assert (runtime.rank, runtime.world_size, runtime.is_main) == (3, 4, False)
     assert runtime.why == "auto: CUDA found; rank 3 of 4 (nccl)"
-    assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile  # what one GPU gets, each process gets
+    # what one GPU gets, each process gets
+    assert runtime.autocast_dtype == torch.bfloat16 and runtime.use_compile
 
 
 def test_the_stop_flag_is_reduced_on_the_process_s_own_device(monkeypatch):
-    """NCCL reduces only tensors on the process's GPU: the tensor that tells every process a stop was asked is made on
-    runtime.device (a meta device stands in for the GPU: the fake all_reduce records where the tensor lives, then ends
-    the call). One process asks nothing of the device: a GPU would wait for its queued work at every step."""
+    """NCCL reduces only tensors on the process's GPU: the tensor that tells every process a stop
+    was asked is made on runtime.device (a meta device stands in for the GPU: the fake all_reduce
+    records where the tensor lives, then ends the call). One process asks nothing of the device: a
+    GPU would wait for its queued work at every step."""
     seen = []
 
     class Reduced(Exception):
@@ -160,12 +199,16 @@ def test_the_stop_flag_is_reduced_on_the_process_s_own_device(monkeypatch):
 
     monkeypatch.setattr(torch.distributed, "all_reduce", all_reduce)
     stop = StopFlag("")
-    meta = harness.training.runtime.Runtime(device=torch.device("meta"), autocast_dtype=None, why="", rank=1, world_size=2)
+    meta = harness.training.runtime.Runtime(
+        device=torch.device("meta"), autocast_dtype=None, why="", rank=1, world_size=2
+    )
     with pytest.raises(Reduced):
         harness.training.runtime.stop_asked(stop, meta)
     assert seen == [torch.device("meta")]
     alone = dataclasses.replace(meta, rank=0, world_size=1)
-    assert harness.training.runtime.stop_asked(stop, alone) is False and seen == [torch.device("meta")]
+    assert harness.training.runtime.stop_asked(stop, alone) is False and seen == [
+        torch.device("meta")
+    ]
     stop.signum = signal.SIGINT
     assert harness.training.runtime.stop_asked(stop, alone) is True
 
@@ -181,9 +224,15 @@ def test_torchrun_training_losses_match_gradient_accumulation(ddp_job, accumulat
     got, want = by_step(ddp, "loss/train_step"), by_step(accumulated, "loss/train_step")
     assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
     steps = sorted(want)
-    assert_close(torch.tensor([got[s] for s in steps]), torch.tensor([want[s] for s in steps]), atol=ATOL, msg="loss/train_step")
+    assert_close(
+        torch.tensor([got[s] for s in steps]),
+        torch.tensor([want[s] for s in steps]),
+        atol=ATOL,
+        msg="loss/train_step",
+    )
     assert by_step(ddp, "lr") == by_step(accumulated, "lr")
-    assert want[STEPS] < want[1] - 0.3  # it did learn: the comparison is not between two untrained models
+    # it did learn: the comparison is not between two untrained models
+    assert want[STEPS] < want[1] - 0.3
 
 
 @pytest.mark.parametrize("key", ["loss/train", "loss/val"])
@@ -191,7 +240,12 @@ def test_torchrun_eval_losses_match_gradient_accumulation(ddp_job, accumulated, 
     got, want = by_step(ddp_metrics(ddp_job), key), by_step(accumulated, key)
     assert sorted(got) == sorted(want) == [0, 5, STEPS]
     steps = sorted(want)
-    assert_close(torch.tensor([got[s] for s in steps]), torch.tensor([want[s] for s in steps]), atol=ATOL, msg=key)
+    assert_close(
+        torch.tensor([got[s] for s in steps]),
+        torch.tensor([want[s] for s in steps]),
+        atol=ATOL,
+        msg=key,
+    )
 
 
 def test_torchrun_writes_one_set_of_files(ddp_job):
@@ -199,15 +253,27 @@ def test_torchrun_writes_one_set_of_files(ddp_job):
     names = sorted(p.name for p in run_dir.iterdir())
     events = [n for n in names if n.startswith("events.out.tfevents.")]
     assert len(events) == 1, names  # rank 1 opened no SummaryWriter
-    assert sorted(set(names) - set(events)) == [".lock", "best.pt", "ckpt.pt", "config.json", "metrics.jsonl"]  # .lock: rank 0's hold
-    assert sorted(p.name for p in (ddp_job["root"] / "runs").iterdir()) == ["tiny"]  # no second run folder, nothing moved aside
+    # .lock: rank 0's hold
+    assert sorted(set(names) - set(events)) == [
+        ".lock",
+        "best.pt",
+        "ckpt.pt",
+        "config.json",
+        "metrics.jsonl",
+    ]
+    # no second run folder, nothing moved aside
+    assert sorted(p.name for p in (ddp_job["root"] / "runs").iterdir()) == ["tiny"]
     metrics = ddp_metrics(ddp_job)
-    keys = [(m["step"], "loss/val" in m, "Probe_attn/entropy" in m) for m in metrics]  # a training, evaluation or probe line
+    # a training, evaluation or probe line
+    keys = [(m["step"], "loss/val" in m, "Probe_attn/entropy" in m) for m in metrics]
     probes = STEPS + 1  # rank 0 probes every step of so short a run, and the last
-    assert len(keys) == len(set(keys)) == STEPS + 3 + probes, "a step was logged twice: more than one rank writes metrics.jsonl"
+    assert len(keys) == len(set(keys)) == STEPS + 3 + probes, (
+        "a step was logged twice: more than one rank writes metrics.jsonl"
+    )
     ckpt = read_checkpoint(run_dir / "ckpt.pt")
     assert ckpt["step"] == STEPS
-    assert not any(key.startswith("module.") for key in ckpt["model"])  # the plain model's weights, not the DDP wrapper's
+    # the plain model's weights, not the DDP wrapper's
+    assert not any(key.startswith("module.") for key in ckpt["model"])
 
 
 def test_torchrun_prints_one_progress_and_summary(ddp_job):
@@ -222,11 +288,16 @@ def test_torchrun_resume_continues_the_run(ddp_job, tmp_path):
     root = tmp_path / "resumed"
     run_dir = root / "runs" / "tiny"
     shutil.copytree(ddp_job["run_dir"], run_dir)
-    argv = [*tiny_argv(root, ddp_job["corpus"], *DDP), "--data.cache_dir", str(ddp_job["root"] / "cache")]
+    argv = [
+        *tiny_argv(root, ddp_job["corpus"], *DDP),
+        "--data.cache_dir",
+        str(ddp_job["root"] / "cache"),
+    ]
     proc = torchrun(*argv, "--resume", "--train.max_steps=14")
     assert f"resuming {run_dir} from step {STEPS}" in proc.stdout, proc.stderr[-3000:]
     metrics = read_metrics(run_dir)
-    assert [m["step"] for m in metrics if "loss/train_step" in m] == list(range(1, 15))  # continues, no step twice
+    # continues, no step twice
+    assert [m["step"] for m in metrics if "loss/train_step" in m] == list(range(1, 15))
     assert [m["step"] for m in metrics if "loss/val" in m] == [0, 5, STEPS, 14]
     first = ddp_metrics(ddp_job)
     assert metrics[: len(first)] == first  # the first run's lines are kept as they were
@@ -235,14 +306,24 @@ def test_torchrun_resume_continues_the_run(ddp_job, tmp_path):
 
 
 def test_gradient_accumulation_matches_one_big_batch(tmp_path, corpus, accumulated):
-    """batch_size 16 in one micro-step trains on the same windows as 8 x 2 micro-steps: the same losses, to float error."""
+    """batch_size 16 in one micro-step trains on the same windows as 8 x 2 micro-steps: the same
+    losses, to float error.
+    """
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(harness.training.evaluation, "HEATMAP_MAX_TOKENS", 4)
         train.train(load_config(tiny_argv(tmp_path, corpus, *DDP, "--train.batch_size=16")))
-    got, want = by_step(read_metrics(tmp_path / "runs" / "tiny"), "loss/train_step"), by_step(accumulated, "loss/train_step")
+    got, want = (
+        by_step(read_metrics(tmp_path / "runs" / "tiny"), "loss/train_step"),
+        by_step(accumulated, "loss/train_step"),
+    )
     steps = sorted(want)
     assert sorted(got) == steps
-    assert_close(torch.tensor([got[s] for s in steps]), torch.tensor([want[s] for s in steps]), atol=ATOL, msg="loss/train_step")
+    assert_close(
+        torch.tensor([got[s] for s in steps]),
+        torch.tensor([want[s] for s in steps]),
+        atol=ATOL,
+        msg="loss/train_step",
+    )
 
 
 # 3. Resuming a 2-process job with dropout: each rank must get its own random stream back
@@ -255,7 +336,8 @@ def ddp_rank(rank: int, port: int, argv: list[str], stop_after: int, log: str) -
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    harness.training.evaluation.HEATMAP_MAX_TOKENS = 4  # small heatmaps: the figures are not under test
+    # small heatmaps: the figures are not under test
+    harness.training.evaluation.HEATMAP_MAX_TOKENS = 4
     if stop_after and rank == 0:  # Ctrl-C reaches rank 0 during step index stop_after - 1
         real, calls = train.draw_micro_batches, [0]
 
@@ -266,7 +348,9 @@ def ddp_rank(rank: int, port: int, argv: list[str], stop_after: int, log: str) -
             return real(*args, **kwargs)
 
         train.draw_micro_batches = draw
-    entered = [0]  # how often this rank's step skipped the gradient all-reduce (DDP.no_sync), to show the branch ran
+    # how often this rank's step skipped the gradient all-reduce (DDP.no_sync), to show the branch
+    # ran
+    entered = [0]
     real_no_sync = torch.nn.parallel.DistributedDataParallel.no_sync
 
     def no_sync(self):
@@ -285,13 +369,23 @@ def no_sync_count(log: Path) -> int:
 
 
 def forkserver() -> multiprocessing.context.BaseContext:
-    """A multiprocessing context whose server has imported torch, torch._dynamo (imported by torch.optim) and train.py.
+    """A multiprocessing context whose server has imported torch, torch._dynamo (imported by
+    torch.optim) and train.py.
 
-    The preload list is the one tests/test_resume.py gives: whichever module starts the server first sets it.
+    The preload list is the one tests/test_resume.py gives: whichever module starts the server first
+    sets it.
     """
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(
-        ["train", "sample", "inspect_attention", "torch.utils.tensorboard", "torch._dynamo", "test_resume", "test_distributed"]
+        [
+            "train",
+            "sample",
+            "inspect_attention",
+            "torch.utils.tensorboard",
+            "torch._dynamo",
+            "test_resume",
+            "test_distributed",
+        ]
     )
     return ctx
 
@@ -303,13 +397,22 @@ def free_port() -> int:
 
 
 def run_ddp_job(argv: list[str], log_dir: Path, stop_after: int = 0) -> list[int]:
-    """Both ranks as processes forked from a server that has imported train.py: a start skips importing torch again."""
+    """Both ranks as processes forked from a server that has imported train.py: a start skips
+    importing torch again.
+    """
     ctx, port = forkserver(), free_port()
-    procs = [ctx.Process(target=ddp_rank, args=(r, port, argv, stop_after, str(log_dir / f"rank{r}.txt"))) for r in range(2)]
+    procs = [
+        ctx.Process(
+            target=ddp_rank, args=(r, port, argv, stop_after, str(log_dir / f"rank{r}.txt"))
+        )
+        for r in range(2)
+    ]
     for proc in procs:
         proc.start()
-    multiprocessing.connection.wait([proc.sentinel for proc in procs], timeout=120)  # the first rank to finish
-    for proc in procs:  # the other follows within seconds, unless it waits forever in a collective for a rank that died
+    # the first rank to finish
+    multiprocessing.connection.wait([proc.sentinel for proc in procs], timeout=120)
+    # the other follows within seconds, unless it waits forever in a collective for a rank that died
+    for proc in procs:
         proc.join(15)
     for proc in procs:
         if proc.is_alive():
@@ -319,9 +422,11 @@ def run_ddp_job(argv: list[str], log_dir: Path, stop_after: int = 0) -> list[int
 
 
 def test_resumed_ddp_run_with_dropout_equals_the_uninterrupted_one(tmp_path, corpus):
-    """Stopped after step 6 and resumed, a 2-process run with dropout must log the numbers of the run that was never stopped.
+    """Stopped after step 6 and resumed, a 2-process run with dropout must log the numbers of the
+    run that was never stopped.
 
-    Each rank seeds its dropout with seed + rank; resuming has to give every rank its own stream back.
+    Each rank seeds its dropout with seed + rank; resuming has to give every rank its own stream
+    back.
     """
     args = [*DDP, "--model.dropout=0.1"]
     full_root, resumed_root = tmp_path / "full", tmp_path / "resumed"
@@ -329,33 +434,50 @@ def test_resumed_ddp_run_with_dropout_equals_the_uninterrupted_one(tmp_path, cor
         folder.mkdir()
     assert run_ddp_job(tiny_argv(full_root, corpus, *args), full_root) == [0, 0]
     argv = tiny_argv(resumed_root, corpus, *args)
-    assert run_ddp_job(argv, resumed_root, stop_after=6) == [130, 0]  # rank 0 got the SIGINT; rank 1 stopped with it, cleanly
+    # rank 0 got the SIGINT; rank 1 stopped with it, cleanly
+    assert run_ddp_job(argv, resumed_root, stop_after=6) == [130, 0]
     assert read_checkpoint(resumed_root / "runs" / "tiny" / "ckpt.pt")["step"] == 6
     assert run_ddp_job([*argv, "--resume"], resumed_root) == [0, 0]
-    full, resumed = read_metrics(full_root / "runs" / "tiny"), read_metrics(resumed_root / "runs" / "tiny")
+    full, resumed = (
+        read_metrics(full_root / "runs" / "tiny"),
+        read_metrics(resumed_root / "runs" / "tiny"),
+    )
     assert [m["step"] for m in resumed] == [m["step"] for m in full]
     for key in ("loss/train_step", "loss/val"):
         got, want = by_step(resumed, key), by_step(full, key)
         assert sorted(got) == sorted(want)
-        before = [s for s in sorted(want) if s <= 6]  # logged by the first, interrupted job: same as the full run
+        # logged by the first, interrupted job: same as the full run
+        before = [s for s in sorted(want) if s <= 6]
         assert [got[s] for s in before] == [want[s] for s in before], key
         after = [s for s in sorted(want) if s > 6]
-        got_after, want_after = torch.tensor([got[s] for s in after]), torch.tensor([want[s] for s in after])
-        assert_close(got_after, want_after, atol=1e-6, msg=f"{key} at steps {after}, after resuming from step 6:")
+        got_after, want_after = (
+            torch.tensor([got[s] for s in after]),
+            torch.tensor([want[s] for s in after]),
+        )
+        assert_close(
+            got_after,
+            want_after,
+            atol=1e-6,
+            msg=f"{key} at steps {after}, after resuming from step 6:",
+        )
 
 
 # 4. Muon (the char and base presets' optimizer) with gradient accumulation inside each rank
 
 
 def test_ddp_with_muon_and_accumulation_equals_one_process(tmp_path, corpus):
-    """2 ranks x 2 micro-steps with Muon train the model of 1 process x 4 micro-steps: the first micro-step of each rank
-    runs under DDP's no_sync (no all-reduce), so the gradients add up locally and are averaged once, on the last."""
+    """2 ranks x 2 micro-steps with Muon train the model of 1 process x 4 micro-steps: the first
+    micro-step of each rank runs under DDP's no_sync (no all-reduce), so the gradients add up
+    locally and are averaged once, on the last."""
     args = [*DDP, "--train.optimizer=muon"]
     ddp_root, one_root = tmp_path / "ddp", tmp_path / "one"
     ddp_root.mkdir()
-    assert run_ddp_job(tiny_argv(ddp_root, corpus, *args, "--train.grad_accum_steps=2"), ddp_root) == [0, 0]
+    assert run_ddp_job(
+        tiny_argv(ddp_root, corpus, *args, "--train.grad_accum_steps=2"), ddp_root
+    ) == [0, 0]
     for rank in range(2):
-        assert no_sync_count(ddp_root / f"rank{rank}.txt") == STEPS  # one micro-step without all-reduce per step, on every rank
+        # one micro-step without all-reduce per step, on every rank
+        assert no_sync_count(ddp_root / f"rank{rank}.txt") == STEPS
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(harness.training.evaluation, "HEATMAP_MAX_TOKENS", 4)
         train.train(load_config(tiny_argv(one_root, corpus, *args, "--train.grad_accum_steps=4")))
@@ -364,7 +486,11 @@ def test_ddp_with_muon_and_accumulation_equals_one_process(tmp_path, corpus):
         got, want = by_step(ddp, key), by_step(one, key)
         assert sorted(got) == sorted(want) and len(want) >= 3
         steps = sorted(want)
-        got_t, want_t = torch.tensor([got[s] for s in steps]), torch.tensor([want[s] for s in steps])
+        got_t, want_t = (
+            torch.tensor([got[s] for s in steps]),
+            torch.tensor([want[s] for s in steps]),
+        )
         assert_close(got_t, want_t, atol=MUON_ATOL, msg=f"muon {key}")
     assert by_step(ddp, "lr") == by_step(one, "lr")
-    assert by_step(one, "loss/train_step")[STEPS] < by_step(one, "loss/train_step")[1] - 0.3  # it learned
+    # it learned
+    assert by_step(one, "loss/train_step")[STEPS] < by_step(one, "loss/train_step")[1] - 0.3

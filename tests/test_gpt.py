@@ -1,4 +1,6 @@
-"""Tests for model/gpt.py: shapes, loss at init, parameter count, init, overfitting, generate, flags."""
+"""Tests for model/gpt.py: shapes, loss at init, parameter count, init, overfitting, generate,
+flags.
+"""
 
 import math
 
@@ -9,7 +11,8 @@ from conftest import assert_close
 from model import GPT, ModelConfig
 from model.sampling import SamplingError, sample_next
 
-pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
+# see conftest: tiny models run faster on one thread
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 65, "dropout": 0.0}
 
@@ -37,7 +40,9 @@ def test_logits_shape_and_initial_loss():
     assert logits.shape == (4, 32, 65)
     assert no_loss is None
     assert_close(logits_only, logits, atol=0.0, msg="logits with and without targets")
-    assert abs(loss.item() - math.log(65)) < 0.3, f"initial loss {loss.item():.4f}, expected ~ln 65 = {math.log(65):.4f}"
+    assert abs(loss.item() - math.log(65)) < 0.3, (
+        f"initial loss {loss.item():.4f}, expected ~ln 65 = {math.log(65):.4f}"
+    )
 
 
 # 2. Parameter count
@@ -79,11 +84,17 @@ def test_init_stds(qk_std):
     for i, block in enumerate(model.blocks):
         for name, w in (("attn.proj", block.attn.proj.weight), ("mlp.proj", block.mlp.proj.weight)):
             std = w.std().item()
-            assert abs(std / resid_std - 1) < 0.1, f"block {i} {name} std {std:.5f}, expected {resid_std:.5f}"
+            assert abs(std / resid_std - 1) < 0.1, (
+                f"block {i} {name} std {std:.5f}, expected {resid_std:.5f}"
+            )
         qk = block.attn.qkv.weight[: 2 * C]
         v = block.attn.qkv.weight[2 * C :]
-        assert abs(qk.std().item() / qk_std - 1) < 0.1, f"block {i} q/k std {qk.std().item():.5f}, expected {qk_std:.5f}"
-        assert abs(v.std().item() / 0.02 - 1) < 0.1, f"block {i} value std {v.std().item():.5f}, expected 0.02"
+        assert abs(qk.std().item() / qk_std - 1) < 0.1, (
+            f"block {i} q/k std {qk.std().item():.5f}, expected {qk_std:.5f}"
+        )
+        assert abs(v.std().item() / 0.02 - 1) < 0.1, (
+            f"block {i} value std {v.std().item():.5f}, expected 0.02"
+        )
         assert abs(block.mlp.fc.weight.std().item() / 0.02 - 1) < 0.1
         assert torch.count_nonzero(block.attn.proj.bias).item() == 0
         assert torch.count_nonzero(block.mlp.fc.bias).item() == 0
@@ -110,7 +121,9 @@ def test_overfits_one_batch():
             break
     with torch.no_grad():
         _, final = model.eval()(x, y)
-    assert final.item() < start / 2, f"loss {start:.3f} -> {final.item():.3f} after 200 steps, expected < {start / 2:.3f}"
+    assert final.item() < start / 2, (
+        f"loss {start:.3f} -> {final.item():.3f} after 200 steps, expected < {start / 2:.3f}"
+    )
 
 
 # 6. generate
@@ -162,18 +175,21 @@ def test_generate_past_block_size_crops_context(use_cache):
     # Every token follows that policy: replay it step by step with full forward passes.
     window = prompt
     for t in range(3, 23):
-        assert greedy(window) == int(out[0, t]), f"token {t} is not the greedy prediction from its window"
+        assert greedy(window) == int(out[0, t]), (
+            f"token {t} is not the greedy prediction from its window"
+        )
         window = torch.cat([window, out[:, t : t + 1]], dim=1)
         if window.shape[1] > 8:
             window = window[:, -4:]
 
 
 # Sampler: 20,000 draws from one logits vector. A token of probability p appears N p times, with a
-# binomial standard deviation sqrt(N p (1 - p)); in frequency, at most sqrt(0.25 / N) = 0.0035.
-# 5 standard deviations (0.0177) bound every frequency: a seeded draw fails only on a real difference,
+# binomial standard deviation sqrt(N p (1 - p)); in frequency, at most sqrt(0.25 / N) = 0.0035. 5
+# standard deviations (0.0177) bound every frequency: a seeded draw fails only on a real difference,
 # and the distributions compared below differ by more than that.
 DRAWS = 20_000
-SAMPLER_LOGITS = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -3.0])  # unsorted, so top-k must map back to token ids
+# unsorted, so top-k must map back to token ids
+SAMPLER_LOGITS = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -3.0])
 
 
 def frequencies(temperature: float, top_k: int | None, top_p: float | None = None) -> torch.Tensor:
@@ -192,10 +208,14 @@ def test_sample_next_frequencies_match_softmax_at_temperature(temperature):
     p = (SAMPLER_LOGITS.double() / temperature).softmax(-1)
     f = frequencies(temperature, top_k=None)
     off = (f - p).abs()
-    assert (off <= binomial_tolerance(p)).all(), f"frequencies {f.tolist()} vs softmax {p.tolist()}: max diff {off.max():.4f}"
+    assert (off <= binomial_tolerance(p)).all(), (
+        f"frequencies {f.tolist()} vs softmax {p.tolist()}: max diff {off.max():.4f}"
+    )
     other = SAMPLER_LOGITS.double().softmax(-1)  # what ignoring the temperature would give
     if temperature != 1.0:
-        assert (other - p).abs().max() > 10 * binomial_tolerance(p).max(), "the test could not tell the temperatures apart"
+        assert (other - p).abs().max() > 10 * binomial_tolerance(p).max(), (
+            "the test could not tell the temperatures apart"
+        )
 
 
 @pytest.mark.parametrize("top_k", [2, 3, 5])
@@ -204,29 +224,44 @@ def test_sample_next_top_k_renormalises_the_k_likeliest(top_k):
     kept, dropped = order[:top_k], order[top_k:]
     f = frequencies(0.8, top_k)
     assert f[dropped].sum() == 0, f"tokens outside the top {top_k} were drawn: {f.tolist()}"
-    p = (SAMPLER_LOGITS[kept].double() / 0.8).softmax(-1)  # the softmax over the k likeliest alone, at temperature 0.8
+    # the softmax over the k likeliest alone, at temperature 0.8
+    p = (SAMPLER_LOGITS[kept].double() / 0.8).softmax(-1)
     off = (f[kept] - p).abs()
-    assert (off <= binomial_tolerance(p)).all(), f"top-{top_k} frequencies {f[kept].tolist()} vs {p.tolist()}: max diff {off.max():.4f}"
+    assert (off <= binomial_tolerance(p)).all(), (
+        f"top-{top_k} frequencies {f[kept].tolist()} vs {p.tolist()}: max diff {off.max():.4f}"
+    )
 
 
 # At temperature 1 the sampler's probabilities, likeliest first, are
-# token 2: 0.5609, 4: 0.2063, 0: 0.1252, 3: 0.0759, 1: 0.0279, 5: 0.0038 (cumulative 0.5609, 0.7672, 0.8924, 0.9683, 0.9962, 1).
-# The nucleus for p is the shortest run of that list whose cumulative probability reaches p. With top_k = 3 first,
-# tokens 2, 4, 0 renormalised are 0.6285, 0.2312, 0.1403 (cumulative 0.6285, 0.8597, 1).
+# token 2: 0.5609, 4: 0.2063, 0: 0.1252, 3: 0.0759, 1: 0.0279, 5: 0.0038 (cumulative 0.5609, 0.7672,
+# 0.8924, 0.9683, 0.9962, 1). The nucleus for p is the shortest run of that list whose cumulative
+# probability reaches p. With top_k = 3 first, tokens 2, 4, 0 renormalised are 0.6285, 0.2312,
+# 0.1403 (cumulative 0.6285, 0.8597, 1).
 @pytest.mark.parametrize(
     ("top_k", "top_p", "nucleus"),
-    [(None, 0.5, [2]), (None, 0.7, [2, 4]), (None, 0.8, [2, 4, 0]), (None, 0.95, [2, 4, 0, 3]), (None, 1.0, [2, 4, 0, 3, 1, 5]),
-     (3, 0.8, [2, 4]), (3, 0.9, [2, 4, 0]), (5, 0.97, [2, 4, 0, 3])],
-)  # fmt: skip
+    [
+        (None, 0.5, [2]),
+        (None, 0.7, [2, 4]),
+        (None, 0.8, [2, 4, 0]),
+        (None, 0.95, [2, 4, 0, 3]),
+        (None, 1.0, [2, 4, 0, 3, 1, 5]),
+        (3, 0.8, [2, 4]),
+        (3, 0.9, [2, 4, 0]),
+        (5, 0.97, [2, 4, 0, 3]),
+    ],
+)
 def test_sample_next_top_p_renormalises_the_nucleus(top_k, top_p, nucleus):
     probs = SAMPLER_LOGITS.double().softmax(-1)
     order = SAMPLER_LOGITS.argsort(descending=True)[: top_k or 6]
     pool = probs[order] / probs[order].sum()  # after top-k, renormalised
-    n = len(nucleus)  # the figures above hold: the shortest run of the likeliest tokens that reaches top_p
+    # the figures above hold: the shortest run of the likeliest tokens that reaches top_p
+    n = len(nucleus)
     assert order[:n].tolist() == nucleus and pool[: n - 1].sum() < top_p <= pool[:n].sum() + 1e-12
     f = frequencies(1.0, top_k, top_p)
     outside = [t for t in range(6) if t not in nucleus]
-    assert f[outside].sum() == 0, f"top-p {top_p} drew tokens outside the nucleus {nucleus}: {f.tolist()}"
+    assert f[outside].sum() == 0, (
+        f"top-p {top_p} drew tokens outside the nucleus {nucleus}: {f.tolist()}"
+    )
     p = probs[nucleus] / probs[nucleus].sum()  # the nucleus renormalised
     off = (f[nucleus] - p).abs()
     assert (off <= binomial_tolerance(p)).all(), (
@@ -234,31 +269,48 @@ def test_sample_next_top_p_renormalises_the_nucleus(top_k, top_p, nucleus):
     )
 
 
-@pytest.mark.parametrize("top_p", [1e-300, 1e-46, 1e-9])  # 1e-300 and 1e-46 are 0 in float32: the nucleus must not end up empty
+# 1e-300 and 1e-46 are 0 in float32: the nucleus must not end up empty
+@pytest.mark.parametrize("top_p", [1e-300, 1e-46, 1e-9])
 def test_the_nucleus_always_holds_the_likeliest_token(top_p):
-    """However small top_p is, the likeliest token alone makes up the nucleus: every draw is token 2 (probability 0.5609)."""
+    """However small top_p is, the likeliest token alone makes up the nucleus: every draw is token 2
+    (probability 0.5609).
+    """
     f = frequencies(1.0, None, top_p)
     assert f[2] == 1.0, f"top-p {top_p} drew {f.tolist()}"
     for top_k in (1, 3):
-        assert (sample_next(SAMPLER_LOGITS.expand(64, -1), 0.8, top_k, top_p, torch.Generator().manual_seed(0)) == 2).all()
+        assert (
+            sample_next(
+                SAMPLER_LOGITS.expand(64, -1), 0.8, top_k, top_p, torch.Generator().manual_seed(0)
+            )
+            == 2
+        ).all()
 
 
 def test_temperature_zero_is_greedy_whatever_the_filters_and_seed():
     logits = torch.randn(64, 65, generator=torch.Generator().manual_seed(0))
     expected = logits.argmax(-1, keepdim=True)
     for top_k, top_p, seed in [(None, None, 0), (5, None, 1), (None, 0.3, 2), (200, 0.9, 3)]:
-        assert torch.equal(sample_next(logits, 0, top_k, top_p, torch.Generator().manual_seed(seed)), expected)
+        assert torch.equal(
+            sample_next(logits, 0, top_k, top_p, torch.Generator().manual_seed(seed)), expected
+        )
     model = make_gpt().eval()
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
     greedy = model.generate(prompt, 12, temperature=0, generator=torch.Generator().manual_seed(5))
-    assert torch.equal(greedy, model.generate(prompt, 12, top_k=1)), "temperature 0 should pick what top_k=1 picks"
+    assert torch.equal(greedy, model.generate(prompt, 12, top_k=1)), (
+        "temperature 0 should pick what top_k=1 picks"
+    )
 
 
-@pytest.mark.parametrize("temperature", [1e-50, 1e-40])  # 1e-50 is 0 in float32; 2 / 1e-40 overflows it
+# 1e-50 is 0 in float32; 2 / 1e-40 overflows it
+@pytest.mark.parametrize("temperature", [1e-50, 1e-40])
 def test_a_temperature_too_small_for_float32_is_an_error(temperature):
-    with pytest.raises(SamplingError, match=f"temperature {temperature:g} is too small: .* use 0 for greedy decoding"):
+    with pytest.raises(
+        SamplingError,
+        match=f"temperature {temperature:g} is too small: .* use 0 for greedy decoding",
+    ):
         sample_next(SAMPLER_LOGITS[None], temperature)
-    assert sample_next(SAMPLER_LOGITS[None], 1e-30).item() == 2  # small, but the logits still fit: the likeliest token
+    # small, but the logits still fit: the likeliest token
+    assert sample_next(SAMPLER_LOGITS[None], 1e-30).item() == 2
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
@@ -278,9 +330,13 @@ def test_flags_reach_every_block():
         model = make_gpt(n_layer=3, causal=causal, scaled=scaled)
         head_size = 32 // 2
         for i, block in enumerate(model.blocks):
-            assert block.attn.causal is causal, f"block {i} causal={block.attn.causal}, config causal={causal}"
+            assert block.attn.causal is causal, (
+                f"block {i} causal={block.attn.causal}, config causal={causal}"
+            )
             expected_scale = head_size**-0.5 if scaled else 1.0
-            assert block.attn.scale == expected_scale, f"block {i} scale {block.attn.scale}, expected {expected_scale}"
+            assert block.attn.scale == expected_scale, (
+                f"block {i} scale {block.attn.scale}, expected {expected_scale}"
+            )
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -296,9 +352,13 @@ def test_attention_weights_every_layer(causal):
         assert_close(w.sum(-1), torch.ones(2, 2, 10), atol=1e-6, msg=f"layer {i} rows sum to 1")
         upper = w[..., above]
         if causal:
-            assert torch.count_nonzero(upper).item() == 0, f"layer {i}: max weight above diagonal {upper.max().item():.3e}"
+            assert torch.count_nonzero(upper).item() == 0, (
+                f"layer {i}: max weight above diagonal {upper.max().item():.3e}"
+            )
         else:
-            assert (upper > 0).all(), f"layer {i}: min weight above diagonal {upper.min().item():.3e}"
+            assert (upper > 0).all(), (
+                f"layer {i}: min weight above diagonal {upper.min().item():.3e}"
+            )
 
 
 # 8. sdpa and manual give the same logits
@@ -339,7 +399,9 @@ def logits_of(model: GPT, idx: torch.Tensor) -> torch.Tensor:
 
 def test_without_positions_there_is_no_position_embedding():
     model = make_gpt(positions=False)
-    assert model.pos_emb is None and not any(name.startswith("pos_emb") for name in model.state_dict())
+    assert model.pos_emb is None and not any(
+        name.startswith("pos_emb") for name in model.state_dict()
+    )
     assert model.num_params() == expected_params(L=2, C=32, V=65, T=16) - 16 * 32 == 27_360
 
 
@@ -350,24 +412,40 @@ def test_without_mask_and_positions_the_gpt_is_permutation_equivariant(attention
     idx = torch.randint(0, 65, (2, 16), generator=g)
     perm = torch.randperm(16, generator=g)
     bag = make_gpt(causal=False, positions=False, attention=attention).eval()
-    assert_close(logits_of(bag, idx[:, perm]), logits_of(bag, idx)[:, perm], atol=1e-5, msg="permuted input vs permuted output")
-    placed = make_gpt(causal=False, attention=attention).eval()  # the same, with learned positions: order now matters
+    assert_close(
+        logits_of(bag, idx[:, perm]),
+        logits_of(bag, idx)[:, perm],
+        atol=1e-5,
+        msg="permuted input vs permuted output",
+    )
+    # the same, with learned positions: order now matters
+    placed = make_gpt(causal=False, attention=attention).eval()
     moved = (logits_of(placed, idx[:, perm]) - logits_of(placed, idx)[:, perm]).abs().max().item()
-    assert moved > 1e-2, f"with positions, permuting the input changed the permuted output by only {moved:.2e}"
+    assert moved > 1e-2, (
+        f"with positions, permuting the input changed the permuted output by only {moved:.2e}"
+    )
 
 
 def test_under_the_mask_a_model_without_positions_tells_order():
-    """Swap the first two tokens: one layer sees the same bag at the last position; two layers see the swap,
-    because under the mask position 0 saw one token and position 1 two, and layer 1 reads what they made of it."""
+    """Swap the first two tokens: one layer sees the same bag at the last position; two layers see
+    the swap, because under the mask position 0 saw one token and position 1 two, and layer 1 reads
+    what they made of it."""
     idx = torch.randint(0, 65, (1, 12), generator=torch.Generator().manual_seed(0))
     idx[0, :2] = torch.tensor([3, 40])
     swapped = idx.clone()
     swapped[0, :2] = torch.tensor([40, 3])
     one = make_gpt(n_layer=1, positions=False).eval()
-    assert_close(logits_of(one, swapped)[:, -1], logits_of(one, idx)[:, -1], atol=1e-5, msg="one layer: the last position sees a bag")
+    assert_close(
+        logits_of(one, swapped)[:, -1],
+        logits_of(one, idx)[:, -1],
+        atol=1e-5,
+        msg="one layer: the last position sees a bag",
+    )
     two = make_gpt(n_layer=2, positions=False).eval()
     told = (logits_of(two, swapped)[:, -1] - logits_of(two, idx)[:, -1]).abs().max().item()
-    assert told > 1e-3, f"two causal layers without positions changed the last logits by only {told:.2e} for a swap"
+    assert told > 1e-3, (
+        f"two causal layers without positions changed the last logits by only {told:.2e} for a swap"
+    )
 
 
 # 11. Rotary positions, the cures, and inputs longer than block_size
@@ -386,42 +464,68 @@ def test_the_cures_add_no_parameters_and_rope_drops_the_table(changes, params):
     model = make_gpt(**changes)
     assert model.num_params() == params and expected_params(L=2, C=32, V=65, T=16) == 27_872
     assert (model.pos_emb is None) == (changes.get("positions") == "rope")
-    assert all(name.startswith(("tok_emb", "pos_emb", "blocks", "ln_f", "lm_head")) for name in model.state_dict())
+    assert all(
+        name.startswith(("tok_emb", "pos_emb", "blocks", "ln_f", "lm_head"))
+        for name in model.state_dict()
+    )
 
 
 @pytest.mark.parametrize("positions", ["rope", "none"])
 def test_rope_and_none_models_run_past_block_size_and_learned_refuses_in_one_line(positions):
-    """block_size stays the training length; only a learned table ends there (ModelConfig.max_length)."""
+    """block_size stays the training length; only a learned table ends there
+    (ModelConfig.max_length).
+    """
     model = make_gpt(positions=positions).eval()
     assert model.cfg.max_length is None
-    idx = torch.randint(0, 65, (2, 64), generator=torch.Generator().manual_seed(0))  # 4 x block_size
+    # 4 x block_size
+    idx = torch.randint(0, 65, (2, 64), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits, _ = model(idx)
         hidden = model.hidden(idx)
-    assert logits.shape == (2, 64, 65) and hidden.shape == (2, 64, 32) and torch.isfinite(logits).all()
-    assert_close(logits[:, :16], logits_of(model, idx[:, :16]), atol=1e-5, msg="causal: the first 16 positions as alone")
+    assert (
+        logits.shape == (2, 64, 65) and hidden.shape == (2, 64, 32) and torch.isfinite(logits).all()
+    )
+    assert_close(
+        logits[:, :16],
+        logits_of(model, idx[:, :16]),
+        atol=1e-5,
+        msg="causal: the first 16 positions as alone",
+    )
     learned = make_gpt().eval()
     assert learned.cfg.max_length == 16
-    with pytest.raises(ValueError, match="exceeds block_size 16, and a learned position table has no row past it") as e:
+    with pytest.raises(
+        ValueError, match="exceeds block_size 16, and a learned position table has no row past it"
+    ) as e:
         learned(idx)
     assert "\n" not in str(e.value)
 
 
 def test_a_rope_model_reads_order_without_a_table():
-    """Unlike no positions, RoPE tells order even without the mask: permuting the input changes more than the order of outputs."""
+    """Unlike no positions, RoPE tells order even without the mask: permuting the input changes more
+    than the order of outputs.
+    """
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, 65, (2, 16), generator=g)
     perm = torch.randperm(16, generator=g)
     rope = make_gpt(causal=False, positions="rope", qk_init_std=0.3).eval()
     moved = (logits_of(rope, idx[:, perm]) - logits_of(rope, idx)[:, perm]).abs().max().item()
-    assert moved > 1e-3, f"with RoPE, permuting the input changed the permuted output by only {moved:.2e}"
+    assert moved > 1e-3, (
+        f"with RoPE, permuting the input changed the permuted output by only {moved:.2e}"
+    )
 
 
 def test_the_probe_sees_the_scores_the_model_uses():
-    """attention_probe recomputes the scores: its weights are the softmax of its scores, with every change applied."""
+    """attention_probe recomputes the scores: its weights are the softmax of its scores, with every
+    change applied.
+    """
     model = make_gpt(positions="rope", qk_norm=True, softcap=0.8, qk_init_std=0.5).eval()
     idx = torch.randint(0, 65, (2, 12), generator=torch.Generator().manual_seed(0))
     probe = model.attention_probe(idx)
     for layer, (scores, weights) in enumerate(probe):
-        assert_close(scores.softmax(-1), weights, atol=1e-6, msg=f"layer {layer}: softmax(scores) vs the weights")
+        assert_close(
+            scores.softmax(-1),
+            weights,
+            atol=1e-6,
+            msg=f"layer {layer}: softmax(scores) vs the weights",
+        )
         assert scores[scores.isfinite()].abs().max() <= 0.8

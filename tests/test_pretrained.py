@@ -13,7 +13,9 @@ import pytest
 import torch
 from conftest import assert_close, gpt2_encoding_or_skip, import_or_skip
 
-transformers = import_or_skip("transformers", "transformers is a test dependency: pip install -r requirements-dev.txt")
+transformers = import_or_skip(
+    "transformers", "transformers is a test dependency: pip install -r requirements-dev.txt"
+)
 import huggingface_hub  # noqa: E402  (installed with transformers)
 from safetensors.torch import save_file  # noqa: E402
 
@@ -24,7 +26,8 @@ from harness.training.checkpoints import CheckpointError  # noqa: E402
 from harness.training.starting_weights import starting_config  # noqa: E402
 from model import GPT, ModelConfig  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # microsecond-sized ops: a second thread only waits for a core
+# microsecond-sized ops: a second thread only waits for a core
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 SMALL = {"n_layer": 2, "n_head": 2, "n_embd": 32}
 T = 64  # block size of every model here
@@ -32,7 +35,9 @@ T = 64  # block size of every model here
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path):
-    """huggingface_hub reads its settings once, at import: patch the module's values, not only the environment."""
+    """huggingface_hub reads its settings once, at import: patch the module's values, not only the
+    environment.
+    """
     cache = tmp_path / "hf-cache"
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
@@ -48,7 +53,9 @@ def gpt2_tokenizer_files():
 
 
 def random_gpt2(seed: int = 0, **config) -> "transformers.GPT2LMHeadModel":
-    """A small GPT-2 with every parameter random, biases and LayerNorm gains included (they start at 0 and 1)."""
+    """A small GPT-2 with every parameter random, biases and LayerNorm gains included (they start at
+    0 and 1).
+    """
     torch.manual_seed(seed)
     cfg = transformers.GPT2Config(**SMALL, n_positions=T, vocab_size=GPT2_VOCAB_SIZE, **config)
     model = transformers.GPT2LMHeadModel(cfg).eval()
@@ -104,11 +111,21 @@ def test_loaded_gpt2_gives_transformers_logits(scaled, tmp_path, gpt2_tokenizer_
     hf = random_gpt2(scale_attn_weights=scaled)
     hf.save_pretrained(tmp_path / "gpt2")
     model, tokenizer, info = load_pretrained(str(tmp_path / "gpt2"))
-    assert (model.cfg.qkv_bias, model.cfg.gelu, model.cfg.scaled, model.cfg.block_size) == (True, "tanh", scaled, T)
+    assert (model.cfg.qkv_bias, model.cfg.gelu, model.cfg.scaled, model.cfg.block_size) == (
+        True,
+        "tanh",
+        scaled,
+        T,
+    )
     assert tokenizer.name == "gpt2" and info["source"] == str(tmp_path / "gpt2")
     assert not model.training
     idx = tokens()
-    assert_close(logits_of(model, idx), logits_of(hf, idx), atol=1e-5, msg=f"ours vs transformers ({'scaled' if scaled else 'unscaled'})")
+    assert_close(
+        logits_of(model, idx),
+        logits_of(hf, idx),
+        atol=1e-5,
+        msg=f"ours vs transformers ({'scaled' if scaled else 'unscaled'})",
+    )
 
 
 def test_loaded_model_is_whole(saved_gpt2, gpt2_tokenizer_files):
@@ -118,7 +135,9 @@ def test_loaded_model_is_whole(saved_gpt2, gpt2_tokenizer_files):
     assert model.lm_head.weight is model.tok_emb.weight
     assert model.num_params() == sum(p.numel() for p in saved_gpt2[0].parameters())
     assert {t.device.type for t in model.state_dict().values()} == {"cpu"}
-    assert all(p.requires_grad for p in model.parameters()), "a loaded model must stay trainable (fine-tuning)"
+    assert all(p.requires_grad for p in model.parameters()), (
+        "a loaded model must stay trainable (fine-tuning)"
+    )
 
 
 def test_every_attention_backend_and_the_cache_agree(saved_gpt2, gpt2_tokenizer_files):
@@ -129,15 +148,27 @@ def test_every_attention_backend_and_the_cache_agree(saved_gpt2, gpt2_tokenizer_
     for backend in ("manual", "tiled"):
         other = GPT(dataclasses.replace(model.cfg, attention=backend)).eval()
         other.load_state_dict(model.state_dict())
-        assert_close(logits_of(other, idx), expected, atol=1e-5, msg=f"{backend} backend vs transformers")
+        assert_close(
+            logits_of(other, idx), expected, atol=1e-5, msg=f"{backend} backend vs transformers"
+        )
     cached = model.generate(idx[:1, :8], 20, top_k=1, use_cache=True)
-    assert torch.equal(cached, model.generate(idx[:1, :8], 20, top_k=1, use_cache=False)), "KV cache changed greedy tokens"
+    assert torch.equal(cached, model.generate(idx[:1, :8], 20, top_k=1, use_cache=False)), (
+        "KV cache changed greedy tokens"
+    )
 
 
-def test_hub_original_naming_without_prefix_and_with_mask_buffers(saved_gpt2, tmp_path, gpt2_tokenizer_files):
-    """The hub's own gpt2 file: no `transformer.` prefix, and the old causal-mask buffers in every layer."""
+def test_hub_original_naming_without_prefix_and_with_mask_buffers(
+    saved_gpt2, tmp_path, gpt2_tokenizer_files
+):
+    """The hub's own gpt2 file: no `transformer.` prefix, and the old causal-mask buffers in every
+    layer.
+    """
     hf, folder = saved_gpt2
-    state = {name.removeprefix("transformer."): t.clone() for name, t in hf.state_dict().items() if name != "lm_head.weight"}
+    state = {
+        name.removeprefix("transformer."): t.clone()
+        for name, t in hf.state_dict().items()
+        if name != "lm_head.weight"
+    }
     for n in range(SMALL["n_layer"]):
         state[f"h.{n}.attn.bias"] = torch.ones(T, T).tril().view(1, 1, T, T)
         state[f"h.{n}.attn.masked_bias"] = torch.tensor(-1e4)
@@ -146,13 +177,19 @@ def test_hub_original_naming_without_prefix_and_with_mask_buffers(saved_gpt2, tm
     shutil.copy(folder / "config.json", tmp_path / "hub" / "config.json")
     model, _, _ = load_pretrained(tmp_path / "hub")
     idx = tokens(2)
-    assert_close(logits_of(model, idx), logits_of(hf, idx), atol=1e-5, msg="prefix-less file vs transformers")
+    assert_close(
+        logits_of(model, idx), logits_of(hf, idx), atol=1e-5, msg="prefix-less file vs transformers"
+    )
 
 
 def test_hf_to_ours_and_back_is_the_identity(saved_gpt2):
-    hf_state = {name: t for name, t in saved_gpt2[0].state_dict().items() if name != "lm_head.weight"}
+    hf_state = {
+        name: t for name, t in saved_gpt2[0].state_dict().items() if name != "lm_head.weight"
+    }
     ours = hf_to_ours(hf_state)
-    assert ours["blocks.0.attn.qkv.weight"].shape == (3 * 32, 32), "Conv1D weights must be transposed to (out, in)"
+    assert ours["blocks.0.attn.qkv.weight"].shape == (3 * 32, 32), (
+        "Conv1D weights must be transposed to (out, in)"
+    )
     back = ours_to_hf(ours)
     assert back.keys() == hf_state.keys()
     for name, tensor in hf_state.items():
@@ -164,7 +201,12 @@ def test_hf_to_ours_and_back_is_the_identity(saved_gpt2):
 
 @pytest.mark.parametrize(
     "config",
-    [{}, {"scaled": False}, {"qkv_bias": True, "gelu": "tanh"}, {"qkv_bias": True, "scaled": False}],
+    [
+        {},
+        {"scaled": False},
+        {"qkv_bias": True, "gelu": "tanh"},
+        {"qkv_bias": True, "scaled": False},
+    ],
     ids=["ours", "unscaled", "gpt2-like", "bias-unscaled"],
 )
 def test_export_round_trip(config, tmp_path, gpt2_tokenizer_files):
@@ -173,23 +215,37 @@ def test_export_round_trip(config, tmp_path, gpt2_tokenizer_files):
     idx = tokens(3)
     expected = logits_of(ours, idx)
     hf = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
-    assert_close(logits_of(hf, idx), expected, atol=1e-5, msg=f"transformers on our export {config}")
+    assert_close(
+        logits_of(hf, idx), expected, atol=1e-5, msg=f"transformers on our export {config}"
+    )
     loaded, _, _ = load_pretrained(folder)
-    assert_close(logits_of(loaded, idx), expected, atol=1e-5, msg=f"our loader on our export {config}")
+    assert_close(
+        logits_of(loaded, idx), expected, atol=1e-5, msg=f"our loader on our export {config}"
+    )
 
 
 def test_export_never_overwrites_unasked_and_never_a_run(tmp_path):
-    """--out into a folder used to replace its config.json: a run's record of how it was trained, in --out runs/NAME."""
+    """--out into a folder used to replace its config.json: a run's record of how it was trained, in
+    --out runs/NAME.
+    """
     folder = export_hf(random_ours(), "gpt2", tmp_path / "export")
     modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
-    assert modes["model.safetensors"] == modes["config.json"], f"both files are written alike: {modes}"
-    with pytest.raises(OutputError, match=rf"{folder} is not empty \(config.json, model.safetensors\); pass --overwrite"):
+    assert modes["model.safetensors"] == modes["config.json"], (
+        f"both files are written alike: {modes}"
+    )
+    with pytest.raises(
+        OutputError,
+        match=rf"{folder} is not empty \(config.json, model.safetensors\); pass --overwrite",
+    ):
         export_folder(folder, overwrite=False)
-    assert export_folder(folder, overwrite=True) == folder  # an earlier export may be replaced when asked
+    # an earlier export may be replaced when asked
+    assert export_folder(folder, overwrite=True) == folder
     other = tmp_path / "notes"
     other.mkdir()
     (other / "todo.txt").write_text("x")
-    with pytest.raises(OutputError, match=rf"{other} is not empty \(todo.txt\); export to a new or empty folder"):
+    with pytest.raises(
+        OutputError, match=rf"{other} is not empty \(todo.txt\); export to a new or empty folder"
+    ):
         export_folder(other, overwrite=True)
     run = tmp_path / "runs" / "g2"
     run.mkdir(parents=True)
@@ -200,7 +256,9 @@ def test_export_never_overwrites_unasked_and_never_a_run(tmp_path):
 
 
 def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypatch):
-    """Offline, huggingface_hub retried for about 25 s before the one-line error; a name that does not resolve means offline."""
+    """Offline, huggingface_hub retried for about 25 s before the one-line error; a name that does
+    not resolve means offline.
+    """
     calls = []
 
     def download(repo_id, filename, local_files_only=False):
@@ -210,8 +268,13 @@ def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypa
         raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
 
     monkeypatch.setattr("harness.gpt2.hf_hub_download", download)
-    monkeypatch.setattr("socket.getaddrinfo", lambda *a: (_ for _ in ()).throw(OSError("Name or service not known")))
-    with pytest.raises(CheckpointError, match="gpt2 is not in the Hugging Face cache .* and the hub cannot be reached"):
+    monkeypatch.setattr(
+        "socket.getaddrinfo", lambda *a: (_ for _ in ()).throw(OSError("Name or service not known"))
+    )
+    with pytest.raises(
+        CheckpointError,
+        match="gpt2 is not in the Hugging Face cache .* and the hub cannot be reached",
+    ):
         load_pretrained("gpt2")
     assert calls == [("config.json", True)]
 
@@ -229,11 +292,17 @@ def test_hub_model_comes_from_the_cache_first_and_offline_fails_at_once(monkeypa
         ({"window": 16}, "--window"),
         ({"gate": True}, "--gate"),
         ({"sink": True}, "--sink"),
-        ({"kv_heads": 1, "window": 8, "window_layers": "LG", "gate": True, "sink": True}, "--kv-heads and --window and --gate and --sink"),
+        (
+            {"kv_heads": 1, "window": 8, "window_layers": "LG", "gate": True, "sink": True},
+            "--kv-heads and --window and --gate and --sink",
+        ),
     ],
 )
 def test_export_refuses_what_gpt2_cannot_be(tmp_path, changes, flags):
-    with pytest.raises(CheckpointError, match=f"cannot export a model with {flags}: GPT-2's format has no way to say it") as refused:
+    with pytest.raises(
+        CheckpointError,
+        match=f"cannot export a model with {flags}: GPT-2's format has no way to say it",
+    ) as refused:
         export_hf(random_ours(**changes), "gpt2", tmp_path / "out")
     with pytest.raises(CheckpointError, match="char tokenizer") as char:
         export_hf(GPT(ModelConfig(**SMALL, block_size=T, vocab_size=65)), "char", tmp_path / "char")
@@ -242,7 +311,9 @@ def test_export_refuses_what_gpt2_cannot_be(tmp_path, changes, flags):
 
 
 def test_gpt2_weights_lose_their_positions_only_on_purpose(saved_gpt2, gpt2_tokenizer_files):
-    """Refused with one line (fine-tuning, loading); break_gpt2.py drops them on purpose: GPT-2 with its positions zeroed."""
+    """Refused with one line (fine-tuning, loading); break_gpt2.py drops them on purpose: GPT-2 with
+    its positions zeroed.
+    """
     model, _, _ = load_pretrained(saved_gpt2[1])
     no_pos = dataclasses.replace(model.cfg, positions=False)
     with pytest.raises(CheckpointError, match="trained with learned positions") as refused:
@@ -250,10 +321,19 @@ def test_gpt2_weights_lose_their_positions_only_on_purpose(saved_gpt2, gpt2_toke
     assert "\n" not in str(refused.value)
     with pytest.raises(ConfigError, match="cannot start from them"):
         starting_config(dataclasses.replace(no_pos, block_size=16), model.cfg, "gpt2")
-    dropped = build(no_pos, {name: t for name, t in model.state_dict().items() if name != "pos_emb.weight"}, "gpt2")
+    dropped = build(
+        no_pos,
+        {name: t for name, t in model.state_dict().items() if name != "pos_emb.weight"},
+        "gpt2",
+    )
     with torch.no_grad():
         model.pos_emb.weight.zero_()
-    assert_close(logits_of(dropped, tokens()), logits_of(model, tokens()), atol=1e-5, msg="no positions vs zeroed positions")
+    assert_close(
+        logits_of(dropped, tokens()),
+        logits_of(model, tokens()),
+        atol=1e-5,
+        msg="no positions vs zeroed positions",
+    )
 
 
 # 3. Refusals: one line that says what is wrong
@@ -309,8 +389,12 @@ def test_weights_that_do_not_fit_the_config(saved_gpt2, tmp_path, gpt2_tokenizer
 def test_missing_extra_and_untied_tensors_are_named(saved_gpt2):
     state = dict(saved_gpt2[0].state_dict())
     with pytest.raises(CheckpointError, match=r"lack transformer\.h\.1\.mlp\.c_fc\.bias"):
-        hf_to_ours({name: t for name, t in state.items() if name != "transformer.h.1.mlp.c_fc.bias"})
-    with pytest.raises(CheckpointError, match=r"unexpected tensor transformer\.h\.0\.attn\.rotary\.weight"):
+        hf_to_ours(
+            {name: t for name, t in state.items() if name != "transformer.h.1.mlp.c_fc.bias"}
+        )
+    with pytest.raises(
+        CheckpointError, match=r"unexpected tensor transformer\.h\.0\.attn\.rotary\.weight"
+    ):
         hf_to_ours({**state, "transformer.h.0.attn.rotary.weight": torch.zeros(2)})
     with pytest.raises(CheckpointError, match="untied"):
         hf_to_ours({**state, "lm_head.weight": state["lm_head.weight"] + 1})
@@ -323,12 +407,15 @@ def test_new_config_fields_default_to_the_old_model():
     cfg = ModelConfig(**SMALL, block_size=16, vocab_size=65)
     L, C, V = 2, 32, 65
     default, with_bias = GPT(cfg), GPT(dataclasses.replace(cfg, qkv_bias=True))
-    assert default.num_params() == 12 * L * C**2 + 10 * L * C + V * C + 16 * C + 2 * C  # tests/test_gpt.py's formula
+    # tests/test_gpt.py's formula
+    assert default.num_params() == 12 * L * C**2 + 10 * L * C + V * C + 16 * C + 2 * C
     assert not any(name.endswith("qkv.bias") for name in default.state_dict())
     extra = with_bias.state_dict().keys() - default.state_dict().keys()
     assert extra == {f"blocks.{n}.attn.qkv.bias" for n in range(L)}
     assert with_bias.num_params() == default.num_params() + L * 3 * C
-    assert all(not with_bias.blocks[n].attn.qkv.bias.any() for n in range(L)), "biases start at zero"
+    assert all(not with_bias.blocks[n].attn.qkv.bias.any() for n in range(L)), (
+        "biases start at zero"
+    )
 
 
 def test_gelu_switch():
@@ -342,5 +429,9 @@ def test_gelu_switch():
     with torch.no_grad():
         for gelu, model in (("none", exact), ("tanh", tanh)):
             expected = proj(torch.nn.functional.gelu(fc(x), approximate=gelu))
-            assert_close(model.blocks[0].mlp(x), expected, atol=1e-6, msg=f"MLP with approximate={gelu}")
-        assert (exact.blocks[0].mlp(x) - tanh.blocks[0].mlp(x)).abs().max() > 1e-5, "the switch changes nothing"
+            assert_close(
+                model.blocks[0].mlp(x), expected, atol=1e-6, msg=f"MLP with approximate={gelu}"
+            )
+        assert (exact.blocks[0].mlp(x) - tanh.blocks[0].mlp(x)).abs().max() > 1e-5, (
+            "the switch changes nothing"
+        )

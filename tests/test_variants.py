@@ -1,6 +1,7 @@
-"""Attention as shipped models have it (model/ablations.py's SHIPPED changes): grouped-query heads (--kv-heads), a sliding
-window (--window, model.window_layers), an output gate (--gate) and a learned sink (--sink), on every path, in the KV
-cache, against Head and the formulas by hand, and as one-line errors. Their resume is in tests/test_resume.py."""
+"""Attention as shipped models have it (model/ablations.py's SHIPPED changes): grouped-query heads
+(--kv-heads), a sliding window (--window, model.window_layers), an output gate (--gate) and a
+learned sink (--sink), on every path, in the KV cache, against Head and the formulas by hand, and as
+one-line errors. Their resume is in tests/test_resume.py."""
 
 import dataclasses
 
@@ -16,9 +17,18 @@ from model.measurements import attention_summary, normalized_entropy
 from model.roles import head_roles
 from model.tiled import tiled_attention
 
-pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # see conftest: tiny models run faster on one thread
+# see conftest: tiny models run faster on one thread
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
-SMALL = {"n_layer": 2, "n_head": 4, "n_embd": 16, "block_size": 12, "vocab_size": 11, "dropout": 0.0, "qk_init_std": 0.5}
+SMALL = {
+    "n_layer": 2,
+    "n_head": 4,
+    "n_embd": 16,
+    "block_size": 12,
+    "vocab_size": 11,
+    "dropout": 0.0,
+    "qk_init_std": 0.5,
+}
 ALL = {"kv_heads": 2, "window": 3, "gate": True, "sink": True}
 VARIANTS = {  # ModelConfig fields of each variant and of the combinations tested
     "kv-heads1": {"kv_heads": 1},
@@ -39,7 +49,9 @@ CAUSAL = [name for name, fields in VARIANTS.items() if fields.get("causal", True
 
 
 def make_gpt(backend: str = "manual", seed: int = 0, **fields) -> GPT:
-    """A small GPT; its sinks drawn away from 0 and its gates' biases from 0, so that both do something at once."""
+    """A small GPT; its sinks drawn away from 0 and its gates' biases from 0, so that both do
+    something at once.
+    """
     torch.manual_seed(seed)
     model = GPT(ModelConfig(**{**SMALL, **fields, "attention": backend})).eval()
     with torch.no_grad():
@@ -57,7 +69,9 @@ def twin(model: GPT, backend: str) -> GPT:
 
 
 def batch(T: int = 12, B: int = 2, seed: int = 1) -> torch.Tensor:
-    return torch.randint(0, SMALL["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(
+        0, SMALL["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed)
+    )
 
 
 # 1. Every backend equals the readable path, forward and gradients
@@ -79,13 +93,17 @@ def test_every_backend_equals_the_readable_path_forward_and_backward(name, backe
     assert grads_r.keys() == grads_f.keys()
     for n, grad in grads_r.items():
         assert grad is not None and grad.abs().max() > 0, f"{name}: {n} gets no gradient"
-        assert_close(grads_f[n], grad, atol=1e-5, msg=f"{name}: gradient of {n}, {backend} vs manual")
+        assert_close(
+            grads_f[n], grad, atol=1e-5, msg=f"{name}: gradient of {n}, {backend} vs manual"
+        )
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "no-mask"])
 @pytest.mark.parametrize("window", [0, 5])
 def test_the_tiled_core_equals_attention_across_tiles_with_a_window_and_a_sink(causal, window):
-    """Tiles of 4 over 7 queries after 6 cached keys: tiles hidden behind the window are skipped, the sink starts each row."""
+    """Tiles of 4 over 7 queries after 6 cached keys: tiles hidden behind the window are skipped,
+    the sink starts each row.
+    """
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 3, 7, 8, generator=g, requires_grad=True)
     k, v = (torch.randn(2, 3, 13, 8, generator=g, requires_grad=True) for _ in range(2))
@@ -100,7 +118,8 @@ def test_the_tiled_core_equals_attention_across_tiles_with_a_window_and_a_sink(c
     assert_close(grads[0][3], grads[1][3], atol=1e-5, msg="gradient of the sink")
 
 
-# 2. The KV cache: token by token, the full pass; a K-head cache holds K heads, a windowed one W - 1 positions
+# 2. The KV cache: token by token, the full pass; a K-head cache holds K heads, a windowed one W - 1
+# positions
 
 
 @pytest.mark.parametrize("backend", ["manual", "sdpa", "tiled"])
@@ -111,10 +130,20 @@ def test_cached_steps_equal_the_full_pass(name, backend):
     caches = model.new_caches()
     with torch.no_grad():
         full, _ = model(idx)  # (B, T, V)
-        assert_close(model.lm_head(model.hidden(idx[:, :5], caches)), full[:, :5], atol=1e-5, msg=f"{name}: prefill")
+        assert_close(
+            model.lm_head(model.hidden(idx[:, :5], caches)),
+            full[:, :5],
+            atol=1e-5,
+            msg=f"{name}: prefill",
+        )
         for t in range(5, 12):  # then one position at a time
             step = model.lm_head(model.hidden(idx[:, t : t + 1], caches))  # (B, 1, V)
-            assert_close(step[:, 0], full[:, t], atol=1e-5, msg=f"{name}, {backend}: cached logits at position {t}")
+            assert_close(
+                step[:, 0],
+                full[:, t],
+                atol=1e-5,
+                msg=f"{name}, {backend}: cached logits at position {t}",
+            )
     assert len(caches[0]) == 12
 
 
@@ -124,15 +153,26 @@ def test_generate_gives_the_same_tokens_with_and_without_the_cache(name, backend
     model = make_gpt(backend, **VARIANTS[name])
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
     kwargs = {"temperature": 1.5}
-    cached = model.generate(prompt, 20, generator=torch.Generator().manual_seed(7), use_cache=True, **kwargs)  # past block_size
-    uncached = model.generate(prompt, 20, generator=torch.Generator().manual_seed(7), use_cache=False, **kwargs)
-    assert torch.equal(cached, uncached), f"{name}: first differing column {int((cached != uncached).any(0).nonzero()[0])}"
-    assert len(set(cached[:, 3:].flatten().tolist())) > 5, "samples should vary, or the test shows little"
+    # past block_size
+    cached = model.generate(
+        prompt, 20, generator=torch.Generator().manual_seed(7), use_cache=True, **kwargs
+    )
+    uncached = model.generate(
+        prompt, 20, generator=torch.Generator().manual_seed(7), use_cache=False, **kwargs
+    )
+    assert torch.equal(cached, uncached), (
+        f"{name}: first differing column {int((cached != uncached).any(0).nonzero()[0])}"
+    )
+    assert len(set(cached[:, 3:].flatten().tolist())) > 5, (
+        "samples should vary, or the test shows little"
+    )
 
 
 @pytest.mark.parametrize("backend", ["manual", "sdpa", "tiled"])
 def test_a_windowed_rope_cache_runs_past_block_size_keeping_w_minus_1_positions(backend):
-    """With RoPE nothing ends at block_size: 3 x block_size positions, one at a time, each equal to the full pass."""
+    """With RoPE nothing ends at block_size: 3 x block_size positions, one at a time, each equal to
+    the full pass.
+    """
     model = make_gpt(backend, **VARIANTS["all+rope+qk-norm"], window_layers="LG")
     idx = batch(T=36)
     caches = model.new_caches()
@@ -141,10 +181,13 @@ def test_a_windowed_rope_cache_runs_past_block_size_keeping_w_minus_1_positions(
         model.hidden(idx[:, :4], caches)
         for t in range(4, 36):
             step = model.lm_head(model.hidden(idx[:, t : t + 1], caches))
-            assert_close(step[:, 0], full[:, t], atol=1e-5, msg=f"{backend}: cached logits at position {t}")
+            assert_close(
+                step[:, 0], full[:, t], atol=1e-5, msg=f"{backend}: cached logits at position {t}"
+            )
     local, wide = caches  # "LG": layer 0 has the window, layer 1 sees everything
     assert (len(local), len(wide)) == (36, 36)
-    assert local.k.shape == (2, 2, 2, 4) and wide.k.shape == (2, 2, 36, 4)  # (B, K, S, D): W - 1 = 2 kept, and all 36
+    # (B, K, S, D): W - 1 = 2 kept, and all 36
+    assert local.k.shape == (2, 2, 2, 4) and wide.k.shape == (2, 2, 36, 4)
 
 
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
@@ -159,7 +202,8 @@ def test_a_k_head_cache_holds_k_of_h_heads_keys_and_values(kv_heads):
     full_caches = full.new_caches()
     with torch.no_grad():
         full.hidden(batch(T=10), full_caches)
-    assert cache.k.numel() * SMALL["n_head"] == full_caches[0].k.numel() * kv_heads  # K / H of the keys of a model with H
+    # K / H of the keys of a model with H
+    assert cache.k.numel() * SMALL["n_head"] == full_caches[0].k.numel() * kv_heads
 
 
 # 3. What the window and the sink do to the weights
@@ -171,7 +215,9 @@ def test_a_window_leaves_exactly_zero_weight_past_it(causal):
     local, wide = model.attention_weights(batch())  # (B, H, T, T) each
     back = torch.arange(12)[:, None] - torch.arange(12)  # (T, T): how far back each key lies
     outside = back.abs() >= 3 if not causal else (back >= 3) | (back < 0)
-    assert torch.equal(local[..., outside], torch.zeros_like(local[..., outside])), "weight past the window"
+    assert torch.equal(local[..., outside], torch.zeros_like(local[..., outside])), (
+        "weight past the window"
+    )
     assert (local[..., ~outside] > 0).all(), "every position in the window gets some weight"
     assert (wide[..., back >= 3] > 0).all(), "the global layer sees past the window"
     assert_close(local.sum(-1), torch.ones(2, 4, 12), atol=1e-6, msg="rows sum to 1")
@@ -179,17 +225,39 @@ def test_a_window_leaves_exactly_zero_weight_past_it(causal):
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "no-mask"])
 def test_entropy_counts_what_a_windowed_row_may_see(causal):
-    """Uniform weights over a window are entropy 1, as over the whole past without one: the window sets the visible count."""
+    """Uniform weights over a window are entropy 1, as over the whole past without one: the window
+    sets the visible count.
+    """
     mask = causal_mask(12, 12, window=4, causal=causal)  # (T, S)
-    uniform = mask / mask.sum(-1, keepdim=True)  # (T, S): each row's weight spread over what it sees
-    assert_close(normalized_entropy(uniform, causal, window=4), torch.ones(11 if causal else 12), atol=1e-6, msg="uniform")
-    assert (normalized_entropy(uniform, causal) < 0.99).any(), "counted without the window, the same rows look focused"
+    # (T, S): each row's weight spread over what it sees
+    uniform = mask / mask.sum(-1, keepdim=True)
+    assert_close(
+        normalized_entropy(uniform, causal, window=4),
+        torch.ones(11 if causal else 12),
+        atol=1e-6,
+        msg="uniform",
+    )
+    assert (normalized_entropy(uniform, causal) < 0.99).any(), (
+        "counted without the window, the same rows look focused"
+    )
 
 
 def test_the_role_table_and_tensorboard_give_a_windowed_head_one_entropy():
-    """inspect_attention.py's role table and attn/entropy's heads count the rows a window lets a query see alike."""
+    """inspect_attention.py's role table and attn/entropy's heads count the rows a window lets a
+    query see alike.
+    """
     torch.manual_seed(0)
-    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=20, window=4, window_layers="LG")).eval()
+    model = GPT(
+        ModelConfig(
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            block_size=16,
+            vocab_size=20,
+            window=4,
+            window_layers="LG",
+        )
+    ).eval()
     idx = torch.randint(0, 20, (1, 16))
     summary = attention_summary(model, idx)
     windows = [block.attn.window for block in model.blocks]
@@ -206,9 +274,12 @@ def test_with_a_sink_each_row_and_the_sink_s_share_sum_to_1():
     with torch.no_grad():
         _, weights = attn(x, return_weights=True)  # (B, H, T, T)
         q, k, _ = attn.split_heads(x)
-        scores = (q @ k.transpose(-2, -1) * attn.scale).masked_fill(torch.ones(12, 12, dtype=torch.bool).triu(1), float("-inf"))
+        scores = (q @ k.transpose(-2, -1) * attn.scale).masked_fill(
+            torch.ones(12, 12, dtype=torch.bool).triu(1), float("-inf")
+        )
         sink = attn.sink.view(1, 4, 1)  # (H,) -> (1, H, 1)
-        share = sink.exp() / (sink.exp() + scores.exp().sum(-1))  # (B, H, T): the sink's weight, by hand
+        # (B, H, T): the sink's weight, by hand
+        share = sink.exp() / (sink.exp() + scores.exp().sum(-1))
     assert (share > 0).all(), "every row gives the sink some weight"
     assert_close(weights.sum(-1) + share, torch.ones(2, 4, 12), atol=1e-6, msg="row plus sink")
     assert (weights.sum(-1) < 1).all(), "the tokens get less than 1"
@@ -220,15 +291,27 @@ def test_a_sink_at_0_is_softmax_off_by_one():
     mask = causal_mask(5, 5)
     _, weights = attention(q, k, v, mask, 0.5, sink=torch.zeros(()))
     scores = (q @ k.transpose(-2, -1) * 0.5).masked_fill(~mask, float("-inf"))
-    assert_close(weights, scores.exp() / (1 + scores.exp().sum(-1, keepdim=True)), atol=1e-6, msg="exp(s) / (1 + sum exp(s))")
+    assert_close(
+        weights,
+        scores.exp() / (1 + scores.exp().sum(-1, keepdim=True)),
+        atol=1e-6,
+        msg="exp(s) / (1 + sum exp(s))",
+    )
 
 
 # 4. The lessons' Head: the same heads, one at a time
 
 
-@pytest.mark.parametrize("name", ["window3", "gate", "sink", "window3+gate+sink", "window3+no-mask+sink"])
+@pytest.mark.parametrize(
+    "name", ["window3", "gate", "sink", "window3+gate+sink", "window3+no-mask+sink"]
+)
 def test_heads_concatenated_equal_multihead(name):
-    options = {"window": 3 if "window3" in name else 0, "gate": "gate" in name, "sink": "sink" in name, "causal": "no-mask" not in name}
+    options = {
+        "window": 3 if "window3" in name else 0,
+        "gate": "gate" in name,
+        "sink": "sink" in name,
+        "causal": "no-mask" not in name,
+    }
     C, H, D, T = 12, 3, 4, 8
     torch.manual_seed(0)
     mh = MultiHead(C, H, T, backend="sdpa", **options).eval()
@@ -244,15 +327,25 @@ def test_heads_concatenated_equal_multihead(name):
             for part, lin in enumerate((head.query, head.key, head.value)):
                 lin.weight.copy_(W[part * C :][rows])
             if head.gate is not None:
-                head.gate.weight.copy_(mh.gate.weight[rows]), head.gate.bias.copy_(mh.gate.bias[rows])
+                (
+                    head.gate.weight.copy_(mh.gate.weight[rows]),
+                    head.gate.bias.copy_(mh.gate.bias[rows]),
+                )
             if head.sink is not None:
                 head.sink.copy_(mh.sink[h])
         x = torch.randn(2, T, C, generator=torch.Generator().manual_seed(1))
         concat = torch.cat([head(x) for head in heads], dim=-1)  # (B, T, C)
-        assert_close(mh.proj(concat), mh(x), atol=1e-5, msg=f"{name}: proj(concat(Heads)) vs MultiHead")
+        assert_close(
+            mh.proj(concat), mh(x), atol=1e-5, msg=f"{name}: proj(concat(Heads)) vs MultiHead"
+        )
         _, w_mh = mh(x, return_weights=True)
         for h, head in enumerate(heads):
-            assert_close(head(x, return_weights=True)[1], w_mh[:, h], atol=1e-6, msg=f"{name}: weights of head {h}")
+            assert_close(
+                head(x, return_weights=True)[1],
+                w_mh[:, h],
+                atol=1e-6,
+                msg=f"{name}: weights of head {h}",
+            )
 
 
 def test_a_gated_head_by_hand():
@@ -267,7 +360,9 @@ def test_a_gated_head_by_hand():
 
 
 def test_grouped_query_heads_are_multihead_with_each_key_and_value_head_copied():
-    """K = 2 of H = 4: query heads 0, 1 read key/value head 0, heads 2, 3 head 1; as a model with 4 whose copies match."""
+    """K = 2 of H = 4: query heads 0, 1 read key/value head 0, heads 2, 3 head 1; as a model with 4
+    whose copies match.
+    """
     torch.manual_seed(0)
     gqa, mha = MultiHead(16, 4, 8, kv_heads=2).eval(), MultiHead(16, 4, 8).eval()
     q, k, v = gqa.qkv.weight.detach().split([16, 8, 8])  # (C, C), 2 x (KD, C)
@@ -286,9 +381,15 @@ def test_grouped_query_heads_are_multihead_with_each_key_and_value_head_copied()
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"kv_heads": 3}, r"model.kv_heads \(3\) must divide model.n_head \(4\): try one of \[1, 2, 4\]"),
+        (
+            {"kv_heads": 3},
+            r"model.kv_heads \(3\) must divide model.n_head \(4\): try one of \[1, 2, 4\]",
+        ),
         ({"kv_heads": -1}, "must divide"),
-        ({"window": 13}, r"model.window must be a number of positions from 1 to block_size \(12\), or 0 for none, got 13"),
+        (
+            {"window": 13},
+            r"model.window must be a number of positions from 1 to block_size \(12\), or 0 for none, got 13",
+        ),
         ({"window": -2}, "model.window must be a number of positions"),
         ({"window": 3, "window_layers": "LX"}, "model.window_layers is a pattern of L"),
         ({"window": 3, "window_layers": ""}, "model.window_layers is a pattern of L"),
@@ -307,14 +408,22 @@ def test_bad_model_configs_are_one_line(fields, message):
         (["--window=0"], "--window takes a whole number of positions, at least 1, got '0'"),
         (["--window=abc"], "--window takes a whole number of positions, at least 1, got 'abc'"),
         (["--window=-3"], "--window takes a whole number of positions"),
-        (["--config", "char", "--window=1000"], "model.window must be a number of positions from 1 to block_size (128)"),
+        (
+            ["--config", "char", "--window=1000"],
+            "model.window must be a number of positions from 1 to block_size (128)",
+        ),
         (["--config", "char", "--kv-heads=3"], "model.kv_heads (3) must divide model.n_head (4)"),
         (["--kv-heads=0"], "--kv-heads takes a whole number of key/value heads, at least 1"),
         (["--gate=true"], "--gate takes no value"),
-        (["--window=4", "--model.window_layers=local"], "model.window_layers is a pattern of L (local) and G (global) layers"),
+        (
+            ["--window=4", "--model.window_layers=local"],
+            "model.window_layers is a pattern of L (local) and G (global) layers",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_code_2(argv, needle, tmp_path, capsys):
-    proc = error_of(train.main, [*argv, "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"], capsys)
+    proc = error_of(
+        train.main, [*argv, "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"], capsys
+    )
     assert_one_line_error(proc, needle)
     assert not (tmp_path / "runs").exists()

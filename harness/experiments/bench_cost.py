@@ -1,43 +1,87 @@
-"""What bench.py will cost, said before it measures anything (harness/experiments/benchmark.py measures).
+"""What bench.py will cost, said before it measures anything (harness/experiments/benchmark.py
+measures).
 
-First train.py's own refusals, from the config alone (budget.check_affordable: a model or a step too big for this
-device's memory, or a step too long to stop, is refused before any weight exists), then sampling's for its tokens and
-the readable attention core's memory at the longest length it is timed at. Then the seconds of the whole, from two
-passes of the model itself, timed (budget.measured_pass): a small model is bound by the fixed time of each call, which
-counting operations misses.
+First train.py's own refusals, from the config alone (budget.check_affordable: a model or a step too
+big for this device's memory, or a step too long to stop, is refused before any weight exists), then
+sampling's for its tokens and the readable attention core's memory at the longest length it is timed
+at. Then the seconds of the whole, from two passes of the model itself, timed
+(budget.measured_pass): a small model is bound by the fixed time of each call, which counting
+operations misses.
 """
 
 import dataclasses
 
 from configs import Config
-from harness.experiments.benchmark import ATTENTION_LENGTHS, SAMPLE_TOKENS, VOCAB_SIZES, bench_attention, build_model
+from harness.experiments.benchmark import (
+    ATTENTION_LENGTHS,
+    SAMPLE_TOKENS,
+    VOCAB_SIZES,
+    bench_attention,
+    build_model,
+)
 from harness.experiments.profiling import PEAK_SECONDS
-from harness.training.budget import check_affordable, check_memory, check_sampling, forward_flops, measured_pass, step_flops
+from harness.training.budget import (
+    check_affordable,
+    check_memory,
+    check_sampling,
+    forward_flops,
+    measured_pass,
+    step_flops,
+)
 from harness.training.runtime import Runtime
 
-TRAINING_STEPS = 11  # bench_training's: the first (it compiles, where train.py would), one more warm-up, 8 timed, 1 tracked
-SAMPLED = 4 + 2 * SAMPLE_TOKENS  # bench_sampling's tokens in each mode, cached and not: a warm-up of 4, then the better of 2 runs
-CORE_CALLS = 1 + 3 + 1  # bench_attention's of each core at each length: a warm-up, 3 timed runs, one under the memory tracker
+# bench_training's: the first (it compiles, where train.py would), one more warm-up, 8 timed, 1
+# tracked
+TRAINING_STEPS = 11
+# bench_sampling's tokens in each mode, cached and not: a warm-up of 4, then the better of 2 runs
+SAMPLED = 4 + 2 * SAMPLE_TOKENS
+# bench_attention's of each core at each length: a warm-up, 3 timed runs, one under the memory
+# tracker
+CORE_CALLS = 1 + 3 + 1
 
 
 def bench_cost(cfg: Config, runtime: Runtime) -> float:
-    """Refuse in one line what bench.py could not measure on this device, before any model is built; return the seconds
-    its measurements should take, the timing of the device's peak (the MFU's denominator) included."""
+    """Refuse in one line what bench.py could not measure on this device, before any model is built;
+    return the seconds its measurements should take, the timing of the device's peak (the MFU's
+    denominator) included."""
     device = runtime.device
-    sized = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer]))
+    sized = dataclasses.replace(
+        cfg, model=dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
+    )
     m = sized.model
     speed = check_affordable(sized, device)
     check_sampling(m, 1, 1, SAMPLE_TOKENS, device)
-    T = max(ATTENTION_LENGTHS)  # the readable core holds (1, H, T, T) scores and weights, and the (T, T) mask
-    check_memory(8.0 * m.n_head * T * T + T * T, device, f"the readable attention core at T = {T} with {m.n_head} heads",
-                 "lower --model.n_head")  # fmt: skip
+    # the readable core holds (1, H, T, T) scores and weights, and the (T, T) mask
+    T = max(ATTENTION_LENGTHS)
+    check_memory(
+        8.0 * m.n_head * T * T + T * T,
+        device,
+        f"the readable attention core at T = {T} with {m.n_head} heads",
+        "lower --model.n_head",
+    )
     model = build_model(cfg, runtime).eval()
     cost = measured_pass(model, cfg.train.batch_size, m.block_size, speed)
     del model  # bench_training builds its own, from the seed
-    steps = TRAINING_STEPS * cost.seconds(step_flops(sized), calls=3 * cfg.train.grad_accum_steps + 1)  # forward, backward, update
-    cached = SAMPLED * cost.seconds(forward_flops(m, 1, 1))  # one token a pass, the rest read from the cache
-    uncached = 2 * sum(cost.seconds(forward_flops(m, 1, min(t, m.block_size))) for t in range(1, SAMPLE_TOKENS + 1))
-    shortest = min(ATTENTION_LENGTHS)  # each core timed there once, and its time grown with the square of the length
-    cores_s = sum(ms for key, ms in bench_attention(m.n_head, m.head_size, device, (shortest,), repeats=1).items() if "_ms_" in key) / 1e3
+    # forward, backward, update
+    steps = TRAINING_STEPS * cost.seconds(
+        step_flops(sized), calls=3 * cfg.train.grad_accum_steps + 1
+    )
+    # one token a pass, the rest read from the cache
+    cached = SAMPLED * cost.seconds(forward_flops(m, 1, 1))
+    uncached = 2 * sum(
+        cost.seconds(forward_flops(m, 1, min(t, m.block_size))) for t in range(1, SAMPLE_TOKENS + 1)
+    )
+    # each core timed there once, and its time grown with the square of the length
+    shortest = min(ATTENTION_LENGTHS)
+    cores_s = (
+        sum(
+            ms
+            for key, ms in bench_attention(
+                m.n_head, m.head_size, device, (shortest,), repeats=1
+            ).items()
+            if "_ms_" in key
+        )
+        / 1e3
+    )
     attention = CORE_CALLS * cores_s * sum((T / shortest) ** 2 for T in ATTENTION_LENGTHS)
     return PEAK_SECONDS + steps + cached + uncached + attention

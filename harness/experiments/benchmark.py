@@ -1,5 +1,6 @@
-"""What bench.py measures for one preset, at random init on random tokens (no corpus needed): the training
-step train.py runs, sampling with and without the KV cache, and each attention backend's time and memory."""
+"""What bench.py measures for one preset, at random init on random tokens (no corpus needed): the
+training step train.py runs, sampling with and without the KV cache, and each attention backend's
+time and memory."""
 
 import dataclasses
 import statistics
@@ -30,20 +31,30 @@ from model import GPT
 from model.attention import attention
 from model.tiled import tiled_attention
 
-VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}  # the tokenizers' vocabularies, so no corpus is needed
+# the tokenizers' vocabularies, so no corpus is needed
+VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}
 ATTENTION_LENGTHS = (256, 1024, 4096)
 SAMPLE_TOKENS = 500  # sampled in each run, from a 1-token prompt
 MiB = 2**20
-# GPT-2 small's shape (its config.json: 12 layers, 12 heads, 768 wide, 1024 tokens of context, the 50257 tokens of its
-# tokenizer), with the bias on query/key/value that harness/gpt2.py loads it with: the size at which published MFU figures
-# (nanoGPT's, nanochat's) are measured. bench.py --gpt2-124m stands for these overrides; the preset gives the rest.
+# GPT-2 small's shape (its config.json: 12 layers, 12 heads, 768 wide, 1024 tokens of context, the
+# 50257 tokens of its tokenizer), with the bias on query/key/value that harness/gpt2.py loads it
+# with: the size at which published MFU figures (nanoGPT's, nanochat's) are measured. bench.py
+# --gpt2-124m stands for these overrides; the preset gives the rest.
 GPT2_124M_FLAG = "--gpt2-124m"
-GPT2_124M = ["--model.n_layer=12", "--model.n_head=12", "--model.n_embd=768", "--model.block_size=1024", "--model.qkv_bias=true",
-             "--data.tokenizer=gpt2"]  # fmt: skip
+GPT2_124M = [
+    "--model.n_layer=12",
+    "--model.n_head=12",
+    "--model.n_embd=768",
+    "--model.block_size=1024",
+    "--model.qkv_bias=true",
+    "--data.tokenizer=gpt2",
+]
 
 
 def expand_gpt2_124m(argv: list[str]) -> list[str]:
-    """argv with --gpt2-124m replaced, where it stands, by the overrides it means: flags after it still override them."""
+    """argv with --gpt2-124m replaced, where it stands, by the overrides it means: flags after it
+    still override them.
+    """
     return [arg for given in argv for arg in (GPT2_124M if given == GPT2_124M_FLAG else [given])]
 
 
@@ -66,26 +77,32 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     ids = np.random.default_rng(0).integers(0, V, size=max(100_000, 2 * T + 2))  # a random "corpus"
     g = torch.Generator().manual_seed(cfg.train.seed)
 
-    step_model = wrap_for_training(model, runtime)  # compiled where train.py compiles, eager if that fails
+    # compiled where train.py compiles, eager if that fails
+    step_model = wrap_for_training(model, runtime)
 
     def timed_step(micro_batches: list) -> tuple[float, float]:
-        """train.py's optimizer step; the seconds of its forward + backward (with the clip and the finiteness
-        check, which waits for the device) and of the optimizer's update."""
+        """train.py's optimizer step; the seconds of its forward + backward (with the clip and the
+        finiteness check, which waits for the device) and of the optimizer's update."""
         start = time.perf_counter()
-        _, middle = training_step(step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip)
+        _, middle = training_step(
+            step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip
+        )
         sync(runtime.device)
         return middle - start, time.perf_counter() - middle
 
-    def step() -> tuple[float, float]:  # the batch is drawn inside the timed step, as in train.py's loop
+    # the batch is drawn inside the timed step, as in train.py's loop
+    def step() -> tuple[float, float]:
         return timed_step(draw_micro_batches(ids, cfg, runtime, g))
 
     compile_start = time.perf_counter()
     step()  # with torch.compile, the first step compiles
-    compiled = runtime.use_compile and not step_model.fell_back  # compiling can fail at the first step: then it ran eagerly
+    # compiling can fail at the first step: then it ran eagerly
+    compiled = runtime.use_compile and not step_model.fell_back
     compile_s = time.perf_counter() - compile_start if compiled else 0.0
     for _ in range(warmup_steps - 1):
         step()
-    runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (forward + backward, update))
+    # (seconds, (forward + backward, update))
+    runs = [timed(step, runtime.device) for _ in range(steps)]
     seconds = statistics.median(total for total, _ in runs)
     forward_backward_s = statistics.median(forward_backward for _, (forward_backward, _) in runs)
     update_s = statistics.median(update for _, (_, update) in runs)
@@ -98,7 +115,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
     step_tokens = tokens_per_step(cfg, runtime)
     tokens_per_s = step_tokens / seconds
-    token_flops = flops_per_token(model.cfg)  # 6N + 12LTC, N the weights that multiply (harness/training/budget.py)
+    # 6N + 12LTC, N the weights that multiply (harness/training/budget.py)
+    token_flops = flops_per_token(model.cfg)
     dtype = runtime.autocast_dtype or torch.float32
     return {
         "params": model.num_params(),
@@ -109,8 +127,12 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         "compiled": compiled,
         "compile_failed": runtime.use_compile and not compiled,
         "compile_s": compile_s,
-        "autocast": str(runtime.autocast_dtype).removeprefix("torch.") if runtime.autocast_dtype else None,
-        "attention_kernel": attention_kernel(model.cfg, cfg.train.batch_size, runtime.device, dtype),
+        "autocast": str(runtime.autocast_dtype).removeprefix("torch.")
+        if runtime.autocast_dtype
+        else None,
+        "attention_kernel": attention_kernel(
+            model.cfg, cfg.train.batch_size, runtime.device, dtype
+        ),
         "ms_per_step": seconds * 1e3,
         "forward_backward_ms": forward_backward_s * 1e3,
         "optimizer_ms": update_s * 1e3,
@@ -124,7 +146,9 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
 
 
 def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKENS) -> dict:
-    """Tokens/s of generate() with and without the KV cache, the better of two runs: batch 1, from a 1-token prompt."""
+    """Tokens/s of generate() with and without the KV cache, the better of two runs: batch 1, from a
+    1-token prompt.
+    """
     model = build_model(cfg, runtime).eval()
     prompt = torch.zeros((1, 1), dtype=torch.long, device=runtime.device)
     result, outputs = {"sample_new_tokens": new_tokens}, {}
@@ -133,22 +157,34 @@ def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKEN
         runs = []
         for _ in range(2):
             generator = torch.Generator(device=runtime.device).manual_seed(0)
-            runs.append(timed(partial(model.generate, prompt, new_tokens, generator=generator, use_cache=use_cache), runtime.device))
+            runs.append(
+                timed(
+                    partial(
+                        model.generate, prompt, new_tokens, generator=generator, use_cache=use_cache
+                    ),
+                    runtime.device,
+                )
+            )
         seconds, outputs[name] = min(runs, key=lambda run: run[0])
         result[f"sample_tokens_per_s_{name}"] = new_tokens / seconds
-    result["sample_cache_speedup"] = result["sample_tokens_per_s_cached"] / result["sample_tokens_per_s_uncached"]
+    result["sample_cache_speedup"] = (
+        result["sample_tokens_per_s_cached"] / result["sample_tokens_per_s_uncached"]
+    )
     result["sample_tokens_match"] = bool(torch.equal(outputs["cached"], outputs["uncached"]))
     return result
 
 
-def bench_attention(n_head: int, head_size: int, device: torch.device, lengths=ATTENTION_LENGTHS, repeats: int = 3) -> dict:
+def bench_attention(
+    n_head: int, head_size: int, device: torch.device, lengths=ATTENTION_LENGTHS, repeats: int = 3
+) -> dict:
     """Causal forward ms and peak memory of each attention core on (1, H, T, D) inputs.
 
     Baseline, not counted: q, k, v and the (T, T) boolean mask that the readable path is given.
     """
     result, scale = {}, head_size**-0.5
     for T in lengths:
-        q, k, v = (torch.randn(1, n_head, T, head_size, device=device) for _ in range(3))  # (B, H, T, D)
+        # (B, H, T, D)
+        q, k, v = (torch.randn(1, n_head, T, head_size, device=device) for _ in range(3))
         mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
         cores = {  # each returns y (1, H, T, D); the readable one also its (1, H, T, T) weights
             "readable": partial(attention, q, k, v, mask, scale),
@@ -160,12 +196,16 @@ def bench_attention(n_head: int, head_size: int, device: torch.device, lengths=A
                 result[f"{name}_ms_{T}"] = best_ms(core, device, repeats)
                 result[f"{name}_peak_mem_{T}"] = peak_memory_bytes(core, device)
     T = max(lengths)
-    result[f"tiled_readable_mem_ratio_{T}"] = result[f"tiled_peak_mem_{T}"] / result[f"readable_peak_mem_{T}"]
+    result[f"tiled_readable_mem_ratio_{T}"] = (
+        result[f"tiled_peak_mem_{T}"] / result[f"readable_peak_mem_{T}"]
+    )
     return result
 
 
 def mfu(r: dict) -> float:
-    """Model FLOPs utilisation: the model's FLOPs per token (6N + 12LTC) x tokens per second, over the device's peak."""
+    """Model FLOPs utilisation: the model's FLOPs per token (6N + 12LTC) x tokens per second, over
+    the device's peak.
+    """
     return r["flops_per_token"] * r["tokens_per_s"] / r["peak_flops"]
 
 
@@ -197,7 +237,11 @@ def measure_all(cfg: Config, runtime: Runtime, log=print) -> dict:
 
 
 def rate(flops_per_s: float) -> str:
-    return f"{flops_per_s / 1e12:,.1f} TFLOP/s" if flops_per_s >= 1e12 else f"{flops_per_s / 1e9:.1f} GFLOP/s"
+    return (
+        f"{flops_per_s / 1e12:,.1f} TFLOP/s"
+        if flops_per_s >= 1e12
+        else f"{flops_per_s / 1e9:.1f} GFLOP/s"
+    )
 
 
 def compile_cell(r: dict) -> str:
@@ -234,14 +278,22 @@ def format_tables(r: dict) -> str:
     ]
     lengths = sorted({int(key.rsplit("_", 1)[1]) for key in r if key.startswith("readable_ms_")})
     lines += [
-        "| causal attention forward, B=1: ms / peak memory | " + " | ".join(f"T={T}" for T in lengths) + " |",
+        "| causal attention forward, B=1: ms / peak memory | "
+        + " | ".join(f"T={T}" for T in lengths)
+        + " |",
         "|---|" + "---:|" * len(lengths),
     ]
     for name in ("readable", "sdpa", "tiled"):
-        cells = [f"{r[f'{name}_ms_{T}']:.2f} ms / {r[f'{name}_peak_mem_{T}'] / MiB:.2f} MiB" for T in lengths]
+        cells = [
+            f"{r[f'{name}_ms_{T}']:.2f} ms / {r[f'{name}_peak_mem_{T}'] / MiB:.2f} MiB"
+            for T in lengths
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     T = lengths[-1]
     ratio = r[f"tiled_readable_mem_ratio_{T}"]
     verdict = "within" if ratio <= 1 / 8 else "OVER"
-    lines += ["", f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), {verdict} the 1/8 budget"]
+    lines += [
+        "",
+        f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), {verdict} the 1/8 budget",
+    ]
     return "\n".join(lines)

@@ -1,10 +1,13 @@
-"""What `python bench.py --data-mb MB` measures: preparing a generated text of MB megabytes into .bin files (MB/s,
-tokens/s, peak resident memory), against tiktoken's own encode_ordinary_batch, one thread per core, on the same text.
+"""What `python bench.py --data-mb MB` measures: preparing a generated text of MB megabytes into
+.bin files (MB/s, tokens/s, peak resident memory), against tiktoken's own encode_ordinary_batch, one
+thread per core, on the same text.
 
-Each side runs in a fresh process, so its peak memory is its own (Linux's VmHWM: a process's ru_maxrss would
-include its parent's, as it survives exec). Preparing is one process: its encoders are threads, so that
-process's peak is the whole tree's. The two sides run in turns, ours then tiktoken's, as often as `turns` says:
-on a machine shared with other work, each turn's ratio compares two measurements taken moments apart.
+Each side runs in a fresh process, so its peak memory is its own (Linux's VmHWM: a process's
+ru_maxrss would include its parent's, as it survives exec). Preparing is one process: its encoders
+are threads, so that process's peak is the whole tree's. The two sides run in turns, ours then
+tiktoken's, as often as `turns` says:
+on a machine shared with other work, each turn's ratio compares two measurements taken moments
+apart.
 """
 
 import json
@@ -22,7 +25,8 @@ from harness.experiments.profiling import load_average, machine_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BLOCK_BYTES = 1 << 20
-DISTINCT_BLOCKS = 16  # the text cycles through this many generated blocks: writing it stays fast at any size
+# the text cycles through this many generated blocks: writing it stays fast at any size
+DISTINCT_BLOCKS = 16
 MIN_MB = 0.001  # the smallest text measured: a kilobyte (below a byte, the text would be empty)
 
 PREPARE = """
@@ -60,11 +64,15 @@ print(json.dumps({"seconds": seconds, "tokens": tokens}))
 
 
 def write_text(path: Path, size_bytes: int, seed: int = 0) -> None:
-    """size_bytes of English-like text: Zipf-distributed made-up words, lines of 4 to 20 words, blank lines between paragraphs."""
+    """size_bytes of English-like text: Zipf-distributed made-up words, lines of 4 to 20 words,
+    blank lines between paragraphs.
+    """
     rng = np.random.default_rng(seed)
     freq = 1 / np.arange(1, 27)
     lengths = rng.integers(1, 10, size=20_000)
-    letters = "".join(rng.choice(list("etaoinshrdlucmfwypvbgkjqxz"), size=lengths.sum(), p=freq / freq.sum()))
+    letters = "".join(
+        rng.choice(list("etaoinshrdlucmfwypvbgkjqxz"), size=lengths.sum(), p=freq / freq.sum())
+    )
     ends = np.cumsum(lengths)
     words = [letters[end - n : end] for n, end in zip(lengths, ends, strict=True)]
     blocks = []
@@ -72,7 +80,10 @@ def write_text(path: Path, size_bytes: int, seed: int = 0) -> None:
         picks = np.minimum(rng.zipf(1.2, size=BLOCK_BYTES // 4), len(words)) - 1
         lines, i = [], 0
         for n in rng.integers(4, 21, size=len(picks) // 12):
-            lines.append(" ".join(words[j] for j in picks[i : i + n]) + (".\n\n" if rng.random() < 0.2 else ",\n"))
+            lines.append(
+                " ".join(words[j] for j in picks[i : i + n])
+                + (".\n\n" if rng.random() < 0.2 else ",\n")
+            )
             i += n
         blocks.append("".join(lines).capitalize()[:BLOCK_BYTES])
     with open(path, "w", encoding="utf-8") as f:
@@ -82,16 +93,29 @@ def write_text(path: Path, size_bytes: int, seed: int = 0) -> None:
 
 def run_child(program: str, *args) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", program, *map(str, args)], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", program, *map(str, args)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"a benchmark process failed: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout)
 
 
 def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log=print) -> dict:
-    """Preparation and tiktoken's batch encoding of a generated size_mb text, in turns; the figures of each turn and their best."""
+    """Preparation and tiktoken's batch encoding of a generated size_mb text, in turns; the figures
+    of each turn and their best.
+    """
     threads = workers_to_use(workers)
-    result = {"machine": machine_name(torch.device("cpu")), "cores": os.cpu_count(), "workers": threads, "tokenizer": tokenizer}
+    result = {
+        "machine": machine_name(torch.device("cpu")),
+        "cores": os.cpu_count(),
+        "workers": threads,
+        "tokenizer": tokenizer,
+    }
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         path = Path(tmp) / "corpus.txt"
         log(f"writing a {size_mb:g} MB text ...")
@@ -103,7 +127,9 @@ def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log
             ours = run_child(PREPARE, path, tokenizer, threads, Path(tmp) / f"prepared{turn}")
             log(f"turn {turn + 1} of {turns}: tiktoken's encode_ordinary_batch ...")
             theirs = run_child(TIKTOKEN, path, threads) if tokenizer == "gpt2" else None
-            result["turns"].append({"ours": ours, "tiktoken": theirs, "load_avg_1min": load_average()})
+            result["turns"].append(
+                {"ours": ours, "tiktoken": theirs, "load_avg_1min": load_average()}
+            )
     best = min(result["turns"], key=lambda t: t["ours"]["seconds"])["ours"]
     result.update(
         prepare_mb_per_s=size / 1e6 / best["seconds"],
@@ -112,8 +138,12 @@ def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log
         tokens=best["tokens"],
     )
     if tokenizer == "gpt2":
-        result["tiktoken_mb_per_s"] = size / 1e6 / min(t["tiktoken"]["seconds"] for t in result["turns"])
-        result["ratios"] = [t["tiktoken"]["seconds"] / t["ours"]["seconds"] for t in result["turns"]]
+        result["tiktoken_mb_per_s"] = (
+            size / 1e6 / min(t["tiktoken"]["seconds"] for t in result["turns"])
+        )
+        result["ratios"] = [
+            t["tiktoken"]["seconds"] / t["ours"]["seconds"] for t in result["turns"]
+        ]
         result["tiktoken_tokens"] = result["turns"][0]["tiktoken"]["tokens"]
     return result
 
@@ -133,7 +163,10 @@ def format_data_table(r: dict) -> str:
             f"| tiktoken's encode_ordinary_batch, {r['workers']} threads (best) | {r['tiktoken_mb_per_s']:.1f} MB/s, "
             f"{r['tiktoken_tokens']:,} tokens |",
             "| ours / tiktoken's throughput, each turn (load average then) | "
-            + ", ".join(f"{x:.2f} ({t['load_avg_1min']:.1f})" for x, t in zip(r["ratios"], r["turns"], strict=True))
+            + ", ".join(
+                f"{x:.2f} ({t['load_avg_1min']:.1f})"
+                for x, t in zip(r["ratios"], r["turns"], strict=True)
+            )
             + " |",
         ]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""Which heads carry the --no-mask cheat: switch them off and measure the leak gap (inspect_attention.py --ablate).
+"""Which heads carry the --no-mask cheat: switch them off and measure the leak gap
+(inspect_attention.py --ablate).
 
 A head that puts its weight on t+1 is a suspect; the proof is an intervention. The leak gap
 (model/measurements.py: leak, honest minus teacher-forced loss) is measured with every head on,
@@ -34,14 +35,24 @@ Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]
 
 
 def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
-    """The (x, y, positions) batches that the run's evaluations scored honestly, from the config stored in its checkpoint."""
-    cfg = dataclasses.replace(validate_config(checkpoint.get("config"), "the checkpoint", recorded=True), model=model.cfg)
-    trained_on = checkpoint.get("source_sha256")  # the run's text: a corpus changed since is refused, not measured
-    corpus = load_corpus(cfg.data, trained_on) if cfg.data.source == "text" else load_synthetic(cfg.data)  # the induction preset's source
+    """The (x, y, positions) batches that the run's evaluations scored honestly, from the config
+    stored in its checkpoint.
+    """
+    cfg = dataclasses.replace(
+        validate_config(checkpoint.get("config"), "the checkpoint", recorded=True), model=model.cfg
+    )
+    # the run's text: a corpus changed since is refused, not measured
+    trained_on = checkpoint.get("source_sha256")
+    # the induction preset's source
+    corpus = (
+        load_corpus(cfg.data, trained_on) if cfg.data.source == "text" else load_synthetic(cfg.data)
+    )
     return make_eval_set(corpus, tokenizer, cfg).honest
 
 
-def leak_gap(model: GPT, batches: Batches, heads: list[tuple[int, int]], means: list[torch.Tensor] | None) -> float:
+def leak_gap(
+    model: GPT, batches: Batches, heads: list[tuple[int, int]], means: list[torch.Tensor] | None
+) -> float:
     """The leak gap with `heads` switched off (none: the model as it is)."""
     with ablate_heads(model, heads, means):
         return leak(model, batches)["loss/leak_gap"]
@@ -60,29 +71,38 @@ def measure(
     mean_ablation: bool = False,
     say: Callable[[str], None] = say_on_stderr,
 ) -> dict:
-    """The leak gap before and after switching `heads` off, after switching as many random other heads off (`draws` times),
-    and with each head alone and each layer switched off; closed fractions are 1 - after / before. Each gap is a pass over
-    the run's val batches, prefix by prefix: the first one timed, `say` hears how long the others should take, and a bar
-    (in a terminal) shows them go.
+    """The leak gap before and after switching `heads` off, after switching as many random other
+    heads off (`draws` times), and with each head alone and each layer switched off; closed
+    fractions are 1 - after / before. Each gap is a pass over the run's val batches, prefix by
+    prefix: the first one timed, `say` hears how long the others should take, and a bar (in a
+    terminal) shows them go.
 
-    Returns what ablation.json holds: heads, leak_gap_before, leak_gap_after, closed_fraction, random_closed_fraction
-    (the mean over draws) and its sd, random_draws (each draw's heads, gap and closed fraction), each_head, each_layer.
+    Returns what ablation.json holds: heads, leak_gap_before, leak_gap_after, closed_fraction,
+    random_closed_fraction (the mean over draws) and its sd, random_draws (each draw's heads, gap
+    and closed fraction), each_head, each_layer.
     """
     others = [h for h in all_heads(model) if h not in heads]
     if draws and len(others) < len(heads):
-        raise ValueError(f"{len(heads)} heads named and only {len(others)} others left to draw as many from; name fewer heads")
+        raise ValueError(
+            f"{len(heads)} heads named and only {len(others)} others left to draw as many from; name fewer heads"
+        )
     means = head_means(model, batches[0][0]) if mean_ablation else None
     started = time.perf_counter()
     before = leak_gap(model, batches, [], None)
-    first_s, left = time.perf_counter() - started, 1 + draws + len(all_heads(model)) + model.cfg.n_layer
-    say(f"--ablate: {left} more leak gaps to measure, about {duration(left * first_s)} (estimated: the first took {first_s:.3g} s)")
+    first_s, left = (
+        time.perf_counter() - started,
+        1 + draws + len(all_heads(model)) + model.cfg.n_layer,
+    )
+    say(
+        f"--ablate: {left} more leak gaps to measure, about {duration(left * first_s)} (estimated: the first took {first_s:.3g} s)"
+    )
 
     def closed(gap: float) -> float:
         return 1.0 - gap / before
 
     with tqdm(total=left, desc="leak gaps", leave=False, disable=None) as bar:
-
-        def gap(off: list[tuple[int, int]]) -> float:  # the leak gap with these heads off, one more on the bar
+        # the leak gap with these heads off, one more on the bar
+        def gap(off: list[tuple[int, int]]) -> float:
             bar.update()
             return leak_gap(model, batches, off, means)
 
@@ -90,11 +110,22 @@ def measure(
         gen = torch.Generator().manual_seed(seed)
         random_draws = []
         for _ in range(draws):
-            picked = [others[i] for i in torch.randperm(len(others), generator=gen)[: len(heads)].tolist()]
+            picked = [
+                others[i] for i in torch.randperm(len(others), generator=gen)[: len(heads)].tolist()
+            ]
             found = gap(picked)
-            random_draws.append({"heads": [head_name(*h) for h in picked], "leak_gap_after": found, "closed_fraction": closed(found)})
+            random_draws.append(
+                {
+                    "heads": [head_name(*h) for h in picked],
+                    "leak_gap_after": found,
+                    "closed_fraction": closed(found),
+                }
+            )
         each_head = {head_name(*h): closed(gap([h])) for h in all_heads(model)}
-        each_layer = {f"L{layer}": closed(gap([h for h in all_heads(model) if h[0] == layer])) for layer in range(model.cfg.n_layer)}
+        each_layer = {
+            f"L{layer}": closed(gap([h for h in all_heads(model) if h[0] == layer]))
+            for layer in range(model.cfg.n_layer)
+        }
     fractions = spread([d["closed_fraction"] for d in random_draws]) if random_draws else None
     return {
         "heads": [head_name(*h) for h in heads],
@@ -111,7 +142,9 @@ def measure(
 
 
 def report(result: dict) -> str:
-    """The lines inspect_attention.py prints: before, after, the random heads (mean and spread), each head and layer."""
+    """The lines inspect_attention.py prints: before, after, the random heads (mean and spread),
+    each head and layer.
+    """
     draws = result["random_draws"]
     lines = [
         f"ablating {', '.join(result['heads'])} ({result['ablation']}-ablation): leak gap {result['leak_gap_before']:.3f} before, "
@@ -122,8 +155,18 @@ def report(result: dict) -> str:
         sd = result["random_closed_fraction_sd"]
         lines.append(
             f"as many random other heads, {len(draws)} draws: {result['random_closed_fraction']:.1%} closed on average"
-            + (f" (sd {sd:.1%}, from {min(fractions):.1%} to {max(fractions):.1%})" if sd is not None else "")
+            + (
+                f" (sd {sd:.1%}, from {min(fractions):.1%} to {max(fractions):.1%})"
+                if sd is not None
+                else ""
+            )
         )
-    lines.append("each head alone closes: " + ", ".join(f"{name} {f:.0%}" for name, f in result["each_head"].items()))
-    lines.append("each layer whole closes: " + ", ".join(f"{name} {f:.0%}" for name, f in result["each_layer"].items()))
+    lines.append(
+        "each head alone closes: "
+        + ", ".join(f"{name} {f:.0%}" for name, f in result["each_head"].items())
+    )
+    lines.append(
+        "each layer whole closes: "
+        + ", ".join(f"{name} {f:.0%}" for name, f in result["each_layer"].items())
+    )
     return "\n".join(lines)

@@ -1,9 +1,11 @@
-"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished (its log, or else its
-checkpoint), diverged (the record train.py's non-finite check leaves), or ended from outside by a signal.
+"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished
+(its log, or else its checkpoint), diverged (the record train.py's non-finite check leaves), or
+ended from outside by a signal.
 
-A run is what its settings are, not where its folder lies: a finished comparison moved, copied, or named by a relative
-path from another directory is the same comparison, so the folders in a run's config (train.runs_dir, data.cache_dir) are
-not compared, and its texts (data.path, data.val_path) are compared as the files they name.
+A run is what its settings are, not where its folder lies: a finished comparison moved, copied, or
+named by a relative path from another directory is the same comparison, so the folders in a run's
+config (train.runs_dir, data.cache_dir) are not compared, and its texts (data.path, data.val_path)
+are compared as the files they name.
 """
 
 import signal
@@ -17,11 +19,14 @@ from harness.training.checkpoints import CheckpointError, read_checkpoint
 from harness.training.runlog import evaluations, read_metrics
 from harness.training.step import DIVERGED
 
-WHERE_NOT_WHAT = ("runs_dir", "cache_dir", "run_name", "resume", "vocab_size")  # where a run lies or how it was started, derived
+# where a run lies or how it was started, derived
+WHERE_NOT_WHAT = ("runs_dir", "cache_dir", "run_name", "resume", "vocab_size")
 
 
 def read_saved_runs(saved: Path) -> dict:
-    """The runs an earlier experiment recorded in its compare.json or sweep.json (rewritten after each run), by run name."""
+    """The runs an earlier experiment recorded in its compare.json or sweep.json (rewritten after
+    each run), by run name.
+    """
     saved = read_json(saved)
     runs = saved.get("runs") if isinstance(saved, dict) else None
     return runs if isinstance(runs, dict) else {}
@@ -33,11 +38,20 @@ def settings(config: dict) -> dict:
 
 
 def check_settings(cfg: Config, recorded, where: Path) -> None:
-    """Refuse a finished run whose recorded settings (config.json's, or the checkpoint's at `where`) are not these: a
-    comparison resumed with other flags. A record with a value of the wrong type is refused as a checkpoint's is (older
-    records, positions true/false, read as they were); a missing or damaged one has no settings, so every one differs."""
-    recorded = settings(validate_config(recorded, where, recorded=True).to_dict()) if isinstance(recorded, dict) else {}
-    differs = config_differences(recorded, settings({section: cfg.to_dict()[section] for section in SECTIONS}), ignore=WHERE_NOT_WHAT)
+    """Refuse a finished run whose recorded settings (config.json's, or the checkpoint's at `where`)
+    are not these: a comparison resumed with other flags. A record with a value of the wrong type is
+    refused as a checkpoint's is (older records, positions true/false, read as they were); a missing
+    or damaged one has no settings, so every one differs."""
+    recorded = (
+        settings(validate_config(recorded, where, recorded=True).to_dict())
+        if isinstance(recorded, dict)
+        else {}
+    )
+    differs = config_differences(
+        recorded,
+        settings({section: cfg.to_dict()[section] for section in SECTIONS}),
+        ignore=WHERE_NOT_WHAT,
+    )
     if differs:
         raise ConfigError(
             f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "
@@ -46,7 +60,9 @@ def check_settings(cfg: Config, recorded, where: Path) -> None:
 
 
 def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
-    """What a run recorded of its settings, and where: its config.json, or if that is gone or damaged its checkpoint's."""
+    """What a run recorded of its settings, and where: its config.json, or if that is gone or
+    damaged its checkpoint's.
+    """
     recorded = read_json(run_dir / "config.json")
     if isinstance(recorded, dict):
         return recorded, run_dir / "config.json"
@@ -57,20 +73,26 @@ def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
 
 
 def finished_checkpoint(cfg: Config) -> dict | None:
-    """The run's ckpt.pt when it says that the run finished (evaluated at max_steps), else None (a damaged file included:
+    """The run's ckpt.pt when it says that the run finished (evaluated at max_steps), else None (a
+    damaged file included:
     train.py, resuming it, says what is wrong with it)."""
     try:
         checkpoint = read_checkpoint(cfg.run_dir / "ckpt.pt")
     except CheckpointError:
         return None
-    return checkpoint if checkpoint["step"] == cfg.train.max_steps and checkpoint.get("evaluated", True) else None
+    return (
+        checkpoint
+        if checkpoint["step"] == cfg.train.max_steps and checkpoint.get("evaluated", True)
+        else None
+    )
 
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
-    """What a run of an earlier, stopped experiment gave, if it already finished with these settings: a checkpoint and an
-    evaluation at max_steps in its metrics.jsonl, or else a checkpoint that says it finished (its log deleted or cut short);
-    else None. Its numbers come from compare.json or sweep.json (with its wall time), or else its log, or else the
-    checkpoint's val loss."""
+    """What a run of an earlier, stopped experiment gave, if it already finished with these
+    settings: a checkpoint and an evaluation at max_steps in its metrics.jsonl, or else a checkpoint
+    that says it finished (its log deleted or cut short); else None. Its numbers come from
+    compare.json or sweep.json (with its wall time), or else its log, or else the checkpoint's val
+    loss."""
     if not (cfg.run_dir / "ckpt.pt").is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]
@@ -86,12 +108,17 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
         )
     check_settings(cfg, recorded, where)
     saved = saved_runs.get(cfg.run_name, {})
-    return saved if saved.get("step") == last["step"] and saved.get("exit_code") == 0 else {**last, "exit_code": 0}
+    return (
+        saved
+        if saved.get("step") == last["step"] and saved.get("exit_code") == 0
+        else {**last, "exit_code": 0}
+    )
 
 
 def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict | None:
-    """What an earlier attempt at this run left that --resume keeps: a finished run, or (diverged_too) one that diverged
-    with these settings; else None, and the run resumes or starts."""
+    """What an earlier attempt at this run left that --resume keeps: a finished run, or
+    (diverged_too) one that diverged with these settings; else None, and the run resumes or
+    starts."""
     done = finished_run(cfg, saved_runs)
     if done is None and diverged_too and (done := diverged_run(cfg.run_dir)) is not None:
         check_settings(cfg, *recorded_settings(cfg.run_dir))
@@ -99,12 +126,14 @@ def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict |
 
 
 def diverged_run(run_dir: Path) -> dict | None:
-    """A run whose loss or gradient stopped being finite, as its folder records it: the step, and the last training loss
-    it logged (finite: the check stops a run before it logs a non-finite one) with that loss's step; None if it did not."""
+    """A run whose loss or gradient stopped being finite, as its folder records it: the step, and
+    the last training loss it logged (finite: the check stops a run before it logs a non-finite one)
+    with that loss's step; None if it did not."""
     record = read_json(run_dir / DIVERGED)
     if not isinstance(record, dict) or not isinstance(record.get("step"), int):
         return None
-    try:  # a record older than the checkpoint: the run was resumed by hand past the step where it failed
+    # a record older than the checkpoint: the run was resumed by hand past the step where it failed
+    try:
         if read_checkpoint(run_dir / "ckpt.pt", mmap=True)["step"] > record["step"]:
             return None
     except CheckpointError:  # no checkpoint yet: it failed before its first save
@@ -112,12 +141,17 @@ def diverged_run(run_dir: Path) -> dict | None:
     rows = [row for row in read_metrics(run_dir) if "loss/train_step" in row or "loss/train" in row]
     last = rows[-1] if rows else {}
     loss = last.get("loss/train_step", last.get("loss/train"))
-    return {"exit_code": 1, "diverged": {"step": record["step"], "last_loss": loss, "last_loss_step": last.get("step")}}
+    return {
+        "exit_code": 1,
+        "diverged": {"step": record["step"], "last_loss": loss, "last_loss_step": last.get("step")},
+    }
 
 
 def killed_from_outside(code: int, run_name: str, what: str) -> str | None:
-    """The line for a run whose process a signal ended before it could save or say anything (a negative exit code:
-    SIGKILL, as the kernel's out-of-memory killer sends it), or None for a run that ended by itself."""
+    """The line for a run whose process a signal ended before it could save or say anything (a
+    negative exit code:
+    SIGKILL, as the kernel's out-of-memory killer sends it), or None for a run that ended by
+    itself."""
     if code >= 0:
         return None
     try:

@@ -1,6 +1,7 @@
-"""Measuring tools for the benchmark: train.py's training step as bench.py times it, timers that wait for the device, peak memory (CUDA's allocator, or a
-tracker of tensor storage on the CPU, where torch keeps no allocator statistics), the machine, the peak that MFU
-divides by (a CUDA card's from its datasheet, or a matmul peak measured here), and the attention kernel torch picks."""
+"""Measuring tools for the benchmark: train.py's training step as bench.py times it, timers that
+wait for the device, peak memory (CUDA's allocator, or a tracker of tensor storage on the CPU, where
+torch keeps no allocator statistics), the machine, the peak that MFU divides by (a CUDA card's from
+its datasheet, or a matmul peak measured here), and the attention kernel torch picks."""
 
 import math
 import os
@@ -20,9 +21,10 @@ from harness.training.runtime import Runtime
 from harness.training.step import check_finite, micro_steps
 from model import ModelConfig
 
-# Dense bfloat16 tensor-core peaks, in TFLOP/s: the MFU denominator of a CUDA card under bf16 autocast. Datasheets print
-# these figures twice as large "with sparsity" (2:4 structured sparsity, which training does not use). Each pattern is
-# searched in torch.cuda.get_device_name's text and the first match wins, so specific names come before plain ones.
+# Dense bfloat16 tensor-core peaks, in TFLOP/s: the MFU denominator of a CUDA card under bf16
+# autocast. Datasheets print these figures twice as large "with sparsity" (2:4 structured sparsity,
+# which training does not use). Each pattern is searched in torch.cuda.get_device_name's text and
+# the first match wins, so specific names come before plain ones.
 BF16_PEAKS = [  # (pattern, dense bf16 TFLOP/s, source)
     (r"H200 NVL", 835, "NVIDIA H200 NVL datasheet, 1,671 with sparsity"),
     (r"H200", 989, "NVIDIA H200 datasheet (SXM), 1,979 with sparsity"),
@@ -46,7 +48,8 @@ KERNELS = {  # torch's SDPBackend -> what the table says
 
 
 class PeakMemory(TorchDispatchMode):
-    """Peak bytes of tensor storage allocated while the mode is active, on top of what already existed.
+    """Peak bytes of tensor storage allocated while the mode is active, on top of what already
+    existed.
 
     Every op's output whose storage is new (not the storage of one of the op's inputs, as with
     views and in-place ops, and not counted already) adds the storage's nbytes to a live count,
@@ -63,7 +66,11 @@ class PeakMemory(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage()._cdata for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        inputs = {
+            t.untyped_storage()._cdata
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor)
+        }
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in inputs:
                 self.track(t.untyped_storage())
@@ -76,16 +83,20 @@ class PeakMemory(TorchDispatchMode):
         self.counted.add(key)
         self.live += nbytes
         self.peak = max(self.peak, self.live)
-        weakref.finalize(storage, self.release, key, nbytes)  # storage objects live as long as the memory
+        # storage objects live as long as the memory
+        weakref.finalize(storage, self.release, key, nbytes)
 
     def release(self, key: int, nbytes: int) -> None:
         self.counted.discard(key)
         self.live -= nbytes
 
 
-def training_step(step_model, optimizer, micro_batches: list, runtime: Runtime, grad_clip: float) -> tuple[torch.Tensor, float]:
-    """train.py's step, line for line: a script imports no other, so bench.py keeps its own copy, and
-    tests/test_benchmark.py holds the two to the same losses. Returns the mean loss and the clock as the update starts."""
+def training_step(
+    step_model, optimizer, micro_batches: list, runtime: Runtime, grad_clip: float
+) -> tuple[torch.Tensor, float]:
+    """train.py's step, line for line: a script imports no other, so bench.py keeps its own copy,
+    and tests/test_benchmark.py holds the two to the same losses. Returns the mean loss and the
+    clock as the update starts."""
     optimizer.zero_grad(set_to_none=True)
     loss = torch.zeros((), device=runtime.device)
     for x, y, ddp_sync in micro_steps(step_model, micro_batches, runtime):
@@ -102,7 +113,9 @@ def training_step(step_model, optimizer, micro_batches: list, runtime: Runtime, 
 
 
 def peak_memory_bytes(fn, device: torch.device) -> int:
-    """Peak bytes that fn() allocates above what was live before it ran (CUDA: the allocator's own count)."""
+    """Peak bytes that fn() allocates above what was live before it ran (CUDA: the allocator's own
+    count).
+    """
     if device.type == "cuda":
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -135,10 +148,13 @@ def machine_name(device: torch.device) -> str:
 
 
 def machine_line(r: dict) -> str:
-    """The line above a table of timings: the machine, the device, torch's threads and version, and the load on the machine."""
+    """The line above a table of timings: the machine, the device, torch's threads and version, and
+    the load on the machine.
+    """
     load = r.get("load_avg_1min")
-    return f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, torch {r['torch_version']}" + (
-        f", load average {load:.1f} on {os.cpu_count()} cores" if load is not None else ""
+    return (
+        f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, torch {r['torch_version']}"
+        + (f", load average {load:.1f} on {os.cpu_count()} cores" if load is not None else "")
     )
 
 
@@ -150,10 +166,13 @@ def load_average() -> float | None:
         return None
 
 
-PEAK_SECONDS = 3.0  # how long the square matmuls are timed for the MFU's denominator, where no datasheet gives it
+# how long the square matmuls are timed for the MFU's denominator, where no datasheet gives it
+PEAK_SECONDS = 3.0
 
 
-def matmul_peak_flops(device: torch.device, dtype: torch.dtype, sizes=(512, 1024, 2048), seconds: float = PEAK_SECONDS) -> float:
+def matmul_peak_flops(
+    device: torch.device, dtype: torch.dtype, sizes=(512, 1024, 2048), seconds: float = PEAK_SECONDS
+) -> float:
     """The best FLOP/s of square matmuls (2 n^3 FLOPs each) over a few seconds: the MFU denominator."""
     best = 0.0
     for n in sizes:
@@ -166,7 +185,9 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, sizes=(512, 1024
 
 
 def card_peak(name: str) -> tuple[float, str] | None:
-    """A CUDA card's dense bf16 peak (FLOP/s) and its source, from BF16_PEAKS; None for a card not in the table."""
+    """A CUDA card's dense bf16 peak (FLOP/s) and its source, from BF16_PEAKS; None for a card not
+    in the table.
+    """
     for pattern, tflops, source in BF16_PEAKS:
         if re.search(pattern, name):
             return tflops * 1e12, source
@@ -174,28 +195,47 @@ def card_peak(name: str) -> tuple[float, str] | None:
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
-    """What MFU divides by, and where it comes from: under bf16 on CUDA the card's datasheet peak, elsewhere (a CPU,
-    float32, a card the table lacks) the best matmul measured here, which is below what the datasheet would say."""
+    """What MFU divides by, and where it comes from: under bf16 on CUDA the card's datasheet peak,
+    elsewhere (a CPU, float32, a card the table lacks) the best matmul measured here, which is below
+    what the datasheet would say."""
     if device.type == "cuda" and dtype == torch.bfloat16:
         name = machine_name(device)
         if found := card_peak(name):
             return found
-        return matmul_peak_flops(device, dtype), f"measured here: {name} is not in the table of cards' peaks"
+        return matmul_peak_flops(
+            device, dtype
+        ), f"measured here: {name} is not in the table of cards' peaks"
     return matmul_peak_flops(device, dtype), "measured here"
 
 
-def attention_kernel(cfg: ModelConfig, batch_size: int, device: torch.device, dtype: torch.dtype) -> str:
-    """The attention kernel a training step runs: the readable or tiled path when model.attention says so; with "sdpa",
-    the kernel torch's dispatcher picks for the step's (B, H, T, D) queries, keys and values in `dtype` (autocast's), with
-    the model's dropout and mask. It asks the dispatcher's own choice function (torch._fused_sdp_choice, private: a
-    release without it gets "unknown"); under torch.compile the compiled graph calls the kernel chosen when it was traced.
+def attention_kernel(
+    cfg: ModelConfig, batch_size: int, device: torch.device, dtype: torch.dtype
+) -> str:
+    """The attention kernel a training step runs: the readable or tiled path when model.attention
+    says so; with "sdpa", the kernel torch's dispatcher picks for the step's (B, H, T, D) queries,
+    keys and values in `dtype` (autocast's), with the model's dropout and mask. It asks the
+    dispatcher's own choice function (torch._fused_sdp_choice, private: a release without it gets
+    "unknown"); under torch.compile the compiled graph calls the kernel chosen when it was traced.
     """
     if cfg.attention != "sdpa":
         return f"none: model.attention = {cfg.attention}"
     choose = getattr(torch, "_fused_sdp_choice", None)
-    q = torch.empty(batch_size, cfg.n_head, cfg.block_size, cfg.head_size, device=device, dtype=dtype)  # (B, H, T, D)
+    # (B, H, T, D)
+    q = torch.empty(
+        batch_size, cfg.n_head, cfg.block_size, cfg.head_size, device=device, dtype=dtype
+    )
     try:
-        picked = SDPBackend(choose(q, q, q, None, cfg.dropout, cfg.causal, scale=cfg.head_size**-0.5 if cfg.scaled else 1.0))
+        picked = SDPBackend(
+            choose(
+                q,
+                q,
+                q,
+                None,
+                cfg.dropout,
+                cfg.causal,
+                scale=cfg.head_size**-0.5 if cfg.scaled else 1.0,
+            )
+        )
     except Exception:  # no such function, or one that takes other arguments
         return "unknown: this torch does not say"
     return KERNELS.get(picked, picked.name.lower())

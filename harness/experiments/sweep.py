@@ -1,12 +1,15 @@
-"""The experiment of sweep.py: learning rates x variants x seeds, each run a `python train.py ...` process (comparison.py's
-train_runs: Ctrl-C passed on, --resume), and what each rate does to each variant at the end of training.
+"""The experiment of sweep.py: learning rates x variants x seeds, each run a `python train.py ...`
+process (comparison.py's
+train_runs: Ctrl-C passed on, --resume), and what each rate does to each variant at the end of
+training.
 
-A learning rate too high for the model makes the queries and keys grow, the attention scores grow with their product,
-and the softmax goes one-hot: the saturation that --no-scale brings on at any rate, here with the scale in place. The
-sweep shows it as the final val loss and the largest attention score (attn/score_max) against the learning rate, with
-and without a cure, as Wortsman et al. (2023, "Small-scale proxies for large-scale Transformer training instabilities",
-Fig. 1) draw it. Every point is a mean over seeds with its 95% interval (Student's t); each variant's difference from
-the preset as it is, at the same rate, is paired by seed (the same initialisation and batches).
+A learning rate too high for the model makes the queries and keys grow, the attention scores grow
+with their product, and the softmax goes one-hot: the saturation that --no-scale brings on at any
+rate, here with the scale in place. The sweep shows it as the final val loss and the largest
+attention score (attn/score_max) against the learning rate, with and without a cure, as Wortsman et
+al. (2023, "Small-scale proxies for large-scale Transformer training instabilities", Fig. 1) draw
+it. Every point is a mean over seeds with its 95% interval (Student's t); each variant's difference
+from the preset as it is, at the same rate, is paired by seed (the same initialisation and batches).
 """
 
 import dataclasses
@@ -14,8 +17,24 @@ from pathlib import Path
 
 from configs import Config, ConfigError
 from harness.arguments import rate_name
-from harness.experiments.comparison import claim_folder, measured_from, plan_runs, summing_up, train_argv, train_runs, write_json
-from harness.experiments.stats import aggregate, differences, half_width, paired_difference, spread, to_json, what_figures_are
+from harness.experiments.comparison import (
+    claim_folder,
+    measured_from,
+    plan_runs,
+    summing_up,
+    train_argv,
+    train_runs,
+    write_json,
+)
+from harness.experiments.stats import (
+    aggregate,
+    differences,
+    half_width,
+    paired_difference,
+    spread,
+    to_json,
+    what_figures_are,
+)
 from harness.pictures.curves import curve, mean_band, plot_sweep
 from harness.training.runlog import evaluations, read_metrics
 
@@ -31,19 +50,25 @@ TAGS = (
 )
 DIFFERENCE_TAGS = ("loss/val", "attn/score_max", "attn/entropy")  # what the cures are about
 LARGEST = "attn/score_max"
-OVER_TIME = "Probe_attn/score_max"  # the largest score every few steps (the probe): the sweep draws it at its highest rate
+# the largest score every few steps (the probe): the sweep draws it at its highest rate
+OVER_TIME = "Probe_attn/score_max"
 
 
-def plan_sweep(cfg: Config, folder: Path, n_seeds: int, lrs: list[float], names: list[str]) -> dict[str, dict[str, list[Config]]]:
-    """{variant: {rate: its runs over the seeds}}, variants as compare.py names them (char, char-qk-norm), rates as
-    rate_name spells them; run names carry both (char-qk-norm-lr1.2e-1-s1337). A rate train.lr's checks refuse (below
-    train.min_lr) is one line."""
+def plan_sweep(
+    cfg: Config, folder: Path, n_seeds: int, lrs: list[float], names: list[str]
+) -> dict[str, dict[str, list[Config]]]:
+    """{variant: {rate: its runs over the seeds}}, variants as compare.py names them (char,
+    char-qk-norm), rates as rate_name spells them; run names carry both
+    (char-qk-norm-lr1.2e-1-s1337). A rate train.lr's checks refuse (below train.min_lr) is one
+    line."""
     out: dict[str, dict[str, list[Config]]] = {}
     for lr in lrs:
         try:
             at = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=lr))
         except ValueError as e:
-            raise ConfigError(f"--lrs {rate_name(lr)}: {e}; lower train.min_lr or leave that rate out") from None
+            raise ConfigError(
+                f"--lrs {rate_name(lr)}: {e}; lower train.min_lr or leave that rate out"
+            ) from None
         tag = f"-lr{rate_name(lr)}"
         for name, configs in plan_runs(at, folder, n_seeds, names, tag).items():
             out.setdefault(name.removesuffix(tag), {})[rate_name(lr)] = configs
@@ -51,42 +76,84 @@ def plan_sweep(cfg: Config, folder: Path, n_seeds: int, lrs: list[float], names:
 
 
 def interval(values: list[float]) -> dict:
-    """Mean, sample sd and the 95% interval's half width (None with one value) of a quantity over seeds."""
+    """Mean, sample sd and the 95% interval's half width (None with one value) of a quantity over
+    seeds.
+    """
     s = spread(values)
     return {"mean": s.mean, "std": s.std, "n": s.n, "half_width": half_width(s)}
 
 
 def paired(ends: dict[int, dict], others: dict[int, dict], tag: str) -> list[tuple[float, float]]:
-    """(this run's value, the other run's) of a tag, for each seed at which both trained to the end and logged it."""
-    return [(end[tag], others[seed][tag]) for seed, end in ends.items() if tag in end and tag in others.get(seed, {})]
+    """(this run's value, the other run's) of a tag, for each seed at which both trained to the end
+    and logged it.
+    """
+    return [
+        (end[tag], others[seed][tag])
+        for seed, end in ends.items()
+        if tag in end and tag in others.get(seed, {})
+    ]
 
 
-def summarise(plan: dict[str, dict[str, list[Config]]], runs: dict[str, dict], preset_lr: str | None) -> dict:
-    """What the sweep found, from each run's result (`runs`, by run name: its last evaluation, or where it diverged) and
-    its log: per variant and rate, each tag at the end over the seeds that trained to the end ("aggregate") and the
-    largest score at the first evaluation ("first"); the seeds that diverged, each with its step and last training loss
-    ("diverged", by variant and rate); the difference from base at the same rate, paired by the seeds both trained
-    ("differences"); how many times the largest score grew, per seed, from the first evaluation and from the preset's
-    rate ("growth"); at the highest rate the largest score during training, mean with min and max over the seeds that
-    trained (over all, if none did: up to where they diverged) ("over_time"); and at the preset's rate the table
-    compare.py would print of these runs ("preset": compare.json's aggregate and differences)."""
-    ends = {v: {lr: {c.train.seed: runs[c.run_name] for c in configs} for lr, configs in by_lr.items()} for v, by_lr in plan.items()}
+def summarise(
+    plan: dict[str, dict[str, list[Config]]], runs: dict[str, dict], preset_lr: str | None
+) -> dict:
+    """What the sweep found, from each run's result (`runs`, by run name: its last evaluation, or
+    where it diverged) and
+    its log: per variant and rate, each tag at the end over the seeds that trained to the end
+    ("aggregate") and the largest score at the first evaluation ("first"); the seeds that diverged,
+    each with its step and last training loss ("diverged", by variant and rate); the difference from
+    base at the same rate, paired by the seeds both trained ("differences"); how many times the
+    largest score grew, per seed, from the first evaluation and from the preset's rate ("growth");
+    at the highest rate the largest score during training, mean with min and max over the seeds that
+    trained (over all, if none did: up to where they diverged) ("over_time"); and at the preset's
+    rate the table compare.py would print of these runs ("preset": compare.json's aggregate and
+    differences)."""
+    ends = {
+        v: {lr: {c.train.seed: runs[c.run_name] for c in configs} for lr, configs in by_lr.items()}
+        for v, by_lr in plan.items()
+    }
     base = next(iter(plan))
-    out = {**{key: {v: {} for v in plan} for key in ("aggregate", "first", "differences", "growth")}, "diverged": {}, "over_time": {}}
+    out = {
+        **{key: {v: {} for v in plan} for key in ("aggregate", "first", "differences", "growth")},
+        "diverged": {},
+        "over_time": {},
+    }
     for v, by_lr in plan.items():
         for lr, configs in by_lr.items():
-            gone = [{**runs[c.run_name]["diverged"], "seed": c.train.seed} for c in configs if "diverged" in runs[c.run_name]]
+            gone = [
+                {**runs[c.run_name]["diverged"], "seed": c.train.seed}
+                for c in configs
+                if "diverged" in runs[c.run_name]
+            ]
             if gone:
                 out["diverged"].setdefault(v, {})[lr] = gone
             trained = {seed: end for seed, end in ends[v][lr].items() if "diverged" not in end}
             done = list(trained.values())
-            out["aggregate"][v][lr] = {t: interval([e[t] for e in done]) for t in TAGS if done and all(t in e for e in done)}
-            starts = {c.train.seed: (evaluations(c.run_dir) or [{}])[0] for c in configs if c.train.seed in trained}
-            if trained and all(LARGEST in trained[seed] and LARGEST in starts[seed] for seed in trained):
-                out["first"][v][lr] = {LARGEST: interval([starts[seed][LARGEST] for seed in trained])}
-                growth = {"from_start": interval([trained[seed][LARGEST] / starts[seed][LARGEST] for seed in trained])}
+            out["aggregate"][v][lr] = {
+                t: interval([e[t] for e in done])
+                for t in TAGS
+                if done and all(t in e for e in done)
+            }
+            starts = {
+                c.train.seed: (evaluations(c.run_dir) or [{}])[0]
+                for c in configs
+                if c.train.seed in trained
+            }
+            if trained and all(
+                LARGEST in trained[seed] and LARGEST in starts[seed] for seed in trained
+            ):
+                out["first"][v][lr] = {
+                    LARGEST: interval([starts[seed][LARGEST] for seed in trained])
+                }
+                growth = {
+                    "from_start": interval(
+                        [trained[seed][LARGEST] / starts[seed][LARGEST] for seed in trained]
+                    )
+                }
                 if preset_lr in by_lr and (pairs := paired(trained, ends[v][preset_lr], LARGEST)):
-                    growth["from_preset_lr"] = interval([end / at_preset for end, at_preset in pairs])
+                    growth["from_preset_lr"] = interval(
+                        [end / at_preset for end, at_preset in pairs]
+                    )
                 out["growth"][v][lr] = growth
             if v != base:
                 out["differences"][v][lr] = {
@@ -99,44 +166,70 @@ def summarise(plan: dict[str, dict[str, list[Config]]], runs: dict[str, dict], p
         curves = [curve(read_metrics(c.run_dir), OVER_TIME) for c in shown]
         if all(steps for steps, _ in curves):
             steps, mean, low, high = mean_band(curves)
-            out["over_time"][v] = {"lr": top, "steps": steps, "mean": mean.tolist(), "low": low.tolist(), "high": high.tolist()}
+            out["over_time"][v] = {
+                "lr": top,
+                "steps": steps,
+                "mean": mean.tolist(),
+                "low": low.tolist(),
+                "high": high.tolist(),
+            }
     if preset_lr is not None:
-        by_variant = {v: [runs[c.run_name] for c in by_lr[preset_lr]] for v, by_lr in plan.items()}  # a diverged run: no tags
+        # a diverged run: no tags
+        by_variant = {v: [runs[c.run_name] for c in by_lr[preset_lr]] for v, by_lr in plan.items()}
         also = measured_from({v: by_lr[preset_lr] for v, by_lr in plan.items()})
         out["preset"] = to_json(
-            {"aggregate": {v: aggregate(runs) for v, runs in by_variant.items()}, "differences": differences(by_variant, also)}
+            {
+                "aggregate": {v: aggregate(runs) for v, runs in by_variant.items()},
+                "differences": differences(by_variant, also),
+            }
         )
     return out
 
 
-COLUMNS = (("val", "loss/val", ".3f"), ("largest score", "attn/score_max", ".1f"), ("entropy", "attn/entropy", ".3f"))
+COLUMNS = (
+    ("val", "loss/val", ".3f"),
+    ("largest score", "attn/score_max", ".1f"),
+    ("entropy", "attn/entropy", ".3f"),
+)
 
 
 def diverged_cell(gone: list[dict], n_seeds: int) -> str:
-    """The table's word on the seeds that diverged at one rate: each one's step and the last training loss it logged."""
+    """The table's word on the seeds that diverged at one rate: each one's step and the last
+    training loss it logged.
+    """
     each = []
     for g in gone:
         where = f"at step {g['step']}"
-        if g.get("last_loss") is not None:  # None: the run logged no training loss before it diverged
+        # None: the run logged no training loss before it diverged
+        if g.get("last_loss") is not None:
             where += f" (last loss {g['last_loss']:.3f}, logged at step {g['last_loss_step']})"
         each.append(where)
     if n_seeds == 1 or not gone:
         return "; ".join(each)
-    return f"{len(gone)} of {n_seeds} seeds: " + "; ".join(f"s{g['seed']} {text}" for g, text in zip(gone, each, strict=True))
+    return f"{len(gone)} of {n_seeds} seeds: " + "; ".join(
+        f"s{g['seed']} {text}" for g, text in zip(gone, each, strict=True)
+    )
 
 
 def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | None = None) -> str:
-    """A table: per rate and variant (`variants`, in their order; all the summary's by default), each column's tag at the
-    end (by default the val loss, the largest score and the entropy), mean ± 95% half width over the seeds that trained
-    to the end; when a run diverged, a last column says where, and n/a stands where no seed trained to the end."""
+    """A table: per rate and variant (`variants`, in their order; all the summary's by default),
+    each column's tag at the end (by default the val loss, the largest score and the entropy), mean
+    ± 95% half width over the seeds that trained to the end; when a run diverged, a last column says
+    where, and n/a stands where no seed trained to the end."""
     gone = summary.get("diverged") or {}
     last = (" diverged |", "---|") if gone else ("", "")
-    lines = ["| lr | run | " + " | ".join(h for h, _, _ in columns) + " |" + last[0], "|---|---|" + "---:|" * len(columns) + last[1]]
+    lines = [
+        "| lr | run | " + " | ".join(h for h, _, _ in columns) + " |" + last[0],
+        "|---|---|" + "---:|" * len(columns) + last[1],
+    ]
     for lr in summary["lrs"]:
         for variant in variants or summary["aggregate"]:
             cells = [summary["aggregate"][variant][lr].get(tag) for _, tag, _ in columns]
             text = [
-                "n/a" if c is None else f"{c['mean']:{fmt}}" + (f" ± {c['half_width']:{fmt}}" if c["half_width"] is not None else "")
+                "n/a"
+                if c is None
+                else f"{c['mean']:{fmt}}"
+                + (f" ± {c['half_width']:{fmt}}" if c["half_width"] is not None else "")
                 for c, (_, _, fmt) in zip(cells, columns, strict=True)
             ]
             if gone:
@@ -146,26 +239,58 @@ def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | 
 
 
 def run_sweep(
-    cfg: Config, config_name: str, overrides: list[tuple[str, str]], n_seeds: int, lrs: list[float], names: list[str], jobs: int = 1
+    cfg: Config,
+    config_name: str,
+    overrides: list[tuple[str, str]],
+    n_seeds: int,
+    lrs: list[float],
+    names: list[str],
+    jobs: int = 1,
 ) -> dict | int:
-    """Train every variant (base and those `names` picks) at every rate and seed into runs/sweep-<config>/, then save
-    sweep.json (the runs and their summary) and draw sweep.png. Seed by seed, and within a seed rate by rate, so that a
-    sweep stopped early holds complete rounds. Returns the summary (with its folder), or the exit code of a run that
-    failed or was stopped; cfg.train.resume continues a stopped sweep."""
+    """Train every variant (base and those `names` picks) at every rate and seed into
+    runs/sweep-<config>/, then save sweep.json (the runs and their summary) and draw sweep.png. Seed
+    by seed, and within a seed rate by rate, so that a sweep stopped early holds complete rounds.
+    Returns the summary (with its folder), or the exit code of a run that failed or was stopped;
+    cfg.train.resume continues a stopped sweep."""
     folder = Path(cfg.train.runs_dir) / f"sweep-{cfg.name}"
-    plan = plan_sweep(cfg, folder, n_seeds, lrs, names)  # before the folder is claimed: a refused rate moves nothing
+    # before the folder is claimed: a refused rate moves nothing
+    plan = plan_sweep(cfg, folder, n_seeds, lrs, names)
     lock = claim_folder(folder, cfg.train.resume, "sweep")
     rates = [rate_name(lr) for lr in lrs]
     seeds = [c.train.seed for c in plan[next(iter(plan))][rates[0]]]
-    todo = [(f"{v}, lr {lr}, seed {s}", plan[v][lr][i]) for i, s in enumerate(seeds) for lr in rates for v in plan]
-    spelled = dict(zip(list(plan)[1:], names, strict=True))  # each variant's run name and how --variants spells it
-    header = {"seeds": seeds, "lrs": rates, "variants": spelled, "preset_lr": rate_name(cfg.train.lr)}
-    results = train_runs(todo, lambda run: train_argv(config_name, overrides, run, ("train.lr",)), folder / "sweep.json", header,
-                         cfg.train.resume, jobs, "sweep", keep_diverged=True)  # fmt: skip
+    todo = [
+        (f"{v}, lr {lr}, seed {s}", plan[v][lr][i])
+        for i, s in enumerate(seeds)
+        for lr in rates
+        for v in plan
+    ]
+    # each variant's run name and how --variants spells it
+    spelled = dict(zip(list(plan)[1:], names, strict=True))
+    header = {
+        "seeds": seeds,
+        "lrs": rates,
+        "variants": spelled,
+        "preset_lr": rate_name(cfg.train.lr),
+    }
+    results = train_runs(
+        todo,
+        lambda run: train_argv(config_name, overrides, run, ("train.lr",)),
+        folder / "sweep.json",
+        header,
+        cfg.train.resume,
+        jobs,
+        "sweep",
+        keep_diverged=True,
+    )
     if isinstance(results, int):
         return results
     with summing_up(folder, "sweep"):
-        summary = {**header, **summarise(plan, results, header["preset_lr"] if header["preset_lr"] in rates else None)}
+        summary = {
+            **header,
+            **summarise(
+                plan, results, header["preset_lr"] if header["preset_lr"] in rates else None
+            ),
+        }
         write_json(folder / "sweep.json", {**summary, "runs": results})
         title = f"{cfg.name}: {what_figures_are(n_seeds, per_point=True)}, {cfg.train.max_steps} steps, {cfg.train.optimizer}"
         plot_sweep(summary, folder / "sweep.png", title)

@@ -1,18 +1,19 @@
 """Where the time of one whole training run goes: `python bench.py --whole-run --config char`.
 
-bench.py starts `python -m harness.experiments.whole_run REPORT train.py ARGS...`: this module, run as a
-process of its own, puts a clock around the functions that train.py calls (each named in PHASES),
-then runs train.py itself, unchanged, as `python train.py ARGS...` would. Each phase's clock counts
-its own wall and CPU seconds only: a phase entered inside another (the losses inside an evaluation)
-stops the outer one's clock meanwhile. What no phase claims is the interpreter's start, the imports,
-the loop's own work (the schedule, the progress bar) and the exit. The report goes to REPORT as JSON;
-`profile_whole_run` (bench.py's side) adds the interpreter's start and exit, which only the parent sees,
-and `format_whole_run` prints the table.
+bench.py starts `python -m harness.experiments.whole_run REPORT train.py ARGS...`: this module, run
+as a process of its own, puts a clock around the functions that train.py calls (each named in
+PHASES), then runs train.py itself, unchanged, as `python train.py ARGS...` would. Each phase's
+clock counts its own wall and CPU seconds only: a phase entered inside another (the losses inside an
+evaluation) stops the outer one's clock meanwhile. What no phase claims is the interpreter's start,
+the imports, the loop's own work (the schedule, the progress bar) and the exit. The report goes to
+REPORT as JSON; `profile_whole_run` (bench.py's side) adds the interpreter's start and exit, which
+only the parent sees, and `format_whole_run` prints the table.
 """
 
 import time
 
-STARTED = (time.time(), time.perf_counter(), time.process_time())  # first thing: the interpreter's start lies before this line
+# first thing: the interpreter's start lies before this line
+STARTED = (time.time(), time.perf_counter(), time.process_time())
 
 import functools  # noqa: E402 (below the clock on purpose)
 import importlib  # noqa: E402
@@ -25,8 +26,12 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 INTERPRETER, IMPORTS = "start-up: the interpreter", "start-up: imports"
-LOOP, EXIT = "the rest: the loop's own work (schedule, progress bar)", "the rest: the interpreter's exit"
-# (module, attribute, phase, only inside this phase or None): the functions train.py's run goes through.
+LOOP, EXIT = (
+    "the rest: the loop's own work (schedule, progress bar)",
+    "the rest: the interpreter's exit",
+)
+# (module, attribute, phase, only inside this phase or None): the functions train.py's run goes
+# through.
 PHASES = [
     ("harness.cli", "OneLineParser.parse_with_config", "start-up: the config", None),
     ("harness.training.runtime", "setup_runtime", "start-up: device and backend switches", None),
@@ -37,31 +42,68 @@ PHASES = [
     ("harness.training.runtime", "load_data", "data: corpus and tokenizer", None),
     ("harness.training.evaluation", "make_eval_set", "data: the evaluation batches", None),
     ("harness.training.step", "draw_micro_batches", "data: the training batches", None),
-    ("model.gpt", "GPT.forward", "steps: forward", LOOP),  # the steps' own: an evaluation's forward passes are its own
+    # the steps' own: an evaluation's forward passes are its own
+    ("model.gpt", "GPT.forward", "steps: forward", LOOP),
     ("torch", "Tensor.backward", "steps: backward and clip", LOOP),
     ("torch.nn.utils", "clip_grad_norm_", "steps: backward and clip", LOOP),
-    ("harness.training.step", "check_finite", "steps: the optimizer's update", LOOP),  # waits for the device
-    ("torch.optim", "Adam.step", "steps: the optimizer's update", None),  # AdamW's, alone or under CombinedOptimizer's
-    ("harness.training.optim", "CombinedOptimizer.step", "steps: the optimizer's update", None),  # Muon's and AdamW's
+    # waits for the device
+    ("harness.training.step", "check_finite", "steps: the optimizer's update", LOOP),
+    # AdamW's, alone or under CombinedOptimizer's
+    ("torch.optim", "Adam.step", "steps: the optimizer's update", None),
+    # Muon's and AdamW's
+    ("harness.training.optim", "CombinedOptimizer.step", "steps: the optimizer's update", None),
     ("harness.training.evaluation", "estimate_loss", "evaluations: losses", None),
-    ("harness.training.evaluation", "measure_breakage", "evaluations: honest loss, attention statistics", None),
+    (
+        "harness.training.evaluation",
+        "measure_breakage",
+        "evaluations: honest loss, attention statistics",
+        None,
+    ),
     ("harness.training.evaluation", "evaluate", "evaluations: heatmap weights, a sample", None),
-    ("harness.training.probe", "probe", "probe: the story's signals between evaluations (train.probes)", None),
+    (
+        "harness.training.probe",
+        "probe",
+        "probe: the story's signals between evaluations (train.probes)",
+        None,
+    ),
     ("model.gradients", "qk_grad_norm", "logging: scalars, TensorBoard, metrics.jsonl", None),
-    ("harness.training.runlog", "RunLogger.log", "logging: scalars, TensorBoard, metrics.jsonl", None),
-    ("harness.training.runlog", "RunLogger.close", "logging: scalars, TensorBoard, metrics.jsonl", None),
-    ("harness.training.runlog", "RunLogger.log_evaluation", "logging: heatmap pictures, the sample", None),
-    ("harness.training.checkpoints", "Checkpointer.save", "checkpoints: ckpt.pt and best.pt written", None),
-]  # fmt: skip
+    (
+        "harness.training.runlog",
+        "RunLogger.log",
+        "logging: scalars, TensorBoard, metrics.jsonl",
+        None,
+    ),
+    (
+        "harness.training.runlog",
+        "RunLogger.close",
+        "logging: scalars, TensorBoard, metrics.jsonl",
+        None,
+    ),
+    (
+        "harness.training.runlog",
+        "RunLogger.log_evaluation",
+        "logging: heatmap pictures, the sample",
+        None,
+    ),
+    (
+        "harness.training.checkpoints",
+        "Checkpointer.save",
+        "checkpoints: ckpt.pt and best.pt written",
+        None,
+    ),
+]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PhaseClock:
-    """Wall and CPU seconds per phase, each phase counting only its own time (a phase inside another pauses it)."""
+    """Wall and CPU seconds per phase, each phase counting only its own time (a phase inside another
+    pauses it).
+    """
 
     def __init__(self, first: str, mark: tuple[float, float] | None = None):
         self.stack, self.wall, self.cpu, self.calls = [first], {}, {}, {}
-        self.mark = mark or (time.perf_counter(), time.process_time())  # (wall, CPU) seconds when the clock last charged
+        # (wall, CPU) seconds when the clock last charged
+        self.mark = mark or (time.perf_counter(), time.process_time())
 
     def charge(self) -> None:
         """The time since the last mark goes to the phase on top of the stack."""
@@ -73,8 +115,10 @@ class PhaseClock:
     def timed(self, fn, phase: str, inside: str | None):
         @functools.wraps(fn)
         def clocked(*args, **kwargs):
-            if (inside is not None and self.stack[-1] != inside) or self.stack[-1] == phase:  # e.g. an evaluation's forward
-                return fn(*args, **kwargs)  # pass, or AdamW's step inside the combined optimizer's: not a call of its own
+            # e.g. an evaluation's forward
+            if (inside is not None and self.stack[-1] != inside) or self.stack[-1] == phase:
+                # pass, or AdamW's step inside the combined optimizer's: not a call of its own
+                return fn(*args, **kwargs)
             self.charge()
             self.stack.append(phase)
             self.calls[phase] = self.calls.get(phase, 0) + 1
@@ -88,23 +132,29 @@ class PhaseClock:
 
 
 def install(clock: PhaseClock) -> None:
-    """Put the clock around every function of PHASES, where train.py will find it (so imports count as start-up)."""
+    """Put the clock around every function of PHASES, where train.py will find it (so imports count
+    as start-up).
+    """
     for module_name, attribute, phase, inside in PHASES:
         owner, name = importlib.import_module(module_name), attribute
         if "." in attribute:  # a method: wrap it on its class
             class_name, name = attribute.split(".")
             owner = getattr(owner, class_name)
-        setattr(owner, name, clock.timed(getattr(owner, name), phase, inside))  # a renamed function fails here, loudly
+        # a renamed function fails here, loudly
+        setattr(owner, name, clock.timed(getattr(owner, name), phase, inside))
 
 
 def child(report: str, script: str, argv: list[str]) -> None:
-    """Run `python script argv...` under the clock, then write the report (also when the run fails or is stopped)."""
+    """Run `python script argv...` under the clock, then write the report (also when the run fails
+    or is stopped).
+    """
     clock = PhaseClock(IMPORTS, mark=STARTED[1:])
     install(clock)
     parser_class = importlib.import_module("harness.cli").OneLineParser
     parse = parser_class.parse_with_config  # clocked by install()
 
-    def parse_then_loop(self, argv):  # the imports end where the config is read; then what no phase claims is the loop's
+    # the imports end where the config is read; then what no phase claims is the loop's
+    def parse_then_loop(self, argv):
         clock.charge()
         clock.stack[0] = LOOP
         return parse(self, argv)
@@ -118,12 +168,18 @@ def child(report: str, script: str, argv: list[str]) -> None:
     finally:
         clock.charge()
         ended = {"started": STARTED[0], "ended": time.time(), "cpu_before": STARTED[2]}
-        Path(report).write_text(json.dumps({**ended, "code": code, "wall": clock.wall, "cpu": clock.cpu, "calls": clock.calls}))
+        Path(report).write_text(
+            json.dumps(
+                {**ended, "code": code, "wall": clock.wall, "cpu": clock.cpu, "calls": clock.calls}
+            )
+        )
     sys.exit(code)
 
 
 def children_cpu_s() -> float | None:
-    """CPU seconds (user + system) of this process's finished children, where the OS counts them (not on Windows)."""
+    """CPU seconds (user + system) of this process's finished children, where the OS counts them
+    (not on Windows).
+    """
     try:
         import resource
     except ImportError:
@@ -133,19 +189,35 @@ def children_cpu_s() -> float | None:
 
 
 def profile_whole_run(argv: list[str]) -> dict:
-    """Run `python train.py argv...` under the phase clock, its output passed on to stderr; returns the child's exit
-    code and each phase's calls, wall and CPU seconds, the interpreter's start and exit included."""
+    """Run `python train.py argv...` under the phase clock, its output passed on to stderr; returns
+    the child's exit code and each phase's calls, wall and CPU seconds, the interpreter's start and
+    exit included."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         cpu_before, spawned = children_cpu_s(), time.time()
-        cmd = [sys.executable, "-m", "harness.experiments.whole_run", str(report), "train.py", *argv]
-        code = subprocess.run(cmd, cwd=REPO_ROOT, stdout=sys.stderr.fileno(), env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
+        cmd = [
+            sys.executable,
+            "-m",
+            "harness.experiments.whole_run",
+            str(report),
+            "train.py",
+            *argv,
+        ]
+        code = subprocess.run(
+            cmd,
+            cwd=REPO_ROOT,
+            stdout=sys.stderr.fileno(),
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ).returncode
         exited, cpu_after = time.time(), children_cpu_s()
         if not report.is_file():
             return {"code": code or 1, "phases": {}}
         r = json.loads(report.read_text())
     phases = {INTERPRETER: {"calls": 1, "wall_s": r["started"] - spawned, "cpu_s": r["cpu_before"]}}
-    phases |= {name: {"calls": r["calls"].get(name, 0), "wall_s": wall, "cpu_s": r["cpu"][name]} for name, wall in r["wall"].items()}
+    phases |= {
+        name: {"calls": r["calls"].get(name, 0), "wall_s": wall, "cpu_s": r["cpu"][name]}
+        for name, wall in r["wall"].items()
+    }
     in_process_cpu = r["cpu_before"] + sum(r["cpu"].values())
     phases[EXIT] = {
         "calls": 1,
@@ -157,15 +229,27 @@ def profile_whole_run(argv: list[str]) -> dict:
 
 
 def format_whole_run(r: dict) -> str:
-    """The phases as a markdown table, grouped as the run goes (start-up, data, steps, ...), each group's total in bold."""
-    from harness.experiments.profiling import machine_line  # here: the child process imports nothing before its clock
+    """The phases as a markdown table, grouped as the run goes (start-up, data, steps, ...), each
+    group's total in bold.
+    """
+    # here: the child process imports nothing before its clock
+    from harness.experiments.profiling import machine_line
 
     seconds = lambda value: "?" if value is None else f"{value:.2f}"  # noqa: E731
     groups: dict[str, list[tuple[str, dict]]] = {}
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
         groups.setdefault(group, []).append((detail, phase))
-    order = ("start-up", "data", "steps", "evaluations", "probe", "logging", "checkpoints", "the rest")
+    order = (
+        "start-up",
+        "data",
+        "steps",
+        "evaluations",
+        "probe",
+        "logging",
+        "checkpoints",
+        "the rest",
+    )
     lines = [
         machine_line(r),
         "",
@@ -177,13 +261,24 @@ def format_whole_run(r: dict) -> str:
     for group in sorted(groups, key=lambda g: order.index(g) if g in order else len(order)):
         rows = groups[group]
         wall = sum(phase["wall_s"] for _, phase in rows)
-        cpu = None if any(phase["cpu_s"] is None for _, phase in rows) else sum(phase["cpu_s"] for _, phase in rows)
-        lines.append(f"| **{group}** | | **{wall:.2f}** | **{100 * wall / r['wall_s']:.1f} %** | **{seconds(cpu)}** |")
+        cpu = (
+            None
+            if any(phase["cpu_s"] is None for _, phase in rows)
+            else sum(phase["cpu_s"] for _, phase in rows)
+        )
+        lines.append(
+            f"| **{group}** | | **{wall:.2f}** | **{100 * wall / r['wall_s']:.1f} %** | **{seconds(cpu)}** |"
+        )
         for detail, phase in rows:
             share = 100 * phase["wall_s"] / r["wall_s"]
-            calls = f"{phase['calls']:,}" if phase["calls"] else ""  # the imports and the loop are no call
-            lines.append(f"| &nbsp; {detail} | {calls} | {phase['wall_s']:.2f} | {share:.1f} % | {seconds(phase['cpu_s'])} |")
-    lines.append(f"| **the whole run** | | **{r['wall_s']:.2f}** | **100 %** | **{seconds(r['cpu_s'])}** |")
+            # the imports and the loop are no call
+            calls = f"{phase['calls']:,}" if phase["calls"] else ""
+            lines.append(
+                f"| &nbsp; {detail} | {calls} | {phase['wall_s']:.2f} | {share:.1f} % | {seconds(phase['cpu_s'])} |"
+            )
+    lines.append(
+        f"| **the whole run** | | **{r['wall_s']:.2f}** | **100 %** | **{seconds(r['cpu_s'])}** |"
+    )
     return "\n".join(lines)
 
 

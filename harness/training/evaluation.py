@@ -1,4 +1,5 @@
-"""What an evaluation measures: losses on fixed batches, the honest loss, attention statistics, heatmaps, a sample.
+"""What an evaluation measures: losses on fixed batches, the honest loss, attention statistics,
+heatmaps, a sample.
 
 The data an evaluation looks at is drawn once per run from its own generator (EVAL_SEED), so
 every evaluation of every run sees the same batches, and the training batches never shift.
@@ -15,19 +16,39 @@ from tqdm import tqdm
 from configs import Config
 from data.batches import draw_batch
 from data.tokenizer import Tokenizer, TokenizerError, token_labels
-from harness.training.budget import EVAL_WARNING_S, HONEST_BUDGET_STEPS, cap_prefix_work, duration, forward_flops, honest_flops, step_flops
+from harness.training.budget import (
+    EVAL_WARNING_S,
+    HONEST_BUDGET_STEPS,
+    cap_prefix_work,
+    duration,
+    forward_flops,
+    honest_flops,
+    step_flops,
+)
 from harness.training.runtime import Runtime
 from model import GPT
 from model.induction import induction_summary
-from model.measurements import attention_summary, bits_per_byte, honest_loss, honest_positions, leak_of, order_use
+from model.measurements import (
+    attention_summary,
+    bits_per_byte,
+    honest_loss,
+    honest_positions,
+    leak_of,
+    order_use,
+)
 
 EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
 SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
-PROBE_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"  # the text whose attention is drawn
+# the text whose attention is drawn
+PROBE_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 HEATMAP_MAX_TOKENS = 32
-ROWS_WEIGHTS = 2**24  # an eval batch goes through the model in rows holding at most this many (T, T) weights a head, so a stop waits ~1 s
-STATS_WEIGHTS = 2**20  # attention statistics look at rows of the first val batch holding at most this many weights per head
+# an eval batch goes through the model in rows holding at most this many (T, T) weights a head, so a
+# stop waits ~1 s
+ROWS_WEIGHTS = 2**24
+# attention statistics look at rows of the first val batch holding at most this many weights per
+# head
+STATS_WEIGHTS = 2**20
 
 
 @dataclass
@@ -35,20 +56,26 @@ class EvalSet:
     """Everything an evaluation looks at, drawn once so that every evaluation sees the same data."""
 
     batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]  # split -> fixed (x, y) batches
-    honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches and the positions scored honestly
+    # val batches and the positions scored honestly
+    honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]
     val_bytes: int  # UTF-8 bytes of the decoded val targets, for bits per byte
     heatmap_ids: list[int]  # the probe text drawn in the heatmaps
     heatmap_labels: list[str]
     prompt_ids: list[int]  # start of the logged samples
-    induction: bool = False  # whether evaluations measure the induction heads: data made for them (docs/induction.md)
+    # whether evaluations measure the induction heads: data made for them (docs/induction.md)
+    induction: bool = False
 
     @property
     def scored_positions(self) -> int:
-        """How many positions the honest loss and the order use score: a prefix pass each for the order use's shuffles."""
+        """How many positions the honest loss and the order use score: a prefix pass each for the
+        order use's shuffles.
+        """
         return sum(len(positions) for _, _, positions in self.honest)
 
     def prefix_passes(self, causal: bool) -> int:
-        """How many passes the honest loss runs: one per scored position, none for a causal model (it is read off the forced pass)."""
+        """How many passes the honest loss runs: one per scored position, none for a causal model
+        (it is read off the forced pass).
+        """
         return 0 if causal else self.scored_positions
 
     @property
@@ -62,7 +89,8 @@ class Evaluation:
     """One evaluation's results: scalars for every process, pictures and a sample from the main one."""
 
     metrics: dict[str, float]
-    heatmaps: list[torch.Tensor] = field(default_factory=list)  # per layer, weights (1, H, T, T) on the probe text
+    # per layer, weights (1, H, T, T) on the probe text
+    heatmaps: list[torch.Tensor] = field(default_factory=list)
     heatmap_labels: list[str] = field(default_factory=list)  # the probe text's tokens
     sample: str = ""  # the prompt and SAMPLE_TOKENS generated tokens, decoded
     sample_tokens: int = 0  # how many tokens that text holds
@@ -71,35 +99,62 @@ class Evaluation:
 def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     B, T = cfg.train.batch_size, cfg.model.block_size
     gen = torch.Generator().manual_seed(EVAL_SEED)
-    batches = {split: [draw_batch(getattr(corpus, split), B, T, gen) for _ in range(cfg.train.eval_batches)] for split in ("train", "val")}
-    positions = [honest_positions(T, HONEST_POSITIONS, gen) for _ in batches["val"][: cfg.train.honest_batches]]
+    batches = {
+        split: [
+            draw_batch(getattr(corpus, split), B, T, gen) for _ in range(cfg.train.eval_batches)
+        ]
+        for split in ("train", "val")
+    }
+    positions = [
+        honest_positions(T, HONEST_POSITIONS, gen)
+        for _ in batches["val"][: cfg.train.honest_batches]
+    ]
     if not cfg.model.causal:
         positions = cap_prefix_work(positions, cfg)
     honest = [(x, y, p) for (x, y), p in zip(batches["val"], positions, strict=False)]
-    val_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for _, y in batches["val"] for row in y)
+    val_bytes = sum(
+        len(tokenizer.decode(row.tolist()).encode("utf-8")) for _, y in batches["val"] for row in y
+    )
     try:
         heatmap_ids = tokenizer.encode(PROBE_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
         prompt_ids = tokenizer.encode("\n")
     except TokenizerError:  # a corpus without these characters (or synthetic tokens): use its own
         heatmap_ids = corpus.probe_ids(min(T, HEATMAP_MAX_TOKENS))
         prompt_ids = heatmap_ids[:1]
-    induction = cfg.data.source != "text"  # segments recur by design; in text, induction scores and icl/score mean nothing
-    return EvalSet(batches, honest, val_bytes, heatmap_ids, token_labels(tokenizer, heatmap_ids), prompt_ids, induction)
+    # segments recur by design; in text, induction scores and icl/score mean nothing
+    induction = cfg.data.source != "text"
+    return EvalSet(
+        batches,
+        honest,
+        val_bytes,
+        heatmap_ids,
+        token_labels(tokenizer, heatmap_ids),
+        prompt_ids,
+        induction,
+    )
 
 
 def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
-    """Operations of one evaluation: the losses on every eval batch, the prefix passes (the order use's shuffled ones, and
-    without the mask the honest loss's), the attention statistics."""
+    """Operations of one evaluation: the losses on every eval batch, the prefix passes (the order
+    use's shuffled ones, and without the mask the honest loss's), the attention statistics."""
     B, T = cfg.train.batch_size, cfg.model.block_size
-    prefixes = (1 if cfg.model.causal else 2) * honest_flops(cfg, [p for _, _, p in eval_set.honest])
+    prefixes = (1 if cfg.model.causal else 2) * honest_flops(
+        cfg, [p for _, _, p in eval_set.honest]
+    )
     rows, cols = stats_shape(B, T)
-    return 2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T) + prefixes + forward_flops(cfg.model, rows, cols)
+    return (
+        2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T)
+        + prefixes
+        + forward_flops(cfg.model, rows, cols)
+    )
 
 
-def evaluation_notes(cfg: Config, eval_set: EvalSet, speed: float, device: torch.device) -> tuple[list[str], float]:
-    """The lines said before training about what an evaluation costs, and its estimated seconds on this device
-    (speed: operations per second). A model without the mask gets its honest loss's budget; an evaluation
-    minutes away gets a warning with the flag that shortens it."""
+def evaluation_notes(
+    cfg: Config, eval_set: EvalSet, speed: float, device: torch.device
+) -> tuple[list[str], float]:
+    """The lines said before training about what an evaluation costs, and its estimated seconds on
+    this device (speed: operations per second). A model without the mask gets its honest loss's
+    budget; an evaluation minutes away gets a warning with the flag that shortens it."""
     seconds, notes = evaluation_flops(cfg, eval_set) / speed, []
     if not cfg.model.causal:
         prefixes = [p for _, _, p in eval_set.honest]
@@ -119,22 +174,25 @@ def evaluation_notes(cfg: Config, eval_set: EvalSet, speed: float, device: torch
 
 
 def rows_per_pass(B: int, T: int) -> int:
-    """Rows of an eval batch that go through the model at once: all of them at the presets' sizes, fewer at a
-    long context, so that a pass is short and a stop, which waits for the pass under way, comes soon."""
+    """Rows of an eval batch that go through the model at once: all of them at the presets' sizes,
+    fewer at a long context, so that a pass is short and a stop, which waits for the pass under way,
+    comes soon."""
     return max(1, min(B, ROWS_WEIGHTS // (T * T)))
 
 
 def stats_shape(B: int, T: int) -> tuple[int, int]:
-    """(rows, tokens) of the first val batch that the attention statistics read: all of it, unless its (B, H, T, T)
-    weights would hold more than STATS_WEIGHTS a head (a long context); then the first tokens of the first rows."""
+    """(rows, tokens) of the first val batch that the attention statistics read: all of it, unless
+    its (B, H, T, T) weights would hold more than STATS_WEIGHTS a head (a long context); then the
+    first tokens of the first rows."""
     tokens = min(T, int(STATS_WEIGHTS**0.5))
     return max(1, min(B, STATS_WEIGHTS // tokens**2)), tokens
 
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module):
-    """The model in eval() mode (no dropout) within the block, then back in the mode it was in, even when the block
-    raises (a stop inside an evaluation): one place for what every evaluation pass needs."""
+    """The model in eval() mode (no dropout) within the block, then back in the mode it was in, even
+    when the block raises (a stop inside an evaluation): one place for what every evaluation pass
+    needs."""
     was_training = model.training
     model.eval()
     try:
@@ -144,8 +202,11 @@ def eval_mode(model: torch.nn.Module):
 
 
 @torch.no_grad()
-def estimate_loss(model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None) -> float:
-    """Mean loss over a fixed list of (x, y) batches, in eval() mode (no dropout); `between` is called before each pass.
+def estimate_loss(
+    model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None
+) -> float:
+    """Mean loss over a fixed list of (x, y) batches, in eval() mode (no dropout); `between` is
+    called before each pass.
 
     Under torchrun each rank scores every world_size-th batch and the sums are added up.
     """
@@ -157,9 +218,16 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime, between: Callable
                 if between is not None:
                     between()
                 with runtime.autocast():
-                    _, loss = model(x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device))
+                    _, loss = model(
+                        x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device)
+                    )
                 share = len(x[i : i + rows]) / B  # 1 for a batch in one piece
-                total += torch.stack([loss.double() * share, torch.tensor(share, dtype=torch.float64, device=runtime.device)])
+                total += torch.stack(
+                    [
+                        loss.double() * share,
+                        torch.tensor(share, dtype=torch.float64, device=runtime.device),
+                    ]
+                )
     if runtime.world_size > 1:
         torch.distributed.all_reduce(total)
     return (total[0] / total[1]).item()
@@ -167,13 +235,18 @@ def estimate_loss(model: GPT, batches: list, runtime: Runtime, between: Callable
 
 @torch.no_grad()
 def measure_breakage(
-    model: GPT, eval_set: EvalSet, runtime: Runtime, val_loss: float, between: Callable[[], None] | None = None
+    model: GPT,
+    eval_set: EvalSet,
+    runtime: Runtime,
+    val_loss: float,
+    between: Callable[[], None] | None = None,
 ) -> dict[str, float]:
-    """What shows a model break on the val text, beyond its loss: bits per byte, the honest and teacher-forced
-    loss and their gap (model/measurements.py: leak), the order use (the honest loss's rise when the tokens
-    before each target are shuffled), and on the first val batch the attention statistics (attn/...: its first
-    rows and tokens, at a long context: stats_shape) and, where the data is made for them (EvalSet.induction), the induction
-    heads (model/induction.py: induction/..., and loss/repeated, the loss where the context gives the next token away).
+    """What shows a model break on the val text, beyond its loss: bits per byte, the honest and
+    teacher-forced loss and their gap (model/measurements.py: leak), the order use (the honest
+    loss's rise when the tokens before each target are shuffled), and on the first val batch the
+    attention statistics (attn/...: its first rows and tokens, at a long context: stats_shape) and,
+    where the data is made for them (EvalSet.induction), the induction heads (model/induction.py:
+    induction/..., and loss/repeated, the loss where the context gives the next token away).
     `between` is called before each prefix pass.
 
     Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
@@ -184,7 +257,8 @@ def measure_breakage(
     rows, tokens = stats_shape(*x.shape)
     with eval_mode(model), runtime.autocast():
         honest = [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]
-        pairs = [honest_loss(model, x, y, positions, between) for x, y, positions in honest]  # (honest, forced) per batch
+        # (honest, forced) per batch
+        pairs = [honest_loss(model, x, y, positions, between) for x, y, positions in honest]
         metrics.update(leak_of(pairs))
         metrics.update(order_use(model, honest, between=between, unshuffled=[h for h, _ in pairs]))
         xs, ys = x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)
@@ -205,17 +279,29 @@ def evaluate(
     poll: Callable[[], None] | None = None,
     progress: bool = False,
 ) -> Evaluation:
-    """Losses on every process; then, on the main one, the honest loss, attention statistics, heatmaps and a sample.
+    """Losses on every process; then, on the main one, the honest loss, attention statistics,
+    heatmaps and a sample.
 
-    `started` is when training began: perf/elapsed_s, the time-to-loss curve, counts evaluations too.
-    `poll` is called before every batch and prefix pass: it raises to stop (harness/stopping.py), and
-    then nothing of this evaluation is returned. `progress` shows a bar of those passes (a long evaluation).
+    `started` is when training began: perf/elapsed_s, the time-to-loss curve, counts evaluations
+    too. `poll` is called before every batch and prefix pass: it raises to stop
+    (harness/stopping.py), and then nothing of this evaluation is returned. `progress` shows a bar
+    of those passes (a long evaluation).
     """
     device = runtime.device
     B, T = eval_set.batches["val"][0][0].shape
     shuffled = eval_set.scored_positions  # order use: one pass per scored position
-    units = 2 * len(eval_set.batches["val"]) * -(-B // rows_per_pass(B, T)) + eval_set.prefix_passes(model.cfg.causal) + shuffled
-    bar = tqdm(total=units, desc="evaluating", leave=False, dynamic_ncols=True, disable=not (progress and runtime.is_main))
+    units = (
+        2 * len(eval_set.batches["val"]) * -(-B // rows_per_pass(B, T))
+        + eval_set.prefix_passes(model.cfg.causal)
+        + shuffled
+    )
+    bar = tqdm(
+        total=units,
+        desc="evaluating",
+        leave=False,
+        dynamic_ncols=True,
+        disable=not (progress and runtime.is_main),
+    )
     begun = False
 
     def between() -> None:
@@ -226,7 +312,10 @@ def evaluate(
         begun = True
 
     try:
-        metrics = {f"loss/{split}": estimate_loss(model, batches, runtime, between) for split, batches in eval_set.batches.items()}
+        metrics = {
+            f"loss/{split}": estimate_loss(model, batches, runtime, between)
+            for split, batches in eval_set.batches.items()
+        }
         if not runtime.is_main:
             return Evaluation(metrics)  # the other ranks only help with the losses
         metrics.update(measure_breakage(model, eval_set, runtime, metrics["loss/val"], between))
@@ -237,6 +326,17 @@ def evaluate(
             heatmaps = model.attention_weights(torch.tensor([eval_set.heatmap_ids], device=device))
         generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
         prompt = torch.tensor([eval_set.prompt_ids], device=device)
-        sample = tokenizer.decode(model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[0].tolist())
-    metrics["perf/elapsed_s"] = time.perf_counter() - started  # wall time of this process so far, evaluations included
-    return Evaluation(metrics, heatmaps, eval_set.heatmap_labels, sample, sample_tokens=len(eval_set.prompt_ids) + SAMPLE_TOKENS)
+        sample = tokenizer.decode(
+            model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[
+                0
+            ].tolist()
+        )
+    # wall time of this process so far, evaluations included
+    metrics["perf/elapsed_s"] = time.perf_counter() - started
+    return Evaluation(
+        metrics,
+        heatmaps,
+        eval_set.heatmap_labels,
+        sample,
+        sample_tokens=len(eval_set.prompt_ids) + SAMPLE_TOKENS,
+    )

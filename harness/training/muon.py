@@ -20,16 +20,17 @@ import math
 
 import torch
 
-MUON_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}  # train.muon_dtype's values besides "auto"
+# train.muon_dtype's values besides "auto"
+MUON_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
     """train.muon_dtype -> the dtype Newton-Schulz runs in on `device`.
 
-    "auto": bfloat16 on CUDA and on CPUs that do bfloat16 arithmetic in hardware (AVX512-BF16 or AMX,
-    as torch reports them), float32 everywhere else (CPUs without those units, Apple MPS), where
-    bfloat16 matmuls are emulated. It depends only on the machine, so identical seeds still give
-    identical losses there.
+    "auto": bfloat16 on CUDA and on CPUs that do bfloat16 arithmetic in hardware (AVX512-BF16 or
+    AMX, as torch reports them), float32 everywhere else (CPUs without those units, Apple MPS),
+    where bfloat16 matmuls are emulated. It depends only on the machine, so identical seeds still
+    give identical losses there.
     """
     if choice != "auto":
         return MUON_DTYPES[choice]
@@ -41,12 +42,17 @@ def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
 
 
 def has_bf16_units() -> bool:
-    """Whether this CPU computes bfloat16 in hardware (AVX512-BF16 or AMX), as torch's CPU probes report.
+    """Whether this CPU computes bfloat16 in hardware (AVX512-BF16 or AMX), as torch's CPU probes
+    report.
 
     torch exposes the probes under private names, which a release may move: without them the answer
-    is False, and Newton-Schulz runs in float32, which is correct everywhere, only slower on such CPUs.
+    is False, and Newton-Schulz runs in float32, which is correct everywhere, only slower on such
+    CPUs.
     """
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    probes = [
+        getattr(torch.cpu, name, None)
+        for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    ]
     try:
         return any(probe() for probe in probes if callable(probe))
     except Exception:  # a probe that exists but fails (an unusual build): the safe answer
@@ -56,9 +62,10 @@ def has_bf16_units() -> bool:
 def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
     """The step size Muon applies to a (rows, cols) matrix: torch.optim.Muon's `adjust_lr_fn` rules.
 
-    "original" (the default, also None) scales by sqrt(max(1, rows / cols)), so a tall matrix moves as
-    far per row as a wide one; "match_rms_adamw" by 0.2 sqrt(max(rows, cols)), which makes the update's
-    RMS match AdamW's, so AdamW's learning rate carries over; any other value leaves lr as it is.
+    "original" (the default, also None) scales by sqrt(max(1, rows / cols)), so a tall matrix moves
+    as far per row as a wide one; "match_rms_adamw" by 0.2 sqrt(max(rows, cols)), which makes the
+    update's RMS match AdamW's, so AdamW's learning rate carries over; any other value leaves lr as
+    it is.
     """
     rows, cols = shape[:2]
     if rule is None or rule == "original":
@@ -71,18 +78,23 @@ def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
 
 
 def zeropower_via_newtonschulz(
-    grad: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int, eps: float, dtype: torch.dtype
+    grad: torch.Tensor,
+    ns_coefficients: tuple[float, float, float],
+    ns_steps: int,
+    eps: float,
+    dtype: torch.dtype,
 ) -> torch.Tensor:
-    """torch.optim.Muon's Newton-Schulz orthogonalisation, in `dtype` instead of bfloat16 always, of one (rows, cols)
-    matrix or of a stack of them (N, rows, cols), each orthogonalised on its own.
+    """torch.optim.Muon's Newton-Schulz orthogonalisation, in `dtype` instead of bfloat16 always, of
+    one (rows, cols) matrix or of a stack of them (N, rows, cols), each orthogonalised on its own.
 
     The quintic iteration pushes every singular value of the (normalised) update towards 1, so the
     step moves each direction of the matrix by a similar amount. It works on the wide orientation
     (rows <= columns), where the Gram matrix X X^T is the smaller one.
 
     A stack runs in the launches of one matrix: a GPU's time for small matrices goes to launching
-    kernels, not to arithmetic. Each matrix of the stack gets the bits it gets alone (tests/test_muon.py).
-    The cast may return the caller's own tensor, so the normalisation divides out of place.
+    kernels, not to arithmetic. Each matrix of the stack gets the bits it gets alone
+    (tests/test_muon.py). The cast may return the caller's own tensor, so the normalisation divides
+    out of place.
     """
     if ns_steps >= 100:
         raise ValueError("Number of steps must be less than 100 for computational efficiency")
@@ -96,7 +108,8 @@ def zeropower_via_newtonschulz(
     tall = x.size(-2) > x.size(-1)
     if tall:
         x = x.mT  # (N, rows, cols) -> (N, cols, rows): the wide orientation
-    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)  # Frobenius norm 1 bounds the spectral norm by 1
+    # Frobenius norm 1 bounds the spectral norm by 1
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(ns_steps):
         gram = x @ x.mT  # (N, rows, rows)
         gram_update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b X X^T + c (X X^T)^2
@@ -106,7 +119,8 @@ def zeropower_via_newtonschulz(
 
 
 class Muon(torch.optim.Muon):
-    """torch.optim.Muon whose Newton-Schulz runs in `ns_dtype` (default bfloat16, the library's own).
+    """torch.optim.Muon whose Newton-Schulz runs in `ns_dtype` (default bfloat16, the library's
+    own).
 
     Takes every argument torch.optim.Muon takes, plus `ns_dtype`. Only `step` is overridden: the
     library's step calls its Newton-Schulz with the bfloat16 cast inside, and offers no way in.
@@ -115,12 +129,16 @@ class Muon(torch.optim.Muon):
     def __init__(self, params, *args, ns_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
         super().__init__(params, *args, **kwargs)
         if ns_dtype not in MUON_DTYPES.values():
-            raise ValueError(f"ns_dtype must be one of {', '.join(map(str, MUON_DTYPES.values()))}, got {ns_dtype}")
+            raise ValueError(
+                f"ns_dtype must be one of {', '.join(map(str, MUON_DTYPES.values()))}, got {ns_dtype}"
+            )
         self.ns_dtype = ns_dtype
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One optimization step, as torch.optim.Muon's, with Newton-Schulz in ns_dtype, over all matrices of a shape at once."""
+        """One optimization step, as torch.optim.Muon's, with Newton-Schulz in ns_dtype, over all
+        matrices of a shape at once.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -137,13 +155,20 @@ class Muon(torch.optim.Muon):
                     raise ValueError("Muon takes real 2D matrices with dense gradients")
                 state = self.state[param]
                 if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+                    state["momentum_buffer"] = torch.zeros_like(
+                        grad, memory_format=torch.preserve_format
+                    )
                 buf = state["momentum_buffer"]
                 buf.lerp_(grad, 1 - momentum)
-                by_shape.setdefault(param.shape, []).append((param, grad.lerp(buf, momentum) if group["nesterov"] else buf))
-            for shape, pairs in by_shape.items():  # the library orthogonalises one matrix at a time; the same bits, stacked
+                by_shape.setdefault(param.shape, []).append(
+                    (param, grad.lerp(buf, momentum) if group["nesterov"] else buf)
+                )
+            # the library orthogonalises one matrix at a time; the same bits, stacked
+            for shape, pairs in by_shape.items():
                 stack = torch.stack([update for _, update in pairs])  # (N, rows, cols)
-                orthogonal = zeropower_via_newtonschulz(stack, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype)
+                orthogonal = zeropower_via_newtonschulz(
+                    stack, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype
+                )
                 step_size = adjusted_lr(lr, group["adjust_lr_fn"], shape)
                 for (param, _), update in zip(pairs, orthogonal, strict=True):
                     param.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay

@@ -1,18 +1,21 @@
-"""The model a run starts from: fresh weights, or a pretrained GPT-2's (train.init_from, --init-from).
+"""The model a run starts from: fresh weights, or a pretrained GPT-2's (train.init_from,
+--init-from).
 
 Fine-tuning keeps everything of GPT-2 that its weights depend on (sizes, the query/key/value
 bias, the tanh GELU, the vocabulary, the causal mask and the score scaling) and takes from the
 preset what a run may choose: the context length (block_size, at most GPT-2's: the position
 embedding is cropped, never grown), dropout and the attention backend. The ablation switches only
-switch off: --no-mask or --no-scale fine-tunes without the mask or the scale, and without them
-an unscaled export stays unscaled. The positions cannot be switched off: GPT-2's weights need them;
-nor can what GPT-2 never had be switched on (QK-norm, the softcap, RoPE). The derived config is the run's config, so it is what
-config.json and every checkpoint store, and sample.py rebuilds the model from it.
+switch off: --no-mask or --no-scale fine-tunes without the mask or the scale, and without them an
+unscaled export stays unscaled. The positions cannot be switched off: GPT-2's weights need them; nor
+can what GPT-2 never had be switched on (QK-norm, the softcap, RoPE). The derived config is the
+run's config, so it is what config.json and every checkpoint store, and sample.py rebuilds the model
+from it.
 
 A resumed --init-from run takes that config from its own ckpt.pt: it needs neither the hub nor
 the folder it started from, since restore() overwrites every weight.
 
-Whichever the path, the model's config is checked (budget.py's check_affordable) before its weights are made:
+Whichever the path, the model's config is checked (budget.py's check_affordable) before its weights
+are made:
 a model or a step too big to hold, or too slow to stop, is refused from the config alone.
 """
 
@@ -29,40 +32,63 @@ from model import GPT, ModelConfig
 from model.ablations import CURE, POSITIONS, SHIPPED, applied
 
 
-def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None) -> tuple[Config, GPT]:
-    """(the run's config, its model on runtime.device): GPT(cfg.model) with fresh weights, or GPT-2's weights when
-    cfg.train.init_from names one. A resumed run passes its checkpoint (read once by read_resumable); an --init-from
-    run's model config comes from it and is checked before the model is built. restore() then overwrites the weights.
-    Each path's config goes through check_affordable first (speed: the device's, if measured already)."""
-    if not cfg.train.init_from:  # read_resumable checked a checkpoint's model config against cfg.model
+def initial_model(
+    cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None
+) -> tuple[Config, GPT]:
+    """(the run's config, its model on runtime.device): GPT(cfg.model) with fresh weights, or
+    GPT-2's weights when cfg.train.init_from names one. A resumed run passes its checkpoint (read
+    once by read_resumable); an --init-from run's model config comes from it and is checked before
+    the model is built. restore() then overwrites the weights. Each path's config goes through
+    check_affordable first (speed: the device's, if measured already)."""
+    # read_resumable checked a checkpoint's model config against cfg.model
+    if not cfg.train.init_from:
         check_affordable(cfg, runtime.device, speed)
         model = GPT(cfg.model).to(runtime.device)
         if checkpoint is None:  # fresh weights: restore() does not overwrite them
             check_finite_start(model)
         core = model.blocks[0].attn.core
         if core != cfg.model.attention:  # torch's fused kernel cannot cap scores
-            runtime.say(f"note: model.attention = {cfg.model.attention} cannot cap scores (model.softcap); attention runs the {core} path")
+            runtime.say(
+                f"note: model.attention = {cfg.model.attention} cannot cap scores (model.softcap); attention runs the {core} path"
+            )
         return cfg, model
     if cfg.data.tokenizer != "gpt2":
-        raise ConfigError(f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override")
-    # The run's folder is named from the user's flags, not from switches kept from the weights: the resumed run finds it again.
+        raise ConfigError(
+            f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override"
+        )
+    # The run's folder is named from the user's flags, not from switches kept from the weights: the
+    # resumed run finds it again.
     pinned = dataclasses.replace(cfg.train, run_name=cfg.run_name)
-    if checkpoint is not None:  # restore() brings the weights: only the shapes are needed, from the run's own checkpoint
+    # restore() brings the weights: only the shapes are needed, from the run's own checkpoint
+    if checkpoint is not None:
         check_gpt2_can_start(cfg.model, cfg.train.init_from)
         path = cfg.run_dir / "ckpt.pt"
         model_cfg = chosen_fields(cfg.model, model_config_of(checkpoint, path))
         check_model_config(checkpoint, path, model_cfg)
-        check_affordable(run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed)
+        check_affordable(
+            run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned),
+            runtime.device,
+            speed,
+        )
         return run_cfg, GPT(model_cfg).to(runtime.device)
-    from harness.gpt2 import build, load_pretrained  # imported on use: the hub's client is slow to import, and a fresh run needs none
+    # imported on use: the hub's client is slow to import, and a fresh run needs none
+    from harness.gpt2 import build, load_pretrained
 
     pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
     model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
-    check_affordable(run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed)  # GPT-2's sizes
+    # GPT-2's sizes
+    check_affordable(
+        run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed
+    )
     state = pretrained.state_dict()
-    state["pos_emb.weight"] = state["pos_emb.weight"][: model_cfg.block_size]  # (block_size, C): the first positions only
+    # (block_size, C): the first positions only
+    state["pos_emb.weight"] = state["pos_emb.weight"][: model_cfg.block_size]
     model = build(model_cfg, state, info["source"])
-    kept = [f"{switch}=false" for switch in ("causal", "scaled") if getattr(cfg.model, switch) and not getattr(model_cfg, switch)]
+    kept = [
+        f"{switch}=false"
+        for switch in ("causal", "scaled")
+        if getattr(cfg.model, switch) and not getattr(model_cfg, switch)
+    ]
     runtime.say(
         f"init from {info['name']} ({info['source']}): {model_cfg.n_layer} layers, {model_cfg.n_head} heads, "
         f"{model_cfg.n_embd} wide, context {model_cfg.block_size} of its {pretrained.cfg.block_size}; the preset's sizes do not apply"
@@ -73,13 +99,19 @@ def initial_model(cfg: Config, runtime: Runtime, checkpoint: dict | None = None,
 
 @torch.no_grad()
 def check_finite_start(model: GPT) -> None:
-    """Refuse fresh weights whose logits are not finite before any training: an init that overflows float32 (a huge
-    model.qk_init_std) would otherwise fail at the first evaluation, blamed on a damaged checkpoint. The weights, then a
-    pass over a block of tokens drawn from a generator of its own, in eval mode (no dropout): the run's random stream is
-    unchanged."""
+    """Refuse fresh weights whose logits are not finite before any training: an init that overflows
+    float32 (a huge model.qk_init_std) would otherwise fail at the first evaluation, blamed on a
+    damaged checkpoint. The weights, then a pass over a block of tokens drawn from a generator of
+    its own, in eval mode (no dropout): the run's random stream is unchanged."""
     T, device = min(model.cfg.block_size, 64), model.lm_head.weight.device
-    idx = torch.randint(model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0)).to(device)  # (1, T)
-    finite = all(torch.isfinite(p).all() for p in model.parameters()) and torch.isfinite(model.eval()(idx)[0]).all()
+    # (1, T)
+    idx = torch.randint(
+        model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0)
+    ).to(device)
+    finite = (
+        all(torch.isfinite(p).all() for p in model.parameters())
+        and torch.isfinite(model.eval()(idx)[0]).all()
+    )
     model.train()
     if not finite:
         raise ConfigError(
@@ -89,7 +121,9 @@ def check_finite_start(model: GPT) -> None:
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
-    """GPT-2's ModelConfig with the preset's block_size, dropout and attention backend, and its ablations."""
+    """GPT-2's ModelConfig with the preset's block_size, dropout and attention backend, and its
+    ablations.
+    """
     check_gpt2_can_start(preset, name)
     if preset.block_size > pretrained.block_size:
         raise ConfigError(
@@ -100,8 +134,9 @@ def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> 
 
 
 def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
-    """Refuse a run from GPT-2's weights without positions (its every weight was trained on them), or with what
-    GPT-2 never had (QK-norm, a softcap, RoPE, grouped heads, a window, a gate, a sink): with them its weights would compute something else."""
+    """Refuse a run from GPT-2's weights without positions (its every weight was trained on them),
+    or with what GPT-2 never had (QK-norm, a softcap, RoPE, grouped heads, a window, a gate, a
+    sink): with them its weights would compute something else."""
     if preset.positions == "none":
         raise ConfigError(
             f"{name}'s weights were trained with learned positions, so a run without them (model.positions = none) "
@@ -116,8 +151,12 @@ def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
 
 
 def chosen_fields(preset: ModelConfig, weights: ModelConfig) -> ModelConfig:
-    """The weights' config with what a run chooses from the preset. causal and scaled stay as the weights were
-    trained unless the preset switches them off (--no-mask, --no-scale): nothing silently switches them on."""
+    """The weights' config with what a run chooses from the preset. causal and scaled stay as the
+    weights were trained unless the preset switches them off (--no-mask, --no-scale): nothing
+    silently switches them on."""
     chosen = {field: getattr(preset, field) for field in CHOSEN_WITH_WEIGHTS}
-    ablations = {switch: getattr(weights, switch) and getattr(preset, switch) for switch in ("causal", "scaled")}
+    ablations = {
+        switch: getattr(weights, switch) and getattr(preset, switch)
+        for switch in ("causal", "scaled")
+    }
     return dataclasses.replace(weights, **chosen, **ablations)

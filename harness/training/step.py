@@ -1,4 +1,6 @@
-"""The bookkeeping around train.py's step: this process's micro-batches, the DDP sync, the check before the update."""
+"""The bookkeeping around train.py's step: this process's micro-batches, the DDP sync, the check
+before the update.
+"""
 
 import contextlib
 import json
@@ -13,14 +15,20 @@ from data.batches import draw_batch
 from data.files import write_atomically
 from harness.training.runtime import Runtime
 
-DIVERGED = "diverged.json"  # in the run's folder: the step whose loss or gradient was not finite (compare.py and sweep.py read it)
+# in the run's folder: the step whose loss or gradient was not finite (compare.py and sweep.py read
+# it)
+DIVERGED = "diverged.json"
 
 
 class TrainingError(Exception):
-    """Training cannot go on (a non-finite loss or gradient); the message names the step and the last checkpoint."""
+    """Training cannot go on (a non-finite loss or gradient); the message names the step and the
+    last checkpoint.
+    """
 
 
-def draw_micro_batches(split, cfg: Config, runtime: Runtime, generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def draw_micro_batches(
+    split, cfg: Config, runtime: Runtime, generator: torch.Generator
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """This rank's micro-batches for one optimizer step.
 
     `split` is the train split's token ids or a synthetic source (data.batches.draw_batch).
@@ -29,40 +37,74 @@ def draw_micro_batches(split, cfg: Config, runtime: Runtime, generator: torch.Ge
     tokens whether it is split over 2 ranks x 1 micro-step or 1 rank x 2 micro-steps.
     """
     B, A = cfg.train.batch_size, cfg.train.grad_accum_steps
-    x, y = draw_batch(split, B * A * runtime.world_size, cfg.model.block_size, generator)  # (B*A*W, T)
+    # (B*A*W, T)
+    x, y = draw_batch(split, B * A * runtime.world_size, cfg.model.block_size, generator)
     first = runtime.rank * A
-    return [(x[(first + m) * B : (first + m + 1) * B], y[(first + m) * B : (first + m + 1) * B]) for m in range(A)]
+    return [
+        (x[(first + m) * B : (first + m + 1) * B], y[(first + m) * B : (first + m + 1) * B])
+        for m in range(A)
+    ]
 
 
-def micro_steps(model, micro_batches: list, runtime: Runtime) -> Iterator[tuple[torch.Tensor, torch.Tensor, AbstractContextManager]]:
-    """Each micro-batch on the device, with the context its forward and backward run in: under DDP, model.no_sync()
-    on all but the last, so the gradients add up on each rank and are averaged across ranks once, on the last."""
+def micro_steps(
+    model, micro_batches: list, runtime: Runtime
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, AbstractContextManager]]:
+    """Each micro-batch on the device, with the context its forward and backward run in: under DDP,
+    model.no_sync() on all but the last, so the gradients add up on each rank and are averaged
+    across ranks once, on the last."""
     for m, (x, y) in enumerate(micro_batches):
         last = m == len(micro_batches) - 1
         ddp_sync = contextlib.nullcontext() if last or runtime.world_size == 1 else model.no_sync()
-        yield x.to(runtime.device, non_blocking=True), y.to(runtime.device, non_blocking=True), ddp_sync
+        yield (
+            x.to(runtime.device, non_blocking=True),
+            y.to(runtime.device, non_blocking=True),
+            ddp_sync,
+        )
 
 
-def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor, step: int, checkpoint: Path | None, record: bool = True) -> None:
-    """Stop before the update when the loss or the gradient is not finite: one sync per step, weights untouched.
+def check_finite(
+    loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    step: int,
+    checkpoint: Path | None,
+    record: bool = True,
+) -> None:
+    """Stop before the update when the loss or the gradient is not finite: one sync per step,
+    weights untouched.
 
-    With `record`, the run's folder (where `checkpoint` lies) keeps the step in diverged.json: an experiment tells a run
-    that diverged, a result it shows, from one that failed, and its --resume does not train that run again.
+    With `record`, the run's folder (where `checkpoint` lies) keeps the step in diverged.json: an
+    experiment tells a run that diverged, a result it shows, from one that failed, and its --resume
+    does not train that run again.
     """
     if not torch.isfinite(loss + grad_norm):
         bad = "loss" if not torch.isfinite(loss) else "gradient"
         if checkpoint is not None and record:
-            with contextlib.suppress(OSError):  # a folder that cannot take it: the error below says what happened all the same
-                write_atomically(checkpoint.parent / DIVERGED, json.dumps({"step": step + 1, "non_finite": bad}).encode())
-        kept = f". The last good checkpoint, {checkpoint}, is untouched" if checkpoint is not None else ""
+            # a folder that cannot take it: the error below says what happened all the same
+            with contextlib.suppress(OSError):
+                write_atomically(
+                    checkpoint.parent / DIVERGED,
+                    json.dumps({"step": step + 1, "non_finite": bad}).encode(),
+                )
+        kept = (
+            f". The last good checkpoint, {checkpoint}, is untouched"
+            if checkpoint is not None
+            else ""
+        )
         raise TrainingError(
             f"non-finite {bad} at step {step + 1}; stopped before the update{kept}; try a lower --train.lr or --train.grad_clip"
         )
 
 
 def tokens_per_step(cfg: Config, runtime: Runtime) -> int:
-    """Tokens one optimizer step trains on, over every process: batch x accumulation x processes x context."""
-    return cfg.train.batch_size * cfg.train.grad_accum_steps * runtime.world_size * cfg.model.block_size
+    """Tokens one optimizer step trains on, over every process: batch x accumulation x processes x
+    context.
+    """
+    return (
+        cfg.train.batch_size
+        * cfg.train.grad_accum_steps
+        * runtime.world_size
+        * cfg.model.block_size
+    )
 
 
 def tokens_per_second(n_tokens: int, seconds: float) -> float:
