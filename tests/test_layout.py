@@ -16,9 +16,9 @@ SCRIPTS = sorted(p.stem for p in REPO_ROOT.glob("*.py"))
 PACKAGES = sorted(
     p.parent.name for p in REPO_ROOT.glob("*/__init__.py") if p.parent.name != "tests"
 )
-SCRIPT_LINES = 150  # docs/layout.md, rule 4: a script is a door
+SCRIPT_LINES = 180  # docs/layout.md, rule 4: a script is a door
 TRAIN_LINES = 200  # docs/layout.md, rule 4: train.py, the outline of a run with its step in sight
-MODULE_LINES = 250  # docs/layout.md, rule 4: a module reads in one sitting
+MODULE_LINES = 300  # docs/layout.md, rule 4: a module reads in one sitting
 FOLDER_MODULES = 12  # docs/layout.md, rule 5: no folder a flat drawer
 
 
