@@ -29,15 +29,13 @@ from model.tiled import tiled_attention
 def attention_scores(
     q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float, softcap: float = 0.0
 ) -> torch.Tensor:
-    """How well each key answers each query: (..., T, D), (..., S, D) -> (..., T, S), masked with
-    -inf.
+    """How well each key answers each query: (..., T, D), (..., S, D) -> (..., T, S).
 
     Scores are multiplied by D**-0.5 so that their variance stays near 1 when q and k have
     unit-variance components; without it they grow with D and the softmax saturates into near
     one-hot rows (the --no-scale ablation passes scale=1.0). A softcap C then squashes each score
     into (-C, C), small ones nearly unchanged (Gemma 2's cap, after the scale, before the mask).
-    Masked positions get -inf *before* the softmax: exactly zero weight, and every row still sums to
-    1.
+    Masked positions get -inf *before* the softmax: exactly zero weight, and rows still sum to 1.
     """
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     if softcap:
@@ -77,35 +75,35 @@ def attention(
     if sink is None:
         weights = scores.softmax(dim=-1)  # (..., T, S): each row sums to 1
     else:
-        # (H,) -> (..., T, 1): the sink's logit in every row
-        column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)
-        # (..., T, S + 1) -> (..., T, S)
-        weights = torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]
+        column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)  # (H,) -> (..., T, 1)
+        weights = torch.cat([scores, column], dim=-1).softmax(dim=-1)  # (..., T, S + 1)
+        weights = weights[..., :-1]  # (..., T, S): the sink's column dropped
     dropped = dropout(weights) if dropout is not None else weights
     y = dropped @ v  # (..., T, S) @ (..., S, D) -> (..., T, D)
     return y, weights
 
 
 def in_view(back: torch.Tensor, causal: bool = True, window: int = 0) -> torch.Tensor:
-    """Which keys a query may look at, from how far back each lies (back = query position - key
-    position).
+    """Which keys a query may look at, from how far back each lies (query minus key position).
 
     Causal: the past and itself (back >= 0). A window W (a sliding window, as Mistral's and
     gpt-oss's layers and Gemma 3's local ones have): only keys fewer than W positions back, the
     query itself and the W - 1 before it; without the causal mask, W positions on either side. Every
     path masks with it (torch's kernel draws the plain causal triangle itself).
     """
-    # the past, or everything
-    seen = back >= 0 if causal else torch.ones_like(back, dtype=torch.bool)
+    if causal:
+        seen = back >= 0  # the past and itself
+    else:
+        seen = torch.ones_like(back, dtype=torch.bool)  # --no-mask: the future too
     return seen & (back.abs() < window) if window else seen
 
 
 def causal_mask(
     T: int, S: int, device=None, window: int = 0, causal: bool = True
 ) -> torch.Tensor | None:
-    """(T, S) boolean, True where a query may look, for T queries that come after S - T cached
-    positions:
-    with the causal mask alone, row t is True up to column S - T + t (with S = T: lower-triangular).
+    """(T, S) boolean, True where a query may look, for T queries after S - T cached positions.
+
+    With the causal mask alone, row t is True up to column S - T + t (with S = T: lower-triangular).
     None when every key is in view (--no-mask without a window).
 
     It is built when a path asks for it, not stored: a model with a long block_size then costs
@@ -119,7 +117,7 @@ def causal_mask(
 
 
 class Head(nn.Module):
-    """One head of attention with its own query, key and value projections, as the lessons draw it."""
+    """One head with its own query, key and value projections, as the lessons draw it."""
 
     def __init__(
         self,
@@ -140,12 +138,8 @@ class Head(nn.Module):
         self.query = nn.Linear(n_embd, head_size, bias=False)
         self.key = nn.Linear(n_embd, head_size, bias=False)
         self.value = nn.Linear(n_embd, head_size, bias=False)
-        self.block_size, self.causal, self.window, self.dropout_p = (
-            block_size,
-            causal,
-            window,
-            dropout,
-        )
+        self.block_size, self.dropout_p = block_size, dropout
+        self.causal, self.window = causal, window  # causal=False is --no-mask
         self.scale = head_size**-0.5 if scaled else 1.0
         self.qk_norm, self.softcap, self.rope = qk_norm, softcap, rope
         # how much of each output channel gets through
@@ -159,24 +153,19 @@ class Head(nn.Module):
         check_length(T, self.block_size)
         q, k, v = self.query(x), self.key(x), self.value(x)  # each (B, T, C) -> (B, T, D)
         q, k = prepare(q, k, self.qk_norm, self.rope)  # (B, T, D) each
-        # (T, T), or None: every token sees all
-        mask = causal_mask(T, T, x.device, self.window, self.causal)
+        mask = causal_mask(T, T, x.device, self.window, self.causal)  # (T, T), or None
         weights = None
         # torch's fused kernel takes neither a cap nor a sink
         if return_weights or self.softcap or self.sink is not None:
-            # (B, T, D), (B, T, T)
-            y, weights = attention(
-                q, k, v, mask, self.scale, self.attn_dropout, self.softcap, self.sink
-            )
+            drop = self.attn_dropout
+            y, weights = attention(q, k, v, mask, self.scale, drop, self.softcap, self.sink)
         else:
             p = self.dropout_p if self.training else 0.0
-            # (B, T, D)
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=p, scale=self.scale
             )
         if self.gate is not None:
-            # (B, T, D) * (B, T, D): each channel scaled by 0..1, read from the input
-            y = y * torch.sigmoid(self.gate(x))
+            y = y * torch.sigmoid(self.gate(x))  # (B, T, D): each channel scaled by 0..1
         return (y, weights) if return_weights else y
 
 
@@ -217,14 +206,9 @@ class MultiHead(nn.Module):
     ):
         super().__init__()
         check_heads(n_embd, n_head, kv_heads)
-        self.n_head, self.kv_heads, self.block_size, self.backend = (
-            n_head,
-            kv_heads or n_head,
-            block_size,
-            backend,
-        )
-        self.causal, self.window = causal, window
-        # the core that runs
+        self.n_head, self.kv_heads = n_head, kv_heads or n_head
+        self.block_size, self.backend = block_size, backend
+        self.causal, self.window = causal, window  # causal=False is --no-mask
         self.core = "manual" if backend == "sdpa" and (softcap or sink) else backend
         D = n_embd // n_head
         self.scale = D**-0.5 if scaled else 1.0
@@ -244,11 +228,10 @@ class MultiHead(nn.Module):
     def split_heads(
         self, x: torch.Tensor, start: int = 0, raw: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Project x (B, T, C), at positions start .. start + T - 1, to queries (B, H, T, D) and
-        keys and values (B, K, T, D),
-        ready for the core: every backend, the weights path, the KV cache and GPT.attention_probe
-        take them from here. raw: as projected, before QK-norm and RoPE (the norms that grow with
-        the weights, which measurements.qk_norms reads)."""
+        """x (B, T, C) at positions start .. start + T - 1 -> queries (B, H, T, D), keys and values
+        (B, K, T, D), as every core, the KV cache and GPT.attention_probe take them. raw: before
+        QK-norm and RoPE (the norms that grow with the weights, which measurements.qk_norms reads).
+        """
         B, T, C = x.shape
         H, K, D = self.n_head, self.kv_heads, C // self.n_head
         # (B, T, C + 2KD) -> (B, T, C), 2 x (B, T, KD)
@@ -259,22 +242,15 @@ class MultiHead(nn.Module):
         return (q, k, v) if raw else (*prepare(q, k, self.qk_norm, self.rope, start), v)
 
     def shared(self, kv: torch.Tensor) -> torch.Tensor:
-        """Keys or values (B, K, S, D) -> (B, H, S, D): each of the K heads serves H / K query heads
-        in a row.
-        """
-        return (
-            kv
-            if self.kv_heads == self.n_head
-            else kv.repeat_interleave(self.n_head // self.kv_heads, dim=1)
-        )
+        """Keys or values (B, K, S, D) -> (B, H, S, D): each K head serves H / K query heads."""
+        if self.kv_heads == self.n_head:
+            return kv
+        return kv.repeat_interleave(self.n_head // self.kv_heads, dim=1)
 
     def mask(self, T: int, S: int | None = None) -> torch.Tensor | None:
-        """The (T, S) mask for T queries after S - T cached positions (S defaults to T), or None for
-        --no-mask.
-        """
-        return causal_mask(
-            T, T if S is None else S, self.qkv.weight.device, self.window, self.causal
-        )
+        """The (T, S) mask for T queries after S - T cached positions (S = T by default)."""
+        S = T if S is None else S
+        return causal_mask(T, S, self.qkv.weight.device, self.window, self.causal)
 
     def forward(self, x: torch.Tensor, return_weights: bool = False, cache: KVCache | None = None):
         """x (B, T, C) -> (B, T, C); with a cache, x holds the T positions after the cached ones."""
@@ -283,56 +259,33 @@ class MultiHead(nn.Module):
         check_length(past + T, self.block_size)
         if cache is not None and not self.causal:
             raise ValueError(
-                "a KV cache needs causal attention: without the mask each new token changes what earlier positions see"
+                "a KV cache needs causal attention: without the mask each new token changes "
+                "what earlier positions see"
             )
-        # (B, H, T, D), 2 x (B, K, T, D); RoPE turns them to positions past ..
-        q, k, v = self.split_heads(x, start=past)
+        q, k, v = self.split_heads(x, start=past)  # (B, H, T, D), 2 x (B, K, T, D)
         if cache is not None:
             k, v = cache.append(k, v)  # -> (B, K, S, D): cached keys keep their own positions' turn
         S = k.shape[2]  # the keys in view: these T positions and what the cache kept
         weights = None
-        if return_weights or self.core == "manual":
-            y, weights = attention(
-                q,
-                self.shared(k),
-                self.shared(v),
-                self.mask(T, S),
-                self.scale,
-                self.attn_dropout,
-                self.softcap,
-                self.sink,
-            )  # (B, H, T, D), (B, H, T, S)
-        elif self.core == "tiled":
-            y = tiled_attention(
-                q,
-                self.shared(k),
-                self.shared(v),
-                self.mask(T, S),
-                self.scale,
-                self.attn_dropout,
-                softcap=self.softcap,
-                sink=self.sink,
-            )  # (B, H, T, D)
+        if return_weights or self.core != "sdpa":
+            k, v, mask = self.shared(k), self.shared(v), self.mask(T, S)  # (B, H, S, D), (T, S)
+            drop, cap, sink = self.attn_dropout, self.softcap, self.sink
+            if return_weights or self.core == "manual":
+                y, weights = attention(q, k, v, mask, self.scale, drop, cap, sink)  # (B, H, T, S)
+            else:
+                y = tiled_attention(q, k, v, mask, self.scale, drop, softcap=cap, sink=sink)
         else:
             p = self.dropout_p if self.training else 0.0
             # is_causal draws its triangle from the top-left corner, right only when S == T. After a
             # cached past, one new query may see every key; several get the last rows of the mask.
             mask = self.mask(T, S) if self.window or S > T > 1 else None
             causal = self.causal and S == T and mask is None
+            gqa = self.kv_heads != self.n_head
             y = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=mask,
-                dropout_p=p,
-                is_causal=causal,
-                scale=self.scale,
-                # (B, H, T, D)
-                enable_gqa=self.kv_heads != self.n_head,
-            )
+                q, k, v, mask, p, causal, scale=self.scale, enable_gqa=gqa
+            )  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C): heads side by side
         if self.gate is not None:
-            # (B, T, C): each head's each channel scaled by 0..1, read from the input
-            y = y * torch.sigmoid(self.gate(x))
+            y = y * torch.sigmoid(self.gate(x))  # (B, T, C): each channel scaled by 0..1
         y = self.resid_dropout(self.proj(y))  # (B, T, C)
         return (y, weights) if return_weights else y
