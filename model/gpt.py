@@ -63,8 +63,9 @@ class Block(nn.Module):
 
     def think(self, x: torch.Tensor) -> torch.Tensor:
         """The residual stream after the MLP: x itself in an attention-only block."""
-        # residual connection around the MLP
-        return x if self.mlp is None else x + self.mlp(self.ln2(x))
+        if self.mlp is None:
+            return x
+        return x + self.mlp(self.ln2(x))  # residual connection around the MLP
 
     def forward(self, x: torch.Tensor, return_weights: bool = False, cache: KVCache | None = None):
         if return_weights:
@@ -91,9 +92,9 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.pos_emb = (
-            nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.positions == "learned" else None
-        )
+        self.pos_emb = None
+        if cfg.positions == "learned":
+            self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
@@ -125,20 +126,18 @@ class GPT(nn.Module):
         return self.cfg.causal
 
     def new_caches(self) -> list[KVCache]:
-        """One empty KVCache per layer, each keeping what its layer's window lets later queries see."""
+        """One empty KVCache per layer, keeping what its layer's window lets later queries see."""
         return [KVCache(block.attn.window) for block in self.blocks]
 
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Token plus position embeddings: idx (B, T) -> x (B, T, C), at positions start .. start +
-        T - 1.
-        """
+        """Token plus position embeddings: idx (B, T) at positions start.. -> x (B, T, C)."""
         B, T = idx.shape
         # a learned table has block_size rows; rope and none take any length
         check_length(start + T, self.cfg.max_length)
         x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
-            # (B, T, C) + (T, C) -> (B, T, C)
-            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))
+            pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+            x = x + self.pos_emb(pos)  # (B, T, C) + (T, C) -> (B, T, C)
         return self.drop(x)
 
     def hidden(self, idx: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
@@ -154,26 +153,22 @@ class GPT(nn.Module):
         return self.ln_f(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """idx (B, T) -> logits (B, T, V), and the mean next-token cross-entropy when targets (B, T)
-        are given.
-        """
+        """idx (B, T) -> logits (B, T, V), and the mean loss when targets (B, T) are given."""
         logits = self.lm_head(self.hidden(idx))  # (B, T, C) -> (B, T, V)
         return logits, None if targets is None else lm_loss(logits, targets)
 
     @torch.no_grad()
     def attention_probe(self, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer, the pre-softmax scores (after the scale and any cap) and the weights (B, H, T,
-        T) of the readable path.
-        """
+        """Per layer, the scores before the softmax (scaled, capped) and the weights, (B, H, T, T)
+        each, from the readable path."""
         T = idx.shape[1]
         x = self.embed(idx)
         maps = []
         for block in self.blocks:
             attn = block.attn
-            # normalised and turned as the forward pass does
-            q, k, _ = attn.split_heads(block.ln1(x))
-            # (B, H, T, T)
-            scores = attention_scores(q, attn.shared(k), attn.mask(T), attn.scale, attn.softcap)
+            q, k, _ = attn.split_heads(block.ln1(x))  # normalised and turned as forward does
+            k, mask = attn.shared(k), attn.mask(T)
+            scores = attention_scores(q, k, mask, attn.scale, attn.softcap)  # (B, H, T, T)
             x, weights = block(x, return_weights=True)
             maps.append((scores, weights))
         return maps
@@ -183,9 +178,7 @@ class GPT(nn.Module):
         return [weights for _, weights in self.attention_probe(idx)]
 
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **sampling) -> torch.Tensor:
-        """Append max_new_tokens tokens to idx (B, T0) and return (B, T0 + max_new_tokens); see
-        `stream`.
-        """
+        """idx (B, T0) -> (B, T0 + max_new_tokens), the new tokens drawn by `stream`."""
         return torch.cat([idx, *self.stream(idx, max_new_tokens, **sampling)], dim=1)
 
     @torch.no_grad()
@@ -226,8 +219,8 @@ class GPT(nn.Module):
                 x = self.hidden(window, caches)  # prefill: encode the whole window once
             else:
                 x = self.hidden(window[:, -1:], caches)  # only the newest position: (B, 1, C)
-            # (B, V) -> (B, 1)
-            idx_next = sample_next(self.lm_head(x[:, -1]), temperature, top_k, top_p, generator)
+            logits = self.lm_head(x[:, -1])  # (B, C) -> (B, V)
+            idx_next = sample_next(logits, temperature, top_k, top_p, generator)  # (B, 1)
             yield idx_next
             window = torch.cat([window, idx_next], dim=1)  # (B, T) -> (B, T + 1)
             if window.shape[1] > block_size:  # full: keep the most recent half, encode it afresh
@@ -238,6 +231,5 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
     """Next-token cross-entropy in nats of logits (..., V) against targets (...): the one loss that
     training, evaluation, the honest loss and scoring compute. reduction "none" keeps one loss per
     target, shaped like targets."""
-    # over every prediction
     losses = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), reduction=reduction)
     return losses.view(targets.shape) if reduction == "none" else losses

@@ -1,5 +1,4 @@
-"""Tiled attention: the same math as attention() in attention.py, without ever holding the (T, S)
-weights.
+"""Tiled attention: attention()'s math in attention.py, without ever holding the (T, S) weights.
 
 Shape legend as in attention.py (B, T, C, H, D, V, S), plus two tile sizes:
     Tq  queries in one tile (at most `tile`)
@@ -41,12 +40,10 @@ def tiled_attention(
 
     Args:
         q: (..., T, D) queries; k, v: (..., S, D) keys and values.
-        mask: (T, S) boolean, True where a query may look (attention.causal_mask), or None: every
-        key in view.
+        mask: (T, S) boolean, True where a query may look (attention.causal_mask), or None.
         scale: D**-0.5, or 1.0 for --no-scale.
         tile: queries and keys per tile.
-        softcap: each tile's scores squashed into (-softcap, softcap) as attention_scores does; 0
-        for none.
+        softcap: each tile's scores squashed into (-softcap, softcap); 0 for none.
         sink: one logit per head (H,) that joins each row's softmax (as in attention()): the running
             max starts at it and the denominator at its exp, with nothing added to acc.
     Returns:
@@ -56,38 +53,27 @@ def tiled_attention(
     outputs = []
     for q0 in range(0, T, tile):
         qt = q[..., q0 : q0 + tile, :]  # (..., T, D) -> (..., Tq, D)
-        # (..., Tq, 1): running max of each row's scores
-        m = torch.full_like(qt[..., :1], float("-inf"))
-        # (..., Tq, 1): running sum of exp(score - m), softmax's denominator
-        denom = torch.zeros_like(m)
+        m = torch.full_like(qt[..., :1], float("-inf"))  # (..., Tq, 1): running max of each row
+        denom = torch.zeros_like(m)  # (..., Tq, 1): running sum of exp(score - m)
         acc = torch.zeros_like(qt)  # (..., Tq, D): running sum of exp(score - m) * value
         if sink is not None:
-            # (H,) -> (..., Tq, 1): the sink's, the first score seen
-            logit = sink.view(-1, 1, 1).to(m.dtype).expand_as(m)
-            # the running max only steadies exp(); the result does not depend on it
-            m = logit.detach()
-            # (..., Tq, 1): exp(sink - m) = 1, through which the sink learns
-            denom = (logit - m).exp()
+            logit = sink.view(-1, 1, 1).to(m.dtype).expand_as(m)  # (H,) -> (..., Tq, 1)
+            m = logit.detach()  # the sink's is the first score seen; m only steadies exp()
+            denom = (logit - m).exp()  # exp(sink - m) = 1, through which the sink learns
         for k0 in range(0, S, tile):
-            # (Tq, Sk): True where a query may look
-            seen = None if mask is None else mask[q0 : q0 + tile, k0 : k0 + tile]
-            # every key here is hidden from every query: skip the tile
+            seen = None if mask is None else mask[q0 : q0 + tile, k0 : k0 + tile]  # (Tq, Sk)
             if seen is not None and not seen.any():
-                continue
-            # (..., S, D) -> (..., Sk, D)
-            kt, vt = k[..., k0 : k0 + tile, :], v[..., k0 : k0 + tile, :]
-            # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
-            scores = (qt @ kt.transpose(-2, -1)) * scale
+                continue  # every key here is hidden from every query: skip the tile
+            kt, vt = k[..., k0 : k0 + tile, :], v[..., k0 : k0 + tile, :]  # (..., Sk, D) each
+            scores = (qt @ kt.transpose(-2, -1)) * scale  # (..., Tq, D) @ (..., D, Sk)
             if softcap:
-                # (..., Tq, Sk), each in (-softcap, softcap)
-                scores = softcap * torch.tanh(scores / softcap)
+                scores = softcap * torch.tanh(scores / softcap)  # (..., Tq, Sk)
             if seen is not None and not seen.all():  # some key here is hidden from some query
                 scores = scores.masked_fill(~seen, float("-inf"))  # (..., Tq, Sk)
             # A row whose every key so far was hidden (behind a window) keeps m = -inf: exp() is
-            # then taken from the lowest float. (..., Tq, 1)
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True)).clamp(
-                min=torch.finfo(scores.dtype).min
-            )
+            # then taken from the lowest float.
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., Tq, 1)
+            m_new = m_new.clamp(min=torch.finfo(scores.dtype).min)
             p = (scores - m_new).exp()  # (..., Tq, Sk): this tile's weights, not yet normalised
             rescale = (m - m_new).exp()  # (..., Tq, 1): moves earlier sums onto the new maximum
             denom = denom * rescale + p.sum(dim=-1, keepdim=True)
