@@ -1,18 +1,10 @@
 """Cutting a stream of text into tasks for the encoders, where the ids stay those of the whole text.
 
-The char tokenizer maps each character alone: it is cut anywhere, at exactly chunk_chars.
-
-GPT-2's tokenizer splits text into pre-tokens with a regular expression, then merges bytes inside
-each. Two places are safe to cut: before a single space between two non-space characters
-(`word| word`), and after a single newline between two non-space characters (`line\\n|Next`); never
-inside a run of spaces or newlines, which the expression merges. Python's `\\S` is a little stricter
-than tiktoken's, which can only skip a safe place, never make an unsafe one.
-
-Some text has no safe place for megabytes (CJK prose, DNA, base64). So one is looked for only up to
-`force_after` characters past the limit; else the text is cut by force into pieces of at most
-FORCED_CHARS (byte-pair merging costs more a character on longer pre-tokens), each at the last
-`EDGE` between pre-tokens in its second half (`中文|。`, `abc|123`), else inside one pre-token,
-where the ids next to the cut can differ (docs/own-text.md measures how many).
+The char tokenizer's text is cut anywhere. GPT-2's pre-tokenizer never runs a pre-token on into a
+single space between two non-space characters (`word| word`), nor past a single newline between
+two (`line\n|Next`): cuts there keep the ids. Text with no such place for megabytes (CJK, DNA,
+base64) is cut by force into pieces of at most FORCED_CHARS, at an `EDGE` between pre-tokens where
+one is near, else inside a pre-token, where the ids next to the cut can differ (docs/own-text.md).
 """
 
 import re
@@ -21,15 +13,15 @@ from collections.abc import Iterable, Iterator
 from itertools import pairwise
 
 SAFE_CUT = re.compile(r"(?<=\S)(?= \S)|(?<=\S\n)(?=\S)")
-# A letter before a non-letter, a digit before a non-digit, a symbol (not an apostrophe: 's and 't
-# are pre-tokens) before a letter or digit, none of them space: tiktoken's classes, for `regex`.
+# letter|non-letter, digit|non-digit, symbol|letter or digit (not after an apostrophe: 's is one
+# pre-token), no space: tiktoken's classes, for the `regex` module
 EDGE = r"(?<=\p{L})(?=[^\p{L}\s])|(?<=\p{N})(?=[^\p{N}\s])|(?<=[^\s\p{L}\p{N}'])(?=[\p{L}\p{N}])"
 WINDOWS = (1 << 8, 1 << 12, 1 << 16, 1 << 62)  # characters searched back from the limit, in turn
 FORCE_AFTER = 1 << 18  # gpt2: characters past the limit searched for a safe place
 FORCED_CHARS = 1 << 12  # gpt2: forced cuts come at most this far apart
 
 
-def last_match(pattern, text: str, limit: int, start: int = 1) -> int | None:
+def last_match(pattern, text: str, limit: int, start: int) -> int | None:
     """The last match of `pattern` from `start` to `limit` (or limit + 1), else None."""
     end = min(len(text), limit + 2)  # a cut at `limit` looks two characters ahead
     # most text has a match within a few characters: look near the limit first
@@ -40,13 +32,12 @@ def last_match(pattern, text: str, limit: int, start: int = 1) -> int | None:
             return last[0].start()
         if first == start:
             return None
-    return None
 
 
-def safe_cut(text: str, limit: int, start: int = 1, end: int | None = None) -> int | None:
+def safe_cut(text: str, limit: int, start: int, end: int) -> int | None:
     """The last safe place at or before `limit`, else the first after it (before `end`), else None.
     The caller knows there is none before `start`."""
-    end = len(text) if end is None else min(end, len(text))
+    end = min(end, len(text))
     if text.find(" ", start, end) < 0 and text.find("\n", start, end) < 0:
         return None  # no space, no newline: found fast
     if start <= limit and (last := last_match(SAFE_CUT, text, limit, start)) is not None:
@@ -56,9 +47,8 @@ def safe_cut(text: str, limit: int, start: int = 1, end: int | None = None) -> i
 
 
 def forced_cuts(text: str, limit: int) -> list[int]:
-    """Where to cut text[:limit], which has no safe place: every FORCED_CHARS characters at most,
-    at the last edge in the second half before that bound, else at it; the last cut at `limit` or an
-    edge before it."""
+    """Where to cut text[:limit], which has no safe place: every FORCED_CHARS characters at most, at
+    the last edge in the second half before that bound, else at it."""
     import regex  # tiktoken's own dependency, for its Unicode classes; only needed here
 
     cuts = [0]
@@ -84,13 +74,11 @@ def make_tasks(
     anywhere: bool = False,
     force_after: int = FORCE_AFTER,
 ) -> Iterator[Task]:
-    """Group (split, text, starts, separated) pieces into tasks of about chunk_chars characters.
+    """Group (split, text, starts, separated) pieces into tasks of about chunk_chars characters, in
+    order, never two splits in one; `starts` marks a new document or the train/val cut of one text.
 
-    `starts` marks a new document, or the train/val cut of one text. A document's text is gathered
-    until it is long enough, then cut: `anywhere` (char) at chunk_chars, else at a safe place or by
-    force. A document cut by force is cut so to its end; one that ends within the bound with no safe
-    place is encoded whole. Short documents are gathered many to a task; a task never holds two
-    splits. Each character is searched about once, so time grows with the text.
+    A document cut by force is cut so to its end; one that ends within `force_after` of the limit
+    with no safe place is encoded whole. Each character is searched about once.
     """
     split, pieces, size = None, [], 0
     pending, separated = "", False  # the document's text not cut yet; a separator before it

@@ -1,8 +1,5 @@
-"""Find or download the corpus, prepare it once into .bin memmaps, and read them back.
-
-The token ids live in `<cache>/prepared/<name>-<tokenizer>-<hash>/` as train.bin and val.bin (raw
-unsigned integers) beside meta.json (tokenizer, vocabulary, dtype, counts, sources, and its own
-checksum), reused while the sources and the tokenizer stay the same.
+"""Find or download the corpus, prepare it once into `<cache>/prepared/<name>-<tokenizer>-<hash>/`
+(train.bin and val.bin, raw unsigned ids, beside a sealed meta.json), and read them back.
 """
 
 import json
@@ -38,12 +35,10 @@ class Corpus:
         return f"corpus {self.source}: {len(self.train):,} train / {len(self.val):,} val tokens"
 
     def probe_ids(self, n: int) -> list[int]:
-        """n tokens to look at when the probe text does not fit the tokenizer: val's first."""
         return self.val[:n].tolist()
 
 
 def download_tiny_shakespeare(cache_dir: Path) -> Path:
-    """The cached Tiny Shakespeare, downloaded once; used only if its SHA-256 matches."""
     path = cache_dir / "tinyshakespeare.txt"
     url = TINY_SHAKESPEARE_URL
     if path.exists():
@@ -88,11 +83,8 @@ def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
 
 
 def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
-    """The train and val ids of data_cfg.path (Tiny Shakespeare when empty), prepared once.
-
-    trained_on, a run's source_sha256: its corpus must still hold that text (else ChangedText). A
-    text prepared under another name (a copy, a folder renamed) is found by its key.
-    """
+    """The ids of data_cfg.path (Tiny Shakespeare when empty), prepared once; trained_on, a run's
+    source_sha256, is the text it must still hold (else ChangedText)."""
     cache_dir = Path(data_cfg.cache_dir) if data_cfg.cache_dir else DEFAULT_CACHE_DIR
     if data_cfg.tokenizer not in TOKENIZERS:
         raise DataError(
@@ -114,7 +106,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
             )
         root, tokenizer, short = cache_dir / "prepared", data_cfg.tokenizer, key[:16]
         mine = root / f"{path.resolve().stem}-{tokenizer}-{short}"
-        # then the same text prepared under another name
+        # then the same text prepared under another name (a copy, a folder renamed)
         others = sorted(folder for folder in root.glob(f"*-{tokenizer}-{short}") if folder != mine)
         prepared = next(filter(None, (read_prepared(f, key) for f in [mine, *others])), None)
         if prepared is None:  # never prepared, prepared by an older version, or damaged
@@ -146,9 +138,8 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
 
 
 def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
-    """The train and val ids and the tokenizer prepared in `folder`, or None when they must be
-    prepared again: a meta.json edited, from other text or an older format, a .bin of the wrong
-    size (cut short by a full disk), ids outside the vocabulary."""
+    """The train and val ids and the tokenizer in `folder`, or None when anything is amiss (prepare
+    again): a meta.json edited or from another text or version, a .bin cut short, ids too large."""
     try:
         meta = unsealed_json((folder / "meta.json").read_bytes())
         if (
@@ -179,8 +170,7 @@ def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Token
 
 
 def largest_id(path: Path, dtype: str) -> int:
-    """The largest id in a .bin (-1 when empty), read block by block: a memmap's max() would keep
-    every page resident."""
+    """The largest id in a .bin (-1 when empty), by blocks: a memmap's max() keeps every page."""
     largest = -1
     with open(path, "rb") as f:
         while len(block := np.fromfile(f, dtype=dtype, count=IDS_BLOCK)):
@@ -189,7 +179,6 @@ def largest_id(path: Path, dtype: str) -> int:
 
 
 def check_split_lengths(corpus: Corpus, block_size: int) -> None:
-    """Each split must hold at least one window: block_size inputs and their targets."""
     for split in ("train", "val"):
         n = len(getattr(corpus, split))
         if n < block_size + 1:

@@ -1,5 +1,4 @@
-"""Files written whole or not at all, and their SHA-256 fingerprints: the file utilities every
-package uses."""
+"""Files written whole or not at all, and their SHA-256 fingerprints."""
 
 import errno
 import glob
@@ -56,12 +55,9 @@ def temporary_twin(path: Path) -> Path:
 
 @contextmanager
 def atomic_file(path: Path, one_writer: bool = False) -> Iterator[BinaryIO]:
-    """An open binary file that replaces `path` all at once when the block ends: readers never see
-    half a file, and if the block raises, `path` is left as it was.
-
-    The temporary name carries the pid, so concurrent writers never share one; the only writer (a
-    run holding its folder's lock) passes one_writer=True for a fixed <name>.tmp, which a killed
-    process leaves behind once and the next save overwrites.
+    """A binary file that replaces `path` all at once when the block ends (if it raises, `path`
+    stays as it was). The only writer (a run holding its folder's lock) may use a fixed <name>.tmp
+    that the next save overwrites; others add their pid, so that they never share one.
     """
     tmp = path.with_name(f"{path.name}.tmp") if one_writer else temporary_twin(path)
     try:
@@ -82,12 +78,8 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool]) -> bool:
     """Rename the folder written at `tmp` to `folder`, its files flushed first; False when another's
-    stays.
-
-    Two processes may prepare the same folder at once: one already in place that `whole` accepts is
-    the other's, finished first, and stays (that process may be reading it). One that `whole`
-    refuses is renamed aside and removed only once tmp has taken its place, so a reader never finds
-    the path missing.
+    stays: one in place that `whole` accepts is another process's, which may be reading it. One that
+    `whole` refuses is renamed aside, removed once tmp is in place: the path is never missing.
     """
     for path in tmp.iterdir():
         fd = os.open(path, os.O_RDONLY)
@@ -131,8 +123,8 @@ def running(pid: int) -> bool:
 
 
 def remove_abandoned(path: Path) -> None:
-    """Delete the <path>.tmp<pid> and <path>.old<pid> leftovers of processes that no longer run: a
-    writer killed outright could not clean up, and a half-written corpus may take gigabytes."""
+    """Delete the <path>.tmp<pid> and .old<pid> leftovers of processes killed outright (a
+    half-written corpus may take gigabytes)."""
     for twin in path.parent.glob(f"{glob.escape(path.name)}.*"):
         pid = re.fullmatch(r"(?:tmp|old)(\d+)", twin.name[len(path.name) + 1 :])
         if pid is None or int(pid[1]) == os.getpid() or running(int(pid[1])):

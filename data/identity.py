@@ -1,11 +1,9 @@
 """What a --data-file path names: the files of a corpus, and the identity of their text.
 
-A folder means every .txt, .jsonl and .parquet file under it, sorted by path. Links are followed,
-but a file or folder reached twice is read once; names that begin with "." (.git,
-.ipynb_checkpoints) are skipped, since tools keep copies there; a FIFO, device or socket is refused,
-since the corpus is read twice. The identity is the text's, never its path's: one file's SHA-256,
-or a folder's files' relative paths, sizes and SHA-256s. Each file's size, modification time and
-inode are taken before it is hashed and compared after preparation (`check_unchanged`).
+A folder is every .txt, .jsonl and .parquet file under it, sorted by path, links followed but each
+file read once, names that begin with "." skipped (tools keep copies there), a FIFO or device
+refused (the corpus is read twice). The identity is the text's, never its path's: a file's SHA-256,
+or a folder's relative paths, sizes and SHA-256s.
 """
 
 import json
@@ -37,7 +35,7 @@ def kind_of(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Source:
-    """What --data-file (or --data.val_path) names: one file, or a folder and its files in order."""
+    """One file, or a folder and its files in order, as --data-file or --data.val_path named it."""
 
     path: Path  # as the user typed it, for messages
     flag: str  # the flag that named it, for messages
@@ -101,7 +99,7 @@ class Source:
 
 
 def check_unchanged(sources: Iterable[Source]) -> None:
-    """Raise a DataError if a file's stamp differs from its `stats`: it was written meanwhile."""
+    """Raise a DataError if a file was written since its `stats` were taken."""
     for source in sources:
         for file, before in zip(source.files, source.stats, strict=True):
             if source.stamp(file) != before:
@@ -121,7 +119,6 @@ def one_file(path: Path, flag: str, kinds: str = "") -> Source:
 
 
 def find_source(path: Path, flag: str) -> Source:
-    """The source a path names; a missing path, or a folder with no corpus file, is a DataError."""
     if not path.is_dir():
         return one_file(path, flag, ", a .jsonl or .parquet file, or a folder")
     source, kept, seen = Source(path, flag, folder_files(path, flag)), [], set()
@@ -145,7 +142,6 @@ def find_source(path: Path, flag: str) -> Source:
 
 
 def folder_files(folder: Path, flag: str) -> tuple[Path, ...]:
-    """The .txt, .jsonl and .parquet files under folder (as the module says), sorted by path."""
     found, seen, todo = [], set(), [folder]
     while todo:
         directory = todo.pop()

@@ -1,11 +1,9 @@
 """Encode a corpus of any size into train.bin and val.bin, in constant memory.
 
-Two streaming passes. The first reads every file once: it checks the input (errors come before any
-work), counts documents and characters (where the split falls) and collects the char tokenizer's
-vocabulary. The second cuts the text into tasks (data/chunks.py), encodes them in a pool of threads
-(tiktoken releases the GIL) and appends the ids to the .bin files in order. All is written into a
-temporary folder renamed into place when whole, meta.json last: a run stopped by an error, Ctrl-C
-or SIGTERM leaves nothing that the next run would use.
+A first pass checks every file (errors come before any work) and counts documents and characters;
+a second cuts the text into tasks (data/chunks.py), encodes them in threads (tiktoken releases the
+GIL) and appends the ids in order. All is written into a temporary folder renamed into place when
+whole, meta.json last: a run stopped by an error or a signal leaves nothing the next would use.
 """
 
 import os
@@ -85,8 +83,7 @@ def progress(desc: str, total: int, unit: str) -> tqdm:
 
 
 def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
-    """The first pass over a source: every file read and checked, its documents and characters
-    counted and collected."""
+    """The first pass: every file read and checked, documents and characters counted."""
     found = Scan()
     sizes = [size for size, _, _ in source.stats]  # taken before reading: check_unchanged
     with progress(f"reading {source.path.name}", sum(sizes), "B") as bar:
@@ -118,8 +115,8 @@ def train_cut(source: Source, found: Scan, split: str | None) -> int:
 
 
 def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
-    """(split, text, starts, separated) for every piece of every source in order. A source's split
-    is "train", "val", or None: cut at the usual fraction."""
+    """(split, text, starts, separated) for every piece of every source. A source's split is
+    "train", "val", or None: cut at the usual fraction."""
     for source, found, split in plan:
         cut, seen = train_cut(source, found, split), 0
         for text, starts, _ in read_source(source, text_field):
@@ -137,7 +134,7 @@ def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
 def encode_task(
     tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_text: np.ndarray, dtype: np.dtype
 ) -> np.ndarray:
-    """One task's ids in the .bin file's dtype (in the worker: the writer only writes)."""
+    """One task's ids in the .bin file's dtype (in the worker thread)."""
     parts = [end_of_text[:0]]
     for text, separated in pieces:
         if separated:
@@ -149,8 +146,8 @@ def encode_task(
 
 @contextmanager
 def stopped_by_signals():
-    """Stop signals raise Interrupted in the main thread, once (a second one while cleaning up is
-    ignored); one that the launcher ignores (nohup's SIGHUP) stays ignored."""
+    """Stop signals raise Interrupted in the main thread, once (not again while cleaning up); one
+    that the launcher ignores (nohup's SIGHUP) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -187,8 +184,8 @@ def prepare(
     """Encode the sources into folder/train.bin and val.bin, write meta.json last, and return it.
 
     Validation is the end of the corpus, not a random sample: contiguous text would leak across a
-    random split. One text file: its last 10 % of characters. Documents: the last 10 %, at least
-    one, each preceded by the tokenizer's end-of-text. A val_source is the whole val split.
+    random split. One text file: its last 10 % of characters. Documents (each preceded by the
+    end-of-text): the last 10 %, at least one. A val_source is the whole val split.
     """
     started, char = time.perf_counter(), tokenizer_name == "char"
     with stopped_by_signals():
@@ -245,8 +242,7 @@ def prepare(
 def encode_into(
     folder: Path, plan: list, tokenizer: Tokenizer, text_field: str, workers: int, chunk_chars: int
 ) -> dict:
-    """The second pass: tasks encoded by `workers` threads, their ids appended to <split>.bin in
-    order."""
+    """The second pass: tasks encoded by threads, their ids appended to <split>.bin in order."""
     dtype = np.dtype("uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32")
     separated = any(not s.is_one_text for s, _, _ in plan)
     end_of_text = np.array(tokenizer.end_of_text if separated else [], dtype=np.uint32)

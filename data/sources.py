@@ -1,10 +1,9 @@
 """Where the text comes from: a text file (one document), a .jsonl or .parquet file (a document a
 line or row), or a folder of them.
 
-Every reader streams pieces of at most about `chunk_chars` characters, so a corpus of any size
-passes through a few megabytes of memory. A piece is `(text, starts, nbytes)`: `starts` is True on
-a document's first piece, nbytes how far the reader moved in the file (for the progress bar). Bad
-input is a DataError that names the file and the line, row or byte offset.
+Readers stream `(text, starts, nbytes)` pieces: `starts` on a document's first, nbytes how far the
+reader moved in the file (for the progress bar). Bad input is a DataError that names the file and
+the line, row or byte offset.
 """
 
 import codecs
@@ -24,7 +23,6 @@ Pieces = Iterator[tuple[str, bool, int]]
 
 
 def read_source(source: Source, text_field: str, chunk_chars: int = CHUNK_CHARS) -> Pieces:
-    """Every document of every file of the source, in order, as (text, starts, nbytes) pieces."""
     for file in source.files:
         kind = kind_of(file)
         if kind == "text":
@@ -43,8 +41,8 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 
 
 def read_text_file(file: Path, source: Source, chunk_chars: int) -> Pieces:
-    """A UTF-8 text file, newlines read as Python reads them; a byte-order mark at the start (as
-    Notepad writes) is dropped, as JSON readers drop it: it marks the encoding, it is not text."""
+    """A UTF-8 text file in pieces; a byte-order mark at its start (Notepad's) is dropped, as JSON
+    readers drop it: it marks the encoding, it is not text."""
     with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
         starts, position = True, 0
         while True:
@@ -74,7 +72,6 @@ def blocks(f) -> Iterator[bytes]:
 
 
 def bad_utf8_offset(file: Path) -> int:
-    """The offset of the first byte that is not UTF-8, found by decoding the file again."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
         # the empty block at the end: a character cut off by the end
@@ -99,7 +96,6 @@ def nul_offset(file: Path) -> int:
 
 
 def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
-    """A document per line: the string in `field`; blank lines and empty texts are skipped."""
     with open_or_fail(file, source) as f:
         offset = 0
         for number, line in enumerate(f, 1):
@@ -131,8 +127,7 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(f"{where}: field {field!r} holds {type(text).__name__}, not text")
-            # only a line that spells a surrogate is checked
-            if SURROGATE_ESCAPE.search(line) and not text.isascii():
+            if SURROGATE_ESCAPE.search(line) and not text.isascii():  # cheap, seldom true
                 try:
                     text.encode("utf-8")
                 except UnicodeEncodeError as e:
@@ -146,7 +141,6 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
 
 
 def read_parquet(file: Path, source: Source, field: str) -> Pieces:
-    """A document per row of the string column `field`, read a batch of rows at a time."""
     try:
         import pyarrow as pa  # here: only parquet sources need it
         import pyarrow.parquet as pq
@@ -184,8 +178,7 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
 
 
 def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The whole text of a small file named with `flag` (a prompt, a text to score), whatever its
-    name; bad input is a DataError."""
+    """The whole text of a small file (a prompt, a text to score), whatever its name."""
     source = one_file(path, flag)
     text = "".join(piece for piece, _, _ in read_text_file(path, source, CHUNK_CHARS))
     if not text.strip():

@@ -1,7 +1,6 @@
-"""Synthetic token streams for the induction-head lesson (docs/induction.md): random tokens with a
-segment that recurs at a random distance, so only content (a previous-token head composing with an
-induction head) finds the earlier occurrence, never position. The tokens are characters, so the
-char tokenizer prints, samples and labels them like text.
+"""Synthetic tokens for the induction-head lesson (docs/induction.md): random, with a segment that
+recurs at a random distance, so only content (a previous-token head composing with an induction
+head) finds the earlier occurrence. The tokens are characters, shown like text.
 """
 
 import json
@@ -52,7 +51,6 @@ class RepeatedRandom:
     def draw(
         self, batch_size: int, block_size: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """x and y (B, T) as get_batch returns them, from fresh sequences."""
         # (B, T + 1)
         window = torch.stack([self.sequence(block_size + 1, generator) for _ in range(batch_size)])
         return window[:, :-1], window[:, 1:]
@@ -60,8 +58,8 @@ class RepeatedRandom:
 
 @dataclass
 class SyntheticCorpus:
-    """What training reads, named as data.corpus.Corpus names it: both splits draw from the source
-    (evaluation with its own generator), and its settings stand in for a text's hash."""
+    """Named as data.corpus.Corpus: both splits draw from the source (evaluation with its own
+    generator), and its settings stand in for a text's hash."""
 
     train: RepeatedRandom
     val: RepeatedRandom
@@ -73,12 +71,10 @@ class SyntheticCorpus:
         return f"data {self.source}: fresh sequences every step"
 
     def probe_ids(self, n: int) -> list[int]:
-        """n tokens to look at: one sequence with its repeat, the same in every run."""
         return self.val.sequence(n, torch.Generator().manual_seed(PROBE_SEED)).tolist()
 
 
 def load_synthetic(data_cfg) -> SyntheticCorpus:
-    """The source that data.source names, with a char tokenizer over its symbols."""
     source = RepeatedRandom(data_cfg.symbols, data_cfg.min_segment, data_cfg.max_segment)
     settings = {k: getattr(data_cfg, k) for k in SETTINGS}
     described = (

@@ -1,14 +1,12 @@
-"""Tokenizers with one interface: encode, decode, vocab_size; for preparing a corpus, encode_array
-(ids straight into numpy: what makes preparation fast) and end_of_text (the ids between documents).
+"""Tokenizers with one interface: name, vocab_size, encode, decode, state(); for preparing a
+corpus, encode_array (ids straight into numpy, fast) and end_of_text (the ids between documents).
 
 gpt2 is OpenAI's byte-pair encoding through tiktoken. char maps each distinct character of the
-corpus to an id; its vocabulary is saved with the prepared data and in every checkpoint, so
-sampling decodes with exactly the vocabulary the model was trained on.
+corpus to an id; its vocabulary is saved with the prepared data and in every checkpoint.
 """
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Protocol
 
 import numpy as np
 
@@ -19,16 +17,6 @@ DEGENERATE_SHARE = 0.5  # more whitespace than this, or more of one character: u
 
 class TokenizerError(ValueError):
     """Text or a vocabulary that a tokenizer cannot handle; the message says what to do."""
-
-
-class Tokenizer(Protocol):
-    name: str
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]: ...
-    def encode_array(self, text: str) -> np.ndarray: ...
-    def decode(self, ids: list[int]) -> str: ...
-    def state(self) -> dict: ...
 
 
 class GPT2Tokenizer:
@@ -116,12 +104,12 @@ class CharTokenizer:
         return {"name": self.name, "chars": self.chars}
 
 
-def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
-    """The text of ids piece by piece, for printing while a model generates them.
+Tokenizer = GPT2Tokenizer | CharTokenizer
 
-    A gpt2 token can end inside a character of several UTF-8 bytes, and decode alone to U+FFFD:
-    such a piece is held back (up to 4 tokens) until the next tokens complete the character.
-    """
+
+def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
+    """The text of ids piece by piece, as a model generates them. A gpt2 token can end inside a
+    character of several UTF-8 bytes (decoded alone: U+FFFD); it waits for the next (up to 4)."""
     pending: list[int] = []
     for i in ids:
         pending.append(i)
@@ -143,9 +131,8 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
 
 
 def degenerate(text: str) -> tuple[str, str] | None:
-    """What is wrong with a text a model wrote, as (what, counts), or None: more than
-    DEGENERATE_SHARE whitespace or one character, as a model trained without the causal mask
-    writes."""
+    """(what, counts) when a text a model wrote is mostly whitespace or one character (as without
+    the causal mask), else None."""
     if not text:
         return None
     blank = sum(c.isspace() for c in text)
