@@ -1,4 +1,4 @@
-"""Training batches: random windows of a long array of token ids, or what a synthetic source draws."""
+"""Training batches: random windows of a long array of token ids, or a synthetic source's draw."""
 
 import numpy as np
 import torch
@@ -7,11 +7,9 @@ import torch
 def get_batch(
     ids: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw batch_size windows at random offsets; return inputs x and targets y, both (B, T) int64.
+    """Inputs x and targets y, both (B, T) int64, from windows at offsets drawn from `generator`.
 
-    y is x shifted one position left: y[b, t] is the token that follows x[b, t]. Every position
-    of a window is a training example, so one (B, T) batch carries B*T predictions.
-    The offsets come from `generator` alone, so a seeded generator gives the same batches.
+    y is x shifted one position left, so each of the B*T positions is a training example.
     """
     starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)  # (B,)
     offsets = starts[:, None] + torch.arange(block_size + 1)  # (B, 1) + (T + 1,) -> (B, T + 1)
@@ -22,9 +20,8 @@ def get_batch(
 def draw_batch(
     split, batch_size: int, block_size: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x, y (B, T) from a split: windows of its token ids (get_batch), or a synthetic source's own
-    draw (data/synthetic.py). Either way `generator` alone decides them, so a checkpoint of it
-    resumes the stream."""
+    """x, y (B, T) from a split's token ids or a synthetic source, decided by `generator` alone (so
+    a checkpoint of it resumes the stream)."""
     if isinstance(split, np.ndarray):
         return get_batch(split, batch_size, block_size, generator)
     return split.draw(batch_size, block_size, generator)

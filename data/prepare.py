@@ -1,14 +1,9 @@
-"""Encode a corpus of any size into train.bin and val.bin, in constant memory, at the tokenizer's
-speed.
+"""Encode a corpus of any size into train.bin and val.bin, in constant memory.
 
-Two streaming passes over the sources. The first reads every file once: it checks the input (bad
-UTF-8, a broken JSON line: errors come before any work), counts documents and characters (where
-the split falls), and collects the characters of the char tokenizer's vocabulary. The second cuts
-the text into tasks at safe places (data/chunks.py), encodes them in a pool of threads (tiktoken
-releases the GIL while it encodes), and appends the ids to the .bin files as they come, in order.
-
-Everything is written into a temporary folder that is renamed into place when whole, meta.json
-last: a run stopped by an error, Ctrl-C or SIGTERM leaves nothing that the next run would use.
+A first pass checks every file (errors come before any work) and counts documents and characters;
+a second cuts the text into tasks (data/chunks.py), encodes them in threads (tiktoken releases the
+GIL) and appends the ids in order. All is written into a temporary folder renamed into place when
+whole, meta.json last: a run stopped by an error or a signal leaves nothing the next would use.
 """
 
 import os
@@ -40,25 +35,21 @@ from data.sources import CHUNK_CHARS, DataError, Source, read_source
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
-# 2 records each split's token count, so a cut-short .bin is noticed; 3 seals meta.json with its
-# checksum
-FORMAT_VERSION = 3
+FORMAT_VERSION = 3  # 2 records each split's token count; 3 seals meta.json with its checksum
 PROGRESS_DELAY_S = 1.0  # a preparation shorter than this shows no progress bar
-
-# no SIGHUP on Windows
 STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
+)  # no SIGHUP on Windows
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal) while preparing: the half-written folder is
-    gone, and the process exits with 128 + signum."""
+    """A stop signal while preparing: the process exits with 128 + signum."""
 
     def __init__(self, signum: int):
         self.signum = signum
         super().__init__(
-            f"{signal.Signals(signum).name} while preparing the data: stopped; nothing half-written was kept, the next run prepares it again"
+            f"{signal.Signals(signum).name} while preparing the data: stopped; nothing "
+            "half-written was kept, the next run prepares it again"
         )
 
 
@@ -92,55 +83,44 @@ def progress(desc: str, total: int, unit: str) -> tqdm:
 
 
 def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
-    """The first pass: every file read and checked; its documents and characters counted, and its
-    characters collected.
-    """
+    """The first pass: every file read and checked, documents and characters counted."""
     found = Scan()
-    # taken before reading, if not before hashing: check_unchanged compares them
-    sizes = [size for size, _, _ in source.stats]
+    sizes = [size for size, _, _ in source.stats]  # taken before reading: check_unchanged
     with progress(f"reading {source.path.name}", sum(sizes), "B") as bar:
         for text, starts, nbytes in read_source(source, text_field):
             found.documents += starts
             found.chars += len(text)
             found.blank = found.blank and text.isspace()
-            if count_chars:
-                if text.isascii():  # most text: count bytes with numpy instead of building a set
-                    found.charset.update(
-                        map(
-                            chr, np.flatnonzero(np.bincount(np.frombuffer(text.encode(), np.uint8)))
-                        )
-                    )
-                else:
-                    found.charset.update(text)
+            if count_chars and text.isascii():  # most text: count bytes instead of building a set
+                counts = np.bincount(np.frombuffer(text.encode(), np.uint8))
+                found.charset.update(map(chr, np.flatnonzero(counts)))
+            elif count_chars:
+                found.charset.update(text)
             bar.update(nbytes)
     if not found.documents or found.blank:
         raise DataError(
-            f"{source.flag} {source.path} is empty (nothing but whitespace); give a file with some text"
+            f"{source.flag} {source.path} is empty (nothing but whitespace); give a file with "
+            "some text"
         )
     return found
 
 
 def train_cut(source: Source, found: Scan, split: str | None) -> int:
-    """Where val begins: a character of one text, or a count of documents (see `prepare`); past the
-    end for a train-only source.
-    """
+    """Where val begins, in characters of one text or in documents; past the end for train only."""
     if split is not None:
         return (found.chars if source.is_one_text else found.documents) + 1
     if source.is_one_text:
-        # in characters, exactly as the whole text always was cut
         return int(found.chars * TRAIN_FRACTION)
-    # at least one document for val
-    return min(int(found.documents * TRAIN_FRACTION), found.documents - 1)
+    return min(int(found.documents * TRAIN_FRACTION), found.documents - 1)  # one for val at least
 
 
 def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
-    """(split, text, starts, separated) for every piece of every source, in order. A source's split
-    in the plan is "train", "val", or None: cut it at the usual fraction."""
+    """(split, text, starts, separated) for every piece of every source. A source's split is
+    "train", "val", or None: cut at the usual fraction."""
     for source, found, split in plan:
         cut, seen = train_cut(source, found, split), 0
         for text, starts, _ in read_source(source, text_field):
-            # one document, no separator; its two halves are encoded apart, as two texts
-            if source.is_one_text:
+            if source.is_one_text:  # no separator; its two halves are encoded as two texts
                 if seen < cut <= seen + len(text):
                     yield split or "train", text[: cut - seen], starts, False
                     seen, text, starts = cut, text[cut - seen :], True
@@ -154,7 +134,7 @@ def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
 def encode_task(
     tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_text: np.ndarray, dtype: np.dtype
 ) -> np.ndarray:
-    """One task's ids, in the .bin file's dtype (in the worker: the writer only writes)."""
+    """One task's ids in the .bin file's dtype (in the worker thread)."""
     parts = [end_of_text[:0]]
     for text, separated in pieces:
         if separated:
@@ -166,8 +146,8 @@ def encode_task(
 
 @contextmanager
 def stopped_by_signals():
-    """Ctrl-C, SIGTERM and SIGHUP raise Interrupted (once: a second signal while cleaning up is
-    ignored) in the main thread; one that the launcher ignores (nohup's SIGHUP) stays ignored."""
+    """Stop signals raise Interrupted in the main thread, once (not again while cleaning up); one
+    that the launcher ignores (nohup's SIGHUP) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -199,62 +179,50 @@ def prepare(
     workers: int = 0,
     val_source: Source | None = None,
     chunk_chars: int = CHUNK_CHARS,
-    # whether a folder found in place (another process's) is finished
-    whole: Callable[[Path], bool] = lambda folder: False,
+    whole: Callable[[Path], bool] = lambda folder: False,  # a folder found in place is finished
 ) -> dict:
     """Encode the sources into folder/train.bin and val.bin, write meta.json last, and return it.
 
     Validation is the end of the corpus, not a random sample: contiguous text would leak across a
-    random split (neighbouring lines share names, phrases and scenes). One text file: its last 10 %
-    of characters. Documents (a folder, JSONL, parquet): the last 10 % of documents, at least one,
-    so no document is cut in two; each document is preceded by the tokenizer's end-of-text. A
-    separate val_source is the whole val split.
+    random split. One text file: its last 10 % of characters. Documents (each preceded by the
+    end-of-text): the last 10 %, at least one. A val_source is the whole val split.
     """
-    started = time.perf_counter()
+    started, char = time.perf_counter(), tokenizer_name == "char"
     with stopped_by_signals():
-        plan = [
-            (
-                source,
-                scan(source, text_field, tokenizer_name == "char"),
-                None if val_source is None else "train",
-            )
-        ]
+        plan = [(source, scan(source, text_field, char), "train" if val_source else None)]
         if val_source is not None:
-            plan.append((val_source, scan(val_source, text_field, tokenizer_name == "char"), "val"))
+            plan.append((val_source, scan(val_source, text_field, char), "val"))
         elif not source.is_one_text and plan[0][1].documents < 2:
             raise DataError(
-                f"{source.flag} {source.path} holds 1 document; the split needs 2 (the last one for val), or set --data.val_path"
+                f"{source.flag} {source.path} holds 1 document; the split needs 2 (the last one "
+                "for val), or set --data.val_path"
             )
-        if tokenizer_name == "char":
-            separators = (
-                CharTokenizer.END_OF_TEXT if any(not s.is_one_text for s, _, _ in plan) else ""
-            )
-            tokenizer = CharTokenizer(
-                sorted(set().union(*(found.charset for _, found, _ in plan), separators))
-            )
+        sources = [s for s, _, _ in plan]
+        separated = any(not s.is_one_text for s in sources)
+        if char:
+            charsets = (found.charset for _, found, _ in plan)
+            separators = CharTokenizer.END_OF_TEXT if separated else ""
+            tokenizer = CharTokenizer(sorted(set().union(*charsets, separators)))
         else:
             tokenizer = GPT2Tokenizer()
         tmp = temporary_twin(folder)
         remove_abandoned(folder)
         try:
-            # one left by a process of the same id, killed: overwritten
-            tmp.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir(parents=True, exist_ok=True)  # one of a killed process of this id: reused
             try:
                 meta = encode_into(
                     tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars
                 )
-            # text that the first pass did not see: a changed file, if one changed
-            except (DataError, TokenizerError):
-                check_unchanged(s for s, _, _ in plan)
+            except (DataError, TokenizerError):  # text the first pass did not see: a changed file?
+                check_unchanged(sources)
                 raise
-            # a file written while it was read would give a split nobody asked for
-            check_unchanged(s for s, _, _ in plan)
+            check_unchanged(sources)  # a file written while read would give an unasked-for split
             meta.update(
                 source_sha256=key,
                 text_field=text_field,
                 seconds=round(time.perf_counter() - started, 3),
             )
-            meta["sources"] = [s.description for s, _, _ in plan]
+            meta["sources"] = [s.description for s in sources]
             meta["documents"] = sum(found.documents for _, found, _ in plan)
             meta["val_documents"] = sum(
                 found.documents
@@ -274,15 +242,11 @@ def prepare(
 def encode_into(
     folder: Path, plan: list, tokenizer: Tokenizer, text_field: str, workers: int, chunk_chars: int
 ) -> dict:
-    """The second pass: tasks encoded by `workers` threads, their ids appended to <split>.bin in
-    order.
-    """
+    """The second pass: tasks encoded by threads, their ids appended to <split>.bin in order."""
     dtype = np.dtype("uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32")
-    end_of_text = np.array(
-        tokenizer.end_of_text if any(not s.is_one_text for s, _, _ in plan) else [], dtype=np.uint32
-    )
-    tokens, files = {"train": 0, "val": 0}, {}
-    in_flight: deque = deque()
+    separated = any(not s.is_one_text for s, _, _ in plan)
+    end_of_text = np.array(tokenizer.end_of_text if separated else [], dtype=np.uint32)
+    tokens, files, in_flight = {"train": 0, "val": 0}, {}, deque()
     started = time.perf_counter()
 
     def write_oldest(bar: tqdm) -> None:
@@ -291,10 +255,8 @@ def encode_into(
         files[split].write(ids.data)
         tokens[split] += len(ids)
         bar.update(chars)
-        bar.set_postfix_str(
-            f"{sum(tokens.values()) / (time.perf_counter() - started) / 1e6:.2f}M tokens/s",
-            refresh=False,
-        )
+        speed = sum(tokens.values()) / (time.perf_counter() - started)
+        bar.set_postfix_str(f"{speed / 1e6:.2f}M tokens/s", refresh=False)
 
     total_chars = sum(found.chars for _, found, _ in plan)
     with (
@@ -302,23 +264,18 @@ def encode_into(
         ThreadPoolExecutor(workers) as pool,
     ):
         try:
-            # a character's id never depends on its neighbours
-            cut_anywhere = tokenizer.name == "char"
-            for split, pieces, chars in make_tasks(
-                split_stream(plan, text_field), chunk_chars, cut_anywhere
-            ):
+            # a character's id never depends on its neighbours: cut anywhere
+            stream = split_stream(plan, text_field)
+            for split, pieces, chars in make_tasks(stream, chunk_chars, tokenizer.name == "char"):
                 if split not in files:
                     files[split] = open(folder / f"{split}.bin", "wb")
-                in_flight.append(
-                    (split, chars, pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype))
-                )
-                # a few tasks ahead of the writer: memory stays flat
-                while len(in_flight) > 2 * workers:
+                task = pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)
+                in_flight.append((split, chars, task))
+                while len(in_flight) > 2 * workers:  # a few tasks ahead: memory stays flat
                     write_oldest(bar)
             while in_flight:
                 write_oldest(bar)
-        # after an error or a signal: the tasks not started are dropped, the running ones end soon
-        finally:
+        finally:  # after an error or a signal: tasks not started are dropped
             pool.shutdown(wait=False, cancel_futures=True)
             for f in files.values():
                 f.close()

@@ -1,11 +1,9 @@
-"""Where the text comes from: a text file, a .jsonl or .parquet file of documents, or a folder of
-them.
+"""Where the text comes from: a text file (one document), a .jsonl or .parquet file (a document a
+line or row), or a folder of them.
 
-Every reader streams: it yields the text in pieces of at most about `chunk_chars` characters, so a
-corpus of any size passes through a few megabytes of memory. A piece is `(text, starts, nbytes)`:
-`starts` is True on the first piece of a document, and nbytes is how far the reader moved in the
-file, for the progress bar. A text file is one document; a JSONL line or a parquet row is one.
-Bad input is a DataError that names the file and the line, row or byte offset.
+Readers stream `(text, starts, nbytes)` pieces: `starts` on a document's first, nbytes how far the
+reader moved in the file (for the progress bar). Bad input is a DataError that names the file and
+the line, row or byte offset.
 """
 
 import codecs
@@ -16,20 +14,15 @@ from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
 
-from data.identity import KINDS, DataError, Source, find_source, kind_of  # noqa: F401 (KINDS, DataError: known here as before)
+from data.identity import DataError, Source, find_source, kind_of, one_file  # noqa: F401 (find_source)
 
 CHUNK_CHARS = 1 << 18  # characters a reader yields at a time: memory stays flat in the corpus size
 PARQUET_BATCH_ROWS = 1024
-# how a JSON line spells a UTF-16 surrogate: half a character, maybe alone
-SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # half a UTF-16 character, maybe alone
+Pieces = Iterator[tuple[str, bool, int]]
 
 
-def read_source(
-    source: Path | Source, text_field: str, chunk_chars: int = CHUNK_CHARS
-) -> Iterator[tuple[str, bool, int]]:
-    """Every document of every file of the source, in order, as (text, starts, nbytes) pieces (see
-    the module's docstring).
-    """
+def read_source(source: Source, text_field: str, chunk_chars: int = CHUNK_CHARS) -> Pieces:
     for file in source.files:
         kind = kind_of(file)
         if kind == "text":
@@ -47,15 +40,9 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
         raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
 
 
-def read_text_file(file: Path, source: Source, chunk_chars: int) -> Iterator[tuple[str, bool, int]]:
-    """A UTF-8 text file in pieces, newlines read as Python reads them (\\r\\n and \\r become \\n);
-    an empty file yields nothing.
-
-    A byte-order mark at the start (Notepad writes one) is dropped, as Python's utf-8-sig and JSON
-    readers drop it:
-    it marks the encoding, it is not text. One anywhere else is a character of the text (a
-    zero-width no-break space).
-    """
+def read_text_file(file: Path, source: Source, chunk_chars: int) -> Pieces:
+    """A UTF-8 text file in pieces; a byte-order mark at its start (Notepad's) is dropped, as JSON
+    readers drop it: it marks the encoding, it is not text."""
     with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
         starts, position = True, 0
         while True:
@@ -63,30 +50,32 @@ def read_text_file(file: Path, source: Source, chunk_chars: int) -> Iterator[tup
                 text = f.read(chunk_chars)
             except UnicodeDecodeError:
                 raise DataError(
-                    f"{source.where(file)} is not UTF-8 text (bad byte at offset {bad_utf8_offset(file)}); convert it to UTF-8 or pick a text file"
+                    f"{source.where(file)} is not UTF-8 text (bad byte at offset "
+                    f"{bad_utf8_offset(file)}); convert it to UTF-8 or pick a text file"
                 ) from None
             except OSError as e:
                 raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
             if not text:
                 return
-            # valid UTF-8, but no text holds NUL characters: an image, an archive, a tensor file
-            if "\0" in text:
+            if "\0" in text:  # valid UTF-8, but no text holds NUL: an image, an archive
                 raise DataError(
-                    f"{source.where(file)} is binary (it holds NUL bytes), the first at offset {nul_offset(file)}; give a UTF-8 text file"
+                    f"{source.where(file)} is binary (it holds NUL bytes), the first at offset "
+                    f"{nul_offset(file)}; give a UTF-8 text file"
                 )
             now = f.buffer.tell()
             yield text, starts, now - position
             starts, position = False, now
 
 
+def blocks(f) -> Iterator[bytes]:
+    return iter(lambda: f.read(1 << 20), b"")
+
+
 def bad_utf8_offset(file: Path) -> int:
-    """The offset of the first byte that is not UTF-8, found by decoding the file again, block by
-    block.
-    """
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
         # the empty block at the end: a character cut off by the end
-        for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):
+        for block in chain(blocks(f), [b""]):
             held = len(decoder.getstate()[0])  # the bytes of a character cut by the last block
             try:
                 decoder.decode(block, final=not block)
@@ -99,17 +88,14 @@ def bad_utf8_offset(file: Path) -> int:
 def nul_offset(file: Path) -> int:
     offset = 0
     with open(file, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+        for block in blocks(f):
             if (i := block.find(b"\0")) >= 0:
                 return offset + i
             offset += len(block)
     return -1
 
 
-def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bool, int]]:
-    """One document per line: the string in `field` of the line's JSON object. Blank lines and empty
-    texts are skipped.
-    """
+def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
     with open_or_fail(file, source) as f:
         offset = 0
         for number, line in enumerate(f, 1):
@@ -121,15 +107,18 @@ def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bo
                 record = json.loads(line)
             except UnicodeDecodeError as e:
                 raise DataError(
-                    f"{where} is not UTF-8 (bad byte at offset {offset - len(line) + e.start}); convert the file to UTF-8"
+                    f"{where} is not UTF-8 (bad byte at offset {offset - len(line) + e.start}); "
+                    "convert the file to UTF-8"
                 ) from None
             except ValueError as e:
                 raise DataError(
-                    f"{where} is not valid JSON ({e.args[0].split(':')[0]}); each line must be one JSON object"
+                    f"{where} is not valid JSON ({e.args[0].split(':')[0]}); each line must be "
+                    "one JSON object"
                 ) from None
             except RecursionError:
                 raise DataError(
-                    f"{where} nests arrays or objects too deeply to read; each line must be one JSON object"
+                    f"{where} nests arrays or objects too deeply to read; each line must be one "
+                    "JSON object"
                 ) from None
             if not isinstance(record, dict) or field not in record:
                 raise DataError(
@@ -138,25 +127,22 @@ def read_jsonl(file: Path, source: Source, field: str) -> Iterator[tuple[str, bo
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(f"{where}: field {field!r} holds {type(text).__name__}, not text")
-            # cheap: only a line that spells a surrogate is checked
-            if SURROGATE_ESCAPE.search(line) and not text.isascii():
+            if SURROGATE_ESCAPE.search(line) and not text.isascii():  # cheap, seldom true
                 try:
                     text.encode("utf-8")
                 except UnicodeEncodeError as e:
                     raise DataError(
-                        f"{where}: field {field!r} holds a lone UTF-16 surrogate ({text[e.start]!r} at character {e.start}), "
-                        "half of a character: not text; remove it or escape the whole character"
+                        f"{where}: field {field!r} holds a lone UTF-16 surrogate "
+                        f"({text[e.start]!r} at character {e.start}), half of a character: not "
+                        "text; remove it or escape the whole character"
                     ) from None
             if text:
                 yield text, True, len(line)
 
 
-def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, bool, int]]:
-    """One document per row: the string column `field`, read a batch of rows at a time from one row
-    group at a time.
-    """
+def read_parquet(file: Path, source: Source, field: str) -> Pieces:
     try:
-        import pyarrow as pa  # imported here: only parquet sources need it
+        import pyarrow as pa  # here: only parquet sources need it
         import pyarrow.parquet as pq
     except ImportError:
         raise DataError(
@@ -171,7 +157,8 @@ def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, 
     columns = parquet.schema_arrow.names
     if field not in columns:
         raise DataError(
-            f"{source.where(file)} has no column {field!r} (it has {', '.join(columns[:8])}); name it with --data.text_field"
+            f"{source.where(file)} has no column {field!r} (it has {', '.join(columns[:8])}); "
+            "name it with --data.text_field"
         )
     kind = parquet.schema_arrow.field(field).type
     # a dictionary-encoded column (pandas' category) of strings
@@ -191,13 +178,8 @@ def read_parquet(file: Path, source: Source, field: str) -> Iterator[tuple[str, 
 
 
 def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The whole UTF-8 text of a small file named with `flag` (a prompt, a text to score), read as a
-    text file whatever its name; bad input is a DataError."""
-    if not path.exists():
-        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file")
-    if not path.is_file():
-        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
-    source = Source(path, flag, (path,))
+    """The whole text of a small file (a prompt, a text to score), whatever its name."""
+    source = one_file(path, flag)
     text = "".join(piece for piece, _, _ in read_text_file(path, source, CHUNK_CHARS))
     if not text.strip():
         raise DataError(

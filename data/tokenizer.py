@@ -1,64 +1,46 @@
-"""Tokenizers with one interface: encode(str) -> list[int], decode(list[int]) -> str, vocab_size.
+"""Tokenizers with one interface: name, vocab_size, encode, decode, state(); for preparing a
+corpus, encode_array (ids straight into numpy, fast) and end_of_text (the ids between documents).
 
-For preparing a corpus, each also has encode_array(str) -> np.ndarray (no Python list of ints on
-the way: what makes preparation fast) and end_of_text, the ids that go between two documents.
-
-gpt2 is OpenAI's byte-pair encoding through tiktoken (50257 tokens). char maps each distinct
-character of the corpus to an id; its vocabulary is saved with the prepared data and in
-every checkpoint, so sampling decodes with exactly the vocabulary the model was trained on.
+gpt2 is OpenAI's byte-pair encoding through tiktoken. char maps each distinct character of the
+corpus to an id; its vocabulary is saved with the prepared data and in every checkpoint.
 """
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Protocol
 
 import numpy as np
 
 TOKENIZERS = ("gpt2", "char")
 GPT2_VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding: 50,000 merges, 256 bytes and <|endoftext|>
-# a text more than this share whitespace, or one character, is not text a reader can read
-DEGENERATE_SHARE = 0.5
+DEGENERATE_SHARE = 0.5  # more whitespace than this, or more of one character: unreadable
 
 
 class TokenizerError(ValueError):
     """Text or a vocabulary that a tokenizer cannot handle; the message says what to do."""
 
 
-class Tokenizer(Protocol):
-    name: str
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]: ...
-    def encode_array(self, text: str) -> np.ndarray: ...
-    def decode(self, ids: list[int]) -> str: ...
-    def state(self) -> dict: ...
-
-
 class GPT2Tokenizer:
     name = "gpt2"
 
     def __init__(self):
-        import tiktoken  # imported here so that char-only runs never need its BPE files
+        import tiktoken  # here, so that char-only runs never need its BPE files
 
         try:
             self.enc = tiktoken.get_encoding("gpt2")
-        except Exception as e:  # tiktoken raises requests/OS errors of several kinds when offline
+        except Exception as e:  # offline, tiktoken raises requests/OS errors of several kinds
             raise TokenizerError(
-                f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded once on first use: "
-                "connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder holding its files (a training run can also use --data.tokenizer=char)"
+                f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded "
+                "once on first use: connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder "
+                "holding its files (a training run can also use --data.tokenizer=char)"
             ) from None
         self.vocab_size = self.enc.n_vocab
-        # <|endoftext|>, 50256: GPT-2's own mark between documents
-        self.end_of_text = [self.enc.eot_token]
+        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>: GPT-2's mark between documents
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)  # special tokens are plain text here
 
     def encode_array(self, text: str) -> np.ndarray:
-        """The ids of encode(text) as a uint32 array; tiktoken releases the GIL while it encodes, so
-        threads encode in parallel.
-        """
-        # nothing special: the same ids as encode_ordinary
+        # tiktoken releases the GIL while it encodes, so threads encode in parallel
         return self.enc.encode_to_numpy(text, disallowed_special=())
 
     def decode(self, ids: list[int]) -> str:
@@ -95,16 +77,16 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         unknown = sorted(set(text) - self.stoi.keys())
         if unknown:
-            shown = repr("".join(unknown[:10])) + (
-                f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
-            )
+            shown = repr("".join(unknown[:10]))
+            if len(unknown) > 10:
+                shown += f" and {len(unknown) - 10} more"
             raise TokenizerError(
-                f"{len(unknown)} character(s) not in the training vocabulary: {shown}; use only characters of the training text"
+                f"{len(unknown)} character(s) not in the training vocabulary: {shown}; "
+                "use only characters of the training text"
             )
         return [self.stoi[c] for c in text]
 
     def encode_array(self, text: str) -> np.ndarray:
-        """encode(text) as an int32 array, looked up a whole array at a time."""
         points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         ids = self.lookup[np.minimum(points, len(self.lookup) - 1)]
         if (ids < 0).any() or (points >= len(self.lookup)).any():
@@ -122,14 +104,12 @@ class CharTokenizer:
         return {"name": self.name, "chars": self.chars}
 
 
-def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
-    """The text of ids, piece by piece as they arrive, for printing while a model generates them.
+Tokenizer = GPT2Tokenizer | CharTokenizer
 
-    A gpt2 token can end inside a character that takes several UTF-8 bytes (an accented letter, an
-    emoji): decoded alone, it ends in U+FFFD, the replacement character. Such a piece is held back
-    until the next tokens complete the character, so the pieces joined read as decode(ids) does.
-    A character is at most 4 bytes, so at most 4 tokens are held.
-    """
+
+def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
+    """The text of ids piece by piece, as a model generates them. A gpt2 token can end inside a
+    character of several UTF-8 bytes (decoded alone: U+FFFD); it waits for the next (up to 4)."""
     pending: list[int] = []
     for i in ids:
         pending.append(i)
@@ -151,12 +131,8 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
 
 
 def degenerate(text: str) -> tuple[str, str] | None:
-    """What is wrong with a text a model wrote, or None if nothing is: (what, counts), e.g. ("all
-    whitespace", "201 newlines, 0 spaces") or ("96% one character", "'e' 192 times"). A text more
-    than DEGENERATE_SHARE whitespace, or more than that share one character, is degenerate: what a
-    model trained without the causal mask writes, for one (it learned to read the next token, which
-    generation does not give it). TensorBoard's text tab and sample.py both say so with this
-    verdict."""
+    """(what, counts) when a text a model wrote is mostly whitespace or one character (as without
+    the causal mask), else None."""
     if not text:
         return None
     blank = sum(c.isspace() for c in text)
@@ -165,17 +141,15 @@ def degenerate(text: str) -> tuple[str, str] | None:
         return share, f"{text.count(chr(10))} newlines, {text.count(' ')} spaces"
     char, count = Counter(text).most_common(1)[0]
     if count / len(text) > DEGENERATE_SHARE:
-        share = (
-            "one character repeated"
-            if count == len(text)
-            else f"{count / len(text):.0%} one character"
-        )
+        share = f"{count / len(text):.0%} one character"
+        if count == len(text):
+            share = "one character repeated"
         return share, f"{char!r} {count} times"
     return None
 
 
 def tokenizer_from_state(state: dict) -> Tokenizer:
-    """Rebuild a tokenizer from the plain dict that `state()` returned (as stored in checkpoints)."""
+    """Rebuild a tokenizer from what `state()` returned (as stored in checkpoints)."""
     name = state.get("name") if isinstance(state, dict) else None
     if name == "gpt2":
         return GPT2Tokenizer()
