@@ -28,16 +28,13 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--resume": ("train.resume", "true"),
     "--init-from": ("train.init_from", None),
 }
-# --window=W, --kv-heads=K: a count from 1
 COUNTED = {c.flag: c.counts for c in CHANGES if c.counts}
 # what only a synthetic source reads
 SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}
 # what pretrained weights fix: every model field but those a run from them may choose
 CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}
 FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER
-# A relative path names another file from another folder: the run's config.json and checkpoints
-# record these resolved, so that score.py and inspect_attention.py find a run's text from anywhere,
-# and a run resumed from elsewhere records the same text.
+# recorded resolved, so that a run's text is found, and the same, from any folder
 TEXT_PATHS = ("path", "val_path")
 
 

@@ -3,7 +3,6 @@ config-driven script, and the key tables of docs/command-line.md, rewritten betw
 lines by `python -m configs` (tests/test_config.py fails when they are stale).
 """
 
-import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -22,9 +21,7 @@ END = "<!-- end of every key -->"
 def shown_default(dotted: str) -> str:
     """A field's default as it is typed on the command line: true/false, the number, the text."""
     default = KEYS[dotted].default
-    if isinstance(default, bool):
-        return str(default).lower()
-    return str(default)
+    return str(default).lower() if isinstance(default, bool) else str(default)
 
 
 def meaning(dotted: str) -> str:
@@ -32,11 +29,7 @@ def meaning(dotted: str) -> str:
 
 
 def settable(section: str) -> list[str]:
-    return [
-        f"{section}.{f.name}"
-        for f in dataclasses.fields(SECTIONS[section])
-        if f"{section}.{f.name}" not in FROM_TOKENIZER
-    ]
+    return [key for key in KEYS if key.startswith(f"{section}.") and key not in FROM_TOKENIZER]
 
 
 def usage(default: str = "base", width: int = 110) -> str:

@@ -144,14 +144,12 @@ class TrainConfig:
             raise ValueError(
                 f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}"
             )
-        if self.warmup_steps < 0:
-            raise ValueError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.probes < 0:
             raise ValueError(
                 "train.probes must be 0 (no probe) or a positive number of probes per run, got "
                 f"{self.probes}"
             )
-        for name in ("weight_decay", "grad_clip"):
+        for name in ("warmup_steps", "weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("beta1", "beta2"):

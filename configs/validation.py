@@ -15,21 +15,12 @@ from model.ablations import CHANGES
 
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
 SHAPE = ("n_layer", "n_head", "n_embd", "block_size")
-RECORDED = ("name", "shape")  # what a run's record holds beside its sections (Config.to_dict)
+RECORDED = ("name", "shape")  # what Config.to_dict holds beside its sections
 TAKES = {bool: "true or false", int: "a whole number", float: "a number", str: "text, in quotes"}
-IS = {
-    bool: "a boolean",
-    int: "a whole number",
-    float: "a number",
-    str: "text",
-    list: "a list",
-    dict: "a table",
-    type(None): "null",
-}
+IS = {**TAKES, bool: "a boolean", str: "text", list: "a list", dict: "a table", type(None): "null"}
 RECORDED_FIX = (
     "train.py writes no such config, so the file was changed since (or by another version of this "
-    "project); "
-    "correct it, or train the run again"
+    "project); correct it, or train the run again"
 )
 
 
@@ -37,22 +28,14 @@ class ConfigError(ValueError):
     """A config file or flag that cannot be used; the message says what is valid."""
 
 
-def change_meant(name: str) -> str | None:
-    """The flag of a change a key is spelled like: rope -> --rope (model.positions = "rope")."""
-    for change in CHANGES:
-        if change.name == name.replace("_", "-"):
-            value = "C" if change.takes_value else json.dumps(change.value)
-            return f"{change.flag} (model.{change.field} = {value})"
-    return None
-
-
 def nearest_key(dotted: str) -> str | None:
     """The key (or change flag) a typo most likely meant: a change's name (no_mask -> --no-mask),
     an abbreviation (learning_rate -> lr), else the closest spelling."""
     section, _, name = dotted.partition(".")
-    flag = change_meant(name)
-    if flag:
-        return flag
+    for change in CHANGES:
+        if change.name == name.replace("_", "-"):
+            value = "C" if change.takes_value else json.dumps(change.value)
+            return f"{change.flag} (model.{change.field} = {value})"
     if section in SECTIONS:
         names = [key.partition(".")[2] for key in KEYS if key.startswith(f"{section}.")]
         initials = "".join(part[:1] for part in name.split("_"))
@@ -94,18 +77,8 @@ def is_denormal(x: float) -> bool:
 
 
 def convert(dotted: str, value):
-    number = converted(dotted, value)
-    if isinstance(number, float) and is_denormal(number):
-        raise ConfigError(
-            f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in "
-            "training; give a larger value"
-        )
-    return number
-
-
-def converted(dotted: str, value):
     """A TOML value or a command-line string in the type of field `dotted`, or why not."""
-    kind = KEYS[dotted].type
+    kind, number = KEYS[dotted].type, value
     if isinstance(value, str) and kind is not str:
         text = value.strip().lower()
         if kind is bool:
@@ -113,35 +86,38 @@ def converted(dotted: str, value):
                 raise ConfigError(f"{dotted} takes true or false, got {value!r}")
             return text == "true"
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
             raise ConfigError(
                 f"{dotted} takes {'an integer' if kind is int else 'a number'}, got {value!r}"
             ) from None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+    elif kind is float and type(value) is int:
         if abs(value) > 2**1023:  # a TOML integer of 400 digits: float() would raise OverflowError
             raise ConfigError(
                 f"{dotted} = {value} is larger than any number a float holds; give a smaller value"
             )
-        return float(value)
-    if type(value) is not kind:
-        raise ConfigError(f"{dotted} takes {kind.__name__}, got {type(value).__name__} {value!r}")
-    return value
+        number = float(value)
+    if kind is float and is_denormal(number):
+        raise ConfigError(
+            f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in "
+            "training; give a larger value"
+        )
+    return number
 
 
 def typed(dotted: str, value, where: str, recorded: bool):
     """A value read from a file, which has types: it must have the field's (an integer serves as a
     number), or the error names the field, the value, the file and what to do."""
     kind = KEYS[dotted].type
-    # recorded before positions had kinds
+    # recorded before positions had kinds: ModelConfig reads true as "learned", false as "none"
     if recorded and dotted == "model.positions" and type(value) is bool:
-        return value  # ModelConfig reads true as "learned", false as "none"
+        return value
     if type(value) is kind or (kind is float and type(value) is int):
         return convert(dotted, value)
     fix = RECORDED_FIX if recorded else f"write {TAKES[kind]}"
     if not recorded and isinstance(value, str):
         try:
-            unquoted = json.dumps(converted(dotted, value))
+            unquoted = json.dumps(convert(dotted, value))
             fix = f"write it without quotes: {dotted.partition('.')[2]} = {unquoted}"
         except ConfigError:
             pass

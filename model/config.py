@@ -6,10 +6,8 @@ from dataclasses import dataclass, field
 ATTENTION_BACKENDS = ("sdpa", "manual", "tiled")
 GELU_VARIANTS = ("exact", "tanh")
 POSITION_KINDS = ("learned", "rope", "none")
-# The cap C of C * tanh(score / C) on float32 scores: at least float32's smallest normal number (a
-# smaller cap reads as 0, and score / C divides by it), at most 2**102, so that a score big enough
-# to move a softmax weight (2**-24) stays a normal float32 over C; over a larger cap a CPU that
-# flushes denormals reads ordinary scores as 0, and trains another model than no cap.
+# the caps C of C * tanh(score / C) float32 scores can take (__post_init__'s errors say why): over
+# 2**102, a score big enough to move a softmax weight (2**-24) is no longer a normal float32
 SOFTCAP_LEAST = 2.0**-126
 SOFTCAP_MOST = 2.0**102
 
