@@ -23,14 +23,13 @@ class Change:
     """One change to the model: the field it sets and to what, and how flags, run names and titles
     spell it."""
 
-    name: str  # "no-mask": the flag --no-mask, the run name's -no-mask, a --variants name
+    name: str  # "no-mask": the flag, the run name's part, a --variants name
     kind: str  # ABLATION, CURE, POSITIONS or SHIPPED
     field: str  # the ModelConfig field it sets
-    # what it sets there; a number (the softcap) is what compare.py trains, and the flag takes any
-    value: bool | str | float | int
+    value: bool | str | float | int  # a number is what compare.py trains; the flag takes any
     label: str  # how a title says it is applied, in capitals; a number's value follows it
-    label_without: str = ""  # how a title says it is not ("causal", "scaled"; "" says nothing)
-    counts: str = ""  # what a whole-number flag counts ("positions"): its value must be at least 1
+    label_without: str = ""  # how a title says it is not ("causal"; "" says nothing)
+    counts: str = ""  # what a whole-number flag counts ("positions"), from 1
 
     @property
     def flag(self) -> str:
@@ -54,7 +53,7 @@ class Change:
         return f"{self.name}{held}", f"{self.label} {held}"
 
 
-CHANGES = (  # the one table; its order is the order of run names, labels and compare.py's variants
+CHANGES = (  # its order is the order of run names, labels and variants
     Change("no-mask", ABLATION, "causal", False, "NO MASK", "causal"),
     Change("no-scale", ABLATION, "scaled", False, "NO SCALE", "scaled"),
     Change("no-pos", ABLATION, "positions", "none", "NO POS"),
@@ -91,7 +90,7 @@ def flags_label(model_cfg: ModelConfig) -> str:
     return ", ".join(label for label in labels if label)
 
 
-JOIN = "+"  # a variant with several changes at once: "no-mask+no-pos", "no-scale+qk-norm"
+JOIN = "+"  # several changes at once: "no-scale+qk-norm"
 
 
 def variant_changes(name: str) -> list[Change]:

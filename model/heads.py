@@ -1,12 +1,10 @@
-"""Switch chosen attention heads off, to see what they carry: head ablation, an intervention at
-inference.
+"""Switch chosen attention heads off, to see what they carry (head ablation).
 
-A head's output is its (B, T, D) slice of the heads' side-by-side output (B, T, C) that enters the
-block's output projection `proj`: columns h*D .. (h+1)*D - 1 for head h. Zeroing that slice removes
-everything the head adds to the residual stream (proj's bias stays). Mean-ablation puts the slice's
-average over a reference batch there instead, so that the layers above still see an input of the
-usual size, only no longer depending on the tokens. Heads are named as inspect_attention.py prints
-them: "L0H1" is layer 0, head 1. Nothing here changes a parameter: hooks come off on exit.
+Head h's output is columns h*D .. (h+1)*D - 1 of the heads' side-by-side output (B, T, C) that
+enters the block's output projection `proj`. Zeroing them removes everything the head adds to the
+residual stream; mean-ablation puts their average over a reference batch there instead, so the
+layers above still see an input of the usual size, only no longer depending on the tokens. "L0H1"
+is layer 0, head 1. No parameter changes: hooks come off on exit.
 """
 
 import re

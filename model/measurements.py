@@ -102,8 +102,8 @@ def honest_loss(
 
 @torch.no_grad()
 def leak(model: GPT, batches: Batches, between: Between = None) -> dict[str, float]:
-    """loss/val_honest, loss/val_forced over (x, y, positions) batches, and loss/leak_gap, their
-    difference: what the model reads from the future, exactly 0 for a causal model."""
+    """loss/val_honest, loss/val_forced and loss/leak_gap, their difference: what the model reads
+    from the future, exactly 0 for a causal model."""
     return leak_of([honest_loss(model, x, y, positions, between) for x, y, positions in batches])
 
 
@@ -113,7 +113,7 @@ def leak_of(pairs: list[tuple[float, float]]) -> dict[str, float]:
     return {"loss/val_honest": honest, "loss/val_forced": forced, "loss/leak_gap": honest - forced}
 
 
-SHUFFLED_TOKENS = 8  # order use: how many tokens before each scored position are shuffled
+SHUFFLED_TOKENS = 8  # order_use's k
 
 
 @torch.no_grad()

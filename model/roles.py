@@ -18,7 +18,7 @@ from model.measurements import head_statistics
 PREVIOUS_TOKEN_THRESHOLD = 0.5
 FIRST_TOKEN_THRESHOLD = 0.5
 NEXT_TOKEN_THRESHOLD = 0.5
-MIN_ROLE_ROWS = 8  # rows that can show a role, at the least, before a head is named for it
+MIN_ROLE_ROWS = 8
 
 
 def role_rows(weights: torch.Tensor, idx: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
