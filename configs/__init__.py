@@ -1,8 +1,5 @@
-"""Configuration: the schema (configs/schema.py: typed, checked dataclasses), the one way into it
-from any source (configs/validation.py: a TOML file, the command line, a checkpoint's or
-config.json's record), the loader (configs/loader.py: a TOML preset, then command-line overrides),
-and what --help and docs/command-line.md say of every key (configs/reference.py). The presets are
-the .toml files here."""
+"""Configuration: the schema, the one way into it from any source (validation.py), the loader (a
+TOML preset, then the command line), what --help says of every key, and the .toml presets."""
 
 from configs.loader import CONFIG_DIR, SHORTHANDS, load_config, parse_args, presets
 from configs.reference import usage

@@ -1,6 +1,4 @@
-"""python -m configs: rewrite the key tables of docs/command-line.md from the fields' meanings
-(configs/reference.py).
-"""
+"""python -m configs: rewrite the key tables of docs/command-line.md from the fields' meanings."""
 
 from configs.reference import write_docs
 

@@ -1,15 +1,8 @@
-"""What every key means, written out from the schema: `--help` of each config-driven script, and the
-key tables of docs/command-line.md.
-
-Each field's meaning lives once, in its `setting(default, meaning)`; this module only prints it. The
-tables in docs/command-line.md sit between two marker lines and are rewritten by
-
-    python -m configs
-
-tests/test_config.py fails when they are stale (a field added, a default or a meaning changed).
+"""What every key means, printed from the fields' `setting(default, meaning)`: `--help` of each
+config-driven script, and the key tables of docs/command-line.md, rewritten between their marker
+lines by `python -m configs` (tests/test_config.py fails when they are stale).
 """
 
-import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -18,18 +11,17 @@ from configs.schema import KEYS, SECTION_MEANINGS, SECTIONS
 from configs.validation import FROM_TOKENIZER
 
 DOCS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "command-line.md"
-BEGIN = "<!-- every key: written by `python -m configs` from the fields' meanings; do not edit by hand -->"
+BEGIN = (
+    "<!-- every key: written by `python -m configs` from the fields' meanings; "
+    "do not edit by hand -->"
+)
 END = "<!-- end of every key -->"
 
 
 def shown_default(dotted: str) -> str:
-    """A field's default as it is typed on the command line: true/false, the number, the text (''
-    shown as empty).
-    """
+    """A field's default as it is typed on the command line: true/false, the number, the text."""
     default = KEYS[dotted].default
-    if isinstance(default, bool):
-        return str(default).lower()
-    return "" if default == "" else str(default)
+    return str(default).lower() if isinstance(default, bool) else str(default)
 
 
 def meaning(dotted: str) -> str:
@@ -37,17 +29,11 @@ def meaning(dotted: str) -> str:
 
 
 def settable(section: str) -> list[str]:
-    return [
-        f"{section}.{f.name}"
-        for f in dataclasses.fields(SECTIONS[section])
-        if f"{section}.{f.name}" not in FROM_TOKENIZER
-    ]
+    return [key for key in KEYS if key.startswith(f"{section}.") and key not in FROM_TOKENIZER]
 
 
 def usage(default: str = "base", width: int = 110) -> str:
-    """The epilog of --help: the presets, the shorthands, then every key by section with its default
-    and meaning.
-    """
+    """The epilog of --help: the presets, the shorthands, then every key with its default."""
     lines = [
         f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file",
         "",
@@ -56,7 +42,8 @@ def usage(default: str = "base", width: int = 110) -> str:
     for flag, (dotted, value) in SHORTHANDS.items():
         lines.append(f"  {flag:<12} {dotted}={'VALUE' if value is None else value}")
     lines.append(
-        "\nevery key, --section.field=VALUE, with its default (a preset may change it) and its meaning:"
+        "\nevery key, --section.field=VALUE, with its default (a preset may change it) and its "
+        "meaning:"
     )
     for section in SECTIONS:
         lines.append(f"\n[{section}] {SECTION_MEANINGS[section]}")
@@ -71,24 +58,18 @@ def usage(default: str = "base", width: int = 110) -> str:
 
 
 def markdown_tables() -> str:
-    """One table per section: key, default, meaning (what docs/command-line.md holds between its
-    markers).
-    """
+    """One table per section: key, default, meaning."""
     parts = []
     for section in SECTIONS:
-        rows = [
-            f"| `{dotted}` | {'`' + shown_default(dotted) + '`' if shown_default(dotted) else '(empty)'} | {meaning(dotted)} |"
-            for dotted in settable(section)
-        ]
-        parts.append(
-            f"### [{section}]: {SECTION_MEANINGS[section]}\n\n| key | default | meaning |\n|---|---|---|\n"
-            + "\n".join(rows)
-        )
+        parts.append(f"### [{section}]: {SECTION_MEANINGS[section]}")
+        parts.append("| key | default | meaning |\n|---|---|---|")
+        for dotted in settable(section):
+            default = f"`{shown_default(dotted)}`" if shown_default(dotted) else "(empty)"
+            parts[-1] += f"\n| `{dotted}` | {default} | {meaning(dotted)} |"
     return "\n\n".join(parts)
 
 
 def rewrite(page: str) -> str:
-    """The page with the text between its markers replaced by today's tables."""
     if BEGIN not in page or END not in page:
         raise ValueError(f"{DOCS_PAGE} has lost its marker lines; put back {BEGIN!r} and {END!r}")
     head, rest = page.split(BEGIN, 1)

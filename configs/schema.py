@@ -1,20 +1,15 @@
 """The configuration's schema: DataConfig and TrainConfig beside model/config.py's ModelConfig, and
-Config, one of each.
-
-Each field carries its unit or meaning; checks run in __post_init__, so a bad value fails when
-the config is built, not at step 3000. configs/validation.py fills these from a TOML preset and the
-command line (configs/loader.py), or from a run's record, checking each key and each value's type.
-"""
+Config, one of each. Each field carries its meaning; checks run in __post_init__, so a bad value
+fails when the config is built, not at step 3000."""
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from data.synthetic import SOURCES, SYMBOLS
 from data.tokenizer import TOKENIZERS
 from model.ablations import name_suffix
-from model.config import ModelConfig, check_choice, setting
+from model.config import ModelConfig, check_choice, check_finite, check_positive, setting
 from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -23,7 +18,8 @@ OPTIMIZERS = ("adamw", "muon")
 MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")
 # torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
 MAX_SEED = 2**63 - 1
-MAX_RUN_NAME = 200  # characters
+# characters: file systems allow 255 bytes, and a moved-aside run adds .old-<time>
+MAX_RUN_NAME = 200
 # the model fields a run from pretrained weights takes from its config
 CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")
 
@@ -32,7 +28,8 @@ CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")
 class DataConfig:
     path: str = setting(
         "",
-        "a UTF-8 text file, a .jsonl or .parquet file of documents, or a folder of them; empty means Tiny Shakespeare",
+        "a UTF-8 text file, a .jsonl or .parquet file of documents, or a folder of them; empty "
+        "means Tiny Shakespeare",
     )
     tokenizer: str = setting("gpt2", '"gpt2" (tiktoken BPE) or "char" (one id per character)')
     cache_dir: str = setting(
@@ -49,7 +46,8 @@ class DataConfig:
     )
     source: str = setting(
         "text",
-        '"text": data.path, tokenized; "repeated-random": fresh random tokens in which a segment recurs (docs/induction.md)',
+        '"text": data.path, tokenized; "repeated-random": fresh random tokens in which a segment '
+        "recurs (docs/induction.md)",
     )
     symbols: int = setting(256, "repeated-random: how many distinct tokens, drawn uniformly")
     min_segment: int = setting(8, "repeated-random: the shortest segment that recurs, in tokens")
@@ -67,7 +65,8 @@ class DataConfig:
             )
         if not 1 <= self.min_segment <= self.max_segment:
             raise ValueError(
-                f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), got {self.min_segment}"
+                f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), "
+                f"got {self.min_segment}"
             )
         if not self.text_field:
             raise ValueError("data.text_field must name a field, got an empty value")
@@ -82,7 +81,8 @@ class TrainConfig:
     batch_size: int = setting(32, "sequences per micro-batch, per process")
     grad_accum_steps: int = setting(
         1,
-        "micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x processes",
+        "micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x "
+        "processes",
     )
     max_steps: int = setting(1000, "optimizer steps in the whole run")
     lr: float = setting(1e-3, "peak learning rate, reached at the end of warmup")
@@ -92,11 +92,13 @@ class TrainConfig:
     )
     optimizer: str = setting(
         "adamw",
-        '"adamw", or "muon": torch.optim.Muon for the blocks\' matrices, AdamW (same lr) for the rest',
+        '"adamw", or "muon": torch.optim.Muon for the blocks\' matrices, AdamW (same lr) for the '
+        "rest",
     )
     muon_dtype: str = setting(
         "auto",
-        'Muon\'s Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device computes it in hardware',
+        'Muon\'s Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device '
+        "computes it in hardware",
     )
     weight_decay: float = setting(0.1, "AdamW decay, on matrices only")
     beta1: float = setting(0.9, "AdamW momentum")
@@ -109,7 +111,8 @@ class TrainConfig:
     )
     probes: int = setting(
         20,
-        "how many times a run measures the story's signals on a few val sequences (Probe_loss/..., Probe_attn/...): every max_steps // probes steps, and "
+        "how many times a run measures the story's signals on a few val sequences "
+        "(Probe_loss/..., Probe_attn/...): every max_steps // probes steps, and "
         "at the last; 0 turns the probe off",
     )
     log_interval: int = setting(10, "steps between training-loss logs")
@@ -123,44 +126,30 @@ class TrainConfig:
     resume: bool = setting(False, "continue runs_dir/run_name/ckpt.pt instead of starting afresh")
     init_from: str = setting(
         "",
-        "start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + model.safetensors)",
+        "start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + "
+        "model.safetensors)",
     )
 
     def __post_init__(self) -> None:
-        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"):
-            # nan slips past every comparison below, inf past most
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"train.{name} must be a finite number, got {getattr(self, name)}")
+        check_finite(self, "train", ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"))
         if not 0 <= self.seed <= MAX_SEED:
             raise ValueError(
                 f"train.seed must be between 0 and {MAX_SEED} (2**63 - 1), got {self.seed}"
             )
-        for name in (
-            "batch_size",
-            "grad_accum_steps",
-            "max_steps",
-            "eval_interval",
-            "eval_batches",
-            "honest_batches",
-            "log_interval",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(
-                    f"train.{name} must be a positive integer, got {getattr(self, name)}"
-                )
+        counts = ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches")
+        check_positive(self, "train", (*counts, "honest_batches", "log_interval"))
         if not self.lr > 0:
             raise ValueError(f"train.lr must be positive, got {self.lr}")
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(
                 f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}"
             )
-        if self.warmup_steps < 0:
-            raise ValueError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.probes < 0:
             raise ValueError(
-                f"train.probes must be 0 (no probe) or a positive number of probes per run, got {self.probes}"
+                "train.probes must be 0 (no probe) or a positive number of probes per run, got "
+                f"{self.probes}"
             )
-        for name in ("weight_decay", "grad_clip"):
+        for name in ("warmup_steps", "weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("beta1", "beta2"):
@@ -176,44 +165,24 @@ class TrainConfig:
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
         if not self.runs_dir.strip():
             raise ValueError(
-                "train.runs_dir must name a folder (write . for the current one), got an empty value"
+                "train.runs_dir must name a folder (write . for the current one), got an empty "
+                "value"
             )
-        # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
         if len(self.run_name) > MAX_RUN_NAME:
             raise ValueError(
-                f"train.run_name must be at most {MAX_RUN_NAME} characters, got {len(self.run_name)}"
+                f"train.run_name must be at most {MAX_RUN_NAME} characters, got "
+                f"{len(self.run_name)}"
             )
 
     @property
     def warmup(self) -> int:
-        """The warmup the schedule uses: warmup_steps, shrunk to fit a run shorter than it
-        (`--train.max_steps=3`).
-        """
+        """warmup_steps, shrunk to fit a run shorter than it (`--train.max_steps=3`)."""
         return min(self.warmup_steps, self.max_steps)
 
     def probes_at(self, step: int) -> bool:
-        """Whether the probe measures at this step: every max_steps // probes steps (at most every
-        step), and at the last.
-        """
+        """Every max_steps // probes steps (at most every step), and at the last."""
         return self.probes > 0 and (
             step % max(1, self.max_steps // self.probes) == 0 or step == self.max_steps
-        )
-
-
-def check_measurable(block_size: int, min_segment: int) -> None:
-    """What the induction measurements need of a synthetic source, or a ValueError saying why it
-    would measure nothing.
-    """
-    if block_size < SHORTEST_CONTEXT:
-        raise ValueError(
-            f"model.block_size must be at least {SHORTEST_CONTEXT} to measure induction heads, got {block_size}: attention spread evenly "
-            f"over {block_size} position{'s' * (block_size > 1)} puts {1 / block_size:.2f} on every target, more than half the "
-            f"{INDUCTION_THRESHOLD} that names an induction head, so chance could pass for one"
-        )
-    if min_segment < 2:
-        raise ValueError(
-            f"data.min_segment must be at least 2 for the induction measurements, got {min_segment}: after the copy of a one-token segment "
-            "comes a fresh random token, so a batch may hold no position the context gives away (loss/repeated would be NaN)"
         )
 
 
@@ -228,19 +197,37 @@ class Config:
     shape: str = ""
 
     def __post_init__(self) -> None:
-        if self.data.source != "text":
-            check_measurable(self.model.block_size, self.data.min_segment)
-        if self.data.source != "text" and 2 * self.data.max_segment > self.model.block_size + 1:
+        """What the induction measurements need of a synthetic source."""
+        if self.data.source == "text":
+            return
+        block_size, min_segment = self.model.block_size, self.data.min_segment
+        if block_size < SHORTEST_CONTEXT:
             raise ValueError(
-                f"data.max_segment ({self.data.max_segment}) must be at most (model.block_size + 1) // 2 "
-                f"({(self.model.block_size + 1) // 2}): a block holds the segment and its copy"
+                f"model.block_size must be at least {SHORTEST_CONTEXT} to measure induction heads, "
+                f"got {block_size}: attention spread evenly over {block_size} "
+                f"position{'s' * (block_size > 1)} puts {1 / block_size:.2f} on every target, more "
+                f"than half the {INDUCTION_THRESHOLD} that names an induction head, so chance "
+                "could "
+                "pass for one"
+            )
+        if min_segment < 2:
+            raise ValueError(
+                "data.min_segment must be at least 2 for the induction measurements, got "
+                f"{min_segment}: after the copy of a one-token segment comes a fresh random token, "
+                "so a batch may hold no position the context gives away (loss/repeated would be "
+                "NaN)"
+            )
+        if 2 * self.data.max_segment > block_size + 1:
+            raise ValueError(
+                f"data.max_segment ({self.data.max_segment}) must be at most "
+                f"(model.block_size + 1) // 2 ({(block_size + 1) // 2}): a block holds the segment "
+                "and its copy"
             )
 
     @property
     def run_name(self) -> str:
-        """`base`, `base-no-mask`, `base-no-scale`, ..., then the changed sizes (`char-n_layer6`),
-        unless train.run_name says otherwise.
-        """
+        """`base`, `base-no-mask`, ..., then the changed sizes (`char-n_layer6`), unless
+        train.run_name says otherwise."""
         return self.train.run_name or self.name + name_suffix(self.model) + self.shape
 
     @property
@@ -254,7 +241,8 @@ class Config:
 # TOML section -> dataclass
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 SECTION_MEANINGS = {
-    "model": "the network: its sizes, the switches that break attention, those that mend it, and attention as shipped models have it",
+    "model": "the network: its sizes, the switches that break attention, those that mend it, and "
+    "attention as shipped models have it",
     "data": "the text and how it becomes token ids",
     "train": "the run: optimizer, schedule, evaluations, device, where results go",
 }
@@ -267,12 +255,8 @@ KEYS = {
 def config_differences(
     saved: dict, wanted: dict, ignore: tuple[str, ...] = (), prefix: str = ""
 ) -> list[str]:
-    """What differs between a recorded config and the wanted one, key by key: ["n_layer 2 vs 4",
-    ...].
-
-    Both are plain dicts as `to_dict()` and checkpoints hold them; a key the record lacks shows as
-    None. Nested sections ({"model": {...}}) are compared key by key, named "model.n_layer".
-    """
+    """What differs between two plain dicts as `to_dict()` makes them, key by key, nested sections
+    named "model.n_layer": ["model.n_layer 2 vs 4", ...]; a key the record lacks shows as None."""
     found = []
     for key, value in wanted.items():
         if key in ignore:

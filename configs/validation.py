@@ -1,15 +1,7 @@
-"""One way into a Config, whatever its source: every key checked against the schema, every value
-against its type.
-
-Four sources give a config: a TOML file (typed values), the command line (text, converted to each
-field's type), and what a run records, the config in every checkpoint and in
-runs/<run-name>/config.json. All go through validate_config, so a checkpoint whose config says
-causal = "false" is refused as the same line
-of a TOML file is: Python reads any non-empty text as true, so the model would have kept its mask.
-The error is one line that names the field, the value, the file and what to do.
-
-A key that does not exist names the nearest one that does, or the flag of the change it spells
-(model.rope is --rope, model.no_mask is --no-mask: model/ablations.py's table).
+"""One way into a Config, whatever its source: a TOML file, the command line, or what a run
+recorded (a checkpoint's config, config.json). Every key is checked against the schema and every
+value against its field's type, so a checkpoint whose config says causal = "false" is refused as
+the same line of a TOML file is: Python reads any non-empty text as true.
 """
 
 import difflib
@@ -22,22 +14,13 @@ from configs.schema import KEYS, SECTIONS, Config
 from model.ablations import CHANGES
 
 FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
-# a model of another size is another run, named for it: shape_suffix
 SHAPE = ("n_layer", "n_head", "n_embd", "block_size")
-RECORDED = ("name", "shape")  # what a run's record holds beside its sections (Config.to_dict)
+RECORDED = ("name", "shape")  # what Config.to_dict holds beside its sections
 TAKES = {bool: "true or false", int: "a whole number", float: "a number", str: "text, in quotes"}
-IS = {
-    bool: "a boolean",
-    int: "a whole number",
-    float: "a number",
-    str: "text",
-    list: "a list",
-    dict: "a table",
-    type(None): "null",
-}
+IS = {**TAKES, bool: "a boolean", str: "text", list: "a list", dict: "a table", type(None): "null"}
 RECORDED_FIX = (
-    "train.py writes no such config, so the file was changed since (or by another version of this project); "
-    "correct it, or train the run again"
+    "train.py writes no such config, so the file was changed since (or by another version of this "
+    "project); correct it, or train the run again"
 )
 
 
@@ -45,23 +28,14 @@ class ConfigError(ValueError):
     """A config file or flag that cannot be used; the message says what is valid."""
 
 
-def change_meant(name: str) -> str | None:
-    """The flag of the change a key is spelled like, with the field it sets: rope -> --rope
-    (model.positions = "rope").
-    """
+def nearest_key(dotted: str) -> str | None:
+    """The key (or change flag) a typo most likely meant: a change's name (no_mask -> --no-mask),
+    an abbreviation (learning_rate -> lr), else the closest spelling."""
+    section, _, name = dotted.partition(".")
     for change in CHANGES:
         if change.name == name.replace("_", "-"):
             value = "C" if change.takes_value else json.dumps(change.value)
             return f"{change.flag} (model.{change.field} = {value})"
-    return None
-
-
-def nearest_key(dotted: str) -> str | None:
-    """The valid key (or change flag) a typo most likely meant: a change's name (no_mask ->
-    --no-mask), an abbreviation (learning_rate -> lr), else the closest spelling."""
-    section, _, name = dotted.partition(".")
-    if change_meant(name):
-        return change_meant(name)
     if section in SECTIONS:
         names = [key.partition(".")[2] for key in KEYS if key.startswith(f"{section}.")]
         initials = "".join(part[:1] for part in name.split("_"))
@@ -76,9 +50,6 @@ def nearest_key(dotted: str) -> str | None:
 
 
 def check_key(dotted: str, where: str = "", recorded: bool = False) -> None:
-    """Make sure 'section.field' exists and may be set here, suggesting the nearest valid key if not
-    (where: the file).
-    """
     in_file = f" in {where}" if where else ""
     if dotted not in KEYS:
         section, _, name = dotted.partition(".")
@@ -99,29 +70,15 @@ def check_key(dotted: str, where: str = "", recorded: bool = False) -> None:
 
 
 def is_denormal(x: float) -> bool:
-    """Whether x is below the smallest normal double (2.2e-308) but not 0: read from its bits, since
-    a CPU that flushes denormals (as training sets it to) reads such a number as 0 in any
-    comparison."""
+    """Whether x is below 2.2e-308 but not 0, read from its bits: a CPU that flushes denormals (as
+    training sets it to) reads such a number as 0 in any comparison, and so in a check for > 0."""
     bits = struct.unpack("<Q", struct.pack("<d", x))[0]
     return (bits >> 52) & 0x7FF == 0 and bits & (2**52 - 1) != 0
 
 
 def convert(dotted: str, value):
-    """Turn a TOML value or a command-line string into the type of field `dotted`, or explain why
-    not.
-    """
-    number = converted(dotted, value)
-    # 1e-320 passes a check for > 0, then training's CPU reads it as 0
-    if isinstance(number, float) and is_denormal(number):
-        raise ConfigError(
-            f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in training; give a larger value"
-        )
-    return number
-
-
-def converted(dotted: str, value):
-    """convert's body: the value in the field's type."""
-    kind = KEYS[dotted].type
+    """A TOML value or a command-line string in the type of field `dotted`, or why not."""
+    kind, number = KEYS[dotted].type, value
     if isinstance(value, str) and kind is not str:
         text = value.strip().lower()
         if kind is bool:
@@ -129,36 +86,39 @@ def converted(dotted: str, value):
                 raise ConfigError(f"{dotted} takes true or false, got {value!r}")
             return text == "true"
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
             raise ConfigError(
                 f"{dotted} takes {'an integer' if kind is int else 'a number'}, got {value!r}"
             ) from None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+    elif kind is float and type(value) is int:
         if abs(value) > 2**1023:  # a TOML integer of 400 digits: float() would raise OverflowError
             raise ConfigError(
                 f"{dotted} = {value} is larger than any number a float holds; give a smaller value"
             )
-        return float(value)
-    if type(value) is not kind:
-        raise ConfigError(f"{dotted} takes {kind.__name__}, got {type(value).__name__} {value!r}")
-    return value
+        number = float(value)
+    if kind is float and is_denormal(number):
+        raise ConfigError(
+            f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in "
+            "training; give a larger value"
+        )
+    return number
 
 
 def typed(dotted: str, value, where: str, recorded: bool):
-    """A value read from a file (TOML, a checkpoint, config.json), which has types: it must have the
-    field's (an integer serves as a number), or the error names the field, the value, the file and
-    what to do."""
+    """A value read from a file, which has types: it must have the field's (an integer serves as a
+    number), or the error names the field, the value, the file and what to do."""
     kind = KEYS[dotted].type
-    # recorded before positions had kinds
+    # recorded before positions had kinds: ModelConfig reads true as "learned", false as "none"
     if recorded and dotted == "model.positions" and type(value) is bool:
-        return value  # ModelConfig reads true as "learned", false as "none"
+        return value
     if type(value) is kind or (kind is float and type(value) is int):
         return convert(dotted, value)
     fix = RECORDED_FIX if recorded else f"write {TAKES[kind]}"
     if not recorded and isinstance(value, str):
         try:
-            fix = f"write it without quotes: {dotted.partition('.')[2]} = {json.dumps(converted(dotted, value))}"
+            unquoted = json.dumps(convert(dotted, value))
+            fix = f"write it without quotes: {dotted.partition('.')[2]} = {unquoted}"
         except ConfigError:
             pass
     # as TOML and JSON spell it: "false" in quotes is text, false is not
@@ -171,13 +131,9 @@ def typed(dotted: str, value, where: str, recorded: bool):
 
 def shape_suffix(preset: dict, model) -> str:
     """What a run's default name gets for the model sizes the command line changed from its
-    preset's: "-n_layer1", ...
-
-    `--config induction --model.n_layer=1` then trains runs/induction-n_layer1 beside
-    runs/induction, instead of moving the two-layer run aside; a size the preset already has adds
-    nothing, and --run-name always wins. It is kept apart from the run name (Config.shape), so that
-    variants derived from the config (compare.py's, the notebook's) keep it under names of their
-    own."""
+    preset's ("-n_layer1"), so that `--config induction --model.n_layer=1` trains beside
+    runs/induction instead of moving it aside. Kept apart from the run name (Config.shape), so that
+    variants derived from the config keep it under names of their own."""
     changed = [
         key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)
     ]
@@ -187,25 +143,21 @@ def shape_suffix(preset: dict, model) -> str:
 def validate_config(
     table, where: str | Path, overrides: Iterable[tuple[str, str]] = (), recorded: bool = False
 ) -> Config:
-    """The Config a source gives, from any source: each key checked against the schema, each value
-    against its field's type.
-
-    table: a TOML file's sections ({"model": {...}, ...}; the config is named for the file), or with
-    `recorded` what a run stored (a checkpoint's config, config.json: Config.to_dict(), with its
-    name, shape and model.vocab_size; a field added since takes its default). where: the file, named
-    in every error. overrides: the command line's (dotted key, text) pairs, applied after the table.
-    The schema's own checks then run as for any Config (n_embd % n_head, ...).
-    """
+    """The Config of a TOML file's sections (named for the file), or with `recorded` of what a run
+    stored (Config.to_dict(); a field added since takes its default), then the command line's
+    (dotted key, text) overrides. where: the file, named in every error."""
     if not isinstance(table, dict):
         raise ConfigError(
-            f"{where} holds no config (found {IS.get(type(table), type(table).__name__)}); {RECORDED_FIX}"
+            f"{where} holds no config (found {IS.get(type(table), type(table).__name__)}); "
+            f"{RECORDED_FIX}"
         )
     values: dict[str, dict] = {section: {} for section in SECTIONS}
     for section, body in table.items():
         if recorded and section in RECORDED:
             if not isinstance(body, str):
                 raise ConfigError(
-                    f"{section} = {json.dumps(body, default=repr)} in {where} is not text; {RECORDED_FIX}"
+                    f"{section} = {json.dumps(body, default=repr)} in {where} is not text; "
+                    f"{RECORDED_FIX}"
                 )
             continue
         if section not in SECTIONS or not isinstance(body, dict):

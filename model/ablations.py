@@ -1,17 +1,7 @@
-"""Every change to attention the project measures, defined once: three ablations, two cures, rotary
-positions and four designs of attention as shipped models have it.
-
-Ablations break: without the causal mask, without the 1/sqrt(D) scale, without positions. Cures mend
-the softmax that saturates when the scores grow (with the scale in place, a high learning rate makes
-them grow too): QK-norm, and a cap on the scores. RoPE is another kind of position: queries and keys
-turned by their positions instead of a learned table added to the tokens. The shipped designs:
-grouped-query heads (--kv-heads=K), a sliding window (--window=W), an output gate (--gate) and a
-learned sink (--sink) (docs/variants.md).
-
-Every place that names or builds a variant derives it from CHANGES: the command-line flags
-(--no-mask, --qk-norm, --softcap=C, ...), the run names (char-no-mask, char-softcap50), the labels
-in picture titles ("NO MASK, scaled", "causal, scaled, QK-NORM"), and the variants that compare.py
-trains (--variants no-scale+qk-norm) and break_gpt2.py evaluates (the ablations alone).
+"""Every change to attention the project measures, defined once in CHANGES: the ablations break
+(no causal mask, no 1/sqrt(D) scale, no positions), the cures mend a saturated softmax (QK-norm, a
+cap on the scores), RoPE turns queries and keys by position, and four designs of shipped models
+(docs/variants.md). Flags, run names, picture titles and compare.py's variants derive from it.
 
 Without positions, attention is blind to order: with no mask either, permuting the input only
 permutes the output (a bag of tokens). The causal mask alone gives order back, since position t
@@ -24,29 +14,22 @@ from dataclasses import dataclass, replace
 
 from model.config import ModelConfig
 
-# breaks, mends, places tokens, as shipped
 ABLATION, CURE, POSITIONS, SHIPPED = "ablation", "cure", "positions", "shipped"
-# every field's value in a model nothing has changed
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 
 
 @dataclass(frozen=True)
 class Change:
     """One change to the model: the field it sets and to what, and how flags, run names and titles
-    spell it.
-    """
+    spell it."""
 
-    # "no-mask": the flag is --no-mask, a run's name gets -no-mask, compare.py's --variants spells
-    # it
-    name: str
-    kind: str  # ABLATION, CURE or POSITIONS
+    name: str  # "no-mask": the flag, the run name's part, a --variants name
+    kind: str  # ABLATION, CURE, POSITIONS or SHIPPED
     field: str  # the ModelConfig field it sets
-    # what it sets there; a number (the softcap) is what compare.py trains, and the flag takes any
-    value: bool | str | float | int
-    # how a title says it is applied, in capitals so that it stands out; a number's value follows it
-    label: str
-    label_without: str = ""  # how a title says it is not ("causal", "scaled"; "" says nothing)
-    counts: str = ""  # what a whole-number flag counts ("positions"): its value must be at least 1
+    value: bool | str | float | int  # a number is what compare.py trains; the flag takes any
+    label: str  # how a title says it is applied, in capitals; a number's value follows it
+    label_without: str = ""  # how a title says it is not ("causal"; "" says nothing)
+    counts: str = ""  # what a whole-number flag counts ("positions"), from 1
 
     @property
     def flag(self) -> str:
@@ -54,42 +37,33 @@ class Change:
 
     @property
     def takes_value(self) -> bool:
-        """Whether its flag takes a value (--softcap=C) rather than setting `value` itself
-        (--no-mask).
-        """
+        """Whether its flag takes a value (--softcap=C) rather than setting `value` (--no-mask)."""
         return not isinstance(self.value, bool | str)
 
     def is_applied(self, model_cfg: ModelConfig) -> bool:
-        """Whether model_cfg has it: its field holds `value` (a number: any value but the field's
-        default, off).
-        """
+        """Whether its field holds `value` (a number: any value but the default, off)."""
         held = getattr(model_cfg, self.field)
         return held != DEFAULTS[self.field] if self.takes_value else held == self.value
 
     def spelled(self, model_cfg: ModelConfig) -> tuple[str, str]:
-        """(run-name part, title label) of this change in model_cfg: ("softcap50", "SOFTCAP 50"),
-        ("no-mask", "NO MASK").
-        """
+        """(run-name part, title label): ("softcap50", "SOFTCAP 50"), ("no-mask", "NO MASK")."""
         if not self.takes_value:
             return self.name, self.label
         held = f"{getattr(model_cfg, self.field):g}"
         return f"{self.name}{held}", f"{self.label} {held}"
 
 
-CHANGES = (  # the one table; its order is the order of run names, labels and compare.py's variants
+CHANGES = (  # its order is the order of run names, labels and variants
     Change("no-mask", ABLATION, "causal", False, "NO MASK", "causal"),
     Change("no-scale", ABLATION, "scaled", False, "NO SCALE", "scaled"),
     Change("no-pos", ABLATION, "positions", "none", "NO POS"),
     Change("qk-norm", CURE, "qk_norm", True, "QK-NORM"),
-    Change("softcap", CURE, "softcap", 50.0, "SOFTCAP"),  # Gemma 2's cap on its attention scores
+    Change("softcap", CURE, "softcap", 50.0, "SOFTCAP"),  # Gemma 2's cap
     Change("rope", POSITIONS, "positions", "rope", "ROPE"),
-    # Llama 3's grouped-query heads
     Change("kv-heads", SHIPPED, "kv_heads", 1, "KV-HEADS", counts="key/value heads"),
-    # Mistral's, gpt-oss's sliding window
     Change("window", SHIPPED, "window", 32, "WINDOW", counts="positions"),
-    # Qwen3-Next's sigmoid gate on each head's output
     Change("gate", SHIPPED, "gate", True, "GATE"),
-    Change("sink", SHIPPED, "sink", True, "SINK"),  # gpt-oss's learned sink logit
+    Change("sink", SHIPPED, "sink", True, "SINK"),
 )
 # what compare.py trains by default and break_gpt2.py evaluates
 ABLATIONS = tuple(c for c in CHANGES if c.kind == ABLATION)
@@ -104,51 +78,40 @@ def applied(
 
 
 def name_suffix(model_cfg: ModelConfig) -> str:
-    """What a run's name gets for its changes: "", "-no-mask", "-no-mask-no-scale",
-    "-no-scale-qk-norm", "-softcap50", ...
-    """
+    """What a run's name gets for its changes: "", "-no-mask", "-no-scale-qk-norm", ..."""
     return "".join(f"-{c.spelled(model_cfg)[0]}" for c in applied(model_cfg))
 
 
 def flags_label(model_cfg: ModelConfig) -> str:
-    """How a model's attention was built, for titles: "causal, scaled", with what is changed in
-    capitals ("causal, scaled, NO POS", "NO MASK, scaled", "causal, scaled, QK-NORM, ROPE")."""
+    """How a model's attention was built, for titles, changes in capitals: "NO MASK, scaled"."""
     labels = (
         c.spelled(model_cfg)[1] if c.is_applied(model_cfg) else c.label_without for c in CHANGES
     )
     return ", ".join(label for label in labels if label)
 
 
-def by_name(names: Iterable[str]) -> list[Change]:
-    """The changes that `names` ("no-mask", "qk-norm", ...) spell, in table order, or a ValueError
-    that lists the valid ones.
-    """
-    names = list(names)
-    unknown = [name for name in names if name not in {c.name for c in CHANGES}]
+JOIN = "+"  # several changes at once: "no-scale+qk-norm"
+
+
+def variant_changes(name: str) -> list[Change]:
+    """The changes one variant name spells: "no-scale+qk-norm" -> [no-scale, qk-norm]."""
+    parts = [part.strip() for part in name.split(JOIN)]
+    if "" in parts or len(set(parts)) != len(parts):
+        raise ValueError(
+            f"a variant is a change or several joined by {JOIN} (no-mask{JOIN}no-pos), each once; "
+            f"got {name!r}"
+        )
+    unknown = [part for part in parts if part not in {c.name for c in CHANGES}]
     if unknown:
         raise ValueError(
             f"unknown variant {unknown[0]!r}; choose from {', '.join(c.name for c in CHANGES)}"
         )
-    return [c for c in CHANGES if c.name in names]
-
-
-JOIN = "+"  # a variant with several changes at once: "no-mask+no-pos", "no-scale+qk-norm"
-
-
-def variant_changes(name: str) -> list[Change]:
-    """The changes one variant name spells: "no-pos" -> [no-pos], "no-scale+qk-norm" -> [no-scale,
-    qk-norm].
-    """
-    parts = [part.strip() for part in name.split(JOIN)]
-    if "" in parts or len(set(parts)) != len(parts):
-        raise ValueError(
-            f"a variant is a change or several joined by {JOIN} (no-mask{JOIN}no-pos), each once; got {name!r}"
-        )
-    picked = by_name(parts)
+    picked = [c for c in CHANGES if c.name in parts]
     for one, other in zip(picked, picked[1:], strict=False):
         if one.field == other.field:
             raise ValueError(
-                f"{one.name} and {other.name} both set model.{one.field}, so {name!r} cannot have both; pick one"
+                f"{one.name} and {other.name} both set model.{one.field}, so {name!r} cannot have "
+                "both; pick one"
             )
     return picked
 
@@ -160,20 +123,14 @@ def variant_order(name: str) -> tuple[int, ...]:
 
 
 def undone(model_cfg: ModelConfig, changes: Iterable[Change]) -> ModelConfig:
-    """model_cfg with these changes taken back: their fields at their defaults (the mask on, learned
-    positions, no cap).
-    """
+    """model_cfg with these changes taken back: their fields at their defaults."""
     return replace(model_cfg, **{c.field: DEFAULTS[c.field] for c in changes})
 
 
 def variants(model_cfg: ModelConfig, names: Iterable[str] | None = None) -> dict[str, ModelConfig]:
     """The model with nothing changed and with each variant, keyed by the name suffix: "",
-    "-no-mask", "-qk-norm", ...
-
-    names picks the variants: a change ("no-mask", "qk-norm", ...) or several joined by +
-    ("no-scale+qk-norm", keyed "-no-scale-qk-norm"); None takes every ablation in the table, each
-    alone. Keys follow the table's order, single changes first, whatever the order of names.
-    """
+    "-no-mask", "-no-scale-qk-norm", ... in table order, single changes first. names: the variants
+    ("no-mask", "no-scale+qk-norm", ...); None takes every ablation, each alone."""
     intact = undone(model_cfg, CHANGES)
     chosen = (
         [[a] for a in ABLATIONS]

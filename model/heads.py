@@ -1,16 +1,10 @@
-"""Switch chosen attention heads off, to see what they carry: head ablation, an intervention at
-inference.
+"""Switch chosen attention heads off, to see what they carry (head ablation).
 
-A head's output is the (B, T, D) slice of the heads' side-by-side output (B, T, C) that enters
-the block's output projection `proj`: columns h*D .. (h+1)*D - 1 for head h. Zeroing that slice
-removes everything the head adds to the residual stream (proj's bias stays), exactly as zeroing
-the same D columns of proj's weight would. Mean-ablation puts the slice's average over a
-reference batch in its place instead, so that the layers above still see an input of the usual
-size, only no longer depending on the tokens.
-
-Heads are named as inspect_attention.py prints them: "L0H1" is layer 0, head 1 (both from 0).
-Nothing here changes a parameter: the context manager hooks the projections on entry and
-unhooks them on exit, so the model is exactly as it was afterwards.
+Head h's output is columns h*D .. (h+1)*D - 1 of the heads' side-by-side output (B, T, C) that
+enters the block's output projection `proj`. Zeroing them removes everything the head adds to the
+residual stream; mean-ablation puts their average over a reference batch there instead, so the
+layers above still see an input of the usual size, only no longer depending on the tokens. "L0H1"
+is layer 0, head 1. No parameter changes: hooks come off on exit.
 """
 
 import re
@@ -30,16 +24,12 @@ def head_name(layer: int, head: int) -> str:
 
 
 def all_heads(model: GPT) -> list[tuple[int, int]]:
-    """Every (layer, head) of the model, layer by layer."""
     return [(layer, head) for layer in range(model.cfg.n_layer) for head in range(model.cfg.n_head)]
 
 
 def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
     """ "L0H1,L0H3" (or "L1" for every head of layer 1) -> [(0, 1), (0, 3)], checked against the
-    model's sizes.
-
-    A ValueError says which name is malformed or out of range.
-    """
+    model's sizes."""
     heads = []
     for name in (part.strip() for part in text.split(",")):
         if match := HEAD_NAME.fullmatch(name):
@@ -48,7 +38,8 @@ def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
             layer, head = int(match[1]), None
         else:
             raise ValueError(
-                f"{name!r} names no head; write heads as L<layer>H<head> (L0H1,L1H3) or a whole layer as L<layer>"
+                f"{name!r} names no head; write heads as L<layer>H<head> (L0H1,L1H3) or a whole "
+                "layer as L<layer>"
             )
         if layer >= n_layer:
             raise ValueError(
@@ -56,7 +47,8 @@ def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
             )
         if head is not None and head >= n_head:
             raise ValueError(
-                f"{name}: head {head} is out of range, the model has heads 0 to {n_head - 1} per layer"
+                f"{name}: head {head} is out of range, the model has heads 0 to {n_head - 1} per "
+                "layer"
             )
         heads += [(layer, head)] if head is not None else [(layer, h) for h in range(n_head)]
     return list(dict.fromkeys(heads))  # in order, each once
@@ -66,13 +58,9 @@ def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
 def ablate_heads(
     model: GPT, heads: Iterable[tuple[int, int]], means: list[torch.Tensor] | None = None
 ) -> Iterator[GPT]:
-    """Within the block, the model runs with `heads` (layer, head) switched off; on exit it is as it
-    was.
-
-    Each chosen head's slice of the input to its layer's output projection is set to zero, or,
-    with `means` (per layer, the (C,) mean input to proj: see head_means), to its mean there.
-    Works on every attention backend and with the KV cache: they all end in proj.
-    """
+    """Within the block, the model runs with `heads` (layer, head) switched off: each one's slice
+    of the input to proj set to zero, or with `means` (head_means) to its mean. Every attention
+    backend and the KV cache end in proj, so this works on all of them."""
     D = model.cfg.head_size
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
@@ -102,9 +90,8 @@ def ablate_heads(
 
 @torch.no_grad()
 def head_means(model: GPT, idx: torch.Tensor) -> list[torch.Tensor]:
-    """Per layer, the (C,) mean over every position of idx (B, T) of the heads' output before proj:
-    mean-ablation's values.
-    """
+    """Per layer, the (C,) mean of the heads' output before proj over idx (B, T): mean-ablation's
+    values."""
     sums: list[torch.Tensor] = []
 
     def record(proj, inputs):

@@ -2,13 +2,10 @@
 the breaks.
 
 Where a token appeared before, an induction head attends to the position just after that earlier
-occurrence
-and copies what came there: "A B ... A" -> "B". It takes two layers: a previous-token head writes
-into each position which token preceded it, and the induction head's query finds "preceded by me".
-`induction_score` scores one head's weights; `induction_summary` every head of a model, and how much
-its loss drops where the context gives the next token away (the in-context learning score).
-model/roles.py's head_roles names a head "induction" above INDUCTION_THRESHOLD, given enough
-repeated rows.
+occurrence and copies what came there: "A B ... A" -> "B". It takes two layers: a previous-token
+head writes into each position which token preceded it, and the induction head's query finds
+"preceded by me". `induction_summary` scores every head, and how much the loss drops where the
+context gives the next token away (the in-context learning score).
 """
 
 import math
@@ -21,16 +18,13 @@ from model.heads import head_name
 # an induction head puts more than 0.3 of each repeated row's weight on its target
 INDUCTION_THRESHOLD = 0.3
 # The shortest context in which the score tells a head from chance: attention spread evenly over T
-# positions puts 1/T on any target, and a fresh model's largest score sits near that. Only where 1/T
-# is at most half the threshold is crossing it a finding (a block of 2 scored 0.5 at initialisation:
-# a "phase change" at step 0).
+# positions puts 1/T on any target, so only where 1/T is at most half the threshold is crossing it a
+# finding (a block of 2 scored 0.5 at initialisation: a "phase change" at step 0).
 SHORTEST_CONTEXT = math.ceil(2 / INDUCTION_THRESHOLD)
 
 
 def previous_occurrence(idx: torch.Tensor) -> torch.Tensor:
-    """(B, T) the latest position p < t where idx[b, p] == idx[b, t], or -1 where token t is a first
-    occurrence.
-    """
+    """(B, T) the latest position p < t where idx[b, p] == idx[b, t], or -1 where there is none."""
     positions = torch.arange(idx.shape[-1], device=idx.device)
     # (B, T, T): earlier, same token
     same = (idx[..., :, None] == idx[..., None, :]) & (positions[None, :] < positions[:, None])
@@ -38,28 +32,20 @@ def previous_occurrence(idx: torch.Tensor) -> torch.Tensor:
 
 
 def induction_score(weights: torch.Tensor, idx: torch.Tensor) -> float:
-    """Mean weight from each repeated position t to its induction target, the position just after
-    the previous occurrence of token t, from one head's weights (B, T, T) on idx (B, T); rows of
-    first occurrences are left out.
-
-    1 for a head that attends only there, about 0 for a previous-token head; 0 when no token
-    repeats.
-    """
+    """Mean weight from each repeated position t to the position just after the previous
+    occurrence of token t, from one head's weights (B, T, T) on idx (B, T): 1 for a head that
+    attends only there, about 0 for a previous-token head, 0 when no token repeats."""
     return score_at(weights, previous_occurrence(idx) + 1)
 
 
 def score_at(weights: torch.Tensor, target: torch.Tensor) -> float:
-    """induction_score given the targets (B, T), previous_occurrence + 1 (0 where there is none):
-    computed once for all heads.
-    """
+    """induction_score given the targets (B, T), computed once for all heads."""
     rows = target_rows(weights, target)
     return rows.mean().item() if len(rows) else 0.0
 
 
 def target_rows(weights: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The weight each repeated row puts on its target, from weights (B, T, T) and targets (B, T):
-    (rows,), first occurrences left out.
-    """
+    """(rows,) the weight each repeated row puts on its target (B, T); target 0 marks no target."""
     # (B, T): w[b, t, target[b, t]]
     on_target = weights.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)
     return on_target[target > 0]
@@ -69,11 +55,10 @@ def target_rows(weights: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def induction_summary(
     model: GPT, x: torch.Tensor, y: torch.Tensor, layers: list[torch.Tensor] | None = None
 ) -> dict[str, float]:
-    """On x, y (B, T): induction/L{layer}H{head}, every head's induction score, and induction/max;
-    loss/repeated at positions whose token occurred before and whose target followed it there
-    (copying is right), loss/first at first occurrences (nan if none), and icl/score, repeated minus
-    first: below 0 once the model reads its context. `layers`: the model's attention weights on x,
-    if the caller has them already (n_layer x (B, H, T, T))."""
+    """On x, y (B, T): every head's induction score and induction/max; loss/repeated where copying
+    is right (the token occurred before and its target followed it there), loss/first at first
+    occurrences (nan if none), and icl/score, repeated minus first: below 0 once the model reads
+    its context. `layers`: the attention weights on x, if the caller has them already."""
     layers = model.attention_weights(x) if layers is None else layers
     previous = previous_occurrence(x)  # (B, T)
     scores = {

@@ -1,20 +1,11 @@
 """The lesson's measurements: what shows a GPT break, computed from the model alone.
 
-The loss. Teacher-forced loss scores every position of a block in one pass. A causal model cannot
-tell the difference, but a model trained without the mask reads the answer from the next position
-and looks brilliant. `honest_loss` gives the model only the tokens before each target, as generation
-does, so the cheating shows as a gap between the two: `leak`. `order_use` asks how much the model
-reads
-word order: the rise of that honest loss when the last few tokens before a target are shuffled.
-
-The attention. Pure functions of attention weights (..., T, S): row entropy, row maximum,
-saturation, mass on the future; then, per head, `head_statistics` (model/roles.py names heads' roles
-from them), and `attention_summary` (with `qk_norms`, the query and key norms that bound the
-scores), the numbers TensorBoard plots. What a saturated softmax lets through to the scores and the
-query/key weights is model/gradients.py's; the induction heads are model/induction.py's.
-
-Every function here takes the model or its outputs and returns numbers: training, evaluation, the
-scripts and the notebook all call these, and none of them recomputes one."""
+Teacher-forced loss scores every position of a block in one pass, and a model trained without the
+mask reads the answer from the next position and looks brilliant. `honest_loss` gives the model only
+the tokens before each target, as generation does, so the cheating shows as a gap: `leak`.
+`order_use` is how much the model reads word order. The rest are pure functions of attention
+weights (..., T, S) and their summary per head and per model, the numbers TensorBoard plots.
+"""
 
 import math
 from collections.abc import Callable
@@ -29,22 +20,18 @@ Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # (x, y, positions
 # called before each prefix pass: the caller's progress, and its chance to stop
 Between = Callable[[], None] | None
 
-# Statistics of attention weights (..., T, S), as pure functions. Rows whose query may see only
-# one position (the first row of a causal matrix) carry no information and are left out.
+# The statistics leave out rows whose query sees one position (a causal matrix's first row).
 
 
 def visible_counts(T: int, S: int, causal: bool, device=None, window: int = 0) -> torch.Tensor:
-    """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S; a
-    window caps it.
-    """
+    """(T,) how many positions each query may attend to: t + 1 + (S - T) when causal, else S."""
     mask = causal_mask(T, S, device, window, causal)  # (T, S), or None: every key in view
     return torch.full((T,), S, device=device) if mask is None else mask.sum(-1)
 
 
 def normalized_entropy(weights: torch.Tensor, causal: bool, window: int = 0) -> torch.Tensor:
-    """Entropy of each row divided by the log of its visible count: 1 is uniform, 0 is one-hot.
-    (With a sink, over the weights on tokens as they are: what the sink takes is missing from the
-    sum.) Returns (..., T'), where T' counts the rows that may see at least two positions."""
+    """Entropy of each row over the log of its visible count, (..., T'): 1 is uniform, 0 one-hot.
+    (With a sink, what the sink takes is missing from the sum.)"""
     T, S = weights.shape[-2:]
     visible = visible_counts(T, S, causal, weights.device, window)
     keep = visible > 1
@@ -53,7 +40,7 @@ def normalized_entropy(weights: torch.Tensor, causal: bool, window: int = 0) -> 
 
 
 def row_max(weights: torch.Tensor, causal: bool, window: int = 0) -> torch.Tensor:
-    """The largest weight in each row with at least two visible positions: (..., T')."""
+    """The largest weight in each row, (..., T')."""
     T, S = weights.shape[-2:]
     keep = visible_counts(T, S, causal, weights.device, window) > 1
     return weights.amax(-1)[..., keep]
@@ -65,7 +52,7 @@ SATURATED = 0.99  # a row whose largest weight exceeds this is saturated
 def saturated_fraction(
     weights: torch.Tensor, causal: bool, threshold: float = SATURATED, window: int = 0
 ) -> torch.Tensor:
-    """Share of rows (with at least two visible positions) whose largest weight exceeds `threshold`."""
+    """Share of rows whose largest weight exceeds `threshold`."""
     return (row_max(weights, causal, window) > threshold).float().mean()
 
 
@@ -89,9 +76,8 @@ def honest_positions(T: int, n: int, generator: torch.Generator) -> list[int]:
 def prefix_logits(
     model: GPT, x: torch.Tensor, positions: list[int], between: Between = None
 ) -> torch.Tensor:
-    """The logits (B, P, V) at each of `positions` t of x (B, T), from a pass over the prefix x[:,
-    :t+1] alone: what the model predicts there while it cannot see what follows, as in generation.
-    One pass per position, `between` before each."""
+    """The logits (B, P, V) at each of `positions` t of x (B, T), from a pass over the prefix
+    x[:, :t+1] alone, as in generation; `between` is called before each pass."""
     out = []
     for t in positions:
         if between is not None:
@@ -104,17 +90,9 @@ def prefix_logits(
 def honest_loss(
     model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], between: Between = None
 ) -> tuple[float, float]:
-    """Mean loss at `positions`, (honest, teacher-forced), on inputs x and targets y (B, T).
-
-    honest: for each position t, the model runs on the prefix x[:, :t+1] alone and its last
-    logits are scored against y[:, t]. teacher-forced: one pass over the whole of x, scored at
-    the same positions. Their gap measures future leakage.
-
-    A causal model's position t sees x[:, :t+1] and nothing else in either pass, so its honest loss
-    is its teacher-forced one by construction: it is taken from the one pass, not from a pass per
-    prefix, which would cost a block's worth of passes for the same number (tests prove the two
-    agree).
-    """
+    """Mean loss at `positions` of x, y (B, T): (honest, each position scored from a pass over its
+    prefix alone; teacher-forced, from one pass). A causal model's two are equal by construction, so
+    its honest loss is taken from the one pass."""
     # logits (B, P, V)
     forced = lm_loss(model.lm_head(model.hidden(x)[:, positions]), y[:, positions]).item()
     if model.cfg.causal:
@@ -124,23 +102,18 @@ def honest_loss(
 
 @torch.no_grad()
 def leak(model: GPT, batches: Batches, between: Between = None) -> dict[str, float]:
-    """The honest and the teacher-forced loss over (x, y, positions) batches, and their gap: what
-    the model reads from the future.
-
-    loss/val_honest and loss/val_forced are means over the batches of honest_loss's pair;
-    loss/leak_gap is honest minus forced, exactly 0 for a causal model.
-    """
+    """loss/val_honest, loss/val_forced and loss/leak_gap, their difference: what the model reads
+    from the future, exactly 0 for a causal model."""
     return leak_of([honest_loss(model, x, y, positions, between) for x, y, positions in batches])
 
 
 def leak_of(pairs: list[tuple[float, float]]) -> dict[str, float]:
-    """leak's figures from honest_loss's (honest, teacher-forced) pair of each batch."""
     honest = sum(h for h, _ in pairs) / len(pairs)
-    forced = sum(f for _, f in pairs) / len(pairs)  # the same positions, seeing the whole block
+    forced = sum(f for _, f in pairs) / len(pairs)
     return {"loss/val_honest": honest, "loss/val_forced": forced, "loss/leak_gap": honest - forced}
 
 
-SHUFFLED_TOKENS = 8  # order use: how many tokens before each scored position are shuffled
+SHUFFLED_TOKENS = 8  # order_use's k
 
 
 @torch.no_grad()
@@ -152,15 +125,10 @@ def order_use(
     between: Between = None,
     unshuffled: list[float] | None = None,
 ) -> dict[str, float]:
-    """How much the model reads word order: the rise of the honest loss when the k tokens just
-    before each scored position t are shuffled (x[:, t-k:t], each row its own order; the token at t
-    and the ones further back stay).
-
-    Scored like honest_loss, each position on its prefix alone, so a model without the mask cannot
-    cheat here. A model without positions and without the mask sees a bag of tokens and scores 0
-    (nats per token). `between` is called before each shuffled pass. `unshuffled` is each batch's
-    honest loss if the caller has it already (from leak's passes), which spares a model without the
-    mask its prefix passes a second time.
+    """The rise of the honest loss (nats per token) when the k tokens just before each scored
+    position t are shuffled, each row in its own order. Scored on prefixes like honest_loss, so a
+    model without the mask cannot cheat here; a bag of tokens (no mask, no positions) scores 0.
+    `unshuffled`: each batch's honest loss, if the caller has it already.
     """
     gen = torch.Generator().manual_seed(seed)
     rises = []
@@ -168,7 +136,7 @@ def order_use(
         logits = []
         for t in positions:
             if between:
-                between()  # a stop asked for ends the measurement here
+                between()
             lo = max(0, t - k)
             # (B, t - lo): a shuffle per row
             order = lo + torch.rand(x.shape[0], t - lo, generator=gen).argsort(dim=-1).to(x.device)
@@ -189,24 +157,21 @@ def head_statistics(
     weights_per_layer: list[torch.Tensor], causal: bool, windows: list[int] | None = None
 ) -> list[dict]:
     """Per layer and head, from weights (B, H, T, T) per layer: mean normalised entropy, mean row
-    maximum, share of saturated rows (maximum above 0.99) and mean attention mass on the future.
-    windows: each layer's sliding window (0: none), which sets how many positions a row may see."""
+    maximum, share of saturated rows and mean mass on the future; windows: each layer's, or 0."""
     rows = []
     for layer, weights in enumerate(weights_per_layer):
         window = windows[layer] if windows else 0
         for head in range(weights.shape[1]):
             w = weights[:, head].float()  # (B, T, T)
-            entropy, maximum = (
-                normalized_entropy(w, causal, window).mean().item(),
-                row_max(w, causal, window).mean().item(),
-            )
-            stats = {
-                "entropy": entropy,
-                "max_weight": maximum,
-                "saturated": saturated_fraction(w, causal, window=window).item(),
-            }
             rows.append(
-                {"layer": layer, "head": head, **stats, "future_mass": future_mass(w).item()}
+                {
+                    "layer": layer,
+                    "head": head,
+                    "entropy": normalized_entropy(w, causal, window).mean().item(),
+                    "max_weight": row_max(w, causal, window).mean().item(),
+                    "saturated": saturated_fraction(w, causal, window=window).item(),
+                    "future_mass": future_mass(w).item(),
+                }
             )
     return rows
 
@@ -221,14 +186,8 @@ SUMMARY_TAGS = (
 
 @torch.no_grad()
 def attention_summary(model: GPT, idx: torch.Tensor, probe: list | None = None) -> dict[str, float]:
-    """Statistics of the readable path's attention on idx (B, T), as TensorBoard tags. attn/entropy:
-    mean normalised row entropy (1 = uniform over what a query may see, 0 = one-hot);
-    attn/max_weight: mean row maximum; attn/saturated_frac:
-    share of rows whose maximum exceeds 0.99; attn/future_mass: mean weight on later positions (0
-    under the causal mask); attn/score_std: std of the pre-softmax scores at visible positions,
-    averaged over layers; attn/score_max/L{layer}: the largest of them in each layer, attn/score_max
-    in any; qk_norms; heads/entropy/L{layer}H{head}: each head's entropy, in a TensorBoard section
-    of its own. Every head has as many rows, so means over heads are means over all rows. `probe`:
+    """The readable path's attention on idx (B, T), as TensorBoard tags: head_statistics' means,
+    the std and largest of the scores a query sees, qk_norms, and each head's entropy. `probe`:
     model.attention_probe(idx), if the caller has it already."""
     probe = model.attention_probe(idx) if probe is None else probe
     windows = [block.attn.window for block in model.blocks]
@@ -242,8 +201,7 @@ def attention_summary(model: GPT, idx: torch.Tensor, probe: list | None = None) 
     score_max = {
         f"attn/score_max/L{layer}": scores.max().item() for layer, scores in enumerate(visible)
     }
-    score_max["attn/score_max"] = max(score_max.values())  # the largest in any layer
-    # a section of their own
+    score_max["attn/score_max"] = max(score_max.values())
     per_head = {
         f"heads/entropy/{head_name(row['layer'], row['head'])}": row["entropy"] for row in heads
     }
@@ -252,13 +210,11 @@ def attention_summary(model: GPT, idx: torch.Tensor, probe: list | None = None) 
 
 @torch.no_grad()
 def qk_norms(model: GPT, idx: torch.Tensor) -> dict[str, float]:
-    """attn/q_norm, attn/k_norm: the mean L2 norm of a head's query and key vectors on idx (B, T),
-    over layers, heads and positions, as projected, before QK-norm rescales them. Without QK-norm a
-    score is at most |q| |k| x scale: it grows with their product."""
+    """attn/q_norm, attn/k_norm: the mean norm of a head's query and key vectors on idx (B, T), as
+    projected, before QK-norm rescales them. A score is at most |q| |k| x scale."""
     x, norms = model.embed(idx), []
     for block in model.blocks:
         q, k, _ = block.attn.split_heads(block.ln1(x), raw=True)  # each (B, H, T, D)
-        # over B, H and T
         norms.append((q.float().norm(dim=-1).mean().item(), k.float().norm(dim=-1).mean().item()))
         x = block(x)
     return {
@@ -268,7 +224,5 @@ def qk_norms(model: GPT, idx: torch.Tensor) -> dict[str, float]:
 
 
 def bits_per_byte(loss: float, n_tokens: int, n_bytes: int) -> float:
-    """Convert a mean loss in nats per token to bits per byte of decoded text (bits per character
-    for ASCII).
-    """
+    """A mean loss in nats per token as bits per byte of decoded text."""
     return loss * n_tokens / (n_bytes * math.log(2))

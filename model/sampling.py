@@ -1,9 +1,6 @@
-"""What generation needs beside the model: the KV cache, which keeps each layer's keys and values so
-that a new token costs one position, and the draw of the next token from the logits: greedy, or with
-a temperature, top-k and top-p.
-
-Shape legend: as in attention.py for the cache (B, K key/value heads, S, D); for the draw, B rows
-sampled side by side, V vocabulary, K candidates kept (K <= V).
+"""What generation needs beside the model: the KV cache, so that a new token costs one position,
+and the draw of the next token from the logits: greedy, or with a temperature, top-k and top-p.
+Shape legend as in attention.py; K is key/value heads in the cache, candidates kept in the draw.
 """
 
 from dataclasses import dataclass
@@ -13,13 +10,9 @@ import torch
 
 @dataclass
 class KVCache:
-    """One layer's keys and values so far, each (B, K, S, D) for K key/value heads, so a new token
-    costs one position.
-
-    Only a causal model can cache: there a position never sees later ones, so the keys and values of
-    earlier positions (RoPE's keys turned to their own positions) stay the same when a token is
-    appended. A layer with a window W keeps only the W - 1 newest positions: all that its next query
-    can see.
+    """One layer's keys and values so far, each (B, K, S, D). Only a causal model can cache: there a
+    position never sees later ones, so earlier keys and values stay the same when a token is
+    appended. A layer with a window W keeps only the W - 1 newest positions its next query sees.
     """
 
     window: int = 0  # the layer's sliding window, or 0: every position is kept
@@ -31,17 +24,14 @@ class KVCache:
         return self.seen
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add the new positions k, v (B, K, T, D); return every position the new queries may see,
-        each (B, K, S, D).
-        """
+        """Add k, v (B, K, T, D); return every position the new queries may see, (B, K, S, D)."""
         self.seen += k.shape[2]
         if self.k is not None:
             k = torch.cat([self.k, k], dim=2)  # (B, K, S - T, D) + (B, K, T, D) -> (B, K, S, D)
             v = torch.cat([self.v, v], dim=2)  # (B, K, S - T, D) + (B, K, T, D) -> (B, K, S, D)
         S = k.shape[2]
-        # a window drops what no later query sees
+        # a window drops what no later query sees, and a copy frees it
         dropped = S - min(S, self.window - 1) if self.window else 0
-        # a copy frees the rest
         self.k, self.v = (
             (k[:, :, dropped:].clone(), v[:, :, dropped:].clone()) if dropped else (k, v)
         )
@@ -53,12 +43,12 @@ class SamplingError(ValueError):
 
 
 def check_finite_logits(logits: torch.Tensor) -> None:
-    """Refuse NaN or infinite logits (B, ..., V): softmax turns them into NaN probabilities, and a
-    NaN distribution samples one fixed token (the last) forever instead of failing."""
+    """Refuse NaN or infinite logits: a NaN distribution samples one fixed token forever."""
     if not torch.isfinite(logits).all():
         raise SamplingError(
-            "the model's logits are not finite (NaN or inf), so its weights are broken (a diverged or damaged checkpoint); "
-            "use another checkpoint, such as the run's best.pt (--best)"
+            "the model's logits are not finite (NaN or inf), so its weights are broken (a "
+            "diverged or damaged checkpoint); use another checkpoint, such as the run's best.pt "
+            "(--best)"
         )
 
 
@@ -71,15 +61,11 @@ def sample_next(
 ) -> torch.Tensor:
     """Draw one token id per row from logits (B, V), returning (B, 1).
 
-    temperature 0 is greedy: the likeliest token, with no randomness (ties go to the lowest id,
-    as in torch.argmax and transformers' greedy search). Otherwise the logits are divided by the
-    temperature, then filtered in the order transformers applies them: top_k keeps the k
-    likeliest tokens, and top_p keeps the nucleus, the smallest set of the likeliest tokens whose
-    probability (after top-k, renormalised) reaches p. The survivors are renormalised.
-
-    Inverse-CDF sampling: a uniform number u in [0, total) picks the first candidate whose
-    cumulative probability exceeds u. Candidates are sorted when top_k or top_p is set, so the
-    work after the sort is on k numbers instead of the whole vocabulary.
+    temperature 0 is greedy (ties go to the lowest id, as in transformers). Otherwise the logits
+    are divided by the temperature, then filtered in transformers' order: top_k keeps the k
+    likeliest tokens, then top_p the smallest set of the likeliest whose probability reaches p.
+    Inverse-CDF sampling: a uniform u in [0, kept mass) picks the first candidate whose cumulative
+    probability exceeds u.
     """
     logits = logits.float()
     scaled = logits if temperature == 0 else logits / temperature
@@ -88,7 +74,8 @@ def sample_next(
         check_finite_logits(logits)  # the model's own logits: broken weights
         # finite logits, so a tiny temperature: 1e-50 is 0 in float32, and 2 / 1e-40 overflows
         raise SamplingError(
-            f"temperature {temperature:g} is too small: the logits divided by it overflow; use 0 for greedy decoding"
+            f"temperature {temperature:g} is too small: the logits divided by it overflow; use 0 "
+            "for greedy decoding"
         )
     if temperature == 0:
         return scaled.argmax(dim=-1, keepdim=True)  # (B, V) -> (B, 1)
@@ -101,9 +88,9 @@ def sample_next(
     probs = logits.softmax(dim=-1)  # (B, K)
     if top_p is not None and top_p < 1:
         before = probs.cumsum(dim=-1) - probs  # (B, K): the mass of the likelier candidates
-        # (B, K); a top_p below float32's range (1e-300) is 0 here, and 0 < 0 keeps nothing:
-        keep = before < top_p
-        keep[:, 0] = True  # the likeliest candidate always stays, so the nucleus is never empty
+        keep = before < top_p  # (B, K)
+        # the likeliest candidate always stays, so the nucleus is never empty (top_p=1e-300 is 0)
+        keep[:, 0] = True
         probs = probs * keep
     cdf = probs.cumsum(dim=-1)  # (B, K): non-decreasing, last entry the kept mass
     u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]  # (B, 1)
