@@ -23,6 +23,8 @@ def is_number(value, least: float = 0.0) -> bool:
 
 def what_is_wrong(report) -> str | None:
     """Why `report` is not a whole report, in words; None when it is one."""
+    if report is None:
+        return "is not JSON (or cannot be read)"
     if not isinstance(report, dict):
         return "is not a JSON object"
     for key in ("wall_s", "cpu_s"):  # the shares divide by them
@@ -49,8 +51,7 @@ def read_report(path: str) -> dict:
         kind = "a folder" if where.is_dir() else "not there"
         raise ConfigError(f"--probe-cost: {path} is {kind}, not a report; {WRITE_ONE}")
     report = read_json(where)  # None: unreadable, or not JSON
-    wrong = "is not JSON (or cannot be read)" if report is None else what_is_wrong(report)
-    if wrong:
+    if wrong := what_is_wrong(report):
         raise ConfigError(
             f"--probe-cost: {path} {wrong}, so it is not a bench.py --whole-run --json report; "
             + WRITE_ONE

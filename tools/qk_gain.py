@@ -4,8 +4,9 @@ python -m tools.qk_gain [--config char] [--seeds 3] [--lrs 1.2e-2,1.2e-1] [--run
 
 OLMo 2 and Qwen 3 multiply normalised queries and keys by a learned weight per head dimension,
 starting at 1; ours has none. At each rate (default: train.lr and ten times it) and seed this trains
-`python train.py --qk-norm` and the same with the gain, paired (the same initialisation and
-batches), and prints each one's final val loss, score spread and largest score.
+`python train.py --qk-norm` and the same with the gain into <runs-dir>/qk-gain-<config>/, paired
+(the same initialisation and batches), and prints each one's final val loss, score spread and
+largest score.
 """
 
 import contextlib

@@ -21,6 +21,7 @@ from data.batches import get_batch
 from data.corpus import load_corpus
 from harness.cli import OneLineParser, run_command
 from harness.experiments.stats import Spread, half_width
+from harness.folders import read_json
 from harness.pictures.curves import plot_tradeoff
 from harness.training.checkpoints import load_model
 from harness.training.runlog import evaluations, read_metrics
@@ -139,16 +140,14 @@ def main(argv: list[str]) -> int:
             f"no comparison at {folder}; run python compare.py --config {args.config} --seeds 3 "
             "--variants ... first"
         )
-    reports = []
+    reports = [read_json(path) for path in args.bench]  # None: missing, or not JSON
     # a report missing or cut short is refused before anything is measured
-    for path in args.bench:
-        not_one = f"--bench {path}: not a bench.py --variants --json report"
-        try:
-            reports.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as e:
-            parser.error(f"{not_one} ({type(e).__name__}); make it with that command")
-        if "variants" not in reports[-1]:
-            parser.error(f"{not_one}; make it with that command")
+    for path, report in zip(args.bench, reports, strict=True):
+        if not isinstance(report, dict) or "variants" not in report:
+            parser.error(
+                f"--bench {path}: not a bench.py --variants --json report; "
+                "make it with that command"
+            )
     command = (
         f"python -m tools.variants --config {args.config} --runs-dir {args.runs_dir} "
         f"(the runs of compare.py in {folder})"
