@@ -1,14 +1,10 @@
 """How many GPT-2 ids the forced cuts of data/chunks.py change: python -m tools.forced_cuts
 [--chunk-chars 16384] [--record]
 
-Text with no safe place to cut (no single space or newline between two non-space characters) is cut
-by force within a bound. Here texts made from Tiny Shakespeare with no safe place at all are cut as
-preparation cuts them (make_tasks, `--chunk-chars` a task, by default as far apart as preparation's
-forced cuts), each piece encoded alone, and the ids compared with tiktoken's encoding of the whole
-text at once: a token of one that is not in the other, at the same place, differs. The texts: the
-play with its whitespace taken out (letters and punctuation, as CJK prose), its base64 (letters,
-digits and symbols), its letters alone, lower-cased (one pre-token, as DNA or a word a megabyte
-long), and random ACGT. --record writes the result into docs/figures.json.
+Texts from Tiny Shakespeare with no safe place to cut are cut as preparation cuts them (make_tasks,
+`--chunk-chars` a task), each piece encoded alone, and the ids compared with the whole text's: a
+token of one not in the other at the same place differs. The texts: the play without whitespace (as
+CJK prose), its base64, its letters alone lower-cased (one pre-token, as DNA) and random ACGT.
 """
 
 import base64
@@ -24,6 +20,12 @@ from data.tokenizer import GPT2Tokenizer
 from harness.arguments import positive_int
 from harness.cli import OneLineParser, run_command
 from tools.figures import record_result
+
+LINE = (
+    "{name}: {chars:,} characters, {cuts} cuts ({cuts_changing_ids} change ids); {tokens_whole:,} "
+    "tokens whole, {tokens_cut:,} cut; {differ_whole} of the whole's differ, {differ_cut} of the "
+    "cut's ({differ_per_cut:.2f} a cut)"
+)
 
 
 def texts() -> dict[str, str]:
@@ -43,7 +45,6 @@ def placed(ids: list[int], lengths: np.ndarray) -> set[tuple[int, int]]:
 
 
 def measure(text: str, chunk_chars: int, tokenizer: GPT2Tokenizer, lengths: np.ndarray) -> dict:
-    """The forced cuts of one text and the tokens they change, against the whole text's encoding."""
     stream = (
         ("train", text[i : i + chunk_chars], i == 0, False)
         for i in range(0, len(text), chunk_chars)
@@ -86,11 +87,7 @@ def main(argv: list[str]) -> dict:
     result = {"chunk_chars": args.chunk_chars, "force_after": FORCE_AFTER}
     for name, text in texts().items():
         found = result[name] = measure(text, args.chunk_chars, tokenizer, lengths)
-        print(
-            f"{name}: {found['chars']:,} characters, {found['cuts']} cuts ({found['cuts_changing_ids']} change ids); "
-            f"{found['tokens_whole']:,} tokens whole, {found['tokens_cut']:,} cut; {found['differ_whole']} of the whole's "
-            f"differ, {found['differ_cut']} of the cut's ({found['differ_per_cut']:.2f} a cut)"
-        )
+        print(LINE.format(name=name, **found))
     if args.record:
         record_result("forced-cuts", "tools.forced_cuts", argv, result)
     return result

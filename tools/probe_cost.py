@@ -1,6 +1,5 @@
 """What the probe costs a whole run, from `bench.py --whole-run --json` reports (python -m
-tools.docs_figures --probe-cost KEY REPORT...): each report read and checked whole before any figure
-is taken from it, so that a missing file, a file that is not JSON or a report that lacks a field is
+tools.docs_figures --probe-cost KEY REPORT...). Each report is checked whole first, so a bad one is
 one line naming the file and the field, never a traceback.
 """
 
@@ -13,8 +12,6 @@ from harness.folders import read_json
 from tools.figures import FIGURES, record
 
 WRITE_ONE = "python bench.py --config char --whole-run --json > REPORT writes one"
-# the fields of a report that are text; "torch_threads" is a whole number
-TEXTS = ("command", "machine", "torch_version")
 TIMES = ("calls", "wall_s", "cpu_s")  # each phase's
 
 
@@ -25,16 +22,17 @@ def is_number(value, least: float = 0.0) -> bool:
 
 
 def what_is_wrong(report) -> str | None:
-    """What keeps `report` from being a whole `bench.py --whole-run --json` report, in words; None
-    when it is one.
-    """
+    """Why `report` is not a whole report, in words; None when it is one."""
+    if report is None:
+        return "is not JSON (or cannot be read)"
     if not isinstance(report, dict):
         return "is not a JSON object"
     for key in ("wall_s", "cpu_s"):  # the shares divide by them
         if not is_number(report.get(key), least=1e-9):
             return f"has no positive number {key!r}"
-    if missing := [key for key in TEXTS if not isinstance(report.get(key), str)]:
-        return f"has no text {missing[0]!r}"
+    for key in ("command", "machine", "torch_version"):
+        if not isinstance(report.get(key), str):
+            return f"has no text {key!r}"
     if not isinstance(report.get("torch_threads"), int):
         return "has no whole number 'torch_threads'"
     if "val" not in report or not (report["val"] is None or is_number(report["val"], -math.inf)):
@@ -48,54 +46,47 @@ def what_is_wrong(report) -> str | None:
 
 
 def read_report(path: str) -> dict:
-    """One report, or a one-line refusal that names the file and what is wrong with it."""
     where = Path(path)
     if not where.is_file():
-        raise ConfigError(
-            f"--probe-cost: {path} is {'a folder' if where.is_dir() else 'not there'}, not a report; {WRITE_ONE}"
-        )
+        kind = "a folder" if where.is_dir() else "not there"
+        raise ConfigError(f"--probe-cost: {path} is {kind}, not a report; {WRITE_ONE}")
     report = read_json(where)  # None: unreadable, or not JSON
-    wrong = "is not JSON (or cannot be read)" if report is None else what_is_wrong(report)
-    if wrong:
+    if wrong := what_is_wrong(report):
         raise ConfigError(
-            f"--probe-cost: {path} {wrong}, so it is not a bench.py --whole-run --json report; {WRITE_ONE}"
+            f"--probe-cost: {path} {wrong}, so it is not a bench.py --whole-run --json report; "
+            + WRITE_ONE
         )
     return report
 
 
 def record_probe_cost(key: str, *reports: str) -> str:
-    """Store under key what the probe costs a whole run (probe_cost), from bench.py --whole-run
-    --json reports (files).
-    """
+    """Store under key what the probe costs a whole run, from the report files."""
     if key.endswith(".json") or Path(key).is_file():
         raise ConfigError(
-            f"--probe-cost takes the name to record under first (probe-cost-char), then the reports; got the file {key}"
+            "--probe-cost takes the name to record under first (probe-cost-char), then the "
+            f"reports; got the file {key}"
         )
     runs = [read_report(path) for path in reports]
     value = probe_cost(runs)
-    ran_on = "; ".join(
-        sorted(
-            {
-                f"{r['machine']}, {r['torch_threads']} torch threads, torch {r['torch_version']}"
-                for r in runs
-            }
-        )
-    )
+    ran_on = {
+        f"{r['machine']}, {r['torch_threads']} torch threads, torch {r['torch_version']}"
+        for r in runs
+    }
     record(
         key,
         "bench.py --whole-run --json, with the probe and without, in turns: "
         + "; ".join(value["commands"]),
         value,
-        ran_on=ran_on,
+        ran_on="; ".join(sorted(ran_on)),
     )
-    return f"recorded {key} in {FIGURES}: the probe took {max(value['wall_share']):.1%} of a run's wall time at most"
+    most = max(value["wall_share"])
+    return f"recorded {key} in {FIGURES}: the probe took {most:.1%} of a run's wall time at most"
 
 
 def probe_cost(reports: list[dict]) -> dict:
-    """What the probe costs a whole run, from `bench.py --whole-run --json` reports of one preset,
-    some with the probe and some without (--train.probes=0), run in turns: per run with it, the
-    probe's share of the run's wall and CPU time (its "probe: ..." phase); the median wall and CPU
-    time with it and without, and their ratio; each run's final val."""
+    """Per run with the probe, its "probe: ..." phase's share of the run's wall and CPU time; the
+    median times with it and without (--train.probes=0), their ratio, and each run's final val.
+    """
     probed = [
         r
         for r in reports
@@ -104,26 +95,26 @@ def probe_cost(reports: list[dict]) -> dict:
     bare = [r for r in reports if r not in probed]
     if not probed or not bare:
         raise ConfigError(
-            "give bench.py --whole-run --json reports both with the probe and without it (--train.probes=0)"
+            "give bench.py --whole-run --json reports both with the probe and without it "
+            "(--train.probes=0)"
         )
-    phase = lambda r: next(p for name, p in r["phases"].items() if name.startswith("probe:"))  # noqa: E731
-    median = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
+
+    def phase(r):
+        return next(p for name, p in r["phases"].items() if name.startswith("probe:"))
+
+    def medians(runs):
+        times = {key: statistics.median(r[key] for r in runs) for key in ("wall_s", "cpu_s")}
+        return times | {"val": [r["val"] for r in runs]}
+
+    with_it, without = medians(probed), medians(bare)
     return {
         "commands": sorted({r["command"] for r in reports}),
         "probes": [phase(r)["calls"] for r in probed],
         "wall_share": [phase(r)["wall_s"] / r["wall_s"] for r in probed],
         "cpu_share": [phase(r)["cpu_s"] / r["cpu_s"] for r in probed if r["cpu_s"]],
-        "with": {
-            "wall_s": median(probed, "wall_s"),
-            "cpu_s": median(probed, "cpu_s"),
-            "val": [r["val"] for r in probed],
-        },
-        "without": {
-            "wall_s": median(bare, "wall_s"),
-            "cpu_s": median(bare, "cpu_s"),
-            "val": [r["val"] for r in bare],
-        },
-        "wall_ratio": median(probed, "wall_s") / median(bare, "wall_s"),
-        "cpu_ratio": median(probed, "cpu_s") / median(bare, "cpu_s"),
+        "with": with_it,
+        "without": without,
+        "wall_ratio": with_it["wall_s"] / without["wall_s"],
+        "cpu_ratio": with_it["cpu_s"] / without["cpu_s"],
         "load_avg_1min": [r.get("load_avg_1min") for r in reports],
     }

@@ -2,14 +2,9 @@
 python -m tools.score_gradient [--config char] [--seeds 3] [--batches 4] [--runs-dir runs]
 [--record]
 
-For each seed it builds the preset's model as train.py does at step 0 (torch.manual_seed(seed), then
-GPT), with the scale and without it, and measures model.gradients.score_gradients on the same
-training batches: the gradient at the softmax's input (score_grad) and on the query and key weights
-(qk_grad). Where `python compare.py --seeds N` has left its runs in <runs-dir>/compare-<config>/, it
-measures their last checkpoints too, on fixed val batches. Each seed pairs the two variants (same
-initialisation, same batches); the line gives the ratio without/with the scale, its mean over seeds
-and a 95% interval (Student's t). --record writes the result into docs/figures.json, with the
-machine and the date, for the docs to quote (python -m tools.docs_figures).
+model.gradients.score_gradients on the preset's model at step 0, with the scale and without, on the
+same batches; and on the checkpoints of `python compare.py` in <runs-dir>/compare-<config>/ where
+they exist. Each line is a ratio's mean over seeds.
 """
 
 import dataclasses
@@ -33,15 +28,27 @@ from model.ablations import ABLATIONS
 from model.gradients import score_gradients
 from tools.figures import record_result
 
-QUANTITIES = ("score_grad", "qk_grad", "saturated_row_grad", "other_row_grad")
+
+def parse_seeded(doc: str, argv: list[str], flag: str, **kwargs):
+    """--seeds, `flag`, --record and the preset, for this tool and tools/qk_gain.py."""
+    parser = OneLineParser(doc, config="char")
+    parser.add_argument(
+        "--seeds",
+        type=seed_count,
+        default=3,
+        help="seeds train.seed + 0..N-1 (default 3; an interval needs 2)",
+    )
+    parser.add_argument(flag, **kwargs)
+    parser.add_argument(
+        "--record", action="store_true", help="write the result into docs/figures.json"
+    )
+    args, cfg = parser.parse_with_config(argv)
+    check_seed_range(cfg, args.seeds)
+    return args, cfg
 
 
-def mean_gradients(
-    model: GPT, batches: list[tuple[torch.Tensor, torch.Tensor]]
-) -> dict[str, float]:
-    """score_gradients averaged over batches; a batch without saturated rows (NaN there) adds
-    nothing to saturated_row_grad.
-    """
+def mean_gradients(model: GPT, batches: list) -> dict[str, float]:
+    """score_gradients averaged over batches, NaN (no saturated row) left out."""
     rows = [score_gradients(model, x, y) for x, y in batches]
     means = {}
     for key in rows[0]:
@@ -50,57 +57,49 @@ def mean_gradients(
     return means
 
 
-def ratio_line(name: str, numerators: list[float], denominators: list[float]) -> dict:
-    """Per seed numerator / denominator; their mean and 95% interval (Student's t; None with one
-    seed, NaN and None
-    when a seed has no value: a model without saturated rows)."""
-    # NaN where a model had no saturated row
-    ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
-    mean = statistics.fmean(ratios) if not any(map(math.isnan, ratios)) else math.nan
-    half = half_width(spread(ratios)) if mean == mean else None
-    return {
-        "ratio": name,
-        "per_seed": ratios,
-        "mean": mean,
-        "low": None if half is None else mean - half,
-        "high": None if half is None else mean + half,
-    }
+def ratio_line(name: str, tops: list[dict], bottoms: list[dict], top: str, bottom: str) -> dict:
+    """Per seed tops[top] / bottoms[bottom], their mean and 95% interval (None with one seed); NaN
+    when a seed has no saturated rows."""
+    ratios = [a[top] / b[bottom] for a, b in zip(tops, bottoms, strict=True)]
+    mean, low, high = math.nan, None, None
+    if not any(map(math.isnan, ratios)):
+        mean = statistics.fmean(ratios)
+        half = half_width(spread(ratios))
+        if half is not None:
+            low, high = mean - half, mean + half
+    return {"ratio": name, "per_seed": ratios, "mean": mean, "low": low, "high": high}
 
 
-def lines(found: dict[str, tuple[list[float], list[float]]]) -> list[dict]:
-    """The ratios the docs quote, from each quantity's values (with the scale, without it) per seed."""
+def lines(scaled: list[dict], unscaled: list[dict]) -> list[dict]:
     return [
         ratio_line(
-            "score_grad without/with the scale", found["score_grad"][1], found["score_grad"][0]
+            "score_grad without/with the scale", unscaled, scaled, "score_grad", "score_grad"
         ),
-        ratio_line("qk_grad without/with the scale", found["qk_grad"][1], found["qk_grad"][0]),
+        ratio_line("qk_grad without/with the scale", unscaled, scaled, "qk_grad", "qk_grad"),
         ratio_line(
             "saturated/other row's score_grad, without the scale",
-            found["saturated_row_grad"][1],
-            found["other_row_grad"][1],
+            unscaled,
+            unscaled,
+            "saturated_row_grad",
+            "other_row_grad",
         ),
     ]
 
 
 def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
-    """{when: ratio lines} at initialisation ("init"), and at the end of training ("end") where
-    compare.py's checkpoints exist.
-    """
+    """{"init": ratio lines, "end": the same of compare.py's checkpoints where they exist}."""
     corpus = load_corpus(cfg.data)
-    cfg = dataclasses.replace(
-        cfg, model=dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size)
-    )
+    model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size)
+    cfg = dataclasses.replace(cfg, model=model_cfg)
     no_scale = next(a.name for a in ABLATIONS if a.field == "scaled")
-    scaled_runs, unscaled_runs = plan_runs(
-        cfg, runs_dir / f"compare-{cfg.name}", n_seeds, [no_scale]
-    ).values()  # as it is, without the scale
+    # (with the scale, without) per seed
+    runs = plan_runs(cfg, runs_dir / f"compare-{cfg.name}", n_seeds, [no_scale]).values()
     B, T = cfg.train.batch_size, cfg.model.block_size
-    # per quantity: (with the scale, without)
-    found = {when: {q: ([], []) for q in QUANTITIES} for when in ("init", "end")}
+    found = {"init": ([], []), "end": ([], [])}  # each seed's means, with the scale and without
     val_gen = torch.Generator().manual_seed(0)
     # the same for every run
     val_batches = [get_batch(corpus.val, B, T, val_gen) for _ in range(n_batches)]
-    for pair in zip(scaled_runs, unscaled_runs, strict=True):
+    for pair in zip(*runs, strict=True):
         gen = torch.Generator().manual_seed(pair[0].train.seed)
         # this seed's first training batches
         batches = [get_batch(corpus.train, B, T, gen) for _ in range(n_batches)]
@@ -110,36 +109,29 @@ def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
             results = {"init": mean_gradients(GPT(run.model), batches)}
             if all(path.is_file() for path in ends):
                 results["end"] = mean_gradients(load_model(ends[side])[0], val_batches)
-            for when, values in results.items():
-                for q in QUANTITIES:
-                    found[when][q][side].append(values[q])
-    return {when: lines(found[when]) for when in found if found[when]["qk_grad"][0]}
+            for when, means in results.items():
+                found[when][side].append(means)
+    return {when: lines(*runs) for when, runs in found.items() if runs[0]}
 
 
 def main(argv: list[str]) -> dict:
-    parser = OneLineParser(__doc__, config="char")
-    parser.add_argument(
-        "--seeds", type=seed_count, default=3, help="seeds train.seed + 0..N-1 (default 3)"
+    args, cfg = parse_seeded(
+        __doc__,
+        argv,
+        "--batches",
+        type=positive_int,
+        default=4,
+        help="batches per seed and variant (default 4)",
     )
-    parser.add_argument(
-        "--batches", type=positive_int, default=4, help="batches per seed and variant (default 4)"
-    )
-    parser.add_argument(
-        "--record", action="store_true", help="write the result into docs/figures.json"
-    )
-    args, cfg = parser.parse_with_config(argv)
-    check_seed_range(cfg, args.seeds)
     result = measure(cfg, args.seeds, args.batches, Path(cfg.train.runs_dir))
-    for when, lines in result.items():
-        interval_of = " [95% interval]" if args.seeds > 1 else " (one seed: no interval)"
-        print(
-            f"{when}: {args.seeds} seeds x {args.batches} batches; mean of the per-seed ratios{interval_of}"
-        )
-        for line in lines:
+    ratios = "mean of the per-seed ratios"
+    shown = " [95% interval]" if args.seeds > 1 else " (one seed: no interval)"
+    for when, found in result.items():
+        print(f"{when}: {args.seeds} seeds x {args.batches} batches; {ratios}{shown}")
+        for line in found:
             interval = "" if line["low"] is None else f" [{line['low']:.3f}, {line['high']:.3f}]"
-            print(
-                f"  {line['ratio']}: {line['mean']:.3f}{interval}; per seed {', '.join(f'{r:.3f}' for r in line['per_seed'])}"
-            )
+            per_seed = ", ".join(f"{r:.3f}" for r in line["per_seed"])
+            print(f"  {line['ratio']}: {line['mean']:.3f}{interval}; per seed {per_seed}")
     if args.record:
         record_result(f"score-gradient-{cfg.name}", "tools.score_gradient", argv, result)
     return result
