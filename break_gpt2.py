@@ -2,9 +2,8 @@
 gpt2-finetune] [--section.field=VALUE ...]
 
 No training: the same weights are evaluated as they are and once per ablation (no mask, no scale,
-no positions: zeroed), with compare.py's table for each. Unlike compare.py's runs, which learned
-to live without the switch, this model never saw the future and is suddenly shown it. The preset
-gives the val text and eval batches; heatmaps go to <out>/<variant>/, numbers to <out>/break.json.
+no positions), with compare.py's table. Unlike compare.py's runs, this model never saw the future
+and is suddenly shown it. Heatmaps go to <out>/<variant>/, numbers to <out>/break.json.
 """
 
 from harness.stopping import exit_on_signal

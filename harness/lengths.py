@@ -1,10 +1,9 @@
 """Past the training length: a model's loss at contexts shorter and longer than its block_size,
 position by position.
 
-`score.py --contexts 0.5,1,2,4` reads a text in separate windows of 0.5, 1, 2 and 4 x block_size
-tokens. Under the causal mask a longer context only adds positions, so the losses are also told per
-bucket of positions, whose edges are the contexts: past 1x the model never trained. A learned
-position table has no row past block_size; a pass too big or too long to stop is refused first.
+`score.py --contexts 0.5,1,2,4` reads a text in separate windows of those multiples of block_size.
+A longer context only adds positions, so losses are also told per bucket of positions, whose edges
+are the contexts: past 1x the model never trained.
 """
 
 import math
@@ -125,10 +124,7 @@ def check_contexts(
 def score_contexts(
     model: GPT, ids: list[int], factors: list[float], poll: Callable[[], None] | None = None
 ) -> dict:
-    """The loss at each context (factors x block_size), overall, per bucket and per position:
-    {"block_size", "positions", "contexts": {"0.5x": {"factor", "length", "tokens", "loss",
-    "buckets": {"0-63": {"tokens", "loss"}, ...}, "by_position": [...]}, ...}}.
-    """
+    """The loss at each context (factors x block_size), overall, per bucket and per position."""
     lengths = context_lengths(factors, model.cfg, len(ids))
     text = torch.tensor(ids, dtype=torch.long)
     out = {"block_size": model.cfg.block_size, "positions": model.cfg.positions, "contexts": {}}

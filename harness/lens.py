@@ -1,10 +1,8 @@
 """Our GPT opened in TransformerLens with the same logits, from a run's own config and weights: a
-HookedTransformer under TransformerLens 3.x, a TransformerBridge around its NativeModel under 4.x.
+HookedTransformer under 3.x, a TransformerBridge around its NativeModel under 4.x.
 
-Two tables hold the whole correspondence, each the one place a new variant is added: FIELDS (our
-ModelConfig's fields -> the config's) and the weights (harness/lens_weights.py). What either cannot
-express is refused in one line, never opened computing something else. Nothing is downloaded: the
-tokenizer is ours, rebuilt as a Hugging Face one with the same ids.
+Two tables hold the correspondence: FIELDS (config) and harness/lens_weights.py (tensors). What
+either cannot express is refused in one line, never opened computing something else.
 """
 
 import warnings
@@ -228,11 +226,8 @@ def hooked_transformer(lens, model: GPT, config: dict, context: int | None, toke
 
 
 def to_hooked(model: GPT, tokenizer: Tokenizer | None = None, context: int | None = None):
-    """Our model in TransformerLens, computing the same logits, in eval mode on model's device.
-
-    Given the tokenizer, it reads strings too, with the same ids; without it, token ids only.
-    context: the longest input, as lens_config's.
-    """
+    """Our model in TransformerLens, in eval mode on model's device; given the tokenizer, it reads
+    strings too. context: the longest input, as lens_config's."""
     lens = import_lens()
     build = transformer_bridge if has_bridge(lens) else hooked_transformer
     hf = hf_tokenizer(tokenizer) if tokenizer is not None else None

@@ -12,12 +12,9 @@ GPT2_FILES = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
 
 
 def hf_tokenizer(tokenizer: Tokenizer):
-    """Our tokenizer as a Hugging Face PreTrainedTokenizerFast with the same ids.
-
-    gpt2 comes from the files tiktoken keeps in its cache. Both pad with <|endoftext|>; a char run
-    has no such token, so it gets the id after the vocabulary, where a padded batch fails instead
-    of reading a real character. The text "<|endoftext|>" reads as ordinary text, as ours reads it.
-    """
+    """Our tokenizer as a Hugging Face PreTrainedTokenizerFast with the same ids (gpt2's from
+    tiktoken's cache). A char run pads with the id after its vocabulary, so a padded batch fails
+    instead of reading a real character; the text "<|endoftext|>" reads as ordinary text."""
     from tokenizers import Regex, decoders, pre_tokenizers
     from tokenizers import Tokenizer as Fast
     from tokenizers.models import BPE, WordLevel

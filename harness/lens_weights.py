@@ -1,6 +1,5 @@
-"""Our tensors under the names of each TransformerLens model: lens_weights for 3.x's
-HookedTransformer, native_weights for 4.x's NativeModel, and add_ours for what the native model's
-attention lacks. A tensor without a place, or one expected and missing, is refused in one line.
+"""Our tensors under the names of each TransformerLens model (lens_weights for 3.x, native_weights
+for 4.x), and add_ours for what 4.x's native attention lacks.
 """
 
 import torch
@@ -69,12 +68,8 @@ def finished(ours: dict, out: dict) -> dict:
 
 
 def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under HookedTransformer's names and shapes (context: the table's rows).
-
-    Ours keep head h's query, key and value in rows h*D .. h*D + D - 1 of each part of qkv;
-    TransformerLens keeps W_Q as (H, C, D), W_K and W_V as (K, C, D) and W_O as (H, D, C),
-    multiplying from the right.
-    """
+    """Our tensors under HookedTransformer's names and shapes (context: the table's rows). Its
+    W_Q is (H, C, D), W_K and W_V (K, C, D), W_O (H, D, C): it multiplies from the right."""
     cfg, C, D = model.cfg, model.cfg.n_embd, model.cfg.head_size
     ours, take = our_tensors(model)
     out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)

@@ -4,8 +4,7 @@ sliding windows.
 A window holds block_size inputs and the token after them; one starts every `stride` tokens and
 scores only the targets no earlier window scored, so every token after the first counts once. This
 is Hugging Face's "Perplexity of fixed-length models" counted exactly: the page weights each window
-by its labels minus one, and leaves its last prediction unused. A model trained without the causal
-mask would see the token it must predict, so each target is scored from its prefix alone.
+by its labels minus one, and leaves its last prediction unused.
 """
 
 import math
@@ -76,9 +75,8 @@ def token_losses(
 ) -> torch.Tensor:
     """The loss in nats of every token after the first of ids (N,): (N - 1,), [i] for ids[i + 1].
 
-    honest scores each target from its prefix alone, one pass per target; otherwise one pass per
-    window (teacher forcing, exact for a causal model). `between(n)` is called before each pass
-    with the targets it scores. `context`: the windows' inputs, block_size unless given.
+    honest scores each target from its prefix alone (a model without the causal mask would see it);
+    `between(n)` is called before each pass; `context`: the windows' inputs, else block_size.
     """
     between = between or (lambda n: None)
     model.eval()
@@ -163,9 +161,7 @@ def score_ids(
 
 def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int) -> list[dict]:
     """The n tokens with the highest loss, worst first: loss, text, line number and the text before.
-
-    Linear in the text: lines come from one running count of each token's newlines (a newline is a
-    byte of its own in UTF-8, so a token's count is the same alone or in its text)."""
+    Lines come from one running count (a newline is a byte of its own in UTF-8)."""
     top = losses.topk(min(n, len(losses)))
     newlines = {token: tokenizer.decode([token]).count("\n") for token in set(ids)}
     lines_before = np.cumsum([0, *(newlines[token] for token in ids)])
