@@ -1,8 +1,7 @@
 """Write a run of ours as a GPT-2: python export_gpt2.py --run NAME [--best] --out FOLDER
 
 The folder gets config.json and model.safetensors, the hub's layout: transformers'
-GPT2LMHeadModel.from_pretrained(FOLDER) loads it, and so do --pretrained FOLDER and --init-from
-FOLDER. Only a plain run on the gpt2 tokenizer can be one.
+GPT2LMHeadModel.from_pretrained(FOLDER) loads it, and so do --pretrained and --init-from.
 """
 
 from harness.stopping import exit_on_signal

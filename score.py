@@ -1,10 +1,9 @@
 """Score a text: python score.py [--run NAME | --checkpoint PATH | --pretrained NAME_OR_FOLDER]
 [--file PATH]
 
-Prints the tokens scored, the mean loss in nats per token, the perplexity and the bits per byte of
-the text (default: the val split of the run's corpus) in sliding windows (harness/scoring.py).
---contexts 0.5,1,2,4 scores it at those multiples of block_size instead, per context and per
-position bucket, kept in contexts.json beside the checkpoint (harness/lengths.py).
+Prints the tokens scored, the loss in nats per token, the perplexity and the bits per byte of the
+text (default: the run's val split), read in sliding windows; --contexts scores it at multiples of
+block_size instead (harness/scoring.py, harness/lengths.py).
 """
 
 from harness.stopping import StopFlag, exit_on_signal
@@ -132,8 +131,8 @@ def main(argv: list[str]) -> dict:
 def score_at_contexts(
     args: argparse.Namespace, model, ids: list[int], device, folder: Path, described: str, what: str
 ) -> dict:
-    """--contexts: refusals and the estimate first, then the losses, printed, then kept beside the
-    checkpoint: the val split's in contexts.json, a --file's in contexts-<its name>.json."""
+    """--contexts: refusals and the estimate first, then the losses, printed, then kept in
+    contexts.json (a --file's in contexts-<its name>.json) beside the checkpoint."""
     lengths = context_lengths(args.contexts, model.cfg, len(ids))
     seconds = check_contexts(
         model.cfg, lengths, len(ids), device, contexts_cost(model, lengths, len(ids))

@@ -76,8 +76,8 @@ def conv1d(hub: str, tensor: torch.Tensor) -> torch.Tensor:
 
 
 def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A GPT-2 state dict under our names, with or without the `transformer.` prefix: mask buffers
-    dropped, and lm_head.weight too once it is checked equal to the embedding (ours is tied)."""
+    """A GPT-2 state dict under our names: mask buffers dropped, and lm_head.weight once checked
+    equal to the embedding (ours is tied)."""
     prefix = "transformer." if any(name.startswith("transformer.") for name in state) else ""
     state = {name.removeprefix("transformer."): tensor for name, tensor in state.items()}
     lm_head = state.pop("lm_head.weight", None)

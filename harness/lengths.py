@@ -80,9 +80,8 @@ def pass_flops(model_cfg: ModelConfig, B: int, length: int) -> float:
 
 
 def pass_memory_bytes(m: ModelConfig, B: int, length: int) -> float:
-    """Memory one pass holds at its peak, roughly: the weights, a layer's activations (about 8
-    numbers per token and channel), the manual path's (B, H, T, T) scores and weights (and a
-    softcap's copy), and the logits with cross-entropy's copies."""
+    """Memory one pass holds at its peak, roughly: the weights, a layer's activations, the manual
+    path's (B, H, T, T) scores and weights, and the logits with cross-entropy's copies."""
     T = float(length)
     attention = (3 if m.softcap else 2) * B * m.n_head * T * T if m.attention == "manual" else 0
     return 4.0 * (weight_count(m) + 8 * B * T * m.n_embd + attention + 3 * B * T * m.vocab_size)
