@@ -1,16 +1,9 @@
 """Break a pretrained GPT-2 at inference: python break_gpt2.py --pretrained gpt2 [--config
 gpt2-finetune] [--section.field=VALUE ...]
 
-No training: the same weights are evaluated on the val text as they are and once per ablation of
-model/ablations.py: without the causal mask, without the 1/sqrt(D) scale, and without the learned
-positions (zeroed, the one way GPT-2's weights lose them), and the table compare.py prints for
-trained runs comes out for each (loss, honest loss, leak gap, bits per byte, entropy, saturated
-share, future mass, score std). compare.py's ablations learned to live without the switch (the
-no-mask run learned to cheat); here a model that never saw the future is suddenly shown it.
-
-The val text, the context and the eval batches come from the preset (default gpt2-finetune:
-4 batches of 8 x 128 tokens), cut to the model's context if that is shorter. Heatmaps of every
-layer for each variant go to <out>/<variant>/, the numbers to <out>/break.json.
+No training: the same weights are evaluated as they are and once per ablation (no mask, no scale,
+no positions), with compare.py's table. Unlike compare.py's runs, this model never saw the future
+and is suddenly shown it. Heatmaps go to <out>/<variant>/, numbers to <out>/break.json.
 """
 
 from harness.stopping import exit_on_signal
@@ -66,12 +59,14 @@ def main(argv: list[str]) -> dict[str, dict]:
     ]
     if ignored:
         raise ConfigError(
-            f"break_gpt2.py takes the model as --pretrained gives it and makes its ablated variants itself, "
-            f"so {ignored[0]} would be ignored; leave it out (--model.block_size, the context, is the one model key it reads)"
+            "break_gpt2.py takes the model as --pretrained gives it and makes its ablated "
+            f"variants itself, so {ignored[0]} would be ignored; leave it out "
+            "(--model.block_size, the context, is the one model key it reads)"
         )
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(
-            f"GPT-2 reads the gpt2 tokenizer's ids, and the config says data.tokenizer = {cfg.data.tokenizer}"
+            "GPT-2 reads the gpt2 tokenizer's ids, "
+            f"and the config says data.tokenizer = {cfg.data.tokenizer}"
         )
     out = writable_folder(
         args.out or Path(cfg.train.runs_dir) / f"break-{Path(args.pretrained).name}",
@@ -86,54 +81,40 @@ def main(argv: list[str]) -> dict[str, dict]:
     check_split_lengths(corpus, T)
     eval_set = make_eval_set(corpus, tokenizer, cfg)
     name = Path(info["name"]).name
-    print(
-        f"{info['name']} ({info['source']}): {model.num_params() / 1e6:.1f}M parameters; {eval_set.val_tokens:,} val tokens in blocks of {T}"
-    )
+    size = f"{model.num_params() / 1e6:.1f}M parameters"
+    tokens = f"{eval_set.val_tokens:,} val tokens in blocks of {T}"
+    print(f"{info['name']} ({info['source']}): {size}; {tokens}")
 
     state = model.state_dict()
     results = {}
     for suffix, variant_cfg in variants(model.cfg).items():
-        started = time.perf_counter()
-        # -no-pos: zeroed
-        kept = {
-            key: t
-            for key, t in state.items()
-            if variant_cfg.positions == "learned" or key != "pos_emb.weight"
-        }
+        started, run = time.perf_counter(), name + suffix
+        # -no-pos: the table left out, so the positions add nothing
+        kept = dict(state)
+        if variant_cfg.positions != "learned":
+            del kept["pos_emb.weight"]
         variant = build(variant_cfg, kept, info["source"]).to(runtime.device).eval()
         metrics = {"loss/val": estimate_loss(variant, eval_set.batches["val"], runtime)}
         metrics.update(measure_breakage(variant, eval_set, runtime, metrics["loss/val"]))
         metrics["wall_s"] = time.perf_counter() - started
-        results[name + suffix] = metrics
+        results[run] = metrics
         flags = flags_label(variant_cfg)
         print(
-            f"{name + suffix} ({flags}): val {metrics['loss/val']:.3f} in {metrics['wall_s']:.1f}s",
+            f"{run} ({flags}): val {metrics['loss/val']:.3f} in {metrics['wall_s']:.1f}s",
             flush=True,
         )
         weights = variant.attention_weights(
             torch.tensor([eval_set.heatmap_ids], device=runtime.device)
         )
-        folder = writable_folder(out / (name + suffix), "--out")
-        save_layer_heatmaps(
-            weights,
-            eval_set.heatmap_labels,
-            folder,
-            name + suffix,
-            flags,
-            dpi=90,
-            causal=variant_cfg.causal,
-        )
+        folder = writable_folder(out / run, "--out")
+        labels = eval_set.heatmap_labels
+        save_layer_heatmaps(weights, labels, folder, run, flags, dpi=90, causal=variant_cfg.causal)
 
-    summary = {
-        "model": info,
-        "block_size": T,
-        "val_tokens": eval_set.val_tokens,
-        "results": results,
-    }
+    summary = {"model": info, "block_size": T, "val_tokens": eval_set.val_tokens}
+    summary["results"] = results
     write_atomically(out / "break.json", json.dumps(summary, indent=2).encode())
-    print(
-        f"\n{format_table({run: aggregate([m]) for run, m in results.items()}, UNTRAINED_COLUMNS)}"
-    )
+    table = format_table({run: aggregate([m]) for run, m in results.items()}, UNTRAINED_COLUMNS)
+    print(f"\n{table}")
     print(f"\nheatmaps: {out}/<variant>/attn_L<layer>.png; numbers: {out / 'break.json'}")
     return results
 

@@ -1,10 +1,7 @@
 """Write a run of ours as a GPT-2: python export_gpt2.py --run NAME [--best] --out FOLDER
 
-The folder gets config.json and model.safetensors, the Hugging Face hub's layout, so that
-transformers' GPT2LMHeadModel.from_pretrained(FOLDER) loads it, and so do this project's
---pretrained FOLDER (sample.py, inspect_attention.py, break_gpt2.py) and train.py --init-from
-FOLDER. Only a run on the gpt2 tokenizer with the causal mask can be one: GPT-2 has no switch to
-unmask.
+The folder gets config.json and model.safetensors, the hub's layout: transformers'
+GPT2LMHeadModel.from_pretrained(FOLDER) loads it, and so do --pretrained and --init-from.
 """
 
 from harness.stopping import exit_on_signal
@@ -49,7 +46,8 @@ def main(argv: list[str]) -> Path:
     model, tokenizer, checkpoint = load_model(path, "cpu")
     folder = export_hf(model, tokenizer.name, args.out)
     print(
-        f"{path} (step {checkpoint.get('step')}) written as a GPT-2 to {folder}/: config.json, model.safetensors"
+        f"{path} (step {checkpoint.get('step')}) written as a GPT-2 to {folder}/: "
+        "config.json, model.safetensors"
     )
     print(f"read it back with: python sample.py --pretrained {folder}")
     return folder

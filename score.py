@@ -1,17 +1,9 @@
 """Score a text: python score.py [--run NAME | --checkpoint PATH | --pretrained NAME_OR_FOLDER]
 [--file PATH]
 
-Prints how well the model predicts the text: the tokens scored, the mean loss in nats per token,
-the perplexity and the bits per byte. Without --file it scores the val split of the run's corpus
-(of Tiny Shakespeare for a pretrained GPT-2). A text longer than the model's context is read in
-sliding windows with a stride; harness/scoring.py says how, and why each token is scored once.
-
---contexts 0.5,1,2,4 scores the text at contexts of those multiples of the model's block_size
-instead, each in separate windows, and prints the loss per context and per position bucket (0-63,
-64-127, ... at block_size 128); contexts.json in the model's folder holds them (contexts-<name>.json
-for a --file, so that a file never takes the val split's place), with the loss at every position and
-the text scored. A model with a learned position table is refused contexts past its block_size;
-harness/lengths.py says why.
+Prints the tokens scored, the loss in nats per token, the perplexity and the bits per byte of the
+text (default: the run's val split), read in sliding windows; --contexts scores it at multiples of
+block_size instead (harness/scoring.py, harness/lengths.py).
 """
 
 from harness.stopping import StopFlag, exit_on_signal
@@ -37,11 +29,10 @@ from harness.cli import (
 )
 from harness.folders import writable_folder
 from harness.lengths import (
-    buckets,
     check_contexts,
     context_lengths,
     contexts_cost,
-    factor_label,
+    contexts_table,
     score_contexts,
 )
 from harness.scoring import score_ids, surprises, text_ids
@@ -50,7 +41,8 @@ from harness.training.budget import duration
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(
-        description="How well a model predicts a text: loss per token, perplexity and bits per byte."
+        description="How well a model predicts a text: "
+        "loss per token, perplexity and bits per byte."
     )
     add_model_source(parser)
     parser.add_argument(
@@ -74,8 +66,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--contexts",
         type=context_factors,
         metavar="FACTORS",
-        help="score at these multiples of the model's block_size instead, comma-separated (0.5,1,2,4): the loss per context "
-        "and per position bucket, also written to contexts.json beside the checkpoint",
+        help="score at these multiples of the model's block_size instead, comma-separated "
+        "(0.5,1,2,4): the loss per context and per position bucket, also written to "
+        "contexts.json beside the checkpoint",
     )
     parser.add_argument(
         "--json",
@@ -86,7 +79,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.contexts and (args.stride or args.top):
         parser.error(
-            "--contexts reads each context in separate windows of its own length; leave out --stride and --top"
+            "--contexts reads each context in separate windows of its own length; "
+            "leave out --stride and --top"
         )
     return args
 
@@ -103,8 +97,9 @@ def main(argv: list[str]) -> dict:
     stride = args.stride or max(1, model.cfg.block_size // 2)
     if not model.cfg.causal:
         print(
-            "note: this model was trained without the causal mask; read whole, each position would see the token it must "
-            "predict, so each token is scored from the tokens before it alone (one pass per token: slower)",
+            "note: this model was trained without the causal mask; read whole, each position "
+            "would see the token it must predict, so each token is scored from the tokens before "
+            "it alone (one pass per token: slower)",
             file=sys.stderr,
         )
     # Ctrl-C stops at the next pass: exit code 130, nothing printed as if whole
@@ -124,22 +119,20 @@ def main(argv: list[str]) -> dict:
     print(f"bits per byte   {score.bits_per_byte:.4f}")
     if args.top:
         print(
-            f"the {len(result['top'])} tokens that surprised the model most (loss, line, the text before, the token):"
+            f"the {len(result['top'])} tokens that surprised the model most "
+            "(loss, line, the text before, the token):"
         )
-    for row in result.get("top", []):
-        print(
-            f"{row['loss']:7.3f} nats  line {row['line']:<6} {row['context']!r} -> {row['token']!r}"
-        )
+        for row in result["top"]:
+            line = f"line {row['line']:<6} {row['context']!r} -> {row['token']!r}"
+            print(f"{row['loss']:7.3f} nats  {line}")
     return result
 
 
 def score_at_contexts(
     args: argparse.Namespace, model, ids: list[int], device, folder: Path, described: str, what: str
 ) -> dict:
-    """--contexts: refusals and the estimate first, then the loss per context and per position
-    bucket, printed, then kept
-    beside the checkpoint: the val split's in contexts.json (what tools.docs_figures reads), a
-    --file's in contexts-<its name>.json, each naming the text it scored."""
+    """--contexts: refusals and the estimate first, then the losses, printed, then kept in
+    contexts.json (a --file's in contexts-<its name>.json) beside the checkpoint."""
     lengths = context_lengths(args.contexts, model.cfg, len(ids))
     seconds = check_contexts(
         model.cfg, lengths, len(ids), device, contexts_cost(model, lengths, len(ids))
@@ -163,34 +156,11 @@ def score_at_contexts(
         # printed before the file is written: a full disk loses the file, not the result
         print(json.dumps(result), flush=True)
     else:
-        print_contexts(result, lengths, f"{described}\n# {what}", model.cfg)
+        print(contexts_table(result, lengths, f"{described}\n# {what}", model.cfg), flush=True)
     write_atomically(kept, json.dumps(result).encode())
     if not args.json:
         print(f"{kept.name}: {kept}")
     return result
-
-
-def print_contexts(result: dict, lengths: list[int], header: str, model_cfg) -> None:
-    """The table of --contexts: per context its loss, then per position bucket."""
-    names = [f"{first}-{last}" for first, last in buckets(lengths)]
-    print(
-        f"{header}: separate windows of each context; trained at {model_cfg.block_size} tokens, positions {model_cfg.positions}"
-    )
-    print(
-        "# loss in nats per token: over all of each context's windows, then at the positions of a window that each column names"
-    )
-    print(
-        f"{'context':>8} {'tokens':>7} {'scored':>9} {'loss':>7} |"
-        + "".join(f"{n:>10}" for n in names)
-    )
-    for c in result["contexts"].values():
-        cells = "".join(
-            f"{c['buckets'][n]['loss']:10.4f}" if n in c["buckets"] else " " * 10 for n in names
-        )
-        print(
-            f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f} |{cells}".rstrip(),
-            flush=True,
-        )
 
 
 if __name__ == "__main__":

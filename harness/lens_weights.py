@@ -1,10 +1,6 @@
-"""Our tensors under the names of each TransformerLens model: lens_weights for 3.x's
-HookedTransformer, native_weights for 4.x's NativeModel (which harness/lens.py wraps in a
-TransformerBridge), and HeadRMSNorm, our QK-norm for the native model, which has none. Each refuses
-in one line a tensor it has no place for, or one it expects and ours lacks.
+"""Our tensors under the names of each TransformerLens model (lens_weights for 3.x, native_weights
+for 4.x), and add_ours for what 4.x's native attention lacks.
 """
-
-from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -15,183 +11,133 @@ from model.qk import rms_norm
 
 
 class LensError(ValueError):
-    """A model that TransformerLens cannot take as it is, or TransformerLens missing: the message
-    says what to do.
-    """
+    """A model that TransformerLens cannot take as it is, or TransformerLens missing."""
 
 
-def our_tensors(model: GPT) -> tuple[dict[str, torch.Tensor], Callable[[str], torch.Tensor]]:
-    """Our tensors by name (the tied head listed once, as tok_emb.weight), and take(name), which
-    hands each out once:
-    what is left after a table has taken its share has no place in that model. A LensError for a
-    name ours lacks."""
+def our_tensors(model: GPT):
+    """Our tensors by name (the tied head once, as tok_emb.weight), and take(name), which hands each
+    out once: what is left at the end has no place in that model."""
     if model.lm_head.weight is not model.tok_emb.weight:
         raise LensError(
-            "the output head is not tied to the token embedding, and harness/lens_weights.py maps only a tied one"
+            "the output head is not tied to the token embedding, "
+            "and harness/lens_weights.py maps only a tied one"
         )
     ours = {name: p.detach() for name, p in model.named_parameters()}
 
     def take(name: str) -> torch.Tensor:
         if name not in ours:
             raise LensError(
-                f"our model has no tensor {name}, which harness/lens_weights.py maps: map the model as it is now"
+                f"our model has no tensor {name}, which harness/lens_weights.py maps: "
+                "map the model as it is now"
             )
         return ours.pop(name)
 
     return ours, take
 
 
-def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under HookedTransformer's names and shapes, or a LensError naming a tensor that
-    has no place there. (context: as lens_config's, the rows of the position table.)
-
-    Ours keep every head's query, then every key/value head's key and value, in one (C + 2KD, C)
-    matrix, rows h*D .. h*D + D - 1 for head h of each; TransformerLens keeps W_Q as (H, C, D), W_K
-    and W_V as (K, C, D) (named _W_K and _W_V when it has grouped-query heads) and W_O as (H, D, C),
-    multiplying from the right.
-    """
-    cfg, C, H, D = model.cfg, model.cfg.n_embd, model.cfg.n_head, model.cfg.head_size
-    K = cfg.kv_heads or H
-    # its GroupedQueryAttention keeps the K heads under these names
-    grouped = "_" if cfg.kv_heads else ""
-    ours, take = our_tensors(model)
-
-    zeros = torch.zeros_like
-    out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)
-    # (C, V), (V,): tied, no bias
-    out |= {"unembed.W_U": out["embed.W_E"].T, "unembed.b_U": zeros(out["embed.W_E"][:, 0])}
+def position_table(cfg: ModelConfig, take, embedding: torch.Tensor, context: int | None):
+    """(n_ctx, C): our learned table cut to context rows, zeros without positions, None for rope."""
     n_ctx = context or cfg.block_size
     if cfg.positions == "learned":
-        out["pos_embed.W_pos"] = take("pos_emb.weight")[:n_ctx]  # (n_ctx, C)
-    elif cfg.positions == "none":
-        # (n_ctx, C): a table that adds nothing
-        out["pos_embed.W_pos"] = out["embed.W_E"].new_zeros(n_ctx, C)
-    # rope: queries and keys turned by their positions, and no table on either side
-    # each block's prefix, the same on both sides
-    for block in (f"blocks.{i}." for i in range(cfg.n_layer)):
-        out[block + "ln1.w"], out[block + "ln1.b"] = (
-            take(block + "ln1.weight"),
-            take(block + "ln1.bias"),
-        )
-        qkv = take(block + "attn.qkv.weight")  # (C + 2KD, C)
-        qkv_bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else zeros(qkv[:, 0])  # (C + 2KD,)
-        sizes = [C, K * D, K * D]
-        for kind, heads, weight, bias in zip(
-            ["Q", "K", "V"], [H, K, K], qkv.split(sizes), qkv_bias.split(sizes), strict=True
-        ):
-            # blocks.0.attn.W_Q, and blocks.0.attn._W_K with K heads
-            named = f"{block}attn.{grouped if kind != 'Q' else ''}"
-            # (HD, C) -> (H, D, C) -> (H, C, D); K heads alike
-            out[f"{named}W_{kind}"] = weight.view(heads, D, C).transpose(1, 2)
-            out[f"{named}b_{kind}"] = bias.view(heads, D)  # (HD,) -> (H, D)
-        if cfg.sink:
-            # (H,): one logit a head, joining each row's softmax
-            out[block + "attn.sinks"] = take(block + "attn.sink")
-        # ours divides by the RMS alone; TransformerLens's RMSNorm then multiplies by its gains,
-        # ones here
-        if cfg.qk_norm:
-            out[block + "attn.q_norm.w"], out[block + "attn.k_norm.w"] = (
-                qkv.new_ones(D),
-                qkv.new_ones(D),
-            )
-        # (C, H*D) -> (H, D, C)
-        out[block + "attn.W_O"] = take(block + "attn.proj.weight").view(C, H, D).permute(1, 2, 0)
-        out[block + "attn.b_O"] = take(block + "attn.proj.bias")
-        if cfg.mlp:
-            out[block + "ln2.w"], out[block + "ln2.b"] = (
-                take(block + "ln2.weight"),
-                take(block + "ln2.bias"),
-            )
-            # (C, 4C)
-            out[block + "mlp.W_in"], out[block + "mlp.b_in"] = (
-                take(block + "mlp.fc.weight").T,
-                take(block + "mlp.fc.bias"),
-            )
-            # (4C, C)
-            out[block + "mlp.W_out"], out[block + "mlp.b_out"] = (
-                take(block + "mlp.proj.weight").T,
-                take(block + "mlp.proj.bias"),
-            )
-    out["ln_final.w"], out["ln_final.b"] = take("ln_f.weight"), take("ln_f.bias")
+        return take("pos_emb.weight")[:n_ctx]
+    if cfg.positions == "none":
+        return embedding.new_zeros(n_ctx, cfg.n_embd)
+    return None
+
+
+def split_qkv(take, block: str, cfg: ModelConfig):
+    """(weight, bias) of q (C, C), k and v (KD, C), cut from our (C + 2KD, C) qkv matrix."""
+    weight = take(block + "attn.qkv.weight")
+    bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else torch.zeros_like(weight[:, 0])
+    sizes = [cfg.n_embd] + 2 * [(cfg.kv_heads or cfg.n_head) * cfg.head_size]
+    return zip(weight.split(sizes), bias.split(sizes), strict=True)
+
+
+def move(out: dict, take, ours: str, theirs: str, kinds=("weight", "bias")) -> None:
+    for our_kind, kind in zip(("weight", "bias"), kinds, strict=True):
+        out[f"{theirs}.{kind}"] = take(f"{ours}.{our_kind}")
+
+
+def finished(ours: dict, out: dict) -> dict:
     if ours:
         raise LensError(
-            f"our tensor {next(iter(ours))} has no place in TransformerLens's model in harness/lens.py yet"
+            f"our tensor {next(iter(ours))} has no place in TransformerLens's model "
+            "in harness/lens.py yet"
         )
     return out
+
+
+def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
+    """Our tensors under HookedTransformer's names and shapes (context: the table's rows). Its
+    W_Q is (H, C, D), W_K and W_V (K, C, D), W_O (H, D, C): it multiplies from the right."""
+    cfg, C, D = model.cfg, model.cfg.n_embd, model.cfg.head_size
+    ours, take = our_tensors(model)
+    out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)
+    out["unembed.W_U"] = out["embed.W_E"].T  # (C, V): tied
+    out["unembed.b_U"] = torch.zeros_like(out["embed.W_E"][:, 0])
+    table = position_table(cfg, take, out["embed.W_E"], context)
+    if table is not None:
+        out["pos_embed.W_pos"] = table
+    # its grouped-query attention names the K heads' tensors _W_K and _W_V
+    grouped = "_" if cfg.kv_heads else ""
+    for i in range(cfg.n_layer):
+        block = f"blocks.{i}."
+        move(out, take, block + "ln1", block + "ln1", ("w", "b"))
+        for kind, (weight, bias) in zip("QKV", split_qkv(take, block, cfg), strict=True):
+            named = block + "attn." + (grouped if kind != "Q" else "")
+            out[f"{named}W_{kind}"] = weight.view(-1, D, C).transpose(1, 2)  # (HD, C) -> (H, C, D)
+            out[f"{named}b_{kind}"] = bias.view(-1, D)  # (HD,) -> (H, D)
+        if cfg.sink:
+            out[block + "attn.sinks"] = take(block + "attn.sink")  # (H,)
+        if cfg.qk_norm:
+            # ours divides by the RMS alone; its RMSNorm then multiplies by gains, ones here
+            out[block + "attn.q_norm.w"] = out[block + "ln1.w"].new_ones(D)
+            out[block + "attn.k_norm.w"] = out[block + "ln1.w"].new_ones(D)
+        # (C, HD) -> (H, D, C)
+        out[block + "attn.W_O"] = take(block + "attn.proj.weight").view(C, -1, D).permute(1, 2, 0)
+        out[block + "attn.b_O"] = take(block + "attn.proj.bias")
+        if cfg.mlp:
+            move(out, take, block + "ln2", block + "ln2", ("w", "b"))
+            out[block + "mlp.W_in"] = take(block + "mlp.fc.weight").T  # (C, 4C)
+            out[block + "mlp.b_in"] = take(block + "mlp.fc.bias")
+            out[block + "mlp.W_out"] = take(block + "mlp.proj.weight").T  # (4C, C)
+            out[block + "mlp.b_out"] = take(block + "mlp.proj.bias")
+    move(out, take, "ln_f", "ln_final", ("w", "b"))
+    return finished(ours, out)
 
 
 def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under the names of TransformerLens 4.x's NativeModel, or a LensError naming a
-    tensor that has no place there. (context: as lens_config's, the rows of the position table.)
-
-    Its q, k, v, o and MLP are nn.Linear layers, as ours: the (C + 2KD, C) qkv matrix splits into
-    (C, C), (KD, C) and (KD, C) ones, rows h*D .. h*D + D - 1 for head h on both sides; its output
-    head has no bias, and takes the token embedding, as ours.
-    """
-    cfg, C = model.cfg, model.cfg.n_embd
-    KD = (cfg.kv_heads or cfg.n_head) * cfg.head_size
+    """Our tensors under the names of 4.x's NativeModel, whose layers are nn.Linear as ours and
+    whose head is tied as ours (context: the table's rows)."""
+    cfg = model.cfg
     ours, take = our_tensors(model)
-
     out = {"tok_embed.weight": take("tok_emb.weight")}  # (V, C)
     out["head.weight"] = out["tok_embed.weight"]
-    n_ctx = context or cfg.block_size
-    if cfg.positions == "learned":
-        out["pos.weight"] = take("pos_emb.weight")[:n_ctx]  # (n_ctx, C)
-    elif cfg.positions == "none":
-        # (n_ctx, C): a table that adds nothing
-        out["pos.weight"] = out["tok_embed.weight"].new_zeros(n_ctx, C)
+    table = position_table(cfg, take, out["tok_embed.weight"], context)
+    if table is not None:
+        out["pos.weight"] = table
     for i in range(cfg.n_layer):
         block, layer = f"blocks.{i}.", f"layers.{i}."
-        out[layer + "ln1.weight"], out[layer + "ln1.bias"] = (
-            take(block + "ln1.weight"),
-            take(block + "ln1.bias"),
-        )
-        qkv = take(block + "attn.qkv.weight")  # (C + 2KD, C)
-        # (C + 2KD,)
-        qkv_bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else torch.zeros_like(qkv[:, 0])
-        for kind, weight, bias in zip(
-            "qkv", qkv.split([C, KD, KD]), qkv_bias.split([C, KD, KD]), strict=True
-        ):
-            # (C, C), (C,); k, v: (KD, C), (KD,)
-            out[f"{layer}attn.{kind}.weight"], out[f"{layer}attn.{kind}.bias"] = weight, bias
-        out[layer + "attn.o.weight"], out[layer + "attn.o.bias"] = (
-            take(block + "attn.proj.weight"),
-            take(block + "attn.proj.bias"),
-        )
+        move(out, take, block + "ln1", layer + "ln1")
+        for kind, (weight, bias) in zip("qkv", split_qkv(take, block, cfg), strict=True):
+            out[f"{layer}attn.{kind}.weight"] = weight
+            out[f"{layer}attn.{kind}.bias"] = bias
+        move(out, take, block + "attn.proj", layer + "attn.o")
         if cfg.mlp:
-            out[layer + "ln2.weight"], out[layer + "ln2.bias"] = (
-                take(block + "ln2.weight"),
-                take(block + "ln2.bias"),
-            )
-            out[layer + "mlp.fc_in.weight"], out[layer + "mlp.fc_in.bias"] = (
-                take(block + "mlp.fc.weight"),
-                take(block + "mlp.fc.bias"),
-            )
-            out[layer + "mlp.fc_out.weight"], out[layer + "mlp.fc_out.bias"] = (
-                take(block + "mlp.proj.weight"),
-                take(block + "mlp.proj.bias"),
-            )
-    out["ln_out.weight"], out["ln_out.bias"] = take("ln_f.weight"), take("ln_f.bias")
-    if ours:
-        raise LensError(
-            f"our tensor {next(iter(ours))} has no place in TransformerLens's model in harness/lens.py yet"
-        )
-    return out
+            move(out, take, block + "ln2", layer + "ln2")
+            move(out, take, block + "mlp.fc", layer + "mlp.fc_in")
+            move(out, take, block + "mlp.proj", layer + "mlp.fc_out")
+    move(out, take, "ln_f", "ln_out")
+    return finished(ours, out)
 
 
 class HeadRMSNorm(nn.Linear):
-    """A query or key projection that divides each head's vector by its RMS, as our QK-norm does
-    (model.attention.rms_norm):
-    what 4.x's native attention, which has no QK-norm, computes its scores from. hook_q and hook_k
-    then hold the normalised vectors, before the turn."""
+    """A query or key projection that divides each head's vector by its RMS, as our QK-norm does:
+    4.x's native attention has no QK-norm. hook_q and hook_k hold the normalised vectors."""
 
     def __init__(self, linear: nn.Linear, head_size: int):
-        super().__init__(
-            linear.in_features,
-            linear.out_features,
-            device=linear.weight.device,
-            dtype=linear.weight.dtype,
-        )
+        weight = linear.weight
+        super().__init__(*weight.shape[::-1], device=weight.device, dtype=weight.dtype)
         self.load_state_dict(linear.state_dict())
         self.head_size = head_size
 
@@ -201,22 +147,15 @@ class HeadRMSNorm(nn.Linear):
 
 
 def add_ours(native: nn.Module, cfg: ModelConfig) -> None:
-    """Give 4.x's NativeModel, in place, what its attention lacks and the run has: an unscaled score
-    (its scale set to 1), QK-norm (HeadRMSNorm on its query and key projections) and the sliding
-    window (its mask buffer, True where a query may not look, made ours in each local layer: the
-    config's window_size and attn_types, which it takes, it does not read)."""
+    """Give 4.x's NativeModel, in place, what its attention lacks: an unscaled score, QK-norm, and
+    the window (its config takes window_size and attn_types, but its mask does not read them)."""
     for i, layer in enumerate(native.layers):
         if not cfg.scaled:
-            # its scores are divided by this: sqrt(d_head) whatever use_attn_scale says
-            layer.attn.scale = 1.0
+            layer.attn.scale = 1.0  # its divisor, sqrt(d_head) whatever use_attn_scale says
         if cfg.qk_norm:
-            layer.attn.q, layer.attn.k = (
-                HeadRMSNorm(layer.attn.q, cfg.head_size),
-                HeadRMSNorm(layer.attn.k, cfg.head_size),
-            )
+            layer.attn.q = HeadRMSNorm(layer.attn.q, cfg.head_size)
+            layer.attn.k = HeadRMSNorm(layer.attn.k, cfg.head_size)
         if cfg.local(i):
-            n_ctx = layer.attn.causal_mask.shape[0]
-            # (n_ctx, n_ctx)
-            layer.attn.causal_mask = ~causal_mask(
-                n_ctx, n_ctx, layer.attn.causal_mask.device, cfg.window
-            )
+            mask = layer.attn.causal_mask  # (n_ctx, n_ctx), True where a query may not look
+            n_ctx = mask.shape[0]
+            layer.attn.causal_mask = ~causal_mask(n_ctx, n_ctx, mask.device, cfg.window)

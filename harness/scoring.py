@@ -1,31 +1,18 @@
 """How well a model predicts a text: its mean loss per token, perplexity and bits per byte, over
 sliding windows.
 
-A text longer than the model's context is read in windows of block_size + 1 tokens (block_size
-inputs, each followed by its target), one starting every `stride` tokens. A window scores only the
-targets that no earlier window scored, so every token after the first is scored exactly once, each
-with as much context as its window gives: once the first window is past, at least
-block_size - stride + 1 tokens. A smaller stride buys more context (a lower loss) with more passes;
-stride block_size reads the text in separate blocks, as training's val loss does.
-
-This is the method of Hugging Face's "Perplexity of fixed-length models", with two differences, both
-so that every token after the first counts exactly once. The page weights each window's mean loss by
-its labels minus one, for the label shift; but only the first window loses a label to the shift (its
-first token has nothing before it), and a later window's labels all have their context inside it, so
-the page undercounts each of them by one. And the page's window is n_positions tokens, targets
-included: the prediction at its last position goes unused, and at a stride of n_positions no window
-scores its own first token. Here a window holds block_size inputs and the token after them.
-
-A model trained without the causal mask sees, under teacher forcing, the token it must predict in
-its own input. Its targets are scored honestly instead, each from its prefix alone (`prefix_logits`,
-as generation reads it): one pass per target, on the same windows, so a causal model scores the same
-either way and the difference for a no-mask model is exactly what it read from the future.
+A window holds block_size inputs and the token after them; one starts every `stride` tokens and
+scores only the targets no earlier window scored, so every token after the first counts once. This
+is Hugging Face's "Perplexity of fixed-length models" counted exactly: the page weights each window
+by its labels minus one, and leaves its last prediction unused.
 """
 
 import math
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +23,7 @@ from configs import ConfigError, DataConfig, validate_config
 from data.corpus import ChangedText, DataError, load_corpus
 from data.sources import read_text
 from data.tokenizer import GPT2Tokenizer, Tokenizer, TokenizerError
-from model import GPT
+from model import GPT, ModelConfig
 from model.gpt import lm_loss
 from model.measurements import bits_per_byte, prefix_logits
 from model.sampling import check_finite_logits
@@ -44,17 +31,14 @@ from model.sampling import check_finite_logits
 # windows go through the model together until their logits would exceed this many floats
 LOGITS_PER_BATCH = 2**22
 CONTEXT_CHARS = 40  # characters of context shown before each surprising token
-# Tokens decoded for that context: a character takes at most 4 UTF-8 bytes and a token at least 1,
-# and a window that starts inside a character decodes at most 3 bytes differently, so 4 x 40 + 4
-# tokens end in the same 40 characters as the whole text before the token.
+# Tokens decoded for that context: a character is at most 4 UTF-8 bytes and a token at least 1,
+# and a start inside a character decodes at most 3 bytes differently.
 CONTEXT_TOKENS = 4 * CONTEXT_CHARS + 4
 
 
 @dataclass(frozen=True)
 class Window:
-    """A slice of the text: inputs ids[begin:end-1], targets ids[begin+1:end]; it scores the targets
-    from `first` on.
-    """
+    """Inputs ids[begin:end-1], targets ids[begin+1:end]; it scores the targets from `first` on."""
 
     begin: int
     end: int
@@ -62,9 +46,7 @@ class Window:
 
 
 def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
-    """The windows that score each of tokens 1 .. n_tokens - 1 once: one starts every `stride`
-    tokens (1 <= stride <= block_size).
-    """
+    """The windows that score each of tokens 1 .. n_tokens - 1 once (1 <= stride <= block_size)."""
     # tokens before scored_to have been scored (token 0 never is: nothing comes before it)
     out, scored_to = [], 1
     for begin in range(0, n_tokens - 1, stride):
@@ -77,6 +59,11 @@ def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
     return out
 
 
+def windows_per_pass(model_cfg: ModelConfig, length: int, n_windows: int) -> int:
+    """How many windows of `length` inputs go through the model together."""
+    return min(n_windows, max(1, LOGITS_PER_BATCH // ((length + 1) * model_cfg.vocab_size)))
+
+
 @torch.no_grad()
 def token_losses(
     model: GPT,
@@ -86,92 +73,45 @@ def token_losses(
     between: Callable[[int], None] | None = None,
     context: int | None = None,
 ) -> torch.Tensor:
-    """The loss in nats of every token after the first of ids (N,): losses (N - 1,), losses[i] for
-    ids[i + 1].
+    """The loss in nats of every token after the first of ids (N,): (N - 1,), [i] for ids[i + 1].
 
-    honest scores each target from its prefix in the window alone, one pass per target; otherwise
-    one pass per window scores all of its targets (teacher forcing, exact for a causal model).
-    `between` is called before each pass with the number of targets it scores (a progress bar, and a
-    chance to stop). `context` is the windows' length in inputs: the model's block_size unless given
-    (longer only for a model whose positions run past it, harness/lengths.py).
+    honest scores each target from its prefix alone (a model without the causal mask would see it);
+    `between(n)` is called before each pass; `context`: the windows' inputs, else block_size.
     """
     between = between or (lambda n: None)
     model.eval()
     device = model.lm_head.weight.device
-    # filled window by window: no small tensor per window outlives its logits
-    out = torch.empty(len(ids) - 1)
+    out = torch.empty(len(ids) - 1)  # filled window by window: no small tensor outlives its logits
     done = 0
-    todo, start = windows(len(ids), context or model.cfg.block_size, stride), 0
+    todo = windows(len(ids), context or model.cfg.block_size, stride)
     # windows of one shape (length and first target) go through the model together
-    while start < len(todo):
-        length, first = todo[start].end - todo[start].begin, todo[start].first
-        most = max(1, LOGITS_PER_BATCH // (length * model.cfg.vocab_size))
-        stop = start + 1
-        while stop < min(len(todo), start + most) and (
-            todo[stop].end - todo[stop].begin,
-            todo[stop].first,
-        ) == (length, first):
-            stop += 1
-        # (B, L) with L = length
-        rows = torch.stack([ids[w.begin : w.end] for w in todo[start:stop]]).to(device)
-        x, y = rows[:, :-1], rows[:, first + 1 :]  # inputs (B, L - 1), the targets scored (B, P)
-        if honest:
-            # (B, P, V)
-            logits = prefix_logits(
-                model, x, list(range(first, length - 1)), partial(between, len(x))
+    for (length, first), group in groupby(todo, lambda w: (w.end - w.begin, w.first)):
+        group = list(group)
+        most = windows_per_pass(model.cfg, length - 1, len(group))
+        for start in range(0, len(group), most):
+            rows = torch.stack([ids[w.begin : w.end] for w in group[start : start + most]]).to(
+                device
             )
-        else:
-            between(y.numel())
-            logits = model.lm_head(model.hidden(x)[:, first:])  # (B, L - 1, C) -> (B, P, V)
-        check_finite_logits(logits)
-        # windows in text order, targets in order
-        losses = lm_loss(logits, y, reduction="none").flatten()
-        out[done : done + len(losses)] = losses
-        done, start = done + len(losses), stop
+            x, y = rows[:, :-1], rows[:, first + 1 :]  # (B, L) -> inputs (B, L - 1), targets (B, P)
+            if honest:  # (B, P, V)
+                targets = list(range(first, length - 1))
+                logits = prefix_logits(model, x, targets, partial(between, len(x)))
+            else:
+                between(y.numel())
+                logits = model.lm_head(model.hidden(x)[:, first:])  # (B, L - 1, C) -> (B, P, V)
+            check_finite_logits(logits)
+            losses = lm_loss(logits, y, reduction="none").flatten()
+            out[done : done + len(losses)] = losses
+            done += len(losses)
     return out
 
 
-@dataclass
-class Score:
-    tokens: int  # tokens scored: every one after the first
-    loss: float  # mean loss, nats per token
-    perplexity: float  # exp(loss): the number of equally likely tokens that would be as surprising
-    # loss per UTF-8 byte of the scored text, in bits (bits per character for ASCII)
-    bits_per_byte: float
-    losses: torch.Tensor  # (tokens,) the loss of each scored token, in text order
-
-    def summary(self) -> dict[str, float]:
-        return {
-            "tokens": self.tokens,
-            "loss": self.loss,
-            "perplexity": self.perplexity,
-            "bits_per_byte": self.bits_per_byte,
-        }
-
-
-def score_ids(
-    model: GPT,
-    tokenizer: Tokenizer,
-    ids: list[int],
-    stride: int,
-    poll: Callable[[], None] | None = None,
-) -> Score:
-    """Score token ids with `windows` of the model's context; a model without the causal mask is
-    scored honestly.
-
-    A bar on stderr (in a terminal) shows the tokens scored, their rate and the time left; `poll` is
-    called before every pass (harness/stopping.py: it raises to stop)."""
-    block_size = model.cfg.block_size
-    if not 1 <= stride <= block_size:
-        raise ConfigError(
-            f"--stride {stride} is longer than the model's context; give 1 to {block_size} tokens"
-        )
-    if len(ids) < 2:
-        raise DataError(
-            f"the text is {len(ids)} token long; scoring needs at least 2 (each token is predicted from those before it)"
-        )
+@contextmanager
+def progress(total: int, poll: Callable[[], None] | None):
+    """A bar on stderr (in a terminal) of the tokens scored, and the `between` that polls, then
+    counts."""
     with tqdm(
-        total=len(ids) - 1, desc="scoring", unit="tok", unit_scale=True, leave=False, disable=None
+        total=total, desc="scoring", unit="tok", unit_scale=True, leave=False, disable=None
     ) as bar:
 
         def between(n: int) -> None:
@@ -179,6 +119,37 @@ def score_ids(
                 poll()
             bar.update(n)
 
+        yield between
+
+
+@dataclass
+class Score:
+    tokens: int  # every one after the first
+    loss: float  # mean, nats per token
+    perplexity: float  # exp(loss)
+    bits_per_byte: float  # of the scored text's UTF-8
+    losses: torch.Tensor  # (tokens,) in text order
+
+    def summary(self) -> dict[str, float]:
+        return {key: value for key, value in vars(self).items() if key != "losses"}
+
+
+def score_ids(
+    model: GPT, tokenizer: Tokenizer, ids: list[int], stride: int, poll: Callable | None = None
+) -> Score:
+    """Score token ids in `windows` of the model's context, honestly without the causal mask; a bar
+    on stderr shows progress, and `poll` is called before every pass (it raises to stop)."""
+    block_size = model.cfg.block_size
+    if not 1 <= stride <= block_size:
+        raise ConfigError(
+            f"--stride {stride} is longer than the model's context; give 1 to {block_size} tokens"
+        )
+    if len(ids) < 2:
+        raise DataError(
+            f"the text is {len(ids)} token long; "
+            "scoring needs at least 2 (each token is predicted from those before it)"
+        )
+    with progress(len(ids) - 1, poll) as between:
         losses = token_losses(
             model, torch.tensor(ids, dtype=torch.long), stride, not model.cfg.causal, between
         )
@@ -189,36 +160,23 @@ def score_ids(
 
 
 def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int) -> list[dict]:
-    """The n tokens with the highest loss, worst first: each with its loss, text, line number and
-    the text before it.
-
-    Linear in the text, whatever n: line numbers come from one running count of each token's
-    newlines (a newline is a byte of its own in UTF-8, so a token's count is the same decoded alone
-    or in its text), and the text before a token from a window of CONTEXT_TOKENS tokens, never from
-    the whole prefix."""
+    """The n tokens with the highest loss, worst first: loss, text, line number and the text before.
+    Lines come from one running count (a newline is a byte of its own in UTF-8)."""
     top = losses.topk(min(n, len(losses)))
     newlines = {token: tokenizer.decode([token]).count("\n") for token in set(ids)}
-    # (N + 1,): newlines in ids[:p] at p
     lines_before = np.cumsum([0, *(newlines[token] for token in ids)])
     rows = []
     for loss, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
         p = i + 1  # losses[i] is the loss of token ids[i + 1]
+        token, line = tokenizer.decode([ids[p]]), int(lines_before[p]) + 1
         before = tokenizer.decode(ids[max(0, p - CONTEXT_TOKENS) : p])[-CONTEXT_CHARS:]
-        rows.append(
-            {
-                "loss": loss,
-                "token": tokenizer.decode([ids[p]]),
-                "line": int(lines_before[p]) + 1,
-                "context": before,
-            }
-        )
+        rows.append({"loss": loss, "token": token, "line": line, "context": before})
     return rows
 
 
 def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[int], str]:
-    """The token ids to score and a line that says what they are: the file's text, or without one
-    the val split of the run's corpus (of Tiny Shakespeare, on the gpt2 tokenizer, for a pretrained
-    GPT-2: checkpoint None)."""
+    """The token ids to score and what they are: the file's text, or the val split of the run's
+    corpus (Tiny Shakespeare on gpt2 for a pretrained GPT-2: checkpoint None)."""
     if file is not None:
         text = read_text(file, flag="--file")
         try:
@@ -230,18 +188,16 @@ def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[
     if checkpoint is None:
         data_cfg = DataConfig(tokenizer=GPT2Tokenizer.name)
     else:
-        # checked as any config is
         data_cfg = validate_config(checkpoint.get("config"), "the checkpoint", recorded=True).data
-        # a file, or a folder of them
         if data_cfg.path and not Path(data_cfg.path).expanduser().exists():
             raise DataError(
-                f"the run's corpus {data_cfg.path} no longer exists; score its text with --file PATH"
+                f"the run's corpus {data_cfg.path} no longer exists; "
+                "score its text with --file PATH"
             )
     try:
         corpus = load_corpus(data_cfg, checkpoint and checkpoint.get("source_sha256"))
     except ChangedText as e:
         raise DataError(f"{e}, or score a text with --file PATH") from None
     source = Path(corpus.source).resolve()
-    # short in the usual case
     shown = source.relative_to(Path.cwd()) if source.is_relative_to(Path.cwd()) else source
     return np.asarray(corpus.val, dtype=np.int64).tolist(), f"the val split of {shown}"
