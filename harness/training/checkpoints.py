@@ -113,9 +113,8 @@ def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> Non
 
 
 def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
-    """(model in eval mode, tokenizer, checkpoint) rebuilt from a checkpoint; the config comes
-    from the checkpoint, never a TOML file, so an old checkpoint loads after the presets change.
-    """
+    """(model in eval mode, tokenizer, checkpoint) rebuilt from the checkpoint's own config, so an
+    old checkpoint loads after the presets change."""
     path = Path(path)
     checkpoint = read_checkpoint(path)
     model_cfg = model_config_of(checkpoint, path)

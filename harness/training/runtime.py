@@ -100,9 +100,8 @@ def resolve_device(wanted: str) -> tuple[str, str]:
 
 def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
     """Resolve the device, join torchrun's process group if launched by it, set the backend
-    switches. reuse_memory (keep_freed_memory) pays when every step allocates the same sizes, as
-    training does; scoring and sampling, whose sizes vary, pass False: kept blocks fragment there.
-    """
+    switches. Scoring and sampling pass reuse_memory=False: their sizes vary, and kept blocks
+    fragment."""
     wanted, why = resolve_device(train_cfg.device)
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world_size > 1:  # launched by torchrun: one process per device
@@ -210,9 +209,8 @@ def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
 
 
 def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, Config]:
-    """The corpus (or synthetic source), and the config with model.vocab_size from its tokenizer.
-    Under torchrun the main process prepares the .bin files first; the others then read them.
-    """
+    """The corpus (or synthetic source), and the config with model.vocab_size from its tokenizer;
+    under torchrun the main process prepares the .bin files first."""
     if cfg.data.source != "text":
         corpus = load_synthetic(cfg.data)
     else:

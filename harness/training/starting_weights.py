@@ -21,9 +21,8 @@ from model.ablations import CURE, POSITIONS, SHIPPED, applied
 def initial_model(
     cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None
 ) -> tuple[Config, GPT]:
-    """(the run's config, its model on runtime.device): fresh weights, or GPT-2's for
-    cfg.train.init_from. A resumed run passes its checkpoint, whose weights restore() loads later.
-    Every path's config goes through check_affordable before the weights are made."""
+    """(the run's config, its model on runtime.device): fresh weights, or GPT-2's for --init-from;
+    a resumed run passes its checkpoint. Each config is checked before its weights are made."""
     if not cfg.train.init_from:
         check_affordable(cfg, runtime.device, speed)
         model = GPT(cfg.model).to(runtime.device)

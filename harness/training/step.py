@@ -24,10 +24,8 @@ class TrainingError(Exception):
 def draw_micro_batches(
     split, cfg: Config, runtime: Runtime, generator: torch.Generator
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's micro-batches for one optimizer step.
-
-    Every rank draws the whole global batch from an identically seeded generator and keeps its own
-    chunks, so a step sees the same tokens on 2 ranks x 1 micro-step as on 1 rank x 2.
+    """This rank's micro-batches for one step: every rank draws the whole global batch from an
+    identically seeded generator and keeps its own chunks, so the split does not change the tokens.
     """
     B, A = cfg.train.batch_size, cfg.train.grad_accum_steps
     # (B*A*W, T)
@@ -59,10 +57,8 @@ def check_finite(
     checkpoint: Path | None,
     record: bool = True,
 ) -> None:
-    """Stop before the update when the loss or the gradient is not finite (one sync per step).
-
-    With `record`, the run's folder keeps the step in diverged.json, so an experiment tells a run
-    that diverged from one that failed.
+    """Stop before the update when the loss or the gradient is not finite (one sync per step);
+    with `record`, diverged.json in the run's folder tells a run that diverged from one that failed.
     """
     if torch.isfinite(loss + grad_norm):
         return
