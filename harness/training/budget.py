@@ -78,9 +78,7 @@ def weight_count(m: ModelConfig) -> float:
 
 
 def step_memory_bytes(cfg: Config) -> float:
-    """Peak memory of a training step, roughly: weights, gradients and moments, activations (about
-    20 numbers per token, layer and channel), logits, and the readable path's (B, H, T, T) weights.
-    """
+    """Peak memory of a training step, roughly: about 20 numbers per token, layer and channel."""
     m, B, T = cfg.model, size(cfg.train.batch_size), size(cfg.model.block_size)
     L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
     activations = B * T * (20 * L * C + 3 * V)
@@ -146,8 +144,8 @@ def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> floa
 
 @dataclasses.dataclass(frozen=True)
 class PassCost:
-    """What one model's forward passes cost here: a small model is slower than `measured_speed`,
-    bound by each call's fixed time, so its own passes are timed (measured_pass)."""
+    """What one model's passes cost here, timed (measured_pass): a small model is slower than
+    `measured_speed`, bound by each call's fixed time."""
 
     call_s: float  # seconds a pass costs whatever its size: Python and kernel launches
     speed: float  # operations per second beyond that, at the model's own widths
@@ -227,8 +225,8 @@ def check_sampling(
 
 
 def check_affordable(cfg: Config, device: torch.device, speed: float | None = None) -> float:
-    """Refuse in one line, from the config alone, a run this device cannot hold or whose steps
-    would outlast a stop's patience; return the device's speed (measured here unless given)."""
+    """Refuse in one line a run this device cannot hold, or whose steps would outlast a stop's
+    patience; return the device's speed."""
     speed = speed or measured_speed(device)
     params = weight_count(cfg.model)
     millions = f"{params / 1e6:,.0f}M" if params < 1e18 else f"{params:.1e}"

@@ -170,8 +170,7 @@ def stats_shape(B: int, T: int) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module):
-    """The model in eval() mode (no dropout) within the block, then back in its mode, even when the
-    block raises (a stop inside an evaluation)."""
+    """The model in eval() mode within the block, then back in its mode, even when it raises."""
     was_training = model.training
     model.eval()
     try:
@@ -184,8 +183,8 @@ def eval_mode(model: torch.nn.Module):
 def estimate_loss(
     model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None
 ) -> float:
-    """Mean loss over fixed (x, y) batches in eval() mode; `between` is called before each pass.
-    Under torchrun each rank scores every world_size-th batch and the sums are added up."""
+    """Mean loss over fixed (x, y) batches in eval() mode; under torchrun each rank scores every
+    world_size-th batch."""
     total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (sum of losses, count)
     with eval_mode(model):
         for x, y in batches[runtime.rank :: runtime.world_size]:
