@@ -1,22 +1,9 @@
-"""What a run costs, said before it starts: the compute of a training step and of an evaluation, the
-memory of a step, and this device's speed. A run whose step could not be stopped in reasonable time,
-or would not fit in memory, is refused in one line; a first evaluation minutes away gets a warning
-naming the flag that shortens it.
+"""What a run costs, said before it starts: a step's and an evaluation's compute, a step's memory,
+this device's speed. A step too slow to stop or too big to hold is refused in one line.
 
-Costs are counted in floating-point operations (a multiply-add is two), from the model's sizes: a
-forward pass over B x T tokens costs 2 x B x T x (12 L C^2 + V C) for the matrices and 4 L B T^2 C
-for attention (scores, then the weighted sum of values; half that under the causal mask, whose
-masked half the fused kernels skip); a training step, forward and backward, about three forward
-passes. Seconds are these counts over the speed of a square matrix product timed here, so they are
-estimates, good to a small factor. docs/experiment.md has the figures they were checked against. A
-small model is slower than that speed says, bound by the fixed time of each call and by its narrow
-widths: where the model exists already (score.py --contexts, bench.py), its own passes are timed
-instead (measured_pass).
-
-Memory is estimated from the config alone too, and checked before anything is allocated: a training
-step (check_affordable, before the model is built) and a batch of samples (check_sampling, before
-the first token) both go through check_memory, the one refusal line "needs about N GiB, and this cpu
-has M GiB".
+Costs are floating-point operations from the model's sizes: a forward pass over B x T tokens costs
+2 B T (12 L C^2 + V C) for the matrices and 4 L B T^2 C for attention (half under the causal mask);
+a training step about three passes. Seconds divide them by a timed matrix product's speed.
 """
 
 import dataclasses
@@ -29,29 +16,20 @@ import torch
 from configs import Config, ConfigError
 from model import GPT, ModelConfig
 
-# a no-mask model's honest loss (a pass per prefix) costs at most this many training steps of
-# compute
+# a no-mask model's honest loss costs at most this many training steps of compute
 HONEST_BUDGET_STEPS = 8
-# a stop waits for the step under way: a run whose step would take longer is refused
-STEP_LIMIT_S = 120
-# a first evaluation estimated longer than this is announced before training, with the flag that
-# shortens it
-EVAL_WARNING_S = 60
+STEP_LIMIT_S = 120  # a stop waits for the step under way: a longer step is refused
+EVAL_WARNING_S = 60  # a first evaluation longer than this is announced before training
 
 
 def size(n: int) -> float:
-    """A count from a config as a float, for the estimates; one past float's range (10**400 layers)
-    is infinite: too big anywhere.
-    """
+    """A count from a config as a float; one past float's range is infinite: too big anywhere."""
     return float(n) if n < 2**1000 else math.inf
 
 
 def forward_flops(cfg: ModelConfig, B: int, T: int) -> float:
-    """Operations of one forward pass over (B, T) tokens: the blocks' matrices, the output layer,
-    attention.
-    """
+    """Operations of one forward pass over (B, T) tokens."""
     C, L, B, T = size(cfg.n_embd), size(cfg.n_layer), size(B), size(T)
-    # fused kernels skip the masked half
     attention = (2.0 if cfg.causal else 4.0) * L * B * T * T * C
     # query, key, value and output: 4 C^2; the MLP's two: 8 C^2
     matrices = (4 + 8 * cfg.mlp) * L * C * C
@@ -59,49 +37,30 @@ def forward_flops(cfg: ModelConfig, B: int, T: int) -> float:
 
 
 def flops_per_token(cfg: ModelConfig) -> float:
-    """Model FLOPs of training on one token, forward and backward, as MFU counts them: 6N + 12 L T
-    C.
-
-    N is the weights that multiply (the blocks' matrices, 12 L C^2, 4 L C^2 without the MLP, and the
-    output layer, V C: the embedding lookups, biases and LayerNorms multiply no matrix), each
-    costing 2 operations a token forward and 4 backward. 12 L T C is attention's scores and weighted
-    sum over the whole (T, T) square, as PaLM (its appendix B) and nanoGPT count it, so that an MFU
-    here compares with theirs; forward_flops, for the time estimates, leaves out the masked half the
-    kernels skip.
-    """
-    return (
-        3
-        * forward_flops(dataclasses.replace(cfg, causal=False), 1, cfg.block_size)
-        / cfg.block_size
-    )
+    """Training FLOPs per token as MFU counts them (PaLM, nanoGPT): 6N + 12 L T C, unmasked."""
+    full = forward_flops(dataclasses.replace(cfg, causal=False), 1, cfg.block_size)
+    return 3 * full / cfg.block_size
 
 
 def step_flops(cfg: Config) -> float:
-    """Operations of one training step of one process: forward and backward over its micro-batches."""
-    return 3 * forward_flops(
-        cfg.model, cfg.train.batch_size * cfg.train.grad_accum_steps, cfg.model.block_size
-    )
+    """Operations of one training step of one process: forward and backward."""
+    B = cfg.train.batch_size * cfg.train.grad_accum_steps
+    return 3 * forward_flops(cfg.model, B, cfg.model.block_size)
 
 
 def prefix_flops(cfg: ModelConfig, B: int, positions: list[int]) -> float:
-    """Operations of the honest loss's passes over the prefixes x[:, :t+1] for t in positions."""
+    """Operations of the passes over the prefixes x[:, :t+1] for t in positions."""
     return sum(forward_flops(cfg, B, t + 1) for t in positions)
 
 
 def honest_flops(cfg: Config, positions: list[list[int]]) -> float:
-    """Operations of one pass over each scored position's prefix, batch by batch: the honest loss's
-    without the mask, the order use's shuffled ones in every run."""
+    """Operations of one pass over each scored position's prefix, batch by batch."""
     return sum(prefix_flops(cfg.model, cfg.train.batch_size, p) for p in positions)
 
 
 def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
-    """The honest positions per batch, cut until their prefix passes cost at most
-    HONEST_BUDGET_STEPS training steps.
-
-    Fewer batches first, then the positions of the one left drawn closer to the start (shorter
-    prefixes). The presets stay well inside the budget: at most about six steps' worth, with every
-    position at a stratum's end.
-    """
+    """The honest positions per batch, cut to at most HONEST_BUDGET_STEPS training steps of prefix
+    passes: fewer batches first, then positions drawn closer to the start."""
     budget = HONEST_BUDGET_STEPS * step_flops(cfg)
     while len(positions) > 1 and honest_flops(cfg, positions) > budget:
         positions = positions[:-1]
@@ -113,18 +72,13 @@ def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
 
 
 def weight_count(m: ModelConfig) -> float:
-    """About how many parameters GPT(m) has, from its sizes alone: 12 L C^2 in the blocks, V C and T
-    C in the embeddings.
-    """
+    """About how many parameters GPT(m) has: 12 L C^2 in the blocks, V C and T C embeddings."""
     C = size(m.n_embd)
     return 12 * size(m.n_layer) * C * C + (size(m.vocab_size) + size(m.block_size)) * C
 
 
 def step_memory_bytes(cfg: Config) -> float:
-    """Memory one training step holds at its peak, roughly: weights with their gradients and
-    optimizer moments, the activations kept for the backward pass (about 20 numbers per token, layer
-    and channel) and the logits with their gradient; the (B, H, T, T) attention weights too on the
-    readable path, which keeps them."""
+    """Peak memory of a training step, roughly: about 20 numbers per token, layer and channel."""
     m, B, T = cfg.model, size(cfg.train.batch_size), size(cfg.model.block_size)
     L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
     activations = B * T * (20 * L * C + 3 * V)
@@ -132,55 +86,37 @@ def step_memory_bytes(cfg: Config) -> float:
     return 4.0 * (4 * weight_count(m) + activations + weights)  # float32: 4 bytes a number
 
 
-# Python's share of each sampled step: a (B, 1) tensor, or a decoded piece, kept until the end
+# Python's share of each sampled step and of each sample printed
 TOKEN_BOOKKEEPING_BYTES = 512
-# Python's share of each sample printed: a tensor view of its row, its decoded text's header
 SAMPLE_BOOKKEEPING_BYTES = 768
 
 
 def sampling_memory_bytes(m: ModelConfig, n_samples: int, n_prompt: int, n_new: int) -> float:
-    """Memory that sampling n_samples rows holds at its peak, roughly, each row n_prompt tokens
-    followed by n_new drawn ones:
-    the weights; the tokens (int64, as drawn and joined), with Python's bookkeeping per step and per
-    sample, and the decoded texts (up to 4 bytes a token); and while tokens are drawn, over the
-    window the model sees (at most block_size), the keys and values cached per layer (twice while a
-    step appends to them), one layer's activations (about 8 numbers per token and channel), the
-    readable path's (B, H, T, T) attention weights, and the logits with the sampler's copies of
-    them."""
+    """Peak memory of sampling n_samples rows of n_prompt + n_new tokens, roughly."""
     B, N = size(n_samples), size(n_prompt) + size(n_new)
-    L, C, V, H, T = (
-        size(m.n_layer),
-        size(m.n_embd),
-        size(m.vocab_size),
-        size(m.n_head),
-        min(N, size(m.block_size)),
-    )
+    L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
+    T = min(N, size(m.block_size))
     attention = B * H * T * T if m.attention == "manual" else 0
-    # no token drawn, no pass
-    window = (4 * L * B * T * C + 8 * B * T * C + attention + 4 * B * V) if n_new else 0
+    window = 0
+    if n_new:  # no token drawn, no pass
+        window = 4 * L * B * T * C + 8 * B * T * C + attention + 4 * B * V
     texts = B * (SAMPLE_BOOKKEEPING_BYTES + 4 * N)
-    return (
-        4.0 * (weight_count(m) + window)
-        + 16 * B * N
-        + TOKEN_BOOKKEEPING_BYTES * size(n_new)
-        + texts
-    )
+    tokens = 16 * B * N
+    return 4.0 * (weight_count(m) + window) + tokens + TOKEN_BOOKKEEPING_BYTES * size(n_new) + texts
 
 
 def device_memory_bytes(device: torch.device) -> float | None:
-    """The memory the device has: the GPU's own, or the machine's RAM for a CPU (None where it
-    cannot be read).
-    """
+    """The GPU's memory, or the machine's RAM for a CPU (None where it cannot be read)."""
     if device.type == "cuda":
         return float(torch.cuda.mem_get_info(device)[1])
     try:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # no sysconf (Windows), or the names are unknown
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows)
         return None
 
 
 def sync(device: torch.device) -> None:
-    """Wait until the device has run what was queued on it (a CPU runs it at once)."""
+    """Wait until the device has run what was queued on it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -197,12 +133,8 @@ def timed(fn, device: torch.device) -> tuple[float, object]:
 
 
 def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> float:
-    """Operations per second of an (n, n) @ (n, n) float32 product on the device, timed after one
-    warm-up.
-
-    Its numbers come from a generator of its own: train.py measures after seeding, and a draw from
-    the global generator here would change the initial weights that the seed gives
-    (torch.manual_seed(seed), then GPT)."""
+    """Operations per second of an (n, n) float32 matrix product here, after one warm-up. Its own
+    generator: a draw from the global one would change the seeded initial weights."""
     gen = torch.Generator(device=device).manual_seed(0)
     a, b = (torch.randn(n, n, device=device, generator=gen) for _ in range(2))
     a @ b
@@ -212,50 +144,36 @@ def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> floa
 
 @dataclasses.dataclass(frozen=True)
 class PassCost:
-    """What one model's forward passes cost here, timed on the model itself (measured_pass):
-    counting operations at a square product's speed misses the fixed time of each call, and widths
-    too narrow for the matrix units."""
+    """What one model's passes cost here, timed (measured_pass): a small model is slower than
+    `measured_speed`, bound by each call's fixed time."""
 
-    # seconds a pass costs whatever its size: Python, and the launch of every kernel of every layer
-    call_s: float
+    call_s: float  # seconds a pass costs whatever its size: Python and kernel launches
     speed: float  # operations per second beyond that, at the model's own widths
 
     def seconds(self, flops: float, calls: float = 1) -> float:
         return calls * self.call_s + flops / self.speed
 
 
-# measured_pass's larger pass, in seconds at a square product's speed (a small model takes a few
-# times that)
-TIMED_PASS_S = 0.1
+TIMED_PASS_S = 0.1  # measured_pass's larger pass, in seconds at `peak`
 TIMED_PASS_NUMBERS = 2**26  # and the most numbers it may hold beyond the weights
 
 
 def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
-    """The PassCost of model's passes, from two timed after a warm-up (the faster of two each): one
-    over a single token, all of it the call's fixed time, and one over (B, T) tokens cut (T halved,
-    then fewer rows) to about TIMED_PASS_S at `peak` (the square product's speed, never passed) and
-    TIMED_PASS_NUMBERS held: the rest. Each reads its last position's logits."""
+    """The PassCost of model's passes, from two timed after a warm-up: one over a single token, all
+    fixed time, and one over (B, T) tokens cut to about TIMED_PASS_S at `peak` and
+    TIMED_PASS_NUMBERS held."""
     m, device = model.cfg, model.lm_head.weight.device
-    held = lambda B, T: (
-        B
-        * (
-            8 * T * m.n_embd
-            + m.vocab_size
-            + (2 * m.n_head * T * T if m.attention == "manual" else 0)
-        )
-    )  # noqa: E731
+
+    def held(B: int, T: int) -> int:
+        weights = 2 * m.n_head * T * T if m.attention == "manual" else 0
+        return B * (8 * T * m.n_embd + m.vocab_size + weights)
+
     while T > 1 and (
         forward_flops(m, 1, T) / peak > TIMED_PASS_S or held(1, T) > TIMED_PASS_NUMBERS
     ):
         T //= 2
-    B = max(
-        1,
-        min(
-            B,
-            int(TIMED_PASS_S * peak / forward_flops(m, 1, T)),
-            int(TIMED_PASS_NUMBERS / held(1, T)),
-        ),
-    )
+    by_time = int(TIMED_PASS_S * peak / forward_flops(m, 1, T))
+    B = max(1, min(B, by_time, int(TIMED_PASS_NUMBERS / held(1, T))))
 
     def best(B: int, T: int) -> float:
         x = torch.zeros((B, T), dtype=torch.long, device=device)
@@ -272,32 +190,23 @@ def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
 
 
 def duration(seconds: float) -> str:
-    return (
-        f"{seconds:.0f} s"
-        if seconds < 120
-        else f"{seconds / 60:.0f} minutes"
-        if seconds < 7200
-        else f"{seconds / 3600:.1f} hours"
-    )
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"
 
 
 def gib(n_bytes: float) -> str:
-    """A memory size to read at a glance: MiB below a GiB, whole GiB above, powers of ten past a
-    million million GiB.
-    """
-    return (
-        f"{n_bytes / 2**20:.0f} MiB"
-        if n_bytes < 2**30
-        else f"{n_bytes / 2**30:.0f} GiB"
-        if n_bytes < 2**80
-        else f"{n_bytes / 2**30:.1e} GiB"
-    )
+    if n_bytes < 2**30:
+        return f"{n_bytes / 2**20:.0f} MiB"
+    if n_bytes < 2**80:
+        return f"{n_bytes / 2**30:.0f} GiB"
+    return f"{n_bytes / 2**30:.1e} GiB"
 
 
 def check_memory(need: float, device: torch.device, what: str, advice: str) -> None:
-    """Refuse in one line work whose memory, estimated from the config alone, is more than the
-    device has: called before any of it is allocated, so the refusal comes at once instead of after
-    minutes of swapping or an OOM kill."""
+    """Refuse in one line, before allocating it, work that needs more memory than the device has."""
     have = device_memory_bytes(device)
     if have is not None and need > have:
         raise ConfigError(
@@ -308,29 +217,20 @@ def check_memory(need: float, device: torch.device, what: str, advice: str) -> N
 def check_sampling(
     m: ModelConfig, n_samples: int, n_prompt: int, n_new: int, device: torch.device
 ) -> None:
-    """Refuse in one line samples that this device cannot hold: n_samples rows of n_prompt tokens
-    and n_new drawn ones.
-    """
-    what = f"sampling {n_samples:,} sample{'s' * (n_samples > 1)} of {n_prompt + n_new:,} token{'s' * (n_prompt + n_new > 1)}"
-    check_memory(
-        sampling_memory_bytes(m, n_samples, n_prompt, n_new),
-        device,
-        what,
-        "lower --num-samples or --max-new-tokens",
-    )
+    """Refuse in one line samples this device cannot hold."""
+    n = n_prompt + n_new
+    what = f"sampling {n_samples:,} sample{'s' * (n_samples > 1)} of {n:,} token{'s' * (n > 1)}"
+    need = sampling_memory_bytes(m, n_samples, n_prompt, n_new)
+    check_memory(need, device, what, "lower --num-samples or --max-new-tokens")
 
 
 def check_affordable(cfg: Config, device: torch.device, speed: float | None = None) -> float:
-    """Refuse in one line a run this device cannot hold in memory, or whose every step would outlast
-    a stop's patience; return the device's speed (operations per second, measured here unless
-    given), for the estimates said before training.
-    It needs the config alone: called before the model is built, a model too big is refused before
-    its weights exist."""
+    """Refuse in one line a run this device cannot hold, or whose steps would outlast a stop's
+    patience; return the device's speed."""
     speed = speed or measured_speed(device)
     params = weight_count(cfg.model)
     millions = f"{params / 1e6:,.0f}M" if params < 1e18 else f"{params:.1e}"
-    # First the model alone (float32 weights, gradients and AdamW's two moments), whatever the
-    # context and batch, then the step.
+    # the model alone (float32 weights, gradients and AdamW's two moments), then the step
     check_memory(
         16.0 * params,
         device,
@@ -340,14 +240,17 @@ def check_affordable(cfg: Config, device: torch.device, speed: float | None = No
     check_memory(
         step_memory_bytes(cfg),
         device,
-        f"a training step at block_size {cfg.model.block_size} and batch_size {cfg.train.batch_size}",
+        f"a training step at block_size {cfg.model.block_size} and batch_size "
+        f"{cfg.train.batch_size}",
         "lower --model.block_size or --train.batch_size",
     )
     seconds = step_flops(cfg) / speed
     if seconds > STEP_LIMIT_S:
         raise ConfigError(
-            f"one training step at block_size {cfg.model.block_size} would take about {duration(seconds)} on this {device.type} "
-            f"({step_flops(cfg) / 1e12:.1f} TFLOP at a measured {speed / 1e9:.0f} GFLOP/s; attention grows with the square of the "
-            f"context), and a step cannot be stopped midway; lower --model.block_size or --train.batch_size, or use a GPU"
+            f"one training step at block_size {cfg.model.block_size} would take about "
+            f"{duration(seconds)} on this {device.type} ({step_flops(cfg) / 1e12:.1f} TFLOP at a "
+            f"measured {speed / 1e9:.0f} GFLOP/s; attention grows with the square of the context), "
+            "and a step cannot be stopped midway; lower --model.block_size or --train.batch_size, "
+            "or use a GPU"
         )
     return speed

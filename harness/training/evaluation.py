@@ -1,8 +1,6 @@
 """What an evaluation measures: losses on fixed batches, the honest loss, attention statistics,
-heatmaps, a sample.
-
-The data an evaluation looks at is drawn once per run from its own generator (EVAL_SEED), so
-every evaluation of every run sees the same batches, and the training batches never shift.
+heatmaps, a sample. Its data is drawn once per run from its own generator (EVAL_SEED), so every
+evaluation of every run sees the same batches, and the training batches never shift.
 """
 
 import contextlib
@@ -44,10 +42,8 @@ SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
 PROBE_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 HEATMAP_MAX_TOKENS = 32
 # an eval batch goes through the model in rows holding at most this many (T, T) weights a head, so a
-# stop waits ~1 s
+# stop waits ~1 s; the attention statistics read at most STATS_WEIGHTS a head
 ROWS_WEIGHTS = 2**24
-# attention statistics look at rows of the first val batch holding at most this many weights per
-# head
 STATS_WEIGHTS = 2**20
 
 
@@ -56,26 +52,20 @@ class EvalSet:
     """Everything an evaluation looks at, drawn once so that every evaluation sees the same data."""
 
     batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]  # split -> fixed (x, y) batches
-    # val batches and the positions scored honestly
-    honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]
+    honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches, positions scored
     val_bytes: int  # UTF-8 bytes of the decoded val targets, for bits per byte
-    heatmap_ids: list[int]  # the probe text drawn in the heatmaps
+    heatmap_ids: list[int]
     heatmap_labels: list[str]
-    prompt_ids: list[int]  # start of the logged samples
-    # whether evaluations measure the induction heads: data made for them (docs/induction.md)
-    induction: bool = False
+    prompt_ids: list[int]
+    induction: bool = False  # data made for induction heads (docs/induction.md)
 
     @property
     def scored_positions(self) -> int:
-        """How many positions the honest loss and the order use score: a prefix pass each for the
-        order use's shuffles.
-        """
+        """Positions the honest loss and the order use score: a prefix pass each."""
         return sum(len(positions) for _, _, positions in self.honest)
 
     def prefix_passes(self, causal: bool) -> int:
-        """How many passes the honest loss runs: one per scored position, none for a causal model
-        (it is read off the forced pass).
-        """
+        """Passes the honest loss runs: none for a causal model (read off the forced pass)."""
         return 0 if causal else self.scored_positions
 
     @property
@@ -86,14 +76,13 @@ class EvalSet:
 
 @dataclass
 class Evaluation:
-    """One evaluation's results: scalars for every process, pictures and a sample from the main one."""
+    """One evaluation's results: scalars for every process, pictures and a sample from the main."""
 
     metrics: dict[str, float]
-    # per layer, weights (1, H, T, T) on the probe text
-    heatmaps: list[torch.Tensor] = field(default_factory=list)
-    heatmap_labels: list[str] = field(default_factory=list)  # the probe text's tokens
+    heatmaps: list[torch.Tensor] = field(default_factory=list)  # (1, H, T, T) per layer
+    heatmap_labels: list[str] = field(default_factory=list)
     sample: str = ""  # the prompt and SAMPLE_TOKENS generated tokens, decoded
-    sample_tokens: int = 0  # how many tokens that text holds
+    sample_tokens: int = 0
 
 
 def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
@@ -112,35 +101,26 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     if not cfg.model.causal:
         positions = cap_prefix_work(positions, cfg)
     honest = [(x, y, p) for (x, y), p in zip(batches["val"], positions, strict=False)]
-    val_bytes = sum(
-        len(tokenizer.decode(row.tolist()).encode("utf-8")) for _, y in batches["val"] for row in y
-    )
+    rows = [row for _, y in batches["val"] for row in y]
+    val_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for row in rows)
     try:
         heatmap_ids = tokenizer.encode(PROBE_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
         prompt_ids = tokenizer.encode("\n")
-    except TokenizerError:  # a corpus without these characters (or synthetic tokens): use its own
+    except TokenizerError:  # a corpus without these characters (or synthetic tokens): its own
         heatmap_ids = corpus.probe_ids(min(T, HEATMAP_MAX_TOKENS))
         prompt_ids = heatmap_ids[:1]
-    # segments recur by design; in text, induction scores and icl/score mean nothing
+    labels = token_labels(tokenizer, heatmap_ids)
+    # synthetic segments recur by design; in text, induction scores mean nothing
     induction = cfg.data.source != "text"
-    return EvalSet(
-        batches,
-        honest,
-        val_bytes,
-        heatmap_ids,
-        token_labels(tokenizer, heatmap_ids),
-        prompt_ids,
-        induction,
-    )
+    return EvalSet(batches, honest, val_bytes, heatmap_ids, labels, prompt_ids, induction)
 
 
 def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
-    """Operations of one evaluation: the losses on every eval batch, the prefix passes (the order
-    use's shuffled ones, and without the mask the honest loss's), the attention statistics."""
+    """Operations of one evaluation: the losses, the prefix passes (the order use's, and without
+    the mask the honest loss's), the attention statistics."""
     B, T = cfg.train.batch_size, cfg.model.block_size
-    prefixes = (1 if cfg.model.causal else 2) * honest_flops(
-        cfg, [p for _, _, p in eval_set.honest]
-    )
+    positions = [p for _, _, p in eval_set.honest]
+    prefixes = (1 if cfg.model.causal else 2) * honest_flops(cfg, positions)
     rows, cols = stats_shape(B, T)
     return (
         2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T)
@@ -152,47 +132,45 @@ def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
 def evaluation_notes(
     cfg: Config, eval_set: EvalSet, speed: float, device: torch.device
 ) -> tuple[list[str], float]:
-    """The lines said before training about what an evaluation costs, and its estimated seconds on
-    this device (speed: operations per second). A model without the mask gets its honest loss's
-    budget; an evaluation minutes away gets a warning with the flag that shortens it."""
+    """The lines said before training about what an evaluation costs, and its estimated seconds
+    at `speed` (operations per second)."""
     seconds, notes = evaluation_flops(cfg, eval_set) / speed, []
     if not cfg.model.causal:
         prefixes = [p for _, _, p in eval_set.honest]
         steps = honest_flops(cfg, prefixes) / step_flops(cfg)
+        longest = max(t for p in prefixes for t in p) + 1
         notes.append(
-            f"honest loss without the mask: {eval_set.scored_positions} prefix passes in {len(prefixes)} batch(es), prefixes up to "
-            f"{max(t for p in prefixes for t in p) + 1} tokens: {steps:.1f} training steps of compute per evaluation (at most {HONEST_BUDGET_STEPS}), "
-            "and as much again for the order use's shuffled prefixes"
+            f"honest loss without the mask: {eval_set.scored_positions} prefix passes in "
+            f"{len(prefixes)} batch(es), prefixes up to {longest} tokens: {steps:.1f} training "
+            f"steps of compute per evaluation (at most {HONEST_BUDGET_STEPS}), and as much again "
+            "for the order use's shuffled prefixes"
         )
     if seconds > EVAL_WARNING_S:
+        batches = cfg.train.eval_batches
         notes.append(
-            f"note: each evaluation will take about {duration(seconds)} on this {device.type} ({2 * cfg.train.eval_batches} batches of "
-            f"{cfg.train.batch_size} x {cfg.model.block_size} tokens); --train.eval_batches=N (now {cfg.train.eval_batches}) or "
-            f"--train.honest_batches=N shortens it, and Ctrl-C stops it"
+            f"note: each evaluation will take about {duration(seconds)} on this {device.type} "
+            f"({2 * batches} batches of {cfg.train.batch_size} x {cfg.model.block_size} tokens); "
+            f"--train.eval_batches=N (now {batches}) or --train.honest_batches=N shortens it, "
+            "and Ctrl-C stops it"
         )
     return notes, seconds
 
 
 def rows_per_pass(B: int, T: int) -> int:
-    """Rows of an eval batch that go through the model at once: all of them at the presets' sizes,
-    fewer at a long context, so that a pass is short and a stop, which waits for the pass under way,
-    comes soon."""
+    """Rows of an eval batch that go through the model at once: fewer at a long context, so that a
+    stop, which waits for the pass under way, comes soon."""
     return max(1, min(B, ROWS_WEIGHTS // (T * T)))
 
 
 def stats_shape(B: int, T: int) -> tuple[int, int]:
-    """(rows, tokens) of the first val batch that the attention statistics read: all of it, unless
-    its (B, H, T, T) weights would hold more than STATS_WEIGHTS a head (a long context); then the
-    first tokens of the first rows."""
+    """(rows, tokens) of the first val batch that the attention statistics read."""
     tokens = min(T, int(STATS_WEIGHTS**0.5))
     return max(1, min(B, STATS_WEIGHTS // tokens**2)), tokens
 
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module):
-    """The model in eval() mode (no dropout) within the block, then back in the mode it was in, even
-    when the block raises (a stop inside an evaluation): one place for what every evaluation pass
-    needs."""
+    """The model in eval() mode within the block, then back in its mode, even when it raises."""
     was_training = model.training
     model.eval()
     try:
@@ -205,11 +183,8 @@ def eval_mode(model: torch.nn.Module):
 def estimate_loss(
     model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None
 ) -> float:
-    """Mean loss over a fixed list of (x, y) batches, in eval() mode (no dropout); `between` is
-    called before each pass.
-
-    Under torchrun each rank scores every world_size-th batch and the sums are added up.
-    """
+    """Mean loss over fixed (x, y) batches in eval() mode; under torchrun each rank scores every
+    world_size-th batch."""
     total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (sum of losses, count)
     with eval_mode(model):
         for x, y in batches[runtime.rank :: runtime.world_size]:
@@ -217,17 +192,12 @@ def estimate_loss(
             for i in range(0, B, rows):
                 if between is not None:
                     between()
+                xs, ys = x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device)
                 with runtime.autocast():
-                    _, loss = model(
-                        x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device)
-                    )
+                    _, loss = model(xs, ys)
                 share = len(x[i : i + rows]) / B  # 1 for a batch in one piece
-                total += torch.stack(
-                    [
-                        loss.double() * share,
-                        torch.tensor(share, dtype=torch.float64, device=runtime.device),
-                    ]
-                )
+                count = torch.tensor(share, dtype=torch.float64, device=runtime.device)
+                total += torch.stack([loss.double() * share, count])
     if runtime.world_size > 1:
         torch.distributed.all_reduce(total)
     return (total[0] / total[1]).item()
@@ -241,16 +211,8 @@ def measure_breakage(
     val_loss: float,
     between: Callable[[], None] | None = None,
 ) -> dict[str, float]:
-    """What shows a model break on the val text, beyond its loss: bits per byte, the honest and
-    teacher-forced loss and their gap (model/measurements.py: leak), the order use (the honest
-    loss's rise when the tokens before each target are shuffled), and on the first val batch the
-    attention statistics (attn/...: its first rows and tokens, at a long context: stats_shape) and,
-    where the data is made for them (EvalSet.induction), the induction heads (model/induction.py:
-    induction/..., and loss/repeated, the loss where the context gives the next token away).
-    `between` is called before each prefix pass.
-
-    Called by evaluate() during training, and by break_gpt2.py on a pretrained model, untrained.
-    """
+    """What shows a model break on the val text beyond its loss (model/measurements.py); `between`
+    is called before each prefix pass. Also break_gpt2.py's, on a pretrained model."""
     device = runtime.device
     metrics = {"loss/val_bpc": bits_per_byte(val_loss, eval_set.val_tokens, eval_set.val_bytes)}
     x, y = eval_set.batches["val"][0]
@@ -279,21 +241,14 @@ def evaluate(
     poll: Callable[[], None] | None = None,
     progress: bool = False,
 ) -> Evaluation:
-    """Losses on every process; then, on the main one, the honest loss, attention statistics,
-    heatmaps and a sample.
-
-    `started` is when training began: perf/elapsed_s, the time-to-loss curve, counts evaluations
-    too. `poll` is called before every batch and prefix pass: it raises to stop
-    (harness/stopping.py), and then nothing of this evaluation is returned. `progress` shows a bar
-    of those passes (a long evaluation).
-    """
+    """Losses on every process; then, on the main one, measure_breakage, heatmaps and a sample.
+    `poll` is called before every pass and raises to stop; `progress` shows a bar of the passes."""
     device = runtime.device
     B, T = eval_set.batches["val"][0][0].shape
-    shuffled = eval_set.scored_positions  # order use: one pass per scored position
     units = (
         2 * len(eval_set.batches["val"]) * -(-B // rows_per_pass(B, T))
         + eval_set.prefix_passes(model.cfg.causal)
-        + shuffled
+        + eval_set.scored_positions  # the order use's shuffled prefixes
     )
     bar = tqdm(
         total=units,
@@ -308,13 +263,13 @@ def evaluate(
         nonlocal begun
         if poll is not None:
             poll()
-        bar.update(1 if begun else 0)  # counts the passes finished
+        bar.update(1 if begun else 0)
         begun = True
 
     try:
         metrics = {
-            f"loss/{split}": estimate_loss(model, batches, runtime, between)
-            for split, batches in eval_set.batches.items()
+            "loss/train": estimate_loss(model, eval_set.batches["train"], runtime, between),
+            "loss/val": estimate_loss(model, eval_set.batches["val"], runtime, between),
         }
         if not runtime.is_main:
             return Evaluation(metrics)  # the other ranks only help with the losses
@@ -326,17 +281,9 @@ def evaluate(
             heatmaps = model.attention_weights(torch.tensor([eval_set.heatmap_ids], device=device))
         generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
         prompt = torch.tensor([eval_set.prompt_ids], device=device)
-        sample = tokenizer.decode(
-            model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)[
-                0
-            ].tolist()
-        )
+        ids = model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)
+        sample = tokenizer.decode(ids[0].tolist())
     # wall time of this process so far, evaluations included
     metrics["perf/elapsed_s"] = time.perf_counter() - started
-    return Evaluation(
-        metrics,
-        heatmaps,
-        eval_set.heatmap_labels,
-        sample,
-        sample_tokens=len(eval_set.prompt_ids) + SAMPLE_TOKENS,
-    )
+    tokens = len(eval_set.prompt_ids) + SAMPLE_TOKENS
+    return Evaluation(metrics, heatmaps, eval_set.heatmap_labels, sample, tokens)

@@ -1,54 +1,30 @@
 """torch.optim.Muon with a choice of dtype for its Newton-Schulz iterations.
 
-The library casts every update to bfloat16 before orthogonalising it. That is the fast choice on a
-GPU and on a CPU with bfloat16 arithmetic (AVX512-BF16 or AMX), but a CPU without it emulates
-bfloat16 matmuls several times slower than it runs float32 ones, and Apple's MPS has the same
-problem. `Muon` below is the library's optimizer with one change: the dtype of Newton-Schulz
-(`ns_dtype`). With bfloat16 it computes exactly what torch.optim.Muon computes, bit for bit
-(tests/test_muon.py checks it, so a torch upgrade that changes the algorithm fails there).
-
-Everything else is the library's: constructor, validation, parameter groups, the state
-(`momentum_buffer`, so a torch.optim.Muon state_dict loads here and back). The step uses only
-torch's public API: the learning-rate adjustment is written out here (`adjusted_lr`, held equal to
-the library's rule in tests/test_muon.py), so a torch release that moves its private helpers does
-not break training. The dtype is an attribute of the optimizer, not of its groups: it belongs to
-the machine, not to the checkpoint. torch.optim.Muon arrived in torch 2.9: that is the floor in
-requirements.txt.
+The library casts every update to bfloat16, which CPUs without bfloat16 units and Apple's MPS
+emulate several times slower than float32. With bfloat16, `Muon` computes what torch.optim.Muon
+computes, bit for bit (tests/test_muon.py).
 """
 
 import math
 
 import torch
 
-# train.muon_dtype's values besides "auto"
 MUON_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
-    """train.muon_dtype -> the dtype Newton-Schulz runs in on `device`.
-
-    "auto": bfloat16 on CUDA and on CPUs that do bfloat16 arithmetic in hardware (AVX512-BF16 or
-    AMX, as torch reports them), float32 everywhere else (CPUs without those units, Apple MPS),
-    where bfloat16 matmuls are emulated. It depends only on the machine, so identical seeds still
-    give identical losses there.
-    """
+    """train.muon_dtype -> the dtype Newton-Schulz runs in on `device`; "auto": bfloat16 on CUDA
+    and on CPUs with bfloat16 units, float32 elsewhere."""
     if choice != "auto":
         return MUON_DTYPES[choice]
-    if device.type == "cuda":
-        return torch.bfloat16
-    if device.type == "cpu" and has_bf16_units():
+    if device.type == "cuda" or (device.type == "cpu" and has_bf16_units()):
         return torch.bfloat16
     return torch.float32
 
 
 def has_bf16_units() -> bool:
-    """Whether this CPU computes bfloat16 in hardware (AVX512-BF16 or AMX), as torch's CPU probes
-    report.
-
-    torch exposes the probes under private names, which a release may move: without them the answer
-    is False, and Newton-Schulz runs in float32, which is correct everywhere, only slower on such
-    CPUs.
-    """
+    """Whether this CPU computes bfloat16 in hardware (AVX512-BF16 or AMX), as torch's private
+    probes report (False if a release moves them: float32 is correct everywhere, only slower)."""
     probes = [
         getattr(torch.cpu, name, None)
         for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
@@ -60,13 +36,8 @@ def has_bf16_units() -> bool:
 
 
 def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
-    """The step size Muon applies to a (rows, cols) matrix: torch.optim.Muon's `adjust_lr_fn` rules.
-
-    "original" (the default, also None) scales by sqrt(max(1, rows / cols)), so a tall matrix moves
-    as far per row as a wide one; "match_rms_adamw" by 0.2 sqrt(max(rows, cols)), which makes the
-    update's RMS match AdamW's, so AdamW's learning rate carries over; any other value leaves lr as
-    it is.
-    """
+    """The step size Muon applies to a (rows, cols) matrix: torch.optim.Muon's `adjust_lr_fn` rules,
+    written out so that a release moving its private helper does not break training."""
     rows, cols = shape[:2]
     if rule is None or rule == "original":
         ratio = math.sqrt(max(1, rows / cols))
@@ -84,17 +55,9 @@ def zeropower_via_newtonschulz(
     eps: float,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """torch.optim.Muon's Newton-Schulz orthogonalisation, in `dtype` instead of bfloat16 always, of
-    one (rows, cols) matrix or of a stack of them (N, rows, cols), each orthogonalised on its own.
-
-    The quintic iteration pushes every singular value of the (normalised) update towards 1, so the
-    step moves each direction of the matrix by a similar amount. It works on the wide orientation
-    (rows <= columns), where the Gram matrix X X^T is the smaller one.
-
-    A stack runs in the launches of one matrix: a GPU's time for small matrices goes to launching
-    kernels, not to arithmetic. Each matrix of the stack gets the bits it gets alone
-    (tests/test_muon.py). The cast may return the caller's own tensor, so the normalisation divides
-    out of place.
+    """torch.optim.Muon's Newton-Schulz orthogonalisation in `dtype`, of a (rows, cols) matrix or a
+    stack (N, rows, cols) in the launches of one. The quintic iteration pushes every singular value
+    of the normalised update towards 1, so each direction of the matrix moves by a similar amount.
     """
     if ns_steps >= 100:
         raise ValueError("Number of steps must be less than 100 for computational efficiency")
@@ -108,7 +71,7 @@ def zeropower_via_newtonschulz(
     tall = x.size(-2) > x.size(-1)
     if tall:
         x = x.mT  # (N, rows, cols) -> (N, cols, rows): the wide orientation
-    # Frobenius norm 1 bounds the spectral norm by 1
+    # Frobenius norm 1 bounds the spectral norm by 1; out of place: x may be the caller's tensor
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(ns_steps):
         gram = x @ x.mT  # (N, rows, rows)
@@ -119,26 +82,19 @@ def zeropower_via_newtonschulz(
 
 
 class Muon(torch.optim.Muon):
-    """torch.optim.Muon whose Newton-Schulz runs in `ns_dtype` (default bfloat16, the library's
-    own).
-
-    Takes every argument torch.optim.Muon takes, plus `ns_dtype`. Only `step` is overridden: the
-    library's step calls its Newton-Schulz with the bfloat16 cast inside, and offers no way in.
-    """
+    """torch.optim.Muon whose Newton-Schulz runs in `ns_dtype`; only `step` is overridden."""
 
     def __init__(self, params, *args, ns_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
         super().__init__(params, *args, **kwargs)
         if ns_dtype not in MUON_DTYPES.values():
-            raise ValueError(
-                f"ns_dtype must be one of {', '.join(map(str, MUON_DTYPES.values()))}, got {ns_dtype}"
-            )
+            choices = ", ".join(map(str, MUON_DTYPES.values()))
+            raise ValueError(f"ns_dtype must be one of {choices}, got {ns_dtype}")
         self.ns_dtype = ns_dtype
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One optimization step, as torch.optim.Muon's, with Newton-Schulz in ns_dtype, over all
-        matrices of a shape at once.
-        """
+        """torch.optim.Muon's step, with Newton-Schulz in ns_dtype over all matrices of a shape at
+        once."""
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -12,11 +12,8 @@ from model import GPT
 
 
 def lr_at(step: int, train_cfg: TrainConfig) -> float:
-    """Linear warmup to lr, then cosine decay to min_lr at the last step.
-
-    A run shorter than the preset's warmup (`--train.max_steps=3` to try it out) warms up over
-    the whole run instead (`TrainConfig.warmup`).
-    """
+    """Linear warmup to lr (over the whole run if shorter: TrainConfig.warmup), then cosine decay
+    to min_lr at the last step."""
     warmup = train_cfg.warmup
     if step < warmup:
         return train_cfg.lr * (step + 1) / warmup
@@ -28,20 +25,15 @@ def lr_at(step: int, train_cfg: TrainConfig) -> float:
 
 
 class CombinedOptimizer:
-    """Several torch optimizers stepped as one: torch.optim.Muon takes 2-D matrices only, so the
-    rest needs AdamW.
-
-    It offers what the loop, the checkpoints and bench.py use of an optimizer, and nothing more.
-    """
+    """Several torch optimizers stepped as one (Muon takes 2-D matrices only, the rest needs AdamW):
+    what the loop, the checkpoints and bench.py use of an optimizer, and nothing more."""
 
     def __init__(self, *optimizers: torch.optim.Optimizer):
         self.optimizers = optimizers
 
     @property
     def param_groups(self) -> list[dict]:
-        """The optimizers' groups as they are now: load_state_dict replaces them, so a list kept
-        from before would go stale.
-        """
+        """The optimizers' groups as they are now (load_state_dict replaces them)."""
         return [group for opt in self.optimizers for group in opt.param_groups]
 
     @property
@@ -67,34 +59,22 @@ class CombinedOptimizer:
 def make_optimizer(
     model: GPT, train_cfg: TrainConfig, device: torch.device
 ) -> torch.optim.Optimizer | CombinedOptimizer:
-    """train.optimizer = "adamw": AdamW, with weight decay on matrices (and the embedding) only, so
-    that biases and LayerNorm gains keep their scale.
-
-    "muon": the blocks' weight matrices go to Muon instead (torch.optim.Muon with its Newton-Schulz
-    in train.muon_dtype, harness/training/muon.py). Muon orthogonalises each matrix's momentum (a
-    few Newton-Schulz iterations) before the step, so every direction of the matrix moves by a
-    similar amount, so it reaches a given loss in fewer steps (docs/experiment.md has the measured
-    comparison). Its "match_rms_adamw" scaling gives the update the size of an AdamW update, so one
-    lr from lr_at drives both. The embeddings (the output head shares the token embedding), biases
-    and gains stay on AdamW.
+    """AdamW, with weight decay on matrices only (biases and gains keep their scale); for "muon"
+    the blocks' matrices go to Muon, whose "match_rms_adamw" update has AdamW's size.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     in_blocks = {id(p) for p in model.blocks.parameters()}
-    matrices = (
-        [p for p in params if p.dim() == 2 and id(p) in in_blocks]
-        if train_cfg.optimizer == "muon"
-        else []
-    )
+    matrices = []
+    if train_cfg.optimizer == "muon":
+        matrices = [p for p in params if p.dim() == 2 and id(p) in in_blocks]
     rest = [p for p in params if all(p is not m for m in matrices)]
     groups = [
         {"params": [p for p in rest if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
         {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0},
     ]
     betas = (train_cfg.beta1, train_cfg.beta2)
-    # one kernel per step
-    adamw = torch.optim.AdamW(
-        groups, lr=train_cfg.lr, betas=betas, fused=device.type in ("cpu", "cuda")
-    )
+    fused = device.type in ("cpu", "cuda")  # one kernel per step
+    adamw = torch.optim.AdamW(groups, lr=train_cfg.lr, betas=betas, fused=fused)
     if not matrices:
         return adamw
     ns_dtype = newton_schulz_dtype(train_cfg.muon_dtype, device)
@@ -109,16 +89,12 @@ def make_optimizer(
 
 
 def describe(optimizer: torch.optim.Optimizer | CombinedOptimizer) -> str:
-    """What steps the weights, for the start-up line: "AdamW", or "Muon (Newton-Schulz in bfloat16)
-    + AdamW".
-    """
-    optimizers = optimizer.optimizers if isinstance(optimizer, CombinedOptimizer) else (optimizer,)
-    names = [
-        f"{type(opt).__name__} (Newton-Schulz in {str(opt.ns_dtype).removeprefix('torch.')})"
-        if isinstance(opt, Muon)
-        else type(opt).__name__
-        for opt in optimizers
-    ]
+    """For the start-up line: "AdamW", or "Muon (Newton-Schulz in bfloat16) + AdamW"."""
+    optimizers = getattr(optimizer, "optimizers", (optimizer,))
+    names = [type(opt).__name__ for opt in optimizers]
+    for i, opt in enumerate(optimizers):
+        if isinstance(opt, Muon):
+            names[i] += f" (Newton-Schulz in {str(opt.ns_dtype).removeprefix('torch.')})"
     return " + ".join(names)
 
 

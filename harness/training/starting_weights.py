@@ -1,22 +1,8 @@
-"""The model a run starts from: fresh weights, or a pretrained GPT-2's (train.init_from,
---init-from).
+"""The model a run starts from: fresh weights, or a pretrained GPT-2's (--init-from).
 
-Fine-tuning keeps everything of GPT-2 that its weights depend on (sizes, the query/key/value
-bias, the tanh GELU, the vocabulary, the causal mask and the score scaling) and takes from the
-preset what a run may choose: the context length (block_size, at most GPT-2's: the position
-embedding is cropped, never grown), dropout and the attention backend. The ablation switches only
-switch off: --no-mask or --no-scale fine-tunes without the mask or the scale, and without them an
-unscaled export stays unscaled. The positions cannot be switched off: GPT-2's weights need them; nor
-can what GPT-2 never had be switched on (QK-norm, the softcap, RoPE). The derived config is the
-run's config, so it is what config.json and every checkpoint store, and sample.py rebuilds the model
-from it.
-
-A resumed --init-from run takes that config from its own ckpt.pt: it needs neither the hub nor
-the folder it started from, since restore() overwrites every weight.
-
-Whichever the path, the model's config is checked (budget.py's check_affordable) before its weights
-are made:
-a model or a step too big to hold, or too slow to stop, is refused from the config alone.
+Fine-tuning keeps everything of GPT-2 its weights depend on and takes from the preset the context
+(at most GPT-2's), dropout, the attention backend and the ablations, which only switch off. The
+derived config is the run's: a resumed --init-from run takes it from its own ckpt.pt.
 """
 
 import dataclasses
@@ -35,12 +21,8 @@ from model.ablations import CURE, POSITIONS, SHIPPED, applied
 def initial_model(
     cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None
 ) -> tuple[Config, GPT]:
-    """(the run's config, its model on runtime.device): GPT(cfg.model) with fresh weights, or
-    GPT-2's weights when cfg.train.init_from names one. A resumed run passes its checkpoint (read
-    once by read_resumable); an --init-from run's model config comes from it and is checked before
-    the model is built. restore() then overwrites the weights. Each path's config goes through
-    check_affordable first (speed: the device's, if measured already)."""
-    # read_resumable checked a checkpoint's model config against cfg.model
+    """(the run's config, its model on runtime.device): fresh weights, or GPT-2's for --init-from;
+    a resumed run passes its checkpoint. Each config is checked before its weights are made."""
     if not cfg.train.init_from:
         check_affordable(cfg, runtime.device, speed)
         model = GPT(cfg.model).to(runtime.device)
@@ -49,18 +31,18 @@ def initial_model(
         core = model.blocks[0].attn.core
         if core != cfg.model.attention:  # torch's fused kernel cannot cap scores
             runtime.say(
-                f"note: model.attention = {cfg.model.attention} cannot cap scores (model.softcap); attention runs the {core} path"
+                f"note: model.attention = {cfg.model.attention} cannot cap scores "
+                f"(model.softcap); attention runs the {core} path"
             )
         return cfg, model
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(
-            f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; drop the tokenizer override"
+            f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; "
+            "drop the tokenizer override"
         )
-    # The run's folder is named from the user's flags, not from switches kept from the weights: the
-    # resumed run finds it again.
+    # the run's folder is named from the user's flags, so that the resumed run finds it again
     pinned = dataclasses.replace(cfg.train, run_name=cfg.run_name)
-    # restore() brings the weights: only the shapes are needed, from the run's own checkpoint
-    if checkpoint is not None:
+    if checkpoint is not None:  # only the shapes are needed: restore() brings the weights
         check_gpt2_can_start(cfg.model, cfg.train.init_from)
         path = cfg.run_dir / "ckpt.pt"
         model_cfg = chosen_fields(cfg.model, model_config_of(checkpoint, path))
@@ -71,12 +53,10 @@ def initial_model(
             speed,
         )
         return run_cfg, GPT(model_cfg).to(runtime.device)
-    # imported on use: the hub's client is slow to import, and a fresh run needs none
     from harness.gpt2 import build, load_pretrained
 
     pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
     model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
-    # GPT-2's sizes
     check_affordable(
         run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed
     )
@@ -89,22 +69,22 @@ def initial_model(
         for switch in ("causal", "scaled")
         if getattr(cfg.model, switch) and not getattr(model_cfg, switch)
     ]
-    runtime.say(
-        f"init from {info['name']} ({info['source']}): {model_cfg.n_layer} layers, {model_cfg.n_head} heads, "
-        f"{model_cfg.n_embd} wide, context {model_cfg.block_size} of its {pretrained.cfg.block_size}; the preset's sizes do not apply"
-        + (f"; kept its {', '.join(kept)}" if kept else "")
+    line = (
+        f"init from {info['name']} ({info['source']}): {model_cfg.n_layer} layers, "
+        f"{model_cfg.n_head} heads, {model_cfg.n_embd} wide, context {model_cfg.block_size} of its "
+        f"{pretrained.cfg.block_size}; the preset's sizes do not apply"
     )
+    if kept:
+        line += f"; kept its {', '.join(kept)}"
+    runtime.say(line)
     return run_cfg, model.train().to(runtime.device)
 
 
 @torch.no_grad()
 def check_finite_start(model: GPT) -> None:
-    """Refuse fresh weights whose logits are not finite before any training: an init that overflows
-    float32 (a huge model.qk_init_std) would otherwise fail at the first evaluation, blamed on a
-    damaged checkpoint. The weights, then a pass over a block of tokens drawn from a generator of
-    its own, in eval mode (no dropout): the run's random stream is unchanged."""
+    """Refuse fresh weights whose logits are not finite (a huge model.qk_init_std overflows
+    float32). Its tokens come from a generator of its own: the run's random stream is unchanged."""
     T, device = min(model.cfg.block_size, 64), model.lm_head.weight.device
-    # (1, T)
     idx = torch.randint(
         model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0)
     ).to(device)
@@ -115,45 +95,44 @@ def check_finite_start(model: GPT) -> None:
     model.train()
     if not finite:
         raise ConfigError(
-            f"a fresh model with these settings computes logits that are not finite (NaN or inf) before any training: float32 "
-            f"overflows at initialisation; lower model.qk_init_std ({model.cfg.qk_init_std:g} here, GPT-2's is 0.02)"
+            "a fresh model with these settings computes logits that are not finite (NaN or inf) "
+            "before any training: float32 overflows at initialisation; lower model.qk_init_std "
+            f"({model.cfg.qk_init_std:g} here, GPT-2's is 0.02)"
         )
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
-    """GPT-2's ModelConfig with the preset's block_size, dropout and attention backend, and its
-    ablations.
-    """
+    """GPT-2's ModelConfig with the preset's block_size, dropout, backend and ablations."""
     check_gpt2_can_start(preset, name)
     if preset.block_size > pretrained.block_size:
         raise ConfigError(
-            f"model.block_size {preset.block_size} is longer than {name}'s context ({pretrained.block_size}); "
-            f"set --model.block_size={pretrained.block_size} or less"
+            f"model.block_size {preset.block_size} is longer than {name}'s context "
+            f"({pretrained.block_size}); set --model.block_size={pretrained.block_size} or less"
         )
     return chosen_fields(preset, pretrained)
 
 
 def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
-    """Refuse a run from GPT-2's weights without positions (its every weight was trained on them),
-    or with what GPT-2 never had (QK-norm, a softcap, RoPE, grouped heads, a window, a gate, a
-    sink): with them its weights would compute something else."""
+    """Refuse a run from GPT-2's weights without positions, or with what GPT-2 never had: its
+    weights would compute something else."""
     if preset.positions == "none":
         raise ConfigError(
-            f"{name}'s weights were trained with learned positions, so a run without them (model.positions = none) "
-            "cannot start from them; train from scratch, or see break_gpt2.py for GPT-2 with its positions zeroed"
+            f"{name}'s weights were trained with learned positions, so a run without them "
+            "(model.positions = none) cannot start from them; train from scratch, or see "
+            "break_gpt2.py for GPT-2 with its positions zeroed"
         )
     added = [c.flag for c in applied(preset, (CURE, POSITIONS, SHIPPED))]
     if added:
         raise ConfigError(
-            f"{name} was trained without {' and '.join(added)}, so its weights cannot start a run with them "
-            "(they would compute something else); leave them out to fine-tune, or train from scratch"
+            f"{name} was trained without {' and '.join(added)}, so its weights cannot start a run "
+            "with them (they would compute something else); leave them out to fine-tune, or train "
+            "from scratch"
         )
 
 
 def chosen_fields(preset: ModelConfig, weights: ModelConfig) -> ModelConfig:
-    """The weights' config with what a run chooses from the preset. causal and scaled stay as the
-    weights were trained unless the preset switches them off (--no-mask, --no-scale): nothing
-    silently switches them on."""
+    """The weights' config with what a run chooses from the preset; causal and scaled only switch
+    off."""
     chosen = {field: getattr(preset, field) for field in CHOSEN_WITH_WEIGHTS}
     ablations = {
         switch: getattr(weights, switch) and getattr(preset, switch)

@@ -4,8 +4,6 @@ before the update.
 
 import contextlib
 import json
-from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -15,26 +13,19 @@ from data.batches import draw_batch
 from data.files import write_atomically
 from harness.training.runtime import Runtime
 
-# in the run's folder: the step whose loss or gradient was not finite (compare.py and sweep.py read
-# it)
+# in the run's folder: the step whose loss or gradient was not finite
 DIVERGED = "diverged.json"
 
 
 class TrainingError(Exception):
-    """Training cannot go on (a non-finite loss or gradient); the message names the step and the
-    last checkpoint.
-    """
+    """Training cannot go on (a non-finite loss or gradient)."""
 
 
 def draw_micro_batches(
     split, cfg: Config, runtime: Runtime, generator: torch.Generator
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's micro-batches for one optimizer step.
-
-    `split` is the train split's token ids or a synthetic source (data.batches.draw_batch).
-    Every rank draws the whole global batch (batch_size x grad_accum_steps x world_size windows)
-    from an identically seeded generator and keeps its own chunks, so a global step sees the same
-    tokens whether it is split over 2 ranks x 1 micro-step or 1 rank x 2 micro-steps.
+    """This rank's micro-batches for one step: every rank draws the whole global batch from an
+    identically seeded generator and keeps its own chunks, so the split does not change the tokens.
     """
     B, A = cfg.train.batch_size, cfg.train.grad_accum_steps
     # (B*A*W, T)
@@ -46,12 +37,9 @@ def draw_micro_batches(
     ]
 
 
-def micro_steps(
-    model, micro_batches: list, runtime: Runtime
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, AbstractContextManager]]:
+def micro_steps(model, micro_batches: list, runtime: Runtime):
     """Each micro-batch on the device, with the context its forward and backward run in: under DDP,
-    model.no_sync() on all but the last, so the gradients add up on each rank and are averaged
-    across ranks once, on the last."""
+    no_sync() on all but the last, so gradients are averaged across ranks once."""
     for m, (x, y) in enumerate(micro_batches):
         last = m == len(micro_batches) - 1
         ddp_sync = contextlib.nullcontext() if last or runtime.world_size == 1 else model.no_sync()
@@ -69,43 +57,29 @@ def check_finite(
     checkpoint: Path | None,
     record: bool = True,
 ) -> None:
-    """Stop before the update when the loss or the gradient is not finite: one sync per step,
-    weights untouched.
-
-    With `record`, the run's folder (where `checkpoint` lies) keeps the step in diverged.json: an
-    experiment tells a run that diverged, a result it shows, from one that failed, and its --resume
-    does not train that run again.
+    """Stop before the update when the loss or the gradient is not finite (one sync per step);
+    with `record`, diverged.json in the run's folder tells a run that diverged from one that failed.
     """
-    if not torch.isfinite(loss + grad_norm):
-        bad = "loss" if not torch.isfinite(loss) else "gradient"
-        if checkpoint is not None and record:
+    if torch.isfinite(loss + grad_norm):
+        return
+    bad = "loss" if not torch.isfinite(loss) else "gradient"
+    kept = ""
+    if checkpoint is not None:
+        kept = f". The last good checkpoint, {checkpoint}, is untouched"
+        if record:
             # a folder that cannot take it: the error below says what happened all the same
             with contextlib.suppress(OSError):
                 write_atomically(
                     checkpoint.parent / DIVERGED,
                     json.dumps({"step": step + 1, "non_finite": bad}).encode(),
                 )
-        kept = (
-            f". The last good checkpoint, {checkpoint}, is untouched"
-            if checkpoint is not None
-            else ""
-        )
-        raise TrainingError(
-            f"non-finite {bad} at step {step + 1}; stopped before the update{kept}; try a lower --train.lr or --train.grad_clip"
-        )
-
-
-def tokens_per_step(cfg: Config, runtime: Runtime) -> int:
-    """Tokens one optimizer step trains on, over every process: batch x accumulation x processes x
-    context.
-    """
-    return (
-        cfg.train.batch_size
-        * cfg.train.grad_accum_steps
-        * runtime.world_size
-        * cfg.model.block_size
+    raise TrainingError(
+        f"non-finite {bad} at step {step + 1}; stopped before the update{kept}; "
+        "try a lower --train.lr or --train.grad_clip"
     )
 
 
-def tokens_per_second(n_tokens: int, seconds: float) -> float:
-    return n_tokens / max(seconds, 1e-9)
+def tokens_per_step(cfg: Config, runtime: Runtime) -> int:
+    """Tokens one optimizer step trains on, over every process."""
+    train = cfg.train
+    return train.batch_size * train.grad_accum_steps * runtime.world_size * cfg.model.block_size
