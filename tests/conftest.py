@@ -276,7 +276,8 @@ def gpt2_encoding_or_skip():
     if missing:
         where = f"in {folder}" if folder else "(TIKTOKEN_CACHE_DIR is empty: caching off)"
         skip_or_fail(
-            f"tiktoken's gpt2 BPE files ({', '.join(missing)}) are not {where}; set TIKTOKEN_CACHE_DIR to a folder holding them"
+            f"tiktoken's gpt2 BPE files ({', '.join(missing)}) are not {where}; set "
+            "TIKTOKEN_CACHE_DIR to a folder holding them"
         )
     return tiktoken.get_encoding("gpt2")
 

@@ -116,7 +116,8 @@ def test_every_script_is_a_door():
         if (n := line_count(REPO_ROOT / f"{script}.py")) > caps[script]
     }
     assert not long, (
-        f"scripts over {SCRIPT_LINES} lines (train.py {TRAIN_LINES}): {long}; move their library code into a package"
+        f"scripts over {SCRIPT_LINES} lines (train.py {TRAIN_LINES}): {long}; move their library "
+        "code into a package"
     )
 
 

@@ -350,7 +350,8 @@ def test_a_full_disk_keeps_the_table_and_running_out_of_memory_names_contexts(
 
     def out_of_memory(*args):
         raise RuntimeError(
-            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 16434428000 bytes. Error code 12"
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 16434428000 bytes. "
+            "Error code 12"
         )
 
     monkeypatch.setattr(score, "score_contexts", out_of_memory)

@@ -679,8 +679,8 @@ def test_inspect_attention_names_the_next_token_head_of_a_constructed_model(tmp_
     # the random layer: near 1/T everywhere
     assert float(by_head["1", "0"]["t+1"]) < 0.2 and by_head["1", "0"]["role"] == ""
     assert (
-        "next-token heads (mean weight above 0.5 on the 8 rows that can show it): L0H0 (8 of 8 rows above 0.5)"
-        in printed
+        "next-token heads (mean weight above 0.5 on the 8 rows that can show it): L0H0 (8 of 8 "
+        "rows above 0.5)" in printed
     )
 
 

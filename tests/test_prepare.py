@@ -467,7 +467,8 @@ def test_a_lone_surrogate_in_jsonl_is_one_line_from_the_first_pass(tmp_path, tok
         gpt2_encoding_or_skip()
     path = tmp_path / "s.jsonl"
     path.write_text(
-        '{"text": "ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab"}\n{"text": "\\ud83d\\ude00 fine"}\n{"text": "\\ud800 x"}\n'
+        '{"text": "ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab"}\n{"text": "\\ud83d\\ude00 '
+        'fine"}\n{"text": "\\ud800 x"}\n'
     )
     with pytest.raises(
         DataError,
@@ -641,7 +642,8 @@ def test_the_forced_cuts_tool_counts_the_ids_each_cut_changes(monkeypatch, capsy
     assert letters["differ_per_cut"] == letters["differ_cut"] / letters["cuts"]
     printed = capsys.readouterr().out.splitlines()
     assert printed[1].startswith(
-        f"letters_only: 300,000 characters, {letters['cuts']} cuts ({letters['cuts_changing_ids']} change ids)"
+        f"letters_only: 300,000 characters, {letters['cuts']} cuts ({letters['cuts_changing_ids']} "
+        "change ids)"
     )
 
 

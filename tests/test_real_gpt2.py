@@ -184,8 +184,8 @@ def test_inspect_gpt2_writes_grids_a_self_contained_page_and_names_heads(
     )
     # 5 tokens
     assert (
-        "previous-token heads: not enough evidence, 4 rows of this text can show it (at least 8); none named"
-        in printed
+        "previous-token heads: not enough evidence, 4 rows of this text can show it (at least 8); "
+        "none named" in printed
     )
 
 

@@ -593,7 +593,8 @@ def test_each_optimizer_steps_at_the_scheduled_rate_after_a_resume(per_optimizer
     assert [set(lrs) for _, lrs in full] == [{lr} for lr in scheduled]
     for i, (got, want) in enumerate(zip(resumed, full, strict=True)):
         assert got == want, (
-            f"step {i // len(kinds)}: {got[0]} stepped with lr {got[1]}, the uninterrupted run with {want[1]}"
+            f"step {i // len(kinds)}: {got[0]} stepped with lr {got[1]}, the uninterrupted run "
+            f"with {want[1]}"
         )
     logged = {
         m["step"]: m["lr"] for m in read_metrics(per_optimizer["resumed"]["run_dir"]) if "lr" in m
@@ -757,8 +758,8 @@ def test_signal_stops_cleanly_with_a_loadable_checkpoint(signalled, case, code):
     assert "nothing was saved" not in proc.stderr
     step = stopped_step(proc.stdout)
     assert (
-        f"stopped at step {step}; checkpoint saved to {ckpt}. Resume with the same command plus --resume"
-        in proc.stdout
+        f"stopped at step {step}; checkpoint saved to {ckpt}. Resume with the same command plus "
+        "--resume" in proc.stdout
     )
     name = signal.Signals(SIGNAL_CASES[case][0]).name
     assert f"{name}: stopping after this step and saving a checkpoint" in proc.stdout
@@ -1233,7 +1234,8 @@ def test_disk_filling_up_partway_through_a_save(tmp_path, monkeypatch, room):
         )
     except Exception as e:
         pytest.fail(
-            f"disk full after {room} bytes: {type(e).__name__}: {e} (not a CheckpointError; left {sorted(os.listdir(tmp_path))})"
+            f"disk full after {room} bytes: {type(e).__name__}: {e} (not a CheckpointError; left "
+            f"{sorted(os.listdir(tmp_path))})"
         )
     else:
         pytest.fail("the save claimed success on a full disk")

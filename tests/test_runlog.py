@@ -273,7 +273,8 @@ def test_a_run_folder_moved_away_mid_run_is_one_line_and_its_checkpoint_goes_wit
         err[-3000:]
     )
     assert lines == [
-        f"error: could not write into the run folder {run_dir}: No such file or directory; the folder is gone "
+        f"error: could not write into the run folder {run_dir}: No such file or directory; the "
+        "folder is gone "
         "(removed or moved away), with what it held"
     ]
     assert not run_dir.exists()  # nothing made again in its place
@@ -330,7 +331,8 @@ def test_a_run_folder_turned_read_only_mid_run_is_one_line_naming_its_checkpoint
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("tiny:")]
     assert code == 2 and "Traceback" not in err and failed_threads == [], err[-3000:]
     assert lines == [
-        f"error: could not write into the run folder {run_dir}: Read-only file system; {run_dir / 'ckpt.pt'} holds step 20, "
+        f"error: could not write into the run folder {run_dir}: Read-only file system; "
+        f"{run_dir / 'ckpt.pt'} holds step 20, "
         "the last one saved"
     ]
     assert torch.load(run_dir / "ckpt.pt", weights_only=True)["step"] == 20

@@ -115,7 +115,8 @@ def test_bad_settings_are_refused_at_load_time(flags, needle):
     [
         (
             ["--model.block_size=2", "--data.min_segment=1", "--data.max_segment=1"],
-            "model.block_size must be at least 7 to measure induction heads, got 2: attention spread evenly over 2 positions puts 0.50",
+            "model.block_size must be at least 7 to measure induction heads, got 2: attention "
+            "spread evenly over 2 positions puts 0.50",
         ),
         (
             ["--model.block_size=1", "--data.min_segment=1", "--data.max_segment=1"],
@@ -251,8 +252,8 @@ def test_inspect_attention_looks_at_a_repeated_sequence_when_the_vocabulary_cann
     assert "16 tokens" in printed and "| induction | role |" in printed
     # a block of 16
     assert (
-        "induction heads: not enough evidence, 5 rows of this text can show it (at least 8); none named"
-        in printed
+        "induction heads: not enough evidence, 5 rows of this text can show it (at least 8); none "
+        "named" in printed
     )
     assert (tmp_path / "attn_L1.png").is_file()
 

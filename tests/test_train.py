@@ -333,8 +333,10 @@ def test_a_gpu_given_a_cpu_preset_is_told_which_preset_suits_it(tmp_path, monkey
             advice = [line for line in lines if "python train.py --config" in line]
             if runtime is gpu and preset != "char-gpu":
                 wanted = (
-                    f"note: the {preset} preset is sized for a 2-core CPU, and a GPU trains it in seconds; for one GPU, "
-                    "python train.py --config char-gpu trains nanoGPT's shakespeare_char shape (docs/performance.md#on-a-gpu)"
+                    f"note: the {preset} preset is sized for a 2-core CPU, and a GPU trains it in "
+                    "seconds; for one GPU, "
+                    "python train.py --config char-gpu trains nanoGPT's shakespeare_char shape "
+                    "(docs/performance.md#on-a-gpu)"
                 )
                 assert advice == [lines[1]] == [wanted]  # one line, right under the device line
             else:
@@ -494,7 +496,8 @@ def test_a_compile_that_fails_at_the_first_step_trains_eagerly(
         torch._dynamo.reset()  # forget the failed attempt's caches
     lines = [line for line in capsys.readouterr().out.splitlines() if "torch.compile" in line]
     assert lines == [
-        "torch.compile failed at the first step (RuntimeError: Cannot find a working triton installation "
+        "torch.compile failed at the first step (RuntimeError: Cannot find a working triton "
+        "installation "
         "(a stand-in for a machine without it)); training without it"
     ]
     assert fell_back["loss/val"] == eager["loss/val"]
