@@ -75,9 +75,8 @@ def code_values() -> dict[str, float]:
 
 
 def named_values(figures: dict) -> dict[str, float]:
-    """Every figure by its dotted name, and those derived: an interval's ends (.low, .high), a
-    comparison's score_spread (the unscaled variant's score std over the preset's), the
-    score-gradient ratios."""
+    """Every figure by its dotted name, with the derived: intervals' .low and .high, score_spread
+    (the unscaled variant's score std over the preset's), the score-gradient ratios."""
     out = code_values()
     for key, entry in figures.items():
         flatten(entry["value"], key, out)
@@ -228,7 +227,7 @@ def main(argv: list[str]) -> int:
     keys = [o.key for o in OUTPUTS]
     if unknown := set(args.outputs or ()) - set(keys):
         parser.error(f"--outputs: no output {sorted(unknown)[0]}; choose from {', '.join(keys)}")
-    # the commands run with one thread, which is what the machine line of each recorded output says
+    # one thread, as each recorded output's machine line says
     torch.set_num_threads(1)
     if args.check_outputs:
         problems = check_outputs(read_figures(), args.runs_dir, args.outputs)

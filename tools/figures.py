@@ -1,5 +1,5 @@
-"""docs/figures.json, every measured figure the docs quote, each entry one command's result with the
-command, machine and date; and the readers that turn what runs leave behind into entries."""
+"""docs/figures.json, each entry one command's result with the command, machine and date; and the
+readers that turn what runs leave behind into entries."""
 
 import json
 import os
@@ -245,8 +245,8 @@ def holds(folder: Path, name: str) -> bool:
 
 
 def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
-    """Store here what runs_dir holds (comparisons, sweeps, and the single runs named in quoted),
-    draw their pictures into docs/; returns the keys recorded."""
+    """Store what runs_dir holds (comparisons, sweeps, the single runs named in quoted) and draw
+    their pictures into docs/; returns the keys recorded."""
     recorded = []
     for folder in sorted(runs_folder(runs_dir).iterdir()):
         if not folder.is_dir() or ".old-" in folder.name:

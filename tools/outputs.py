@@ -219,23 +219,3 @@ def render_outputs(figures: dict, texts: dict[str, str]) -> list[str]:
             )
             texts[output.doc] = text[: where[0]] + value["text"] + text[where[1] :]
     return problems
-
-
-# a Python repr of a string: score.py --top's contexts
-QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
-
-
-def frame(output: Output, text: str) -> list[str]:
-    """The lines that frame an output's text (every line of a score; a sample's checkpoint line, its
-    notes and the rules between samples), numbers, paths, quoted strings and device blanked."""
-    kept = [
-        line
-        for line in text.split("\n")
-        if "score.py" in output.command or line.startswith(("# ", "note:", "----"))
-    ]
-    kept = [re.sub(r" on (cpu|cuda|mps)(:\d+)?$", " on DEVICE", line) for line in kept]
-    blanked = [
-        re.sub(r"[-+]?\d+(?:[.,]\d+)*", "#", re.sub(r"\S*/\S*", "PATH", QUOTED.sub("Q", line)))
-        for line in kept
-    ]
-    return [" ".join(line.split()) for line in blanked]
