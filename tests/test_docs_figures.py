@@ -9,9 +9,8 @@ import re
 import pytest
 from conftest import REPO_ROOT, assert_one_line_error, error_of, tiny_argv, train_in_process
 
-from tools.docs_figures import code_values, fill, named_values, pattern, sync
+from tools.docs_figures import code_values, fill, named_values, pattern, sync, sync_doc
 from tools.figures import read_figures
-from tools.quotes import QUOTES
 from tools.tables import in_table_order
 
 
@@ -30,8 +29,8 @@ def test_a_figure_that_drifts_is_caught():
     figures["base-3seeds"]["value"]["aggregate"]["base-no-mask"]["loss/val_honest"]["mean"] = 7.0
     problems = sync(figures, write=False)
     assert any(
-        p.startswith("README.md: says 'run of `python train.py --config char` (val loss 1.862")
-        and p.endswith("gives 1.872")
+        p.startswith("README.md line ")
+        and p.endswith(": says '1.862' where docs/figures.json gives 1.872 (char.last.loss/val)")
         for p in problems
     ), problems
     assert any(
@@ -100,11 +99,28 @@ def test_code_figures_are_the_models_own():
     assert values["code.sample_tokens_shown"] == values["code.sample_tokens"] + 1
 
 
-def test_every_quote_names_a_doc_that_exists():
-    assert {doc for doc, _ in QUOTES} <= {
-        str(p.relative_to(REPO_ROOT))
-        for p in [REPO_ROOT / "README.md", *REPO_ROOT.glob("docs/*.md")]
-    }
+def test_a_marker_is_filled_and_one_naming_no_figure_or_table_is_caught():
+    """A figure's marker stands before its number (a line break between allowed); one with words
+    fills the first place after it that reads so, as before a code block."""
+    figures = read_figures()
+    page = (
+        "val <!-- {char.last.loss/val:.3f} -->\n1.000 at step "
+        "<!-- {char.last.step:.0f} -->{x:.0f}\n\n"
+        "<!-- train.py # {char.last.step:.0f} steps -->\n\n    python train.py   # 9 steps\n"
+        "<!-- {nope.x:.3f} -->1.0 <!-- table: nope_table --> <!-- at {char.last.step:.0f} -->"
+    )
+    text, problems = sync_doc("README.md", page, figures, named_values(figures))
+    assert text.startswith("val <!-- {char.last.loss/val:.3f} -->\n1.862 at step <!-- ")
+    assert "-->410\n" in text and "python train.py   # 410 steps" in text
+    assert problems == [
+        "README.md line 2: says '1.000' where docs/figures.json gives 1.862 (char.last.loss/val)",
+        "README.md line 2: says '{x:.0f}' where docs/figures.json gives 410 (char.last.step)",
+        "README.md line 6: says 'train.py   # 9 steps' where docs/figures.json gives 410 "
+        "(char.last.step)",
+        "README.md: docs/figures.json holds no figure nope.x",
+        "README.md: <!-- table: nope_table --> names no table of tools/tables.py",
+        "README.md: no 'at 410' after <!-- at {char.last.step:.0f} -->",
+    ]
 
 
 def quickstart_commands() -> list[str]:

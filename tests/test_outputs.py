@@ -13,6 +13,7 @@ one: a change to what sample.py or score.py prints fails here until the outputs 
 import concurrent.futures
 import copy
 import json
+import re
 
 import pytest
 from conftest import make_corpus_text, tiny_argv, write_corpus
@@ -26,11 +27,30 @@ from tools.outputs import (
     check_outputs,
     described,
     fence_after,
-    frame,
     record_output,
     render_outputs,
     run_output,
 )
+
+# a Python repr of a string: score.py --top's contexts
+QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
+
+
+def frame(output: Output, text: str) -> list[str]:
+    """The lines that frame an output's text (every line of a score; a sample's checkpoint line, its
+    notes and the rules between samples), numbers, paths, quoted strings and device blanked."""
+    kept = [
+        line
+        for line in text.split("\n")
+        if "score.py" in output.command or line.startswith(("# ", "note:", "----"))
+    ]
+    kept = [re.sub(r" on (cpu|cuda|mps)(:\d+)?$", " on DEVICE", line) for line in kept]
+    blanked = [
+        re.sub(r"[-+]?\d+(?:[.,]\d+)*", "#", re.sub(r"\S*/\S*", "PATH", QUOTED.sub("Q", line)))
+        for line in kept
+    ]
+    return [" ".join(line.split()) for line in blanked]
+
 
 PAGES = {output.doc for output in OUTPUTS if output.doc}
 
