@@ -116,8 +116,8 @@ def train(cfg: Config) -> dict:
                 if step % cfg.train.eval_interval == 0 and not evaluated:
                     evaluate_and_save(step)
                     window_start = time.perf_counter()  # evaluation time is not training throughput
-                # nor the probe's (an evaluation probes too)
-                window_start += probe(step) if step % cfg.train.eval_interval else 0.0
+                if step % cfg.train.eval_interval:  # nor is the probe's (an evaluation probes too)
+                    window_start += probe(step)
                 lr = lr_at(step, cfg.train)
                 set_lr(optimizer, lr)
                 log_now = (step + 1) % cfg.train.log_interval == 0
@@ -130,18 +130,14 @@ def train(cfg: Config) -> dict:
                 for x, y, ddp_sync in micro_steps(step_model, micro_batches, runtime):
                     with ddp_sync:
                         with runtime.autocast():
-                            # the logits and lm_loss (model/gpt.py)
-                            _, micro_loss = step_model(x, y)
+                            _, micro_loss = step_model(x, y)  # the logits, lm_loss
                         (micro_loss / len(micro_batches)).backward()
                     loss += micro_loss.detach() / len(micro_batches)
-                # 0: no clip
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    step_model.parameters(), cfg.train.grad_clip or math.inf
-                )
-                # NaN or inf: stop, weights kept
+                clip = cfg.train.grad_clip or math.inf  # 0: no clip
+                grad_norm = torch.nn.utils.clip_grad_norm_(step_model.parameters(), clip)
+                # a NaN or inf loss or gradient stops the run here, its saved weights kept
                 check_finite(loss, grad_norm, step, cfg.run_dir / "ckpt.pt", record=runtime.is_main)
-                # the gradients are final, the weights not yet moved
-                qk_norm = qk_grad_norm(model) if log_now else None
+                qk_norm = qk_grad_norm(model) if log_now else None  # before the weights move
                 optimizer.step()
                 progress.window_loss = progress.window_loss + loss
                 progress.window_steps += 1

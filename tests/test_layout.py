@@ -319,3 +319,22 @@ def test_readme_first_screen_finds_attention_the_loss_the_measurements_and_the_a
         "model/ablations.py",
     ):
         assert f"({path})" in first_screen, f"README's first 40 lines link no {path}"
+
+
+def test_the_walk_of_a_step_names_the_lines_of_train_py():
+    """docs/layout.md's walk of one step cites train.py:N followed by the code on line N, and
+    README's reading order cites the step's lines: a change that moves the step fails here until
+    the numbers move with it."""
+    walk = (REPO_ROOT / "docs" / "layout.md").read_text()
+    lines = (REPO_ROOT / "train.py").read_text().splitlines()
+    cited = re.findall(r"\[train\.py:(\d+)\]\(\.\./train\.py#L(\d+)\)\s+`([^`]+)`", walk)
+    named = {code for _, _, code in cited}
+    for must in ("zero_grad", ".backward()", "optimizer.step()", "clip_grad_norm_", "check_finite"):
+        assert any(must in code for code in named), f"the walk names no line with {must}"
+    for text_n, link_n, code in cited:
+        assert text_n == link_n, f"train.py:{text_n} links to line {link_n}"
+        assert code in lines[int(text_n) - 1], f"train.py:{text_n} is not `{code}`"
+    first = next(n for n, line in enumerate(lines, 1) if "# The step:" in line)
+    last = next(n for n, line in enumerate(lines, 1) if line.strip() == "optimizer.step()")
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"[train.py:{first}-{last}](train.py#L{first}-L{last})" in readme
