@@ -29,6 +29,7 @@ from model.sampling import SamplingError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, TokenizerError, OutputError, SamplingError)
 MEMORY_ERRORS = (torch.OutOfMemoryError, MemoryError, RuntimeError)
+Command = Callable[[list[str]], object]  # returns an exit code, or anything else for 0
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -115,11 +116,9 @@ def device_of(name: str) -> torch.device:
         raise ConfigError(str(e).replace("train.device", "--device")) from None
 
 
-def run_command(
-    command: Callable[[list[str]], object], argv: list[str], interrupted: str = NOTHING_SAVED
-) -> int:
-    """Run a script's command on argv and return its exit code (the command's int, else 0); every
-    expected failure becomes one line, a stop `interrupted`."""
+def run_command(command: Command, argv: list[str], interrupted: str = NOTHING_SAVED) -> int:
+    """Run a script's command on argv and return its exit code; every expected failure becomes one
+    line, a stop `interrupted`."""
     try:
         return one_line_failures(command, argv, interrupted)
     except Aborted as e:  # a second signal
@@ -129,9 +128,7 @@ def run_command(
         return 128 + e.signum
 
 
-def one_line_failures(
-    command: Callable[[list[str]], object], argv: list[str], interrupted: str
-) -> int:
+def one_line_failures(command: Command, argv: list[str], interrupted: str) -> int:
     with guarded_output():
         try:
             interrupt_on_signal()  # from here a signal raises KeyboardInterrupt, answered below

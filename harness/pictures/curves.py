@@ -40,10 +40,9 @@ PANELS = [
         [("Probe_loss/order_use", "loss/order_use", "-")],
     ),
 ]
-FINAL = "o: the final evaluation (the table's figure)"  # said once, under the picture's title
-# one per variant: base and the three ablations alone first, then those that remove several
+FINAL = "o: the final evaluation (the table's figure)"
 COLORS = "tab:blue tab:red tab:orange tab:green tab:purple tab:brown tab:pink tab:gray".split()
-# (title, tag, log scale): each quantity at the end of training against the learning rate
+# (title, tag, log scale)
 SWEEP_PANELS = [
     ("val loss at the end", "loss/val", False),
     ("largest attention score at the end (log scale)", "attn/score_max", True),
@@ -59,6 +58,17 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def label_axes(ax, title: str, xlabel: str) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+
+
+def band(ax, steps, low, high, color) -> None:
+    """Min to max over seeds."""
+    ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
 
 
 def curve(rows: list[dict], tag: str) -> tuple[list[int], list[float]]:
@@ -122,14 +132,11 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
                 label = name if solid else None
                 ax.plot(line["steps"], line["mean"], line["style"], color=color, label=label)
                 if len(metrics[name]) > 1:
-                    band = line["steps"], line["low"], line["high"]
-                    ax.fill_between(*band, color=color, alpha=0.2, linewidth=0)
+                    band(ax, line["steps"], line["low"], line["high"], color)
                 if line["final"]:
                     face = None if solid else "none"
                     ax.plot(*line["final"], "o", color=color, markersize=6, markerfacecolor=face)
-        ax.set_title(panel, fontsize=10)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
+        label_axes(ax, panel, "step")
     axes.flat[0].legend()
     fig.suptitle(f"{title}\n{FINAL}")
     fig.tight_layout()
@@ -147,7 +154,7 @@ def sweep_figure(summary: dict, title: str):
     colors = dict(zip(summary["aggregate"], itertools.cycle(COLORS)))
     rates = {lr: float(lr) for lr in summary["lrs"]}
     for ax, (panel, tag, log) in zip(axes, SWEEP_PANELS, strict=False):
-        # runs logged before a tag existed have none; marked: a diverged run drawn already
+        # runs logged before a tag existed have none
         plotted = marked = False
         across = ax.get_xaxis_transform()  # x in data, y in the panel's height
         for i, (name, by_lr) in enumerate(summary["aggregate"].items()):
@@ -182,20 +189,17 @@ def sweep_figure(summary: dict, title: str):
         # the rates as the sweep spells them, and no other ticks
         ax.set_xticks(list(rates.values()), list(rates))
         ax.set_xticks([], minor=True)
-        ax.set_title(panel, fontsize=10)
-        ax.set_xlabel("learning rate")
-        ax.grid(alpha=0.3)
+        label_axes(ax, panel, "learning rate")
     last = axes[len(SWEEP_PANELS)]
     for name, line in summary["over_time"].items():
         color = colors[name]
         last.plot(line["steps"], line["mean"], color=color, label=name)
-        band = line["steps"], line["low"], line["high"]
-        last.fill_between(*band, color=color, alpha=0.2, linewidth=0)
+        band(last, line["steps"], line["low"], line["high"], color)
         score = f"largest attention score during training, lr {line['lr']} (log scale)"
         last.set_title(score, fontsize=10)
     if summary["over_time"]:
         last.set_yscale("log")
-    else:  # runs that logged no probe (--train.probes=0)
+    else:
         none = "no run logged the probe's largest score"
         last.text(0.5, 0.5, none, ha="center", va="center", transform=last.transAxes)
     last.set_xlabel("step")
@@ -219,19 +223,15 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
     block_size = figures["block_size"]
     for name, color in zip(variants, itertools.cycle(COLORS), strict=False):
         curve = figures[name]["curve"]
-        middle = [first + (curve["bin"] - 1) / 2 for first in curve["first"]]  # each bin's middle
+        middle = [first + (curve["bin"] - 1) / 2 for first in curve["first"]]
         label = f"{name} (positions {figures[name]['positions']})"
         ax.plot(middle, curve["mean"], "-o", markersize=3, color=color, label=label)
         if figures[name]["seeds"] > 1:
-            ax.fill_between(middle, curve["min"], curve["max"], color=color, alpha=0.2, linewidth=0)
+            band(ax, middle, curve["min"], curve["max"], color)
     for length in sorted(lengths):
         trained = length == block_size
-        style = (
-            {"linestyle": "-", "linewidth": 1.2}
-            if trained
-            else {"linestyle": ":", "linewidth": 0.8}
-        )
-        ax.axvline(length, color="black", **style)
+        width = 1.2 if trained else 0.8
+        ax.axvline(length, color="black", linestyle="-" if trained else ":", linewidth=width)
         ax.annotate(
             f"{length / block_size:g}x" + (": trained" if trained else ""),
             (length, 1),
@@ -241,12 +241,11 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
             ha="right",
             fontsize=9,
         )
-    ax.set_xlabel("position in the window (the prediction at position p reads p + 1 tokens)")
+    window = "position in the window (the prediction at position p reads p + 1 tokens)"
+    label_axes(ax, title, window)
     ax.set_ylabel("loss, nats per token")
     ax.set_xlim(0, max(lengths))
-    ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -256,17 +255,13 @@ def plot_tradeoff(
 ) -> None:
     """Per variant (name, x, y, y's 95% half-width): what it costs (y) against what it saves (x)."""
     fig, ax = pyplot().subplots(figsize=(7.5, 4.5))
-    for i, ((name, x, y, half), color) in enumerate(
-        zip(points, itertools.cycle(COLORS), strict=False)
-    ):
+    colors = itertools.cycle(COLORS)
+    for i, ((name, x, y, half), color) in enumerate(zip(points, colors, strict=False)):
         ax.errorbar(x, y, yerr=half, fmt="o", capsize=4, color=color)
-        # points at one x: either side
         side = {"xytext": (-8, 4), "ha": "right"} if i % 2 else {"xytext": (8, 4), "ha": "left"}
         ax.annotate(name, (x, y), textcoords="offset points", fontsize=9, color=color, **side)
     ax.set_xlim(0, 1.15 * max(x for _, x, _, _ in points))  # from 0: read against no cache
-    ax.set_xlabel(xlabel)
+    label_axes(ax, title, xlabel)
     ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
