@@ -1,6 +1,4 @@
-"""What inspect_attention.py looks at and prints: the text's ids, the table of heads, and --ablate's
-heads switched off.
-"""
+"""What inspect_attention.py looks at and prints: the text, the heads' table, --ablate's result."""
 
 import json
 from pathlib import Path
@@ -33,8 +31,8 @@ ROW = (
 
 
 def text_ids(args, tokenizer, block_size: int) -> list[int]:
-    """The ids to look at: --text, else the probe text, else (--repeated, or a vocabulary without
-    the probe text's characters) random tokens in which a segment recurs."""
+    """--text, else the probe text, else (--repeated, or a vocabulary that cannot spell the probe
+    text) random tokens in which a segment recurs."""
     ids = []
     try:
         if not args.repeated:
@@ -69,8 +67,8 @@ def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
 
 
 def ablate(model, tokenizer, checkpoint: dict, heads, args, out: Path, rows: list[dict]) -> None:
-    """--ablate: the heads switched off, against as many random others; printed and written to
-    ablation.json, with each head's weight on t+1 in the text shown (rows in layer, head order)."""
+    """--ablate: the heads switched off, against as many random others, printed and written to
+    ablation.json with each head's weight on t+1 (rows in layer, head order)."""
     batches = run_batches(model, checkpoint, tokenizer)
     try:
         result = measure(model, batches, heads, args.draws, args.seed, args.mean_ablation)
@@ -83,7 +81,7 @@ def ablate(model, tokenizer, checkpoint: dict, heads, args, out: Path, rows: lis
 
 
 def print_heads(rows: list[dict]) -> None:
-    """The table of heads (model.roles.head_roles's rows), then a line per role naming its heads."""
+    """The table of heads (model.roles.head_roles's rows), then a line per role."""
     for row in rows:
         print(ROW.format(**row | {"roles": ", ".join(row["roles"])}))
     for role, key, threshold in ROLES:

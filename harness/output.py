@@ -23,11 +23,10 @@ class GuardedStream:
     def write(self, text: str) -> int:
         if not self.lost:
             try:
-                try:
-                    self.stream.write(text)
-                except UnicodeEncodeError:
-                    encoding = self.stream.encoding or "ascii"
-                    self.stream.write(text.encode(encoding, errors="replace").decode(encoding))
+                self.stream.write(text)
+            except UnicodeEncodeError:
+                encoding = self.stream.encoding or "ascii"
+                self.write(text.encode(encoding, errors="replace").decode(encoding))
             except (OSError, ValueError):  # EPIPE, ENOSPC, EIO, EBADF; ValueError: closed
                 self.lose()
         return len(text)
