@@ -1,14 +1,8 @@
 """Generate text: python sample.py [--run NAME | --checkpoint PATH | --pretrained gpt2] [--prompt
 TEXT | --prompt-file PATH]
 
-The model and tokenizer are rebuilt from what the checkpoint stores (its model config and
-vocabulary), never from a TOML file, so an old checkpoint still loads after defaults change.
-Checkpoints are read with torch.load(weights_only=True): plain tensors and data, never code.
---pretrained continues the prompt with OpenAI's GPT-2 (or a folder in its layout), read from
-safetensors. One sample prints token by token as it is generated; Ctrl-C stops it, keeping what was
-printed. A degenerate sample (mostly whitespace, or one character: data.tokenizer.degenerate, as
-TensorBoard's text tab marks it) gets one line on stderr that says so and why; stdout carries the
-text alone.
+The model is rebuilt from what the checkpoint stores, never from a TOML file, so an old checkpoint
+still loads after defaults change. One sample prints token by token.
 """
 
 from harness.stopping import StopFlag, exit_on_signal
@@ -37,6 +31,20 @@ from harness.arguments import (
 from harness.cli import OneLineParser, add_model_source, device_of, load_model_source, run_command
 from harness.training.budget import check_sampling
 
+NO_CACHE = (
+    "note: this model was trained without the causal mask, so every new token changes what earlier "
+    "positions see; sampling recomputes the whole context for each token (no KV cache)"
+)
+NO_MASK_WHY = (
+    "expected of a model trained without the causal mask: it learned to read the next token from "
+    "its input, which generation does not give it; its honest loss (loss/val_honest) measures what "
+    "it predicts from the past alone"
+)
+MASK_WHY = (
+    "from a model with the causal mask, a sign that it has learned little yet (its val loss says "
+    "how much)"
+)
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(
@@ -53,27 +61,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="PATH",
         help="continue the text of this UTF-8 file, exactly as it is",
     )
-    parser.add_argument(
-        "--num-samples",
-        type=positive_int,
-        default=1,
-        help="samples drawn side by side (one streams as it is drawn)",
-    )
+    many = "samples drawn side by side (one streams as it is drawn)"
+    parser.add_argument("--num-samples", type=positive_int, default=1, help=many)
     parser.add_argument("--max-new-tokens", type=non_negative_int, default=500)
-    parser.add_argument(
-        "--temperature",
-        type=non_negative_float,
-        default=0.8,
-        help="below 1 is more conservative; 0 is greedy",
-    )
-    parser.add_argument(
-        "--top-k", type=positive_int, default=200, help="sample only among the k likeliest tokens"
-    )
-    parser.add_argument(
-        "--top-p",
-        type=probability,
-        help="sample only from the nucleus: the likeliest tokens holding probability P",
-    )
+    cool = "below 1 is more conservative; 0 is greedy"
+    parser.add_argument("--temperature", type=non_negative_float, default=0.8, help=cool)
+    top_k = "sample only among the k likeliest tokens"
+    parser.add_argument("--top-k", type=positive_int, default=200, help=top_k)
+    top_p = "sample only from the nucleus: the likeliest tokens holding probability P"
+    parser.add_argument("--top-p", type=probability, help=top_p)
     parser.add_argument("--seed", type=seed, default=1337)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     return parser.parse_args(argv)
@@ -84,11 +80,7 @@ def main(argv: list[str]) -> list[str]:
     device = device_of(args.device)
     model, tokenizer, described, _, _ = load_model_source(args, device)
     if not model.can_cache:
-        print(
-            "note: this model was trained without the causal mask, so every new token changes what earlier "
-            "positions see; sampling recomputes the whole context for each token (no KV cache)",
-            file=sys.stderr,
-        )
+        print(NO_CACHE, file=sys.stderr)
     prompt = read_text(args.prompt_file, flag="--prompt-file") if args.prompt_file else args.prompt
     prompt_ids = tokenizer.encode(prompt)
     if not prompt_ids:
@@ -98,67 +90,39 @@ def main(argv: list[str]) -> list[str]:
     # (B, T0)
     idx = torch.tensor([prompt_ids], dtype=torch.long, device=device).repeat(args.num_samples, 1)
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    sampling = {
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "generator": generator,
-    }
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     with StopFlag() as stop:  # Ctrl-C, SIGTERM, SIGHUP or a closed pipe: stop before the next token
-        samples = print_samples(
-            tokenizer,
-            described,
-            device,
-            idx,
-            stop.polled(model.stream(idx, args.max_new_tokens, **sampling)),
-        )
-    if note := degenerate_note(
-        [text[len(tokenizer.decode(prompt_ids)) :] for text in samples], model.cfg.causal
-    ):
+        tokens = model.stream(idx, args.max_new_tokens, **sampling, generator=generator)
+        samples = print_samples(tokenizer, described, device, idx, stop.polled(tokens))
+    start = len(tokenizer.decode(prompt_ids))
+    if note := degenerate_note([text[start:] for text in samples], model.cfg.causal):
         print(note, file=sys.stderr)
     return samples
 
 
 def degenerate_note(continuations: list[str], causal: bool) -> str | None:
-    """One line on the generated texts that are degenerate (data.tokenizer.degenerate), and why, or
-    None if none is.
-    """
-    found = [
-        (i, verdict) for i, text in enumerate(continuations, 1) if (verdict := degenerate(text))
-    ]
+    """One line on the generated texts that are degenerate, and why, or None."""
+    found = [(i, v) for i, text in enumerate(continuations, 1) if (v := degenerate(text))]
     if not found:
         return None
     if len(continuations) == 1:
         what = f"the sample is {found[0][1][0]} ({found[0][1][1]})"
     else:
-        what = (
-            f"{len(found)} of {len(continuations)} samples are degenerate ("
-            + "; ".join(f"{i}: {v[0]}, {v[1]}" for i, v in found)
-            + ")"
-        )
-    why = (
-        "expected of a model trained without the causal mask: it learned to read the next token from its input, which "
-        "generation does not give it; its honest loss (loss/val_honest) measures what it predicts from the past alone"
-        if not causal
-        else "from a model with the causal mask, a sign that it has learned little yet (its val loss says how much)"
-    )
-    return f"note: {what}: {why}"
+        each = "; ".join(f"{i}: {v[0]}, {v[1]}" for i, v in found)
+        what = f"{len(found)} of {len(continuations)} samples are degenerate ({each})"
+    return f"note: {what}: {MASK_WHY if causal else NO_MASK_WHY}"
 
 
 def print_samples(tokenizer, described: str, device, idx: torch.Tensor, tokens) -> list[str]:
-    """Print the samples that `tokens` (each (B, 1)) continue idx (B, T0) with: one streams as it is
-    drawn.
-    """
-    prompt_ids = idx[0].tolist()
+    """Print the samples that `tokens` (each (B, 1)) continue idx (B, T0) with."""
     # drawn before anything is printed, so NaN logits fail as one line alone
     first = list(islice(tokens, 1))
     print(f"# {described} on {device}", flush=True)
     if len(idx) == 1:  # one sample streams: each token is printed as soon as it is drawn
         pieces = []
+        ids = chain(idx[0].tolist(), (int(t) for t in chain(first, tokens)))
         try:
-            for piece in decode_stream(
-                tokenizer, chain(prompt_ids, (int(t) for t in chain(first, tokens)))
-            ):
+            for piece in decode_stream(tokenizer, ids):
                 print(piece, end="", flush=True)
                 pieces.append(piece)
         finally:

@@ -1,9 +1,4 @@
-"""The checks of the scripts' own command-line values: argparse `type=` functions whose error is one
-line.
-
-Each takes the text typed and returns the value, or raises argparse.ArgumentTypeError saying what is
-valid; OneLineParser (harness/cli.py) prints it as "error: argument --flag: ..." with exit code 2.
-"""
+"""The scripts' own command-line values: argparse `type=` functions saying what is valid."""
 
 import argparse
 import math
@@ -13,22 +8,18 @@ from configs import MAX_SEED
 from model.ablations import CHANGES, JOIN, variant_changes, variant_order
 
 MAX_SEEDS = 100  # an experiment's training runs per variant: more would run for weeks
-# inspect_attention.py --ablate's random draws of heads, each a leak gap over the run's val batches,
-# prefix by prefix
-MAX_DRAWS = 1000
+MAX_DRAWS = 1000  # inspect_attention.py --ablate's random draws of heads
 EVERY = ", ".join(c.name for c in CHANGES)
+Invalid = argparse.ArgumentTypeError
 
 
 def whole_number(text: str, least: int) -> int:
-    """A whole number of at least `least`."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        raise Invalid(f"must be a whole number, got {text!r}") from None
     if value < least:
-        raise argparse.ArgumentTypeError(
-            f"must be {'0 or more' if least == 0 else f'at least {least}'}, got {text}"
-        )
+        raise Invalid(f"must be {'0 or more' if least == 0 else f'at least {least}'}, got {text}")
     return value
 
 
@@ -41,12 +32,7 @@ def positive_int(text: str) -> int:
 
 
 def typed_text(arg: str) -> str:
-    """Text typed on the command line (a prompt), as UTF-8 whatever the locale.
-
-    Under the C locale Python decodes the arguments as ASCII and keeps each other byte as a lone
-    surrogate ('café' arrives as 'caf\\udcc3\\udca9'); their bytes are UTF-8, so they are decoded as
-    such.
-    """
+    """Text typed, as UTF-8 whatever the locale (the C locale's surrogates decoded)."""
     return os.fsencode(arg).decode("utf-8", errors="replace")
 
 
@@ -54,121 +40,103 @@ def number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        raise Invalid(f"must be a number, got {text!r}") from None
 
 
 def non_negative_float(text: str) -> float:
     value = number(text)
     if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or a positive number, got {text}")
+        raise Invalid(f"must be 0 or a positive number, got {text}")
     return value
 
 
 def positive_float(text: str) -> float:
     value = non_negative_float(text)
     if value == 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        raise Invalid(f"must be above 0, got {text}")
     return value
 
 
 def probability(text: str) -> float:
-    """A probability above 0, at most 1."""
     value = number(text)
     if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
+        raise Invalid(f"must be above 0 and at most 1, got {text}")
     return value
 
 
 def seed(text: str) -> int:
-    """A random seed: a whole number that torch's generators take (0 to 2**63 - 1)."""
+    """A random seed that torch's generators take (0 to 2**63 - 1)."""
     value = non_negative_int(text)
     if value > MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED} (2**63 - 1), got {text}")
+        raise Invalid(f"must be at most {MAX_SEED} (2**63 - 1), got {text}")
     return value
 
 
 def seed_count(text: str) -> int:
-    """An experiment's seeds per variant (compare.py, sweep.py --seeds)."""
     if not text.strip().isdigit() or not 1 <= int(text) <= MAX_SEEDS:
-        raise argparse.ArgumentTypeError(
-            f"takes the number of seeds per variant, 1 to {MAX_SEEDS}, got {text!r}"
-        )
+        raise Invalid(f"takes the number of seeds per variant, 1 to {MAX_SEEDS}, got {text!r}")
     return int(text)
 
 
 def draw_count(text: str) -> int:
-    """--draws: how many times as many random heads are switched off, 0 to MAX_DRAWS."""
     if not text.strip().isdigit() or int(text) > MAX_DRAWS:
-        raise argparse.ArgumentTypeError(
-            f"takes the number of random draws, 0 to {MAX_DRAWS}, got {text!r}"
-        )
+        raise Invalid(f"takes the number of random draws, 0 to {MAX_DRAWS}, got {text!r}")
     return int(text)
 
 
 def variant_names(text: str) -> list[str]:
-    """--variants no-pos,no-mask+no-pos,no-mask -> ["no-mask", "no-pos", "no-mask+no-pos"]: single
-    changes first, each in model/ablations.py's order (a variant with several written in that order
-    too), none twice."""
+    """--variants no-pos,no-mask -> ["no-mask", "no-pos"]: in model/ablations.py's order, once."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
-        raise argparse.ArgumentTypeError(
-            f"takes variant names, comma-separated, from {EVERY} (or several joined by +); got {text!r}"
+        raise Invalid(
+            f"takes variant names, comma-separated, from {EVERY} (or several joined by +); "
+            f"got {text!r}"
         )
     try:
         spelled = {JOIN.join(c.name for c in variant_changes(name)) for name in names}
     except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        raise Invalid(str(e)) from None
     return sorted(spelled, key=variant_order)
 
 
 def rate_name(lr: float) -> str:
-    """A learning rate as run names and sweep.py spell it: 0.12 -> "1.2e-1", 0.004 -> "4e-3" (six
-    significant digits at most).
-    """
+    """A learning rate as run names spell it: 0.12 -> "1.2e-1", 0.004 -> "4e-3"."""
     mantissa, exponent = f"{lr:e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def learning_rates(text: str) -> list[float]:
-    """--lrs 1.2e-2,4e-3,1.2e-1 -> [0.004, 0.012, 0.12]: positive finite numbers, smallest first,
-    none twice.
-    """
+    """--lrs 1.2e-2,4e-3 -> [0.004, 0.012]: positive, finite, each once."""
     rates = []
     for part in text.split(","):
+        got = f"got {part.strip()!r} in {text!r}"
         try:
             lr = float(part)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"takes learning rates, comma-separated (4e-3,1.2e-2), got {part.strip()!r} in {text!r}"
-            ) from None
+            raise Invalid(f"takes learning rates, comma-separated (4e-3,1.2e-2), {got}") from None
         if not 0 < lr < math.inf:
-            raise argparse.ArgumentTypeError(
-                f"takes learning rates above 0, comma-separated, got {part.strip()!r} in {text!r}"
-            )
+            raise Invalid(f"takes learning rates above 0, comma-separated, {got}")
         if rate_name(lr) in map(rate_name, rates):
-            raise argparse.ArgumentTypeError(
-                f"takes each learning rate once, got {rate_name(lr)} twice in {text!r}"
-            )
+            raise Invalid(f"takes each learning rate once, got {rate_name(lr)} twice in {text!r}")
         rates.append(lr)
     return sorted(rates)
 
 
 def context_factors(text: str) -> list[float]:
-    """Contexts as multiples of a model's block_size, comma-separated ("0.5,1,2,4"): positive,
-    finite, each once; sorted.
-    """
-    wanted = f"takes positive multiples of the model's block_size, comma-separated (0.5,1,2,4); got {text!r}"
+    """Multiples of a model's block_size ("0.5,1,2,4"): positive, finite, each once."""
+    wanted = (
+        "takes positive multiples of the model's block_size, comma-separated (0.5,1,2,4); "
+        f"got {text!r}"
+    )
     factors = []
     for part in text.split(","):
         try:
             factor = float(part)
         except ValueError:
-            raise argparse.ArgumentTypeError(wanted) from None
+            raise Invalid(wanted) from None
         if not 0 < factor < float("inf"):
-            raise argparse.ArgumentTypeError(
-                f"{wanted}, and {part.strip()} is not above 0 and finite"
-            )
+            raise Invalid(f"{wanted}, and {part.strip()} is not above 0 and finite")
         factors.append(factor)
     if len(set(factors)) < len(factors):
-        raise argparse.ArgumentTypeError(f"names a context twice in {text!r}; give each once")
+        raise Invalid(f"names a context twice in {text!r}; give each once")
     return sorted(factors)

@@ -1,29 +1,6 @@
 """Stopping when asked: one flag that Ctrl-C, SIGTERM, SIGHUP and lost output set, and every long
-loop polls.
-
-The first signal only sets the flag. The loops check it at safe points (between training steps,
-evaluation batches, the honest loss's prefixes, scoring windows and sampled tokens) and raise
-`Stopped` there: training then saves a checkpoint, and an evaluation cut short is never logged. A
-second signal aborts at once: the handler itself raises `Aborted`, wherever the code is, and
-`harness.cli.run_command` prints one line saying what is on disk and exits with 128 + the signal's
-number. A checkpoint being written is finished first (`StopFlag.writing`); it is atomic anyway.
-Where an exception cannot go on (a `__del__`, such as a progress bar's teardown, a finalizer, the
-garbage collector's or an atexit callback), `StopFlag.unraisable` says the same line and ends the
-process there; a later signal is ignored, and once run_command has ended, its `shut_down` leaves
-every signal doing nothing.
-
-Before that, while a script starts, a signal is one line too: `exit_on_signal` (its first act,
-before the imports) exits at once, then `interrupt_on_signal` (run_command's first) raises
-KeyboardInterrupt, which run_command reports.
-
-SIGHUP (the terminal or the ssh session closed) stops like SIGTERM. So does output that can no
-longer be written (`| head`, a closed stderr, a full disk behind stdout): harness/output.py turns
-the failed write into a SIGPIPE, which the flag records like any signal, and the process stops
-quietly with exit code 141 (128 + SIGPIPE), as Unix programs do on a closed pipe.
-
-A signal the process was started ignoring stays ignored (`answered_signals`), in it and in the
-processes it starts:
-under `nohup`, the closed terminal's SIGHUP leaves the run going.
+loop polls at its safe points (so training saves a checkpoint). A second signal aborts at once, in
+one line. A signal the process was started ignoring (nohup's SIGHUP) stays ignored.
 """
 
 import contextlib
@@ -37,26 +14,23 @@ from typing import TypeVar
 from tqdm import tqdm
 
 T = TypeVar("T")
-LOST_OUTPUT = signal.SIGPIPE  # what a write to a closed pipe raises: here, any output that is gone
-NOTHING_SAVED = "interrupted; nothing was saved"  # a stop before any work
-BEFORE_TRAINING = "interrupted before training started; nothing was saved"  # train.py's
+LOST_OUTPUT = signal.SIGPIPE  # any output that is gone
+NOTHING_SAVED = "interrupted; nothing was saved"
+BEFORE_TRAINING = "interrupted before training started; nothing was saved"
 
 
 class Stopped(Exception):
-    """Raised at a safe point once a stop was asked for (a first signal, or lost output)."""
+    """Raised at a safe point once a stop was asked for."""
 
     def __init__(self, signum: int | None):
-        super().__init__(
-            f"stopped by {signal.Signals(signum).name if signum else 'another process of the job'}"
-        )
-        # None under torchrun for the processes that were not signalled themselves
+        # None: another torchrun process was signalled
+        name = signal.Signals(signum).name if signum else "another process of the job"
+        super().__init__(f"stopped by {name}")
         self.signum = signum
 
 
 class Aborted(BaseException):
-    """A second signal: raised by the handler wherever the code is. A BaseException, so that no
-    `except Exception` on the way turns it into an error; atomic writes on the way remove their
-    temporary file."""
+    """A second signal, raised wherever the code is; no `except Exception` catches it."""
 
     def __init__(self, signum: int, saved: str | None):
         name = signal.Signals(signum).name
@@ -65,14 +39,8 @@ class Aborted(BaseException):
 
 
 class StopFlag:
-    """Signal handlers that record a stop (the first signal) or abort (the second), while the block
-    runs.
-
-    announce: the line printed on the first signal after the signal's name ("SIGTERM: stopping after
-    this step..."), or None for quiet. on_signal: called with every signal received (compare.py
-    passes each on to its train.py). saved: what is on disk now, for the abort line; training keeps
-    it current.
-    """
+    """Signal handlers that record a stop (the first signal) or abort (the second) in the block.
+    announce: the first signal's line; on_signal: called with each; saved: for the abort line."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -85,16 +53,14 @@ class StopFlag:
         self.previous, self.previous_hook = {}, None
 
     def __enter__(self):
-        # signal handlers live in the main thread
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {
-                sig: signal.signal(sig, self.handle) for sig in (*answered_signals(), LOST_OUTPUT)
-            }
+        if threading.current_thread() is threading.main_thread():  # where signal handlers live
+            signals = (*answered_signals(), LOST_OUTPUT)
+            self.previous = {sig: signal.signal(sig, self.handle) for sig in signals}
             self.previous_hook, sys.unraisablehook = sys.unraisablehook, self.unraisable
         return self
 
     def handle(self, signum, frame) -> None:
-        # output is gone: stop, say nothing (there is nowhere to say it), never abort
+        # output is gone: stop quietly, never abort
         if signum == LOST_OUTPUT:
             self.signum = self.signum or signum
             return
@@ -105,22 +71,16 @@ class StopFlag:
             if self.announce:
                 tqdm.write(f"\n{signal.Signals(signum).name}: {self.announce}")
         elif self.aborting:
-            return  # the abort is under way: a third signal must not cut its clean-up short
+            return  # a third signal must not cut the abort's clean-up short
         elif self.in_write:
-            # the checkpoint being written is finished first: a second or so
-            self.abort_after_write = signum
+            self.abort_after_write = signum  # the checkpoint being written is finished first
         else:
             self.aborting = True
             raise Aborted(signum, self.saved)
 
     def unraisable(self, unraisable) -> None:
-        """sys.unraisablehook while the handlers are in place. An exception raised where it cannot
-        go on (a `__del__`, a finalizer, the garbage collector's or an atexit callback) is printed
-        by Python as "Exception ignored in ..." with a traceback, and the code carries on. A second
-        signal lands there as readily as anywhere (tqdm's `__del__`, as a function returns): its
-        Aborted then ends the process as run_command would, with its one line and exit code."""
+        """An Aborted raised where it cannot go on (tqdm's `__del__`) ends the process at once."""
         if isinstance(unraisable.exc_value, Aborted):
-            # each bar's line ended, as its teardown would: the abort's line is one of its own
             for bar in list(tqdm._instances):
                 with contextlib.suppress(Exception):
                     bar.close()
@@ -134,9 +94,7 @@ class StopFlag:
 
     @contextlib.contextmanager
     def writing(self):
-        """A block that a second signal does not cut short (a checkpoint save); the abort comes
-        right after it.
-        """
+        """A block a second signal does not cut short (a checkpoint save); the abort follows."""
         self.in_write = True
         try:
             yield
@@ -153,9 +111,8 @@ class StopFlag:
             yield item
 
     def __exit__(self, *exc) -> None:
+        # after a stop a later signal still aborts
         if self.signum is not None:
-            # a stop was asked for: the process is ending, and a later signal still aborts through
-            # this handler
             return
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
@@ -164,33 +121,21 @@ class StopFlag:
 
 
 def answered_signals() -> list[int]:
-    """The stop signals this process answers: all but those its launcher set to be ignored (nohup
-    ignores SIGHUP, a shell script's `command &` SIGINT), so that the command outlives them; such a
-    signal stays ignored, and so it is in the processes this one starts (exec keeps an ignored
-    signal ignored). Nothing here sets SIG_IGN: shut_down's handler does nothing."""
+    """The stop signals this process answers: all but those its launcher ignores (nohup)."""
     return [sig for sig in StopFlag.SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
 
 
 def exit_on_signal(message: str = NOTHING_SAVED) -> None:
-    """A script's first act, before its imports (torch's take a second or more): until run_command
-    takes over, Ctrl-C, SIGTERM or SIGHUP ends the process at once with `message` on stderr and exit
-    code 128 + the signal's number, where Python would print a KeyboardInterrupt traceback (SIGINT)
-    or end without a word (SIGTERM, SIGHUP). Nothing has begun, so nothing needs cleaning up. A
-    signal that the launcher ignores (nohup) stays ignored. The signals are unblocked
-    last: compare.py starts train.py with SIGINT blocked, so that a Ctrl-C passed on while it starts
-    waits for this."""
-
+    """A script's first act, before its slow imports: a stop signal exits at once with `message`.
+    compare.py starts train.py with SIGINT blocked, so a Ctrl-C passed on waits for this."""
     for sig in answered_signals():
         signal.signal(sig, lambda signum, frame: exit_now(message, 128 + signum))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, StopFlag.SIGNALS)
 
 
 def exit_now(line: str, code: int) -> None:
-    """End the process at once, nothing cleaned up: what stdout and stderr hold is written out, then
-    `line` on stderr.
-    """
+    """End the process at once, nothing cleaned up, with `line` on stderr."""
     for stream in (sys.stdout, sys.stderr):
-        # a stream gone or closed: there is nothing to write out
         with contextlib.suppress(Exception):
             stream.flush()
     with contextlib.suppress(OSError):  # stderr closed: the exit code still says it
@@ -199,11 +144,8 @@ def exit_now(line: str, code: int) -> None:
 
 
 def interrupt_on_signal() -> None:
-    """From run_command's start until a StopFlag takes over: Ctrl-C, SIGTERM or SIGHUP raises
-    KeyboardInterrupt, carrying the signal's number, which run_command turns into its one line and
-    exit code; the code on the way out cleans up (a half-written file is removed). Only the first
-    signal raises: another would cut that clean-up short."""
-    # signal handlers live in the main thread
+    """Until a StopFlag takes over, the first stop signal raises KeyboardInterrupt with its number;
+    another would cut the clean-up short."""
     if threading.current_thread() is not threading.main_thread():
         return
     raised = []
