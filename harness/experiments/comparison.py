@@ -104,9 +104,11 @@ def write_json(path: Path, value: dict) -> None:
 def kept(results: dict, runs_dir: Path) -> str:
     """What a second Ctrl-C leaves, for its abort line: the runs that finished."""
     finished = [name for name, result in results.items() if result.get("exit_code") == 0]
-    done = "no run had finished"
-    if finished:
-        done = f"finished and kept in {runs_dir}: {', '.join(finished)}"
+    done = (
+        f"finished and kept in {runs_dir}: {', '.join(finished)}"
+        if finished
+        else "no run had finished"
+    )
     return f"{done}; continue with the same command plus --resume"
 
 
@@ -174,9 +176,7 @@ def train_runs(
     run is a result, not a failure. With jobs > 1 each run's output goes to <run name>.log.
     """
     folder, results, active, failed, died = saved.parent, {}, {}, 0, None
-    saved_runs = {}
-    if resume:
-        saved_runs = read_saved_runs(saved)
+    saved_runs = read_saved_runs(saved) if resume else {}
     queue = list(enumerate(todo, start=1))
     with Children() as children:
         children.flag.saved = kept(results, folder)
@@ -184,13 +184,13 @@ def train_runs(
             while queue and len(active) < jobs and not failed and children.signum is None:
                 number, (label, run_cfg) = queue.pop(0)
                 line = f"run {number} of {len(todo)}: {label}: {run_cfg.run_name}"
-                done = None
-                if resume:
-                    done = earlier_outcome(run_cfg, saved_runs, keep_diverged)
+                done = earlier_outcome(run_cfg, saved_runs, keep_diverged) if resume else None
                 if done is not None:
-                    how = "finished"
-                    if "diverged" in done:
-                        how = f"diverged at step {done['diverged']['step']}"
+                    how = (
+                        f"diverged at step {done['diverged']['step']}"
+                        if "diverged" in done
+                        else "finished"
+                    )
                     print(f"\n=== {line} {how} already ===", flush=True)
                     results[run_cfg.run_name] = done
                     children.flag.saved = kept(results, folder)
@@ -200,9 +200,7 @@ def train_runs(
                 run_cfg = dataclasses.replace(run_cfg, train=train)
                 argv = train_args(run_cfg)
                 print(f"\n=== {line} ===\n$ python train.py {' '.join(argv)}", flush=True)
-                log = None
-                if jobs > 1:
-                    log = (folder / f"{run_cfg.run_name}.log").open("ab")
+                log = (folder / f"{run_cfg.run_name}.log").open("ab") if jobs > 1 else None
                 child = children.start([sys.executable, str(TRAIN_PY), *argv], log)
                 if child is None:
                     break
@@ -215,9 +213,7 @@ def train_runs(
             if log is not None:
                 log.close()
                 print(f"{name} ended (exit code {code}); its output is in {log.name}", flush=True)
-            diverged = None
-            if keep_diverged and code == 1:
-                diverged = diverged_run(run_cfg.run_dir)
+            diverged = diverged_run(run_cfg.run_dir) if keep_diverged and code == 1 else None
             if code == 0:
                 wall_s = time.perf_counter() - started
                 last = evaluations(run_cfg.run_dir)[-1]
@@ -237,14 +233,10 @@ def train_runs(
     # stopped by a signal or lost output, after saving a checkpoint
     if children.signum is not None or failed in STOPPED_CODES:
         print(f"{what} stopped; continue it with the same command plus --resume", file=sys.stderr)
-        if children.signum:
-            return 128 + children.signum
-        return failed
+        return 128 + children.signum if children.signum else failed
     # the run could say nothing: after its progress bar, or alone when it wrote to its log
     if died is not None:
-        if jobs == 1:
-            died = f"\n{died}"
-        print(died, file=sys.stderr)
+        print(f"\n{died}" if jobs == 1 else died, file=sys.stderr)
     # a failed run's train.py has said why
     return failed or {c.run_name: results[c.run_name] for _, c in todo}
 
@@ -280,9 +272,11 @@ def run_comparison(
     if isinstance(results, int):
         return results
     by_variant = {v: [results[c.run_name] for c in configs] for v, configs in plan.items()}
-    band = "same seed"
-    if n_seeds > 1:
-        band = f"{n_seeds} seeds per variant: line the mean, band min to max"
+    band = (
+        f"{n_seeds} seeds per variant: line the mean, band min to max"
+        if n_seeds > 1
+        else "same seed"
+    )
     with summing_up(runs_dir, "comparison"):
         plot_runs(
             {v: [c.run_dir for c in configs] for v, configs in plan.items()},
