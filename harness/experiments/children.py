@@ -24,12 +24,9 @@ def blocked(signum: int):
 
 
 class Children:
-    """Runs train.py processes and passes every stop signal on to each one running.
-
-    Each child has a process group of its own, so a terminal's Ctrl-C reaches it once, through
-    this process: it stops at its next safe point with a checkpoint, and this process waits. A
-    second Ctrl-C reaches the children too, which abort at once; so does this process, after them.
-    """
+    """Runs train.py processes, each in a process group of its own, so that a terminal's Ctrl-C
+    reaches it once, through this process: it stops with a checkpoint, and this process waits. A
+    second Ctrl-C aborts the children at once, then this process."""
 
     def __init__(self):
         self.running: list[subprocess.Popen] = []

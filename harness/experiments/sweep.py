@@ -86,12 +86,10 @@ def paired(ends: dict[int, dict], others: dict[int, dict], tag: str) -> list[tup
 def summarise(
     plan: dict[str, dict[str, list[Config]]], runs: dict[str, dict], preset_lr: str | None
 ) -> dict:
-    """What the sweep found, from each run's result (`runs`, by run name) and its log, per variant
-    and rate: each tag at the end over the seeds that trained ("aggregate"), the largest score at
-    the first evaluation ("first"), the seeds that diverged ("diverged"), the difference from base
-    paired by seed ("differences"), how many times the largest score grew from the first evaluation
-    and from the preset's rate ("growth"); at the highest rate the largest score during training
-    ("over_time"); at the preset's rate compare.py's table of these runs ("preset")."""
+    """What the sweep found per variant and rate, from each run's result and log: the tags at the
+    end, the largest score at the first evaluation and its growth, the seeds that diverged, the
+    differences from base; the largest score over time at the highest rate; compare.py's table at
+    the preset's rate."""
     ends = {
         v: {lr: {c.train.seed: runs[c.run_name] for c in configs} for lr, configs in by_lr.items()}
         for v, by_lr in plan.items()
