@@ -1,38 +1,18 @@
 """Benchmark what users run: python bench.py --config char [--gpt2-124m] [--json]
 [--section.field=VALUE ...]
 
-For one preset, at random init on random tokens (no corpus needed), it measures
-- training, the step train.py runs (its optimizer and runtime): ms per step, split into forward +
-  backward and the optimizer's update, tokens/s, model FLOP/s and MFU (model FLOPs only: the
-  optimizer's arithmetic is not counted) against the device's peak: a CUDA card's dense bf16 peak
-  from its datasheet, else a matmul peak measured on the spot; whether torch.compile and autocast
-  ran, and which attention kernel; the peak memory of a step. --gpt2-124m measures GPT-2 124M's
-  shape with the preset's batch;
-- sampling: tokens/s for 500 new tokens from a 1-token prompt, with and without the KV cache;
-- attention: each backend's causal forward time and peak memory at T = 256, 1024 and 4096
-  (B = 1, H and D from the preset), where the readable path holds (T, T) weights and tiled does not.
+For one preset, at random init on random tokens (no corpus needed), it measures training (train.py's
+step: ms, its forward + backward and update, tokens/s, MFU against the device's peak, the peak
+memory), sampling with and without the KV cache, and each attention backend at T = 256, 1024 and
+4096. --gpt2-124m measures GPT-2 124M's shape with the preset's batch. Instead:
 
-With --data-mb MB it measures the corpus's preparation instead: a generated text of MB megabytes
-(200 when no number follows) made into .bin files with data.tokenizer and data.workers: MB/s,
-tokens/s, peak memory, and the ratio to tiktoken's own encode_ordinary_batch on the same text, one
-thread per core, the two run in turns.
+- --data-mb MB: preparing a generated MB-megabyte text (default 200) against tiktoken's batch
+  encoding;
+- --variants kv-heads,window,gate,sink: each variant's KV cache, cached sampling and step;
+- --whole-run: one whole `python train.py` run of the preset, its wall and CPU time phase by phase
+  (its output on stderr, its run folder a temporary one unless --runs-dir says).
 
-
-With --variants kv-heads,window,gate,sink it measures instead, for the preset and each variant of
-model/ablations.py (names as compare.py takes them), at a context of block_size tokens, batch 1: the
-parameters, the KV cache's bytes after block_size tokens and per token, and cached sampling's
-tokens/s after a full prompt (harness/experiments/variant_bench.py).
-
-With --whole-run it profiles one whole `python train.py` run of the preset instead (the same flags,
-real data, evaluations and all; its output goes to stderr, its run folder to a temporary one unless
---runs-dir says): the wall and CPU seconds of its start-up (interpreter, imports, device, model,
-optimizer, TensorBoard's writer), data, steps (forward, backward, the optimizer's update),
-evaluations, the probe, logging and checkpoints.
-
-It prints markdown tables; with --json, one JSON object on stdout instead (the tables go to stderr).
-The measurements live in harness/experiments/benchmark.py and data_bench.py, the timers and the CPU
-memory tracker in harness/experiments/profiling.py, the whole-run profile in
-harness/experiments/whole_run.py.
+It prints markdown tables; with --json, one JSON object on stdout (the tables go to stderr).
 """
 
 from harness.stopping import exit_on_signal
@@ -45,9 +25,8 @@ import argparse
 import json
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
-
-import torch
 
 from harness.arguments import EVERY, positive_float, variant_names
 from harness.cli import OneLineParser, run_command
@@ -59,7 +38,7 @@ from harness.experiments.benchmark import (
     measure_all,
 )
 from harness.experiments.data_bench import MIN_MB, bench_data, format_data_table
-from harness.experiments.profiling import load_average, machine_name
+from harness.experiments.profiling import machine_facts
 from harness.experiments.variant_bench import format_variants, measure_variants
 from harness.experiments.whole_run import format_whole_run, profile_whole_run
 from harness.training.budget import duration
@@ -68,9 +47,7 @@ from harness.training.runtime import setup_runtime
 
 
 def megabytes(text: str) -> float:
-    """--data-mb's size: a text smaller than MIN_MB would be empty once cut to whole bytes, or
-    measure only the start-up.
-    """
+    """--data-mb's size: a smaller text would be empty once cut to whole bytes."""
     value = positive_float(text)
     if value < MIN_MB:
         raise argparse.ArgumentTypeError(
@@ -80,17 +57,13 @@ def megabytes(text: str) -> float:
 
 
 def whole_run(argv: list[str], cfg, runs_dir_given: bool) -> dict:
-    """One `python train.py argv...` under the phase clock, with the machine and the run's final
-    val.
-    """
+    """One `python train.py argv...` under the phase clock, with the run's final val."""
     with tempfile.TemporaryDirectory(prefix="whole-run-") as scratch:
         runs_dir = Path(cfg.train.runs_dir if runs_dir_given else scratch)
         result = profile_whole_run([*argv, "--runs-dir", str(runs_dir)])
-        vals = (
-            [row["loss/val"] for row in evaluations(runs_dir / cfg.run_name)]
-            if result["code"] == 0
-            else []
-        )
+        vals = []
+        if result["code"] == 0:
+            vals = [row["loss/val"] for row in evaluations(runs_dir / cfg.run_name)]
     return {
         "val": round(vals[-1], 4) if vals else None,
         "command": " ".join(["python train.py", *argv]),
@@ -125,7 +98,8 @@ def main(argv: list[str]) -> dict | int:
         "--variants",
         type=variant_names,
         metavar="NAMES",
-        help=f"measure the KV cache and cached sampling of the preset and these variants instead, from {EVERY}",
+        help="measure the KV cache and cached sampling of the preset and these variants "
+        f"instead, from {EVERY}",
     )
     parser.add_argument(
         GPT2_124M_FLAG,
@@ -134,40 +108,30 @@ def main(argv: list[str]) -> dict | int:
     )
     argv = expand_gpt2_124m(argv)
     args, cfg = parser.parse_with_config(argv)
-    log = lambda text: print(text, file=sys.stderr)  # noqa: E731
     runtime = setup_runtime(cfg.train)
     if args.data_mb:
+        log = partial(print, file=sys.stderr)
         result = bench_data(args.data_mb, cfg.data.tokenizer, cfg.data.workers, log=log)
         tables = format_data_table(result)
     elif args.whole_run:
         train_argv = [a for a in argv if a not in ("--json", "--whole-run")]
-        result = whole_run(
-            train_argv, cfg, any(key == "train.runs_dir" for key, _ in args.overrides)
-        )
+        runs_dir_given = any(key == "train.runs_dir" for key, _ in args.overrides)
+        result = whole_run(train_argv, cfg, runs_dir_given)
         if result["code"] != 0:
             return result["code"]  # train.py said why, on stderr
-        result |= {
-            "machine": machine_name(runtime.device),
-            "device": str(runtime.device),
-            "torch_version": torch.__version__,
-        }
         # the child's threads too: OMP_NUM_THREADS
-        result |= {"load_avg_1min": load_average(), "torch_threads": torch.get_num_threads()}
+        result |= machine_facts(runtime.device)
         tables = format_whole_run(result)
     elif args.variants:
-        machine = {
-            "machine": machine_name(runtime.device),
-            "device": str(runtime.device),
-            "torch_version": torch.__version__,
-        }
-        machine |= {"load_avg_1min": load_average(), "torch_threads": torch.get_num_threads()}
-        result = measure_variants(cfg, runtime, args.variants, machine, log=log)
+        result = measure_variants(cfg, runtime, args.variants)
         tables = format_variants(result)
     else:
-        log(
-            f"benchmarking: about {duration(bench_cost(cfg, runtime))} (estimated), after train.py's checks of the model and its step"
+        print(
+            f"benchmarking: about {duration(bench_cost(cfg, runtime))} (estimated), "
+            "after train.py's checks of the model and its step",
+            file=sys.stderr,
         )
-        result = measure_all(cfg, runtime, log=log)
+        result = measure_all(cfg, runtime)
         tables = format_tables(result)
     if args.json:
         print(tables, file=sys.stderr)

@@ -1,28 +1,18 @@
 """A learning-rate sweep in one command: python sweep.py [--config char] [--lrs 4e-3,1.2e-2,...]
 [--variants qk-norm,...] [--seeds 3] [--jobs N] [--section.field=VALUE ...]
 
-Trains the preset as it is and with each variant (a cure, an ablation, several joined by +, as
-compare.py's --variants takes them) at each learning rate and seed, into one folder,
-runs/sweep-<config>/ (run names such as char-qk-norm-lr1.2e-1-s1337; `tensorboard --logdir
-runs/sweep-<config>` overlays them). Then it prints, per rate and variant, the val loss, the largest
-attention score and the attention entropy at the end of training, each a mean over the seeds with
-its 95% interval, and draws them against the learning rate into sweep.png, beside the largest score
-during training at the highest rate. A run whose loss or gradient stops being finite is a result:
-recorded as diverged (its step and last training loss), shown so in the table and the picture, and
-the sweep goes on with the others.
+Trains the preset as it is and with each variant (as compare.py's --variants takes them) at each
+rate and seed into runs/sweep-<config>/ (run names such as char-qk-norm-lr1.2e-1-s1337). Then it
+prints, per rate and variant, the val loss, the largest attention score and the entropy at the end
+of training (mean over seeds, 95% interval), and draws them against the rate into sweep.png,
+beside the largest score during training at the highest rate. A run whose loss or gradient stops
+being finite is recorded as diverged, and the sweep goes on.
 
-The default rates are the preset's train.lr divided by 3, times 1, 3 and 10 (char: 4e-3, 1.2e-2,
-3.6e-2, 1.2e-1), enough to see a scaled model saturate when the rate is too high, and the cure keep
-its scores bounded (docs/experiment.md says what was measured). Every run keeps the preset's
-schedule: its warmup to the rate, its cosine decay to train.min_lr. --seeds 3 is the default: the
-intervals need at least 2 seeds, and mean little with fewer than 3.
-
---jobs N trains N runs at a time (default 1), each then writing its terminal output to <run
-name>.log in the sweep's folder; give each its share of the cores (OMP_NUM_THREADS=1 with --jobs 2
-on 2 cores), or they slow each other down. Ctrl-C (or SIGTERM) stops the runs under way after their
-step, with a checkpoint, and ends the sweep; the same command plus --resume continues it, as
-compare.py's does. The experiment lives in harness/experiments/sweep.py, its picture in
-harness/pictures/curves.py.
+The default rates are the preset's train.lr / 3, x 1, x 3 and x 10 (char: 4e-3 to 1.2e-1), each
+with the preset's schedule. --seeds 3 is the default: intervals need 2 and mean little below 3.
+--jobs N trains N runs at a time, each writing its output to <run name>.log in the sweep's folder:
+give each its share of the cores (OMP_NUM_THREADS=1 with --jobs 2 on 2 cores). Ctrl-C (or SIGTERM)
+stops the runs under way with a checkpoint; the same command plus --resume continues the sweep.
 """
 
 from harness.stopping import exit_on_signal
@@ -56,23 +46,22 @@ DEFAULT_VARIANTS = next(c.name for c in CURES if c.field == "qk_norm")
 
 
 def main(argv: list[str]) -> dict | int:
-    """Train every variant at every rate and seed, then print and draw the sweep; returns its
-    summary.
-    """
+    """Train every variant at every rate and seed, then print and draw the sweep."""
     parser = OneLineParser(__doc__, config="char", usage=argparse.SUPPRESS)
     parser.add_argument(
         "--lrs",
         type=learning_rates,
         metavar="RATES",
-        help="the learning rates, comma-separated (4e-3,1.2e-2,3.6e-2,1.2e-1); default: the preset's train.lr / 3, x 1, x 3 and x 10",
+        help="the learning rates, comma-separated (4e-3,1.2e-2,3.6e-2,1.2e-1); "
+        "default: the preset's train.lr / 3, x 1, x 3 and x 10",
     )
     parser.add_argument(
         "--variants",
         type=variant_names,
         default=variant_names(DEFAULT_VARIANTS),
         metavar="NAMES",
-        help=f"the variants beside the preset as it is, comma-separated, from {EVERY}; several at once joined by + "
-        f"(default: {DEFAULT_VARIANTS})",
+        help=f"the variants beside the preset as it is, comma-separated, from {EVERY}; "
+        f"several at once joined by + (default: {DEFAULT_VARIANTS})",
     )
     parser.add_argument(
         "--seeds",
@@ -92,7 +81,8 @@ def main(argv: list[str]) -> dict | int:
         raise ConfigError("sweep.py sets train.lr itself, from --lrs; leave --train.lr out")
     if args.jobs > (os.cpu_count() or 1):
         raise ConfigError(
-            f"--jobs {args.jobs} is more than this machine's {os.cpu_count()} cores; give at most one run per core"
+            f"--jobs {args.jobs} is more than this machine's {os.cpu_count()} cores; "
+            "give at most one run per core"
         )
     lrs = args.lrs or [float(rate_name(cfg.train.lr * factor)) for factor in DEFAULT_FACTORS]
     sweep = run_sweep(
@@ -102,9 +92,8 @@ def main(argv: list[str]) -> dict | int:
         return sweep  # a run failed or was stopped, and has said so
     with summing_up(sweep["folder"], "sweep"):  # every run is saved: a Ctrl-C now says so
         print(f"\nat the end of training, {what_figures_are(args.seeds)}:\n{format_sweep(sweep)}")
-        print(
-            f"\npicture: {sweep['folder'] / 'sweep.png'}; TensorBoard: tensorboard --logdir {sweep['folder']}"
-        )
+        folder = sweep["folder"]
+        print(f"\npicture: {folder / 'sweep.png'}; TensorBoard: tensorboard --logdir {folder}")
     return sweep
 
 

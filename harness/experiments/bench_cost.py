@@ -1,12 +1,7 @@
-"""What bench.py will cost, said before it measures anything (harness/experiments/benchmark.py
-measures).
-
-First train.py's own refusals, from the config alone (budget.check_affordable: a model or a step too
-big for this device's memory, or a step too long to stop, is refused before any weight exists), then
-sampling's for its tokens and the readable attention core's memory at the longest length it is timed
-at. Then the seconds of the whole, from two passes of the model itself, timed
-(budget.measured_pass): a small model is bound by the fixed time of each call, which counting
-operations misses.
+"""What bench.py will cost, said before it measures anything: first train.py's own refusals from
+the config alone, sampling's, and the readable attention core's memory; then the seconds, from
+timed passes of the model itself (a small model is bound by the fixed time of each call, which
+counting operations misses).
 """
 
 import dataclasses
@@ -30,20 +25,17 @@ from harness.training.budget import (
 )
 from harness.training.runtime import Runtime
 
-# bench_training's: the first (it compiles, where train.py would), one more warm-up, 8 timed, 1
-# tracked
+# bench_training's: the first (it compiles), one more warm-up, 8 timed, 1 tracked
 TRAINING_STEPS = 11
 # bench_sampling's tokens in each mode, cached and not: a warm-up of 4, then the better of 2 runs
 SAMPLED = 4 + 2 * SAMPLE_TOKENS
-# bench_attention's of each core at each length: a warm-up, 3 timed runs, one under the memory
-# tracker
+# bench_attention's of each core at each length: a warm-up, 3 timed, 1 tracked
 CORE_CALLS = 1 + 3 + 1
 
 
 def bench_cost(cfg: Config, runtime: Runtime) -> float:
-    """Refuse in one line what bench.py could not measure on this device, before any model is built;
-    return the seconds its measurements should take, the timing of the device's peak (the MFU's
-    denominator) included."""
+    """Refuse what bench.py could not measure on this device, before any model is built; return the
+    seconds its measurements should take."""
     device = runtime.device
     sized = dataclasses.replace(
         cfg, model=dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
@@ -73,15 +65,7 @@ def bench_cost(cfg: Config, runtime: Runtime) -> float:
     )
     # each core timed there once, and its time grown with the square of the length
     shortest = min(ATTENTION_LENGTHS)
-    cores_s = (
-        sum(
-            ms
-            for key, ms in bench_attention(
-                m.n_head, m.head_size, device, (shortest,), repeats=1
-            ).items()
-            if "_ms_" in key
-        )
-        / 1e3
-    )
+    timings = bench_attention(m.n_head, m.head_size, device, (shortest,), repeats=1)
+    cores_s = sum(ms for key, ms in timings.items() if "_ms_" in key) / 1e3
     attention = CORE_CALLS * cores_s * sum((T / shortest) ** 2 for T in ATTENTION_LENGTHS)
     return PEAK_SECONDS + steps + cached + uncached + attention

@@ -4,6 +4,7 @@ time and memory."""
 
 import dataclasses
 import statistics
+import sys
 import time
 from functools import partial
 
@@ -16,9 +17,8 @@ from data.tokenizer import GPT2_VOCAB_SIZE
 from harness.experiments.profiling import (
     attention_kernel,
     best_ms,
-    load_average,
+    machine_facts,
     machine_line,
-    machine_name,
     peak_flops,
     peak_memory_bytes,
     training_step,
@@ -36,10 +36,8 @@ VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}
 ATTENTION_LENGTHS = (256, 1024, 4096)
 SAMPLE_TOKENS = 500  # sampled in each run, from a 1-token prompt
 MiB = 2**20
-# GPT-2 small's shape (its config.json: 12 layers, 12 heads, 768 wide, 1024 tokens of context, the
-# 50257 tokens of its tokenizer), with the bias on query/key/value that harness/gpt2.py loads it
-# with: the size at which published MFU figures (nanoGPT's, nanochat's) are measured. bench.py
-# --gpt2-124m stands for these overrides; the preset gives the rest.
+# GPT-2 small's shape, with the query/key/value bias harness/gpt2.py loads it with: the size at
+# which published MFU figures (nanoGPT's, nanochat's) are measured
 GPT2_124M_FLAG = "--gpt2-124m"
 GPT2_124M = [
     "--model.n_layer=12",
@@ -52,9 +50,7 @@ GPT2_124M = [
 
 
 def expand_gpt2_124m(argv: list[str]) -> list[str]:
-    """argv with --gpt2-124m replaced, where it stands, by the overrides it means: flags after it
-    still override them.
-    """
+    """argv with --gpt2-124m replaced where it stands by its overrides: later flags still win."""
     return [arg for given in argv for arg in (GPT2_124M if given == GPT2_124M_FLAG else [given])]
 
 
@@ -66,23 +62,18 @@ def build_model(cfg: Config, runtime: Runtime) -> GPT:
 
 def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: int = 8) -> dict:
     """ms/step, tokens/s, model FLOP/s and the peak memory of one training step, on random tokens.
-
-    The step time is the median of `steps` timed steps: a burst of other work on the machine
-    slows a step or two, not the median. Its two parts, forward + backward and the optimizer's
-    update, are medians of their own over the same steps.
+    Times are medians over `steps` steps: a burst of other work slows a step or two, not the median.
     """
     model = build_model(cfg, runtime).train()
     optimizer = make_optimizer(model, cfg.train, runtime.device)
     T, V = cfg.model.block_size, model.cfg.vocab_size
     ids = np.random.default_rng(0).integers(0, V, size=max(100_000, 2 * T + 2))  # a random "corpus"
     g = torch.Generator().manual_seed(cfg.train.seed)
-
     # compiled where train.py compiles, eager if that fails
     step_model = wrap_for_training(model, runtime)
 
     def timed_step(micro_batches: list) -> tuple[float, float]:
-        """train.py's optimizer step; the seconds of its forward + backward (with the clip and the
-        finiteness check, which waits for the device) and of the optimizer's update."""
+        """The seconds of the step's forward + backward (and clip) and of the update."""
         start = time.perf_counter()
         _, middle = training_step(
             step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip
@@ -95,19 +86,15 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         return timed_step(draw_micro_batches(ids, cfg, runtime, g))
 
     compile_start = time.perf_counter()
-    step()  # with torch.compile, the first step compiles
-    # compiling can fail at the first step: then it ran eagerly
+    step()  # with torch.compile, the first step compiles, or fails and runs eagerly
     compiled = runtime.use_compile and not step_model.fell_back
     compile_s = time.perf_counter() - compile_start if compiled else 0.0
     for _ in range(warmup_steps - 1):
         step()
-    # (seconds, (forward + backward, update))
-    runs = [timed(step, runtime.device) for _ in range(steps)]
+    runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (fwd + bwd, update))
     seconds = statistics.median(total for total, _ in runs)
-    forward_backward_s = statistics.median(forward_backward for _, (forward_backward, _) in runs)
-    update_s = statistics.median(update for _, (_, update) in runs)
-    # Baseline, not counted: parameters, optimizer state and the batch. Last step's gradients
-    # are dropped first, so the step's new gradients count in full.
+    # Baseline, not counted: parameters, optimizer state and the batch; the last step's gradients
+    # are dropped, so the new ones count in full.
     optimizer.zero_grad(set_to_none=True)
     micro_batches = draw_micro_batches(ids, cfg, runtime, g)
     peak = peak_memory_bytes(lambda: timed_step(micro_batches), runtime.device)
@@ -115,9 +102,9 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
     step_tokens = tokens_per_step(cfg, runtime)
     tokens_per_s = step_tokens / seconds
-    # 6N + 12LTC, N the weights that multiply (harness/training/budget.py)
-    token_flops = flops_per_token(model.cfg)
+    token_flops = flops_per_token(model.cfg)  # 6N + 12LTC, N the weights that multiply
     dtype = runtime.autocast_dtype or torch.float32
+    autocast = str(runtime.autocast_dtype).removeprefix("torch.")
     return {
         "params": model.num_params(),
         "tokens_per_step": step_tokens,
@@ -127,15 +114,13 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         "compiled": compiled,
         "compile_failed": runtime.use_compile and not compiled,
         "compile_s": compile_s,
-        "autocast": str(runtime.autocast_dtype).removeprefix("torch.")
-        if runtime.autocast_dtype
-        else None,
+        "autocast": autocast if runtime.autocast_dtype else None,
         "attention_kernel": attention_kernel(
             model.cfg, cfg.train.batch_size, runtime.device, dtype
         ),
         "ms_per_step": seconds * 1e3,
-        "forward_backward_ms": forward_backward_s * 1e3,
-        "optimizer_ms": update_s * 1e3,
+        "forward_backward_ms": statistics.median(fb for _, (fb, _) in runs) * 1e3,
+        "optimizer_ms": statistics.median(update for _, (_, update) in runs) * 1e3,
         "optimizer": describe(optimizer),
         "tokens_per_s": tokens_per_s,
         "flops_per_token": token_flops,
@@ -146,9 +131,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
 
 
 def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKENS) -> dict:
-    """Tokens/s of generate() with and without the KV cache, the better of two runs: batch 1, from a
-    1-token prompt.
-    """
+    """Tokens/s of generate() with and without the KV cache, the better of two runs: batch 1, from
+    a 1-token prompt."""
     model = build_model(cfg, runtime).eval()
     prompt = torch.zeros((1, 1), dtype=torch.long, device=runtime.device)
     result, outputs = {"sample_new_tokens": new_tokens}, {}
@@ -157,14 +141,8 @@ def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKEN
         runs = []
         for _ in range(2):
             generator = torch.Generator(device=runtime.device).manual_seed(0)
-            runs.append(
-                timed(
-                    partial(
-                        model.generate, prompt, new_tokens, generator=generator, use_cache=use_cache
-                    ),
-                    runtime.device,
-                )
-            )
+            run = partial(model.generate, prompt, new_tokens, generator=generator)
+            runs.append(timed(partial(run, use_cache=use_cache), runtime.device))
         seconds, outputs[name] = min(runs, key=lambda run: run[0])
         result[f"sample_tokens_per_s_{name}"] = new_tokens / seconds
     result["sample_cache_speedup"] = (
@@ -177,13 +155,10 @@ def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKEN
 def bench_attention(
     n_head: int, head_size: int, device: torch.device, lengths=ATTENTION_LENGTHS, repeats: int = 3
 ) -> dict:
-    """Causal forward ms and peak memory of each attention core on (1, H, T, D) inputs.
-
-    Baseline, not counted: q, k, v and the (T, T) boolean mask that the readable path is given.
-    """
+    """Causal forward ms and peak memory of each attention core on (1, H, T, D) inputs; q, k, v
+    and the readable path's (T, T) mask are the baseline, not counted."""
     result, scale = {}, head_size**-0.5
     for T in lengths:
-        # (B, H, T, D)
         q, k, v = (torch.randn(1, n_head, T, head_size, device=device) for _ in range(3))
         mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
         cores = {  # each returns y (1, H, T, D); the readable one also its (1, H, T, T) weights
@@ -203,45 +178,35 @@ def bench_attention(
 
 
 def mfu(r: dict) -> float:
-    """Model FLOPs utilisation: the model's FLOPs per token (6N + 12LTC) x tokens per second, over
-    the device's peak.
-    """
+    """Model FLOPs utilisation: model FLOPs per token x tokens/s, over the device's peak."""
     return r["flops_per_token"] * r["tokens_per_s"] / r["peak_flops"]
 
 
-def measure_all(cfg: Config, runtime: Runtime, log=print) -> dict:
-    """Every measurement, as one flat dict."""
+def measure_all(cfg: Config, runtime: Runtime) -> dict:
+    """Every measurement, as one flat dict; progress on stderr."""
     start = time.perf_counter()
     dtype = runtime.autocast_dtype or torch.float32
-    result = {
-        "config": cfg.name,
-        "machine": machine_name(runtime.device),
-        "device": str(runtime.device),
-        "torch_threads": torch.get_num_threads(),
-        "torch_version": torch.__version__,
-        "load_avg_1min": load_average(),  # other work on the machine skews every timing below
-        **{name: getattr(cfg.model, name) for name in ("n_layer", "n_head", "n_embd", "attention")},
-    }
-    log("the peak to divide by ...")
+    result = {"config": cfg.name, **machine_facts(runtime.device)}
+    result |= {name: getattr(cfg.model, name) for name in ("n_layer", "n_head", "n_embd")}
+    result["attention"] = cfg.model.attention
+    print("the peak to divide by ...", file=sys.stderr)
     result["peak_flops"], result["peak_flops_source"] = peak_flops(runtime.device, dtype)
     result["peak_flops_dtype"] = str(dtype).removeprefix("torch.")
-    log("training ...")
+    print("training ...", file=sys.stderr)
     result.update(bench_training(cfg, runtime))
     result["mfu"] = mfu(result)
-    log("sampling ...")
+    print("sampling ...", file=sys.stderr)
     result.update(bench_sampling(cfg, runtime))
-    log("attention backends ...")
+    print("attention backends ...", file=sys.stderr)
     result.update(bench_attention(cfg.model.n_head, cfg.model.head_size, runtime.device))
     result["bench_s"] = time.perf_counter() - start
     return result
 
 
 def rate(flops_per_s: float) -> str:
-    return (
-        f"{flops_per_s / 1e12:,.1f} TFLOP/s"
-        if flops_per_s >= 1e12
-        else f"{flops_per_s / 1e9:.1f} GFLOP/s"
-    )
+    if flops_per_s >= 1e12:
+        return f"{flops_per_s / 1e12:,.1f} TFLOP/s"
+    return f"{flops_per_s / 1e9:.1f} GFLOP/s"
 
 
 def compile_cell(r: dict) -> str:
@@ -252,37 +217,41 @@ def compile_cell(r: dict) -> str:
 
 def format_tables(r: dict) -> str:
     """The results as a machine line and two markdown tables."""
+    shape = f"{r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide"
+    batch = f"{r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
+    n = r["sample_new_tokens"]
     lines = [
         machine_line(r),
         "",
-        f"| config {r['config']}: {r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide, attention {r['attention']} | value |",
+        f"| config {r['config']}: {shape}, attention {r['attention']} | value |",
         "|---|---:|",
         f"| parameters | {r['params'] / 1e6:.2f} M |",
-        f"| training step ({r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}) | {r['ms_per_step']:.1f} ms |",
+        f"| training step ({batch}) | {r['ms_per_step']:.1f} ms |",
         f"| of which forward + backward (and clip) | {r['forward_backward_ms']:.1f} ms |",
         f"| of which the optimizer step: {r['optimizer']} | {r['optimizer_ms']:.1f} ms |",
         f"| torch.compile | {compile_cell(r)} |",
         f"| autocast | {r['autocast'] or 'off: float32'} |",
-        f"| attention kernel (sdpa: torch's pick for this step's shapes) | {r['attention_kernel']} |",
+        "| attention kernel (sdpa: torch's pick for this step's shapes) "
+        f"| {r['attention_kernel']} |",
         f"| training throughput | {r['tokens_per_s']:,.0f} tokens/s |",
-        f"| model FLOPs per token (6N + 12LTC, N the weights that multiply) | {r['flops_per_token'] / 1e6:.2f} M |",
+        "| model FLOPs per token (6N + 12LTC, N the weights that multiply) "
+        f"| {r['flops_per_token'] / 1e6:.2f} M |",
         f"| model FLOP/s | {rate(r['model_flops_per_s'])} |",
         f"| {r['peak_flops_dtype']} peak: {r['peak_flops_source']} | {rate(r['peak_flops'])} |",
-        f"| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not counted) | {100 * r['mfu']:.1f} % |",
-        f"| peak memory of a training step (above params + optimizer state, {r['train_state_mem'] / MiB:.1f} MiB) | "
-        f"{r['train_peak_mem'] / MiB:.1f} MiB |",
-        f"| sampling {r['sample_new_tokens']} tokens, KV cache | {r['sample_tokens_per_s_cached']:,.0f} tokens/s |",
-        f"| sampling {r['sample_new_tokens']} tokens, no cache | {r['sample_tokens_per_s_uncached']:,.0f} tokens/s |",
-        f"| cache speedup (same tokens: {'yes' if r['sample_tokens_match'] else 'NO'}) | {r['sample_cache_speedup']:.1f}x |",
+        "| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
+        f"counted) | {100 * r['mfu']:.1f} % |",
+        "| peak memory of a training step (above params + optimizer state, "
+        f"{r['train_state_mem'] / MiB:.1f} MiB) | {r['train_peak_mem'] / MiB:.1f} MiB |",
+        f"| sampling {n} tokens, KV cache | {r['sample_tokens_per_s_cached']:,.0f} tokens/s |",
+        f"| sampling {n} tokens, no cache | {r['sample_tokens_per_s_uncached']:,.0f} tokens/s |",
+        f"| cache speedup (same tokens: {'yes' if r['sample_tokens_match'] else 'NO'}) "
+        f"| {r['sample_cache_speedup']:.1f}x |",
         "",
     ]
     lengths = sorted({int(key.rsplit("_", 1)[1]) for key in r if key.startswith("readable_ms_")})
-    lines += [
-        "| causal attention forward, B=1: ms / peak memory | "
-        + " | ".join(f"T={T}" for T in lengths)
-        + " |",
-        "|---|" + "---:|" * len(lengths),
-    ]
+    header = " | ".join(f"T={T}" for T in lengths)
+    lines += [f"| causal attention forward, B=1: ms / peak memory | {header} |"]
+    lines += ["|---|" + "---:|" * len(lengths)]
     for name in ("readable", "sdpa", "tiled"):
         cells = [
             f"{r[f'{name}_ms_{T}']:.2f} ms / {r[f'{name}_peak_mem_{T}'] / MiB:.2f} MiB"
@@ -292,8 +261,9 @@ def format_tables(r: dict) -> str:
     T = lengths[-1]
     ratio = r[f"tiled_readable_mem_ratio_{T}"]
     verdict = "within" if ratio <= 1 / 8 else "OVER"
-    lines += [
-        "",
-        f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), {verdict} the 1/8 budget",
-    ]
+    lines.append("")
+    lines.append(
+        f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), "
+        f"{verdict} the 1/8 budget"
+    )
     return "\n".join(lines)

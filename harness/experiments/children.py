@@ -1,6 +1,5 @@
-"""The train.py processes of an experiment (compare.py, sweep.py): started one or several at a time,
-each stop signal (Ctrl-C, SIGTERM, SIGHUP) passed on to every one running, and what a second signal
-does to them."""
+"""The train.py processes of an experiment, one or several at a time, each stop signal (Ctrl-C,
+SIGTERM, SIGHUP) passed on to every one running."""
 
 import contextlib
 import signal
@@ -16,9 +15,7 @@ POLL_S = 0.1  # how often the ends of several children are looked for
 
 @contextlib.contextmanager
 def blocked(signum: int):
-    """The signal held pending (not lost) in this thread for the block, and in the processes it
-    starts meanwhile.
-    """
+    """The signal held pending in this thread for the block, and in the processes it starts."""
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
     try:
         yield
@@ -27,14 +24,9 @@ def blocked(signum: int):
 
 
 class Children:
-    """Runs train.py processes and passes every stop signal (Ctrl-C, SIGTERM, SIGHUP) on to each one
-    running.
-
-    Each child runs in a process group of its own, so a terminal's Ctrl-C reaches it once, through
-    this process (harness/stopping.py's StopFlag, as in train.py): the child stops at its next safe
-    point and saves a checkpoint, and this process waits for that. A second Ctrl-C reaches the
-    children too, which abort at once; so does this process, once they have ended.
-    """
+    """Runs train.py processes, each in a process group of its own, so that a terminal's Ctrl-C
+    reaches it once, through this process: it stops with a checkpoint, and this process waits. A
+    second Ctrl-C aborts the children at once, then this process."""
 
     def __init__(self):
         self.running: list[subprocess.Popen] = []
@@ -44,7 +36,7 @@ class Children:
     @property
     def signum(self) -> int | None:
         # lost output: the child sees it in its own writes
-        return self.flag.signum if self.flag.signum != LOST_OUTPUT else None
+        return None if self.flag.signum == LOST_OUTPUT else self.flag.signum
 
     def __enter__(self):
         self.flag.__enter__()
@@ -57,26 +49,19 @@ class Children:
                 self.told.add(child)
 
     def start(self, command: list[str], output=None) -> subprocess.Popen | None:
-        """Start the command (its output to `output`, an open file, or this process's); None if a
+        """Start the command, its output to `output` (an open file) or this process's; None if a
         stop was asked for already.
 
-        The child starts with SIGINT blocked (it inherits this process's mask): a Ctrl-C passed on
-        while its interpreter starts then waits until train.py can answer it in one line
-        (harness/stopping.py's exit_on_signal unblocks it), where Python would stop with "Fatal
-        Python error: init_import_site". Only SIGINT: the one Python turns into an exception while
-        it starts; SIGTERM and SIGHUP end a starting child quietly, and a child of another kind
-        keeps them.
+        The child starts with SIGINT blocked, which exit_on_signal unblocks: a Ctrl-C while its
+        interpreter starts is then one line from train.py, not "Fatal Python error:
+        init_import_site". SIGTERM and SIGHUP end a starting child quietly.
         """
         # here too: a Ctrl-C meanwhile is handled once the child exists, and passed on
         with blocked(signal.SIGINT):
             if self.signum is not None:
                 return None
-            child = subprocess.Popen(
-                command,
-                process_group=0,
-                stdout=output,
-                stderr=subprocess.STDOUT if output else None,
-            )
+            stderr = subprocess.STDOUT if output else None
+            child = subprocess.Popen(command, process_group=0, stdout=output, stderr=stderr)
             self.running.append(child)
         # SIGTERM or SIGHUP while the child was being started
         if self.signum is not None and child not in self.told:
@@ -107,9 +92,7 @@ class Children:
             raise
 
     def run(self, command: list[str]) -> int:
-        """Start the command and wait for it to end; its exit code (not started if a stop was asked
-        for already).
-        """
+        """Start the command and wait for its exit code (128 + the signal if a stop came first)."""
         child = self.start(command)
         if child is None:
             return 128 + self.signum

@@ -1,13 +1,10 @@
-"""What `python bench.py --data-mb MB` measures: preparing a generated text of MB megabytes into
-.bin files (MB/s, tokens/s, peak resident memory), against tiktoken's own encode_ordinary_batch, one
-thread per core, on the same text.
+"""What `python bench.py --data-mb MB` measures: preparing a generated MB-megabyte text into .bin
+files (MB/s, tokens/s, peak resident memory), against tiktoken's encode_ordinary_batch, one thread
+per core, on the same text.
 
-Each side runs in a fresh process, so its peak memory is its own (Linux's VmHWM: a process's
-ru_maxrss would include its parent's, as it survives exec). Preparing is one process: its encoders
-are threads, so that process's peak is the whole tree's. The two sides run in turns, ours then
-tiktoken's, as often as `turns` says:
-on a machine shared with other work, each turn's ratio compares two measurements taken moments
-apart.
+Each side runs in a fresh process, so its peak memory (Linux's VmHWM; ru_maxrss would include the
+parent's) is its own. The sides run in turns, so each turn's ratio compares two measurements taken
+moments apart on a machine shared with other work.
 """
 
 import json
@@ -54,7 +51,8 @@ while start < len(text):  # pieces of about 1 MB, each ending at a newline
 del text
 enc = tiktoken.get_encoding("gpt2")
 seconds, tokens = 0.0, 0
-for i in range(0, len(pieces), 4 * threads):  # a few pieces per thread a call: its lists of ids stay small
+# a few pieces per thread a call: its lists of ids stay small
+for i in range(0, len(pieces), 4 * threads):
     begin = time.perf_counter()
     ids = enc.encode_ordinary_batch(pieces[i : i + 4 * threads], num_threads=threads)
     seconds += time.perf_counter() - begin
@@ -64,9 +62,7 @@ print(json.dumps({"seconds": seconds, "tokens": tokens}))
 
 
 def write_text(path: Path, size_bytes: int, seed: int = 0) -> None:
-    """size_bytes of English-like text: Zipf-distributed made-up words, lines of 4 to 20 words,
-    blank lines between paragraphs.
-    """
+    """size_bytes of English-like text: Zipf-distributed made-up words, lines of 4 to 20 words."""
     rng = np.random.default_rng(seed)
     freq = 1 / np.arange(1, 27)
     lengths = rng.integers(1, 10, size=20_000)
@@ -92,23 +88,17 @@ def write_text(path: Path, size_bytes: int, seed: int = 0) -> None:
 
 
 def run_child(program: str, *args) -> dict:
+    command = [sys.executable, "-c", program, *map(str, args)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", program, *map(str, args)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"a benchmark process failed: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout)
 
 
 def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log=print) -> dict:
-    """Preparation and tiktoken's batch encoding of a generated size_mb text, in turns; the figures
-    of each turn and their best.
-    """
+    """Preparation and tiktoken's batch encoding of a generated size_mb text, in turns: each
+    turn's figures and their best."""
     threads = workers_to_use(workers)
     result = {
         "machine": machine_name(torch.device("cpu")),
@@ -127,9 +117,8 @@ def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log
             ours = run_child(PREPARE, path, tokenizer, threads, Path(tmp) / f"prepared{turn}")
             log(f"turn {turn + 1} of {turns}: tiktoken's encode_ordinary_batch ...")
             theirs = run_child(TIKTOKEN, path, threads) if tokenizer == "gpt2" else None
-            result["turns"].append(
-                {"ours": ours, "tiktoken": theirs, "load_avg_1min": load_average()}
-            )
+            load = load_average()
+            result["turns"].append({"ours": ours, "tiktoken": theirs, "load_avg_1min": load})
     best = min(result["turns"], key=lambda t: t["ours"]["seconds"])["ours"]
     result.update(
         prepare_mb_per_s=size / 1e6 / best["seconds"],
@@ -138,35 +127,36 @@ def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log
         tokens=best["tokens"],
     )
     if tokenizer == "gpt2":
-        result["tiktoken_mb_per_s"] = (
-            size / 1e6 / min(t["tiktoken"]["seconds"] for t in result["turns"])
-        )
+        theirs = [t["tiktoken"] for t in result["turns"]]
+        result["tiktoken_mb_per_s"] = size / 1e6 / min(t["seconds"] for t in theirs)
         result["ratios"] = [
             t["tiktoken"]["seconds"] / t["ours"]["seconds"] for t in result["turns"]
         ]
-        result["tiktoken_tokens"] = result["turns"][0]["tiktoken"]["tokens"]
+        result["tiktoken_tokens"] = theirs[0]["tokens"]
     return result
 
 
 def format_data_table(r: dict) -> str:
     lines = [
-        f"**{r['machine']}**, {r['cores']} cores, {r['workers']} encoding threads, tokenizer {r['tokenizer']}",
+        f"**{r['machine']}**, {r['cores']} cores, {r['workers']} encoding threads, "
+        f"tokenizer {r['tokenizer']}",
         "",
         f"| preparing a generated {r['size_bytes'] / 1e6:,.0f} MB text | value |",
         "|---|---:|",
-        f"| throughput (best of {len(r['turns'])}) | {r['prepare_mb_per_s']:.1f} MB/s, {r['prepare_tokens_per_s'] / 1e6:.2f} M tokens/s |",
-        f"| peak resident memory of the preparing process (its threads included) | {r['peak_rss'] / 2**20:,.0f} MiB |",
+        f"| throughput (best of {len(r['turns'])}) | {r['prepare_mb_per_s']:.1f} MB/s, "
+        f"{r['prepare_tokens_per_s'] / 1e6:.2f} M tokens/s |",
+        "| peak resident memory of the preparing process (its threads included) "
+        f"| {r['peak_rss'] / 2**20:,.0f} MiB |",
         f"| tokens (train + val) | {r['tokens']:,} |",
     ]
     if "ratios" in r:
+        each = [
+            f"{x:.2f} ({t['load_avg_1min']:.1f})"
+            for x, t in zip(r["ratios"], r["turns"], strict=True)
+        ]
         lines += [
-            f"| tiktoken's encode_ordinary_batch, {r['workers']} threads (best) | {r['tiktoken_mb_per_s']:.1f} MB/s, "
-            f"{r['tiktoken_tokens']:,} tokens |",
-            "| ours / tiktoken's throughput, each turn (load average then) | "
-            + ", ".join(
-                f"{x:.2f} ({t['load_avg_1min']:.1f})"
-                for x, t in zip(r["ratios"], r["turns"], strict=True)
-            )
-            + " |",
+            f"| tiktoken's encode_ordinary_batch, {r['workers']} threads (best) "
+            f"| {r['tiktoken_mb_per_s']:.1f} MB/s, {r['tiktoken_tokens']:,} tokens |",
+            f"| ours / tiktoken's throughput, each turn (load average then) | {', '.join(each)} |",
         ]
     return "\n".join(lines)

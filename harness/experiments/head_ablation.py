@@ -1,15 +1,11 @@
 """Which heads carry the --no-mask cheat: switch them off and measure the leak gap
 (inspect_attention.py --ablate).
 
-A head that puts its weight on t+1 is a suspect; the proof is an intervention. The leak gap
-(model/measurements.py: leak, honest minus teacher-forced loss) is measured with every head on,
-then with the named heads switched off (model/heads.py: ablate_heads), then with as many other
-heads, drawn at random, switched off instead, several times. If the named heads carry the cheat,
-their ablation closes most of the gap and the random ones close little. Each head alone, and each
-layer as a whole, is measured too, so that a cheat spread over several heads can be found.
-
-The data is the run's own: the val batches and honest positions its evaluations scored, rebuilt
-from the config in the checkpoint, so the gap before ablation is the run's logged loss/leak_gap.
+A head that puts its weight on t+1 is a suspect; the proof is an intervention. The leak gap is
+measured with every head on, with the named heads off, and with as many random other heads off,
+several times: if the named heads carry the cheat, theirs closes most of the gap and the random
+ones little. Each head alone and each layer are measured too, for a cheat spread over several.
+The batches are the run's own val batches, so the gap before is its logged loss/leak_gap.
 """
 
 import dataclasses
@@ -35,18 +31,15 @@ Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]
 
 
 def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
-    """The (x, y, positions) batches that the run's evaluations scored honestly, from the config
-    stored in its checkpoint.
-    """
+    """The (x, y, positions) batches the run's evaluations scored honestly, from its checkpoint."""
     cfg = dataclasses.replace(
         validate_config(checkpoint.get("config"), "the checkpoint", recorded=True), model=model.cfg
     )
-    # the run's text: a corpus changed since is refused, not measured
-    trained_on = checkpoint.get("source_sha256")
-    # the induction preset's source
-    corpus = (
-        load_corpus(cfg.data, trained_on) if cfg.data.source == "text" else load_synthetic(cfg.data)
-    )
+    # the run's text (a corpus changed since is refused), or the induction preset's source
+    if cfg.data.source == "text":
+        corpus = load_corpus(cfg.data, checkpoint.get("source_sha256"))
+    else:
+        corpus = load_synthetic(cfg.data)
     return make_eval_set(corpus, tokenizer, cfg).honest
 
 
@@ -71,37 +64,31 @@ def measure(
     mean_ablation: bool = False,
     say: Callable[[str], None] = say_on_stderr,
 ) -> dict:
-    """The leak gap before and after switching `heads` off, after switching as many random other
-    heads off (`draws` times), and with each head alone and each layer switched off; closed
-    fractions are 1 - after / before. Each gap is a pass over the run's val batches, prefix by
-    prefix: the first one timed, `say` hears how long the others should take, and a bar (in a
-    terminal) shows them go.
-
-    Returns what ablation.json holds: heads, leak_gap_before, leak_gap_after, closed_fraction,
-    random_closed_fraction (the mean over draws) and its sd, random_draws (each draw's heads, gap
-    and closed fraction), each_head, each_layer.
-    """
+    """The leak gap before and after switching `heads` off, with as many random other heads off
+    (`draws` times), and with each head and each layer off; closed fractions are 1 - after /
+    before. The first gap is timed and `say` hears how long the rest should take. Returns what
+    ablation.json holds."""
     others = [h for h in all_heads(model) if h not in heads]
     if draws and len(others) < len(heads):
         raise ValueError(
-            f"{len(heads)} heads named and only {len(others)} others left to draw as many from; name fewer heads"
+            f"{len(heads)} heads named and only {len(others)} others left to draw as many from; "
+            "name fewer heads"
         )
     means = head_means(model, batches[0][0]) if mean_ablation else None
     started = time.perf_counter()
     before = leak_gap(model, batches, [], None)
-    first_s, left = (
-        time.perf_counter() - started,
-        1 + draws + len(all_heads(model)) + model.cfg.n_layer,
-    )
+    first_s = time.perf_counter() - started
+    left = 1 + draws + len(all_heads(model)) + model.cfg.n_layer
     say(
-        f"--ablate: {left} more leak gaps to measure, about {duration(left * first_s)} (estimated: the first took {first_s:.3g} s)"
+        f"--ablate: {left} more leak gaps to measure, about {duration(left * first_s)} "
+        f"(estimated: the first took {first_s:.3g} s)"
     )
 
     def closed(gap: float) -> float:
         return 1.0 - gap / before
 
     with tqdm(total=left, desc="leak gaps", leave=False, disable=None) as bar:
-        # the leak gap with these heads off, one more on the bar
+
         def gap(off: list[tuple[int, int]]) -> float:
             bar.update()
             return leak_gap(model, batches, off, means)
@@ -110,9 +97,8 @@ def measure(
         gen = torch.Generator().manual_seed(seed)
         random_draws = []
         for _ in range(draws):
-            picked = [
-                others[i] for i in torch.randperm(len(others), generator=gen)[: len(heads)].tolist()
-            ]
+            order = torch.randperm(len(others), generator=gen)[: len(heads)].tolist()
+            picked = [others[i] for i in order]
             found = gap(picked)
             random_draws.append(
                 {
@@ -142,31 +128,22 @@ def measure(
 
 
 def report(result: dict) -> str:
-    """The lines inspect_attention.py prints: before, after, the random heads (mean and spread),
-    each head and layer.
-    """
+    """The lines inspect_attention.py prints: before, after, random heads, each head and layer."""
     draws = result["random_draws"]
     lines = [
-        f"ablating {', '.join(result['heads'])} ({result['ablation']}-ablation): leak gap {result['leak_gap_before']:.3f} before, "
-        f"{result['leak_gap_after']:.3f} after: {result['closed_fraction']:.1%} of it closed",
+        f"ablating {', '.join(result['heads'])} ({result['ablation']}-ablation): leak gap "
+        f"{result['leak_gap_before']:.3f} before, {result['leak_gap_after']:.3f} after: "
+        f"{result['closed_fraction']:.1%} of it closed",
     ]
     if draws:
         fractions = [d["closed_fraction"] for d in draws]
         sd = result["random_closed_fraction_sd"]
-        lines.append(
-            f"as many random other heads, {len(draws)} draws: {result['random_closed_fraction']:.1%} closed on average"
-            + (
-                f" (sd {sd:.1%}, from {min(fractions):.1%} to {max(fractions):.1%})"
-                if sd is not None
-                else ""
-            )
-        )
-    lines.append(
-        "each head alone closes: "
-        + ", ".join(f"{name} {f:.0%}" for name, f in result["each_head"].items())
-    )
-    lines.append(
-        "each layer whole closes: "
-        + ", ".join(f"{name} {f:.0%}" for name, f in result["each_layer"].items())
-    )
+        line = f"as many random other heads, {len(draws)} draws: "
+        line += f"{result['random_closed_fraction']:.1%} closed on average"
+        if sd is not None:
+            line += f" (sd {sd:.1%}, from {min(fractions):.1%} to {max(fractions):.1%})"
+        lines.append(line)
+    for what, key in (("head alone", "each_head"), ("layer whole", "each_layer")):
+        closes = ", ".join(f"{name} {f:.0%}" for name, f in result[key].items())
+        lines.append(f"each {what} closes: {closes}")
     return "\n".join(lines)

@@ -1,11 +1,8 @@
-"""What each run of an experiment (compare.py, sweep.py) came to, read from its folder: finished
-(its log, or else its checkpoint), diverged (the record train.py's non-finite check leaves), or
-ended from outside by a signal.
+"""What each run of an experiment came to, read from its folder: finished (its log, or else its
+checkpoint), diverged (the record train.py's non-finite check leaves), or ended by a signal.
 
-A run is what its settings are, not where its folder lies: a finished comparison moved, copied, or
-named by a relative path from another directory is the same comparison, so the folders in a run's
-config (train.runs_dir, data.cache_dir) are not compared, and its texts (data.path, data.val_path)
-are compared as the files they name.
+A run is what its settings are, not where its folder lies: the folders in its config are not
+compared, and its texts (data.path, data.val_path) are compared as the files they name.
 """
 
 import signal
@@ -24,34 +21,25 @@ WHERE_NOT_WHAT = ("runs_dir", "cache_dir", "run_name", "resume", "vocab_size")
 
 
 def read_saved_runs(saved: Path) -> dict:
-    """The runs an earlier experiment recorded in its compare.json or sweep.json (rewritten after
-    each run), by run name.
-    """
+    """The runs an earlier experiment recorded in its compare.json or sweep.json, by run name."""
     saved = read_json(saved)
     runs = saved.get("runs") if isinstance(saved, dict) else None
     return runs if isinstance(runs, dict) else {}
 
 
 def settings(config: dict) -> dict:
-    """A run's config as an experiment compares it: data's files as the files they name."""
     return {**config, "data": {**config["data"], **resolved_texts(config["data"])}}
 
 
 def check_settings(cfg: Config, recorded, where: Path) -> None:
-    """Refuse a finished run whose recorded settings (config.json's, or the checkpoint's at `where`)
-    are not these: a comparison resumed with other flags. A record with a value of the wrong type is
-    refused as a checkpoint's is (older records, positions true/false, read as they were); a missing
-    or damaged one has no settings, so every one differs."""
-    recorded = (
-        settings(validate_config(recorded, where, recorded=True).to_dict())
-        if isinstance(recorded, dict)
-        else {}
-    )
-    differs = config_differences(
-        recorded,
-        settings({section: cfg.to_dict()[section] for section in SECTIONS}),
-        ignore=WHERE_NOT_WHAT,
-    )
+    """Refuse a finished run whose recorded settings (read from `where`) are not these: an
+    experiment resumed with other flags. A missing or damaged record differs in every setting."""
+    if isinstance(recorded, dict):
+        recorded = settings(validate_config(recorded, where, recorded=True).to_dict())
+    else:
+        recorded = {}
+    ours = settings({section: cfg.to_dict()[section] for section in SECTIONS})
+    differs = config_differences(recorded, ours, ignore=WHERE_NOT_WHAT)
     if differs:
         raise ConfigError(
             f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "
@@ -60,9 +48,7 @@ def check_settings(cfg: Config, recorded, where: Path) -> None:
 
 
 def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
-    """What a run recorded of its settings, and where: its config.json, or if that is gone or
-    damaged its checkpoint's.
-    """
+    """A run's recorded settings and where they lie: config.json, or else its checkpoint."""
     recorded = read_json(run_dir / "config.json")
     if isinstance(recorded, dict):
         return recorded, run_dir / "config.json"
@@ -73,26 +59,21 @@ def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
 
 
 def finished_checkpoint(cfg: Config) -> dict | None:
-    """The run's ckpt.pt when it says that the run finished (evaluated at max_steps), else None (a
-    damaged file included:
-    train.py, resuming it, says what is wrong with it)."""
+    """The run's ckpt.pt if it says the run finished (evaluated at max_steps), else None (a damaged
+    one too: train.py, resuming it, says what is wrong)."""
     try:
         checkpoint = read_checkpoint(cfg.run_dir / "ckpt.pt")
     except CheckpointError:
         return None
-    return (
-        checkpoint
-        if checkpoint["step"] == cfg.train.max_steps and checkpoint.get("evaluated", True)
-        else None
-    )
+    if checkpoint["step"] == cfg.train.max_steps and checkpoint.get("evaluated", True):
+        return checkpoint
+    return None
 
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
-    """What a run of an earlier, stopped experiment gave, if it already finished with these
-    settings: a checkpoint and an evaluation at max_steps in its metrics.jsonl, or else a checkpoint
-    that says it finished (its log deleted or cut short); else None. Its numbers come from
-    compare.json or sweep.json (with its wall time), or else its log, or else the checkpoint's val
-    loss."""
+    """What a run gave if it already finished with these settings (an evaluation at max_steps in
+    its log, or else a checkpoint that says so), else None. Its numbers come from the saved runs
+    (with its wall time), or else its log, or else the checkpoint's val loss."""
     if not (cfg.run_dir / "ckpt.pt").is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]
@@ -101,24 +82,18 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
         checkpoint = finished_checkpoint(cfg)
         if checkpoint is None:
             return None
-        last, recorded, where = (
-            {"step": checkpoint["step"], "loss/val": checkpoint.get("val_loss")},
-            checkpoint["config"],
-            cfg.run_dir / "ckpt.pt",
-        )
+        last = {"step": checkpoint["step"], "loss/val": checkpoint.get("val_loss")}
+        recorded, where = checkpoint["config"], cfg.run_dir / "ckpt.pt"
     check_settings(cfg, recorded, where)
     saved = saved_runs.get(cfg.run_name, {})
-    return (
-        saved
-        if saved.get("step") == last["step"] and saved.get("exit_code") == 0
-        else {**last, "exit_code": 0}
-    )
+    if saved.get("step") == last["step"] and saved.get("exit_code") == 0:
+        return saved
+    return {**last, "exit_code": 0}
 
 
 def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict | None:
-    """What an earlier attempt at this run left that --resume keeps: a finished run, or
-    (diverged_too) one that diverged with these settings; else None, and the run resumes or
-    starts."""
+    """What an earlier attempt left that --resume keeps: a finished run, or (diverged_too) one that
+    diverged with these settings; else None."""
     done = finished_run(cfg, saved_runs)
     if done is None and diverged_too and (done := diverged_run(cfg.run_dir)) is not None:
         check_settings(cfg, *recorded_settings(cfg.run_dir))
@@ -126,9 +101,8 @@ def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict |
 
 
 def diverged_run(run_dir: Path) -> dict | None:
-    """A run whose loss or gradient stopped being finite, as its folder records it: the step, and
-    the last training loss it logged (finite: the check stops a run before it logs a non-finite one)
-    with that loss's step; None if it did not."""
+    """A run whose loss or gradient stopped being finite: the step, and the last training loss it
+    logged with that loss's step; None if it did not diverge."""
     record = read_json(run_dir / DIVERGED)
     if not isinstance(record, dict) or not isinstance(record.get("step"), int):
         return None
@@ -148,10 +122,8 @@ def diverged_run(run_dir: Path) -> dict | None:
 
 
 def killed_from_outside(code: int, run_name: str, what: str) -> str | None:
-    """The line for a run whose process a signal ended before it could save or say anything (a
-    negative exit code:
-    SIGKILL, as the kernel's out-of-memory killer sends it), or None for a run that ended by
-    itself."""
+    """The line for a run that a signal ended before it could say anything (a negative exit code),
+    or None for a run that ended by itself."""
     if code >= 0:
         return None
     try:

@@ -1,7 +1,6 @@
-"""Measuring tools for the benchmark: train.py's training step as bench.py times it, timers that
-wait for the device, peak memory (CUDA's allocator, or a tracker of tensor storage on the CPU, where
-torch keeps no allocator statistics), the machine, the peak that MFU divides by (a CUDA card's from
-its datasheet, or a matmul peak measured here), and the attention kernel torch picks."""
+"""Measuring tools for the benchmark: train.py's step as bench.py times it, timers that wait for
+the device, peak memory (CUDA's allocator, or a tracker of tensor storage on the CPU, where torch
+keeps no statistics), the machine, the peak that MFU divides by, and the attention kernel."""
 
 import math
 import os
@@ -21,10 +20,9 @@ from harness.training.runtime import Runtime
 from harness.training.step import check_finite, micro_steps
 from model import ModelConfig
 
-# Dense bfloat16 tensor-core peaks, in TFLOP/s: the MFU denominator of a CUDA card under bf16
-# autocast. Datasheets print these figures twice as large "with sparsity" (2:4 structured sparsity,
-# which training does not use). Each pattern is searched in torch.cuda.get_device_name's text and
-# the first match wins, so specific names come before plain ones.
+# Dense bfloat16 tensor-core peaks in TFLOP/s, MFU's denominator under bf16 autocast (datasheets
+# print twice these "with sparsity", which training does not use). The first pattern found in
+# torch.cuda.get_device_name wins, so specific names come first.
 BF16_PEAKS = [  # (pattern, dense bf16 TFLOP/s, source)
     (r"H200 NVL", 835, "NVIDIA H200 NVL datasheet, 1,671 with sparsity"),
     (r"H200", 989, "NVIDIA H200 datasheet (SXM), 1,979 with sparsity"),
@@ -39,24 +37,22 @@ BF16_PEAKS = [  # (pattern, dense bf16 TFLOP/s, source)
     (r"RTX 4090$", 165, "NVIDIA Ada architecture whitepaper, FP32 accumulate, 330 with sparsity"),
     (r"RTX 3090$", 71, "NVIDIA GA102 (Ampere) whitepaper, FP32 accumulate, 142 with sparsity"),
 ]
-KERNELS = {  # torch's SDPBackend -> what the table says
+KERNELS = {
     SDPBackend.FLASH_ATTENTION: "flash",
     SDPBackend.EFFICIENT_ATTENTION: "memory-efficient",
     SDPBackend.CUDNN_ATTENTION: "cuDNN",
     SDPBackend.MATH: "math (the (T, T) weights held in memory)",
 }
+# how long the square matmuls are timed for MFU's denominator, where no datasheet gives it
+PEAK_SECONDS = 3.0
 
 
 class PeakMemory(TorchDispatchMode):
-    """Peak bytes of tensor storage allocated while the mode is active, on top of what already
-    existed.
+    """Peak bytes of tensor storage allocated while the mode is active, above what existed before.
 
-    Every op's output whose storage is new (not the storage of one of the op's inputs, as with
-    views and in-place ops, and not counted already) adds the storage's nbytes to a live count,
-    and a weakref.finalize on that storage subtracts them when torch frees it. Tensors that
-    existed before entering (parameters, optimizer state, the batch) are the baseline and are
-    not counted: `peak` is what the code inside added on top of them. Scratch space that a kernel
-    allocates and frees inside one op is not an output and stays invisible.
+    Each op output with a new storage (not an input's, as views and in-place ops have) adds its
+    bytes to a live count, and a weakref.finalize takes them off when torch frees it. A kernel's
+    scratch space, allocated and freed inside one op, stays invisible.
     """
 
     def __init__(self) -> None:
@@ -66,11 +62,8 @@ class PeakMemory(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {
-            t.untyped_storage()._cdata
-            for t in tree_flatten((args, kwargs))[0]
-            if isinstance(t, torch.Tensor)
-        }
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        inputs = {t.untyped_storage()._cdata for t in tensors}
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in inputs:
                 self.track(t.untyped_storage())
@@ -94,9 +87,8 @@ class PeakMemory(TorchDispatchMode):
 def training_step(
     step_model, optimizer, micro_batches: list, runtime: Runtime, grad_clip: float
 ) -> tuple[torch.Tensor, float]:
-    """train.py's step, line for line: a script imports no other, so bench.py keeps its own copy,
-    and tests/test_benchmark.py holds the two to the same losses. Returns the mean loss and the
-    clock as the update starts."""
+    """train.py's step, line for line (a script imports no other; tests/test_benchmark.py holds
+    the two equal). Returns the mean loss and the clock as the update starts."""
     optimizer.zero_grad(set_to_none=True)
     loss = torch.zeros((), device=runtime.device)
     for x, y, ddp_sync in micro_steps(step_model, micro_batches, runtime):
@@ -113,9 +105,7 @@ def training_step(
 
 
 def peak_memory_bytes(fn, device: torch.device) -> int:
-    """Peak bytes that fn() allocates above what was live before it ran (CUDA: the allocator's own
-    count).
-    """
+    """Peak bytes that fn() allocates above what was live before it ran."""
     if device.type == "cuda":
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -147,17 +137,6 @@ def machine_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_line(r: dict) -> str:
-    """The line above a table of timings: the machine, the device, torch's threads and version, and
-    the load on the machine.
-    """
-    load = r.get("load_avg_1min")
-    return (
-        f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, torch {r['torch_version']}"
-        + (f", load average {load:.1f} on {os.cpu_count()} cores" if load is not None else "")
-    )
-
-
 def load_average() -> float | None:
     """The 1-minute load average where the OS reports one: compare it with the number of cores."""
     try:
@@ -166,14 +145,30 @@ def load_average() -> float | None:
         return None
 
 
-# how long the square matmuls are timed for the MFU's denominator, where no datasheet gives it
-PEAK_SECONDS = 3.0
+def machine_facts(device: torch.device) -> dict:
+    """What a table of timings says of the machine: other work on it skews every timing."""
+    return {
+        "machine": machine_name(device),
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "load_avg_1min": load_average(),
+    }
+
+
+def machine_line(r: dict) -> str:
+    """The line above a table of timings: the machine, torch's threads and version, the load."""
+    line = f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, "
+    line += f"torch {r['torch_version']}"
+    if r.get("load_avg_1min") is not None:
+        line += f", load average {r['load_avg_1min']:.1f} on {os.cpu_count()} cores"
+    return line
 
 
 def matmul_peak_flops(
     device: torch.device, dtype: torch.dtype, sizes=(512, 1024, 2048), seconds: float = PEAK_SECONDS
 ) -> float:
-    """The best FLOP/s of square matmuls (2 n^3 FLOPs each) over a few seconds: the MFU denominator."""
+    """The best FLOP/s of square matmuls (2 n^3 FLOPs each) over a few seconds."""
     best = 0.0
     for n in sizes:
         a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
@@ -185,9 +180,7 @@ def matmul_peak_flops(
 
 
 def card_peak(name: str) -> tuple[float, str] | None:
-    """A CUDA card's dense bf16 peak (FLOP/s) and its source, from BF16_PEAKS; None for a card not
-    in the table.
-    """
+    """A CUDA card's dense bf16 peak (FLOP/s) and its source; None for a card not in BF16_PEAKS."""
     for pattern, tflops, source in BF16_PEAKS:
         if re.search(pattern, name):
             return tflops * 1e12, source
@@ -195,47 +188,32 @@ def card_peak(name: str) -> tuple[float, str] | None:
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
-    """What MFU divides by, and where it comes from: under bf16 on CUDA the card's datasheet peak,
-    elsewhere (a CPU, float32, a card the table lacks) the best matmul measured here, which is below
-    what the datasheet would say."""
+    """What MFU divides by, and its source: under bf16 on CUDA the card's datasheet peak, elsewhere
+    the best matmul measured here (below what a datasheet would say)."""
     if device.type == "cuda" and dtype == torch.bfloat16:
         name = machine_name(device)
         if found := card_peak(name):
             return found
-        return matmul_peak_flops(
-            device, dtype
-        ), f"measured here: {name} is not in the table of cards' peaks"
+        source = f"measured here: {name} is not in the table of cards' peaks"
+        return matmul_peak_flops(device, dtype), source
     return matmul_peak_flops(device, dtype), "measured here"
 
 
 def attention_kernel(
     cfg: ModelConfig, batch_size: int, device: torch.device, dtype: torch.dtype
 ) -> str:
-    """The attention kernel a training step runs: the readable or tiled path when model.attention
-    says so; with "sdpa", the kernel torch's dispatcher picks for the step's (B, H, T, D) queries,
-    keys and values in `dtype` (autocast's), with the model's dropout and mask. It asks the
-    dispatcher's own choice function (torch._fused_sdp_choice, private: a release without it gets
-    "unknown"); under torch.compile the compiled graph calls the kernel chosen when it was traced.
+    """The attention kernel a training step runs: with "sdpa", the one torch's dispatcher picks for
+    the step's (B, H, T, D) inputs in `dtype`, asked of torch._fused_sdp_choice (private: a release
+    without it gets "unknown"). Under torch.compile the graph keeps the kernel chosen at tracing.
     """
     if cfg.attention != "sdpa":
         return f"none: model.attention = {cfg.attention}"
     choose = getattr(torch, "_fused_sdp_choice", None)
-    # (B, H, T, D)
-    q = torch.empty(
-        batch_size, cfg.n_head, cfg.block_size, cfg.head_size, device=device, dtype=dtype
-    )
+    shape = (batch_size, cfg.n_head, cfg.block_size, cfg.head_size)
+    q = torch.empty(*shape, device=device, dtype=dtype)
+    scale = cfg.head_size**-0.5 if cfg.scaled else 1.0
     try:
-        picked = SDPBackend(
-            choose(
-                q,
-                q,
-                q,
-                None,
-                cfg.dropout,
-                cfg.causal,
-                scale=cfg.head_size**-0.5 if cfg.scaled else 1.0,
-            )
-        )
+        picked = SDPBackend(choose(q, q, q, None, cfg.dropout, cfg.causal, scale=scale))
     except Exception:  # no such function, or one that takes other arguments
         return "unknown: this torch does not say"
     return KERNELS.get(picked, picked.name.lower())

@@ -1,9 +1,8 @@
 """Seed statistics for comparisons: the spread of a quantity over seeds, paired differences with a
 95% interval, and the table of variants that compare.py and break_gpt2.py print.
 
-A difference between two variants means something only next to how much the same variant moves
-when nothing but the seed changes. These helpers take plain floats and return plain numbers, so
-each can be checked by hand; they use the standard library only (no scipy).
+A difference between variants means something only next to how much one variant moves when only
+the seed changes. Plain floats in, plain numbers out, standard library only (no scipy).
 """
 
 import dataclasses
@@ -12,39 +11,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# t_{0.975, df}, the two-sided 95% quantile of Student's t, for df = 1..30 (from any statistics
-# table).
+# t_{0.975, df}, Student's two-sided 95% quantile, for df = 1..30 (from any statistics table)
 T_975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
+    (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160)
+    + (2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056)
+    + (2.052, 2.048, 2.045, 2.042)
 )
 Z_975 = 1.959964  # the normal quantile that t_{0.975, df} approaches as df grows
 
@@ -62,6 +33,9 @@ COLUMNS = [  # (header, metric tag, format)
     ("score std", "attn/score_std", ".2f"),
     ("wall s", "wall_s", ".0f"),
 ]
+MINUS = "−"  # in a difference's label: "char-no-mask-no-pos − char-no-mask"
+# what the ablations are about
+DIFFERENCE_COLUMNS = ["val", "val honest", "leak gap", "order use", "entropy", "saturated"]
 
 
 @dataclass(frozen=True)
@@ -81,26 +55,18 @@ class Difference:
 
 
 def spread(values: Sequence[float]) -> Spread:
-    """Mean and sample standard deviation of one quantity over seeds.
-
-    The divisor is n - 1: the seeds are a small sample of all the seeds one could pick, and
-    dividing by n would understate the spread (by a factor sqrt(2/3) at three seeds).
-    """
+    """Mean and sample standard deviation over seeds: the seeds are a small sample of all one could
+    pick, and dividing by n would understate the spread."""
     if not values:
         raise ValueError("spread of no values")
-    return Spread(
-        statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values)
-    )
+    std = statistics.stdev(values) if len(values) > 1 else None
+    return Spread(statistics.fmean(values), std, len(values))
 
 
 def t_975(df: int) -> float:
-    """t_{0.975, df}: a 95% interval of the mean of df + 1 values is mean ± t_975(df) * sd / sqrt(df
-    + 1).
-
-    With few seeds the estimated sd is itself noisy, so t is far above the normal 1.96 (4.303 at
-    three seeds). Up to df = 30 it comes from the table; beyond, from the Cornish-Fisher expansion
-    around the normal quantile, which meets the table at df = 30 to three decimals.
-    """
+    """t_{0.975, df}: a 95% interval of the mean of df + 1 values is mean ± t * sd / sqrt(df + 1).
+    With few seeds the sd is itself noisy, so t is far above 1.96. Past the table, the
+    Cornish-Fisher expansion, which meets it at df = 30 to three decimals."""
     if df < 1:
         raise ValueError(f"a t quantile needs at least one degree of freedom, got {df}")
     if df <= len(T_975):
@@ -110,21 +76,14 @@ def t_975(df: int) -> float:
 
 
 def half_width(s: Spread) -> float | None:
-    """The 95% interval of a mean over seeds is s.mean ± this (Student's t, n - 1 degrees of
-    freedom); None for one value.
-    """
+    """The 95% interval of a mean over seeds is s.mean ± this; None for one value."""
     return None if s.std is None else t_975(s.n - 1) * s.std / math.sqrt(s.n)
 
 
 def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Difference:
-    """Ablation minus base, paired by seed: d_i = ablation_i - base_i, then mean ± t * sd(d) /
-    sqrt(n).
-
-    Both runs of a pair share the seed, hence the initialisation and the batch order, so the part
-    of the seed noise they share cancels in d_i and the interval is narrower than one built from
-    two independent means. `sigmas` sets the difference against the seed spread of base alone:
-    how many of base's own seed-to-seed standard deviations the ablation moved the quantity.
-    """
+    """Ablation minus base, paired by seed. A pair shares its initialisation and batches, so the
+    seed noise they share cancels and the interval is narrower than from two independent means.
+    `sigmas`: how many of base's seed-to-seed sds the ablation moved the quantity."""
     if len(ablation) != len(base) or not base:
         raise ValueError(
             f"paired values need the same non-zero count, got {len(ablation)} and {len(base)}"
@@ -138,9 +97,7 @@ def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Diffe
 
 
 def column(runs: list[dict], tag: str) -> list[float] | None:
-    """One tag's value from every run, in seed order; None if any run lacks it (a summary written by
-    older code).
-    """
+    """One tag's value from every run, in seed order; None if any run lacks it."""
     return [r[tag] for r in runs] if all(tag in r for r in runs) else None
 
 
@@ -153,16 +110,12 @@ def aggregate(runs: list[dict]) -> dict[str, Spread | None]:
 
 
 def what_figures_are(n_seeds: int, per_point: bool = False) -> str:
-    """How a table (or, per_point, a picture) over n_seeds says what its figures are: one seed has
-    no mean and no interval.
-    """
+    """What a table's (or, per_point, a picture's) figures are over n_seeds."""
     if n_seeds == 1:
         return "one seed per point, no interval" if per_point else "one seed: no interval"
-    return (
-        f"{n_seeds} seeds per point (mean, 95% interval)"
-        if per_point
-        else f"mean ± 95% half width over {n_seeds} seeds"
-    )
+    if per_point:
+        return f"{n_seeds} seeds per point (mean, 95% interval)"
+    return f"mean ± 95% half width over {n_seeds} seeds"
 
 
 def format_cell(s: Spread | None, fmt: str) -> str:
@@ -180,26 +133,17 @@ def format_table(
         "|---|" + "---:|" * len(columns),
     ]
     for name, stats in rows.items():
-        lines.append(
-            f"| {name} | "
-            + " | ".join(format_cell(stats[tag], fmt) for _, tag, fmt in columns)
-            + " |"
-        )
+        cells = " | ".join(format_cell(stats[tag], fmt) for _, tag, fmt in columns)
+        lines.append(f"| {name} | {cells} |")
     return "\n".join(lines)
-
-
-MINUS = "−"  # in a difference's label: "char-no-mask-no-pos − char-no-mask"
-# what the ablations are about
-DIFFERENCE_COLUMNS = ["val", "val honest", "leak gap", "order use", "entropy", "saturated"]
 
 
 def differences(
     by_variant: dict[str, list[dict]], also: dict[str, list[str]] | None = None
 ) -> dict[str, dict[str, Difference | None]]:
-    """Each ablation against base (the first variant), paired by seed, for the difference columns,
-    keyed by its name; then each pair that `also` asks for (a variant against the variants it was
-    measured from too: {"x-no-mask-no-pos":
-    ["x-no-mask"]}), keyed "x-no-mask-no-pos − x-no-mask"."""
+    """Each ablation against base (the first variant), paired by seed, keyed by its name; then
+    each pair `also` asks for ({"x-no-mask-no-pos": ["x-no-mask"]}), keyed "x-no-mask-no-pos −
+    x-no-mask"."""
     (base_name, _), *ablations = by_variant.items()
     pairs = [(name, name, base_name) for name, _ in ablations]
     pairs += [
@@ -212,21 +156,16 @@ def differences(
         out[label] = {}
         for header, tag, _ in COLUMNS:
             if header in DIFFERENCE_COLUMNS:
-                ablation_values, base_values = (
-                    column(by_variant[name], tag),
-                    column(by_variant[reference], tag),
-                )
-                missing = ablation_values is None or base_values is None
-                out[label][tag] = (
-                    None if missing else paired_difference(ablation_values, base_values)
-                )
+                values = column(by_variant[name], tag)
+                base_values = column(by_variant[reference], tag)
+                missing = values is None or base_values is None
+                out[label][tag] = None if missing else paired_difference(values, base_values)
     return out
 
 
 def format_sigmas(sigmas: float, spans_zero: bool = False) -> str:
-    """A difference's size in seed sds of the run it is measured from. Against a run that never
-    varied (a causal run's leak gap is 0 at every seed) the size is infinite: a finding when the
-    interval excludes 0, and no size at all when it spans 0."""
+    """A difference's size in seed sds. Against a run that never varied it is infinite: a finding
+    when the interval excludes 0, no size at all when it spans 0."""
     if sigmas == float("inf"):
         return "n/a sd (constant over seeds)" if spans_zero else "inf sd"
     return f"{sigmas:.1f} sd"
@@ -235,20 +174,18 @@ def format_sigmas(sigmas: float, spans_zero: bool = False) -> str:
 def format_differences(
     diffs: dict[str, dict[str, Difference | None]], base_name: str, n_seeds: int
 ) -> str:
-    """A line per ablation: mean difference from base (or from the run its label names after the −),
-    and with several seeds the 95% interval and the size in the seed sds of the run it is measured
-    from."""
-    source = (
-        f"{base_name} (or from the run after the {MINUS})"
-        if any(MINUS in label for label in diffs)
-        else base_name
-    )
+    """A line per ablation: the mean difference from base (or from the run after the −), and with
+    several seeds the 95% interval and the size in seed sds of the run it is measured from."""
+    source = base_name
+    if any(MINUS in label for label in diffs):
+        source = f"{base_name} (or from the run after the {MINUS})"
     if n_seeds == 1:
         head = f"difference from {source} (one seed: intervals need --seeds >= 2)"
     else:
+        sds_of = "the run it is measured from" if source != base_name else base_name
         head = (
             f"difference from {source}, paired by seed over {n_seeds} seeds: mean [95% interval], "
-            f"|mean| in seed standard deviations of {'the run it is measured from' if source != base_name else base_name}"
+            f"|mean| in seed standard deviations of {sds_of}"
         )
     headers = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
     width = max(map(len, diffs), default=0)
@@ -263,17 +200,14 @@ def format_differences(
                 cells.append(f"{header} {d.mean:+{fmt}}")
             else:
                 low, high = d.mean - d.half_width, d.mean + d.half_width
-                cells.append(
-                    f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {format_sigmas(d.sigmas, low <= 0 <= high)}"
-                )
+                sigmas = format_sigmas(d.sigmas, low <= 0 <= high)
+                cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {sigmas}")
         lines.append(f"  {name + ':':<{width + 1}} " + " | ".join(cells))
     return "\n".join(lines)
 
 
 def to_json(value):
-    """Spreads and differences (also inside dicts) as plain dicts; an infinite sd ratio as "inf",
-    which JSON has no number for.
-    """
+    """Spreads and differences (also inside dicts) as plain dicts; an infinite ratio as "inf"."""
     if isinstance(value, dict):
         return {k: to_json(v) for k, v in value.items()}
     if isinstance(value, Spread | Difference):

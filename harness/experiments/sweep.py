@@ -1,15 +1,10 @@
-"""The experiment of sweep.py: learning rates x variants x seeds, each run a `python train.py ...`
-process (comparison.py's
-train_runs: Ctrl-C passed on, --resume), and what each rate does to each variant at the end of
-training.
+"""The experiment of sweep.py: learning rates x variants x seeds, each run a train.py process
+(comparison.py's train_runs), and what each rate does to each variant at the end of training.
 
-A learning rate too high for the model makes the queries and keys grow, the attention scores grow
-with their product, and the softmax goes one-hot: the saturation that --no-scale brings on at any
-rate, here with the scale in place. The sweep shows it as the final val loss and the largest
-attention score (attn/score_max) against the learning rate, with and without a cure, as Wortsman et
-al. (2023, "Small-scale proxies for large-scale Transformer training instabilities", Fig. 1) draw
-it. Every point is a mean over seeds with its 95% interval (Student's t); each variant's difference
-from the preset as it is, at the same rate, is paired by seed (the same initialisation and batches).
+A rate too high makes the queries and keys grow, the scores with their product, and the softmax
+goes one-hot: --no-scale's saturation with the scale in place. The sweep draws the final val loss
+and the largest score against the rate, with and without a cure, as Wortsman et al. (2023,
+"Small-scale proxies for large-scale Transformer training instabilities", Fig. 1) do.
 """
 
 import dataclasses
@@ -57,10 +52,8 @@ OVER_TIME = "Probe_attn/score_max"
 def plan_sweep(
     cfg: Config, folder: Path, n_seeds: int, lrs: list[float], names: list[str]
 ) -> dict[str, dict[str, list[Config]]]:
-    """{variant: {rate: its runs over the seeds}}, variants as compare.py names them (char,
-    char-qk-norm), rates as rate_name spells them; run names carry both
-    (char-qk-norm-lr1.2e-1-s1337). A rate train.lr's checks refuse (below train.min_lr) is one
-    line."""
+    """{variant: {rate: its runs over the seeds}}; run names carry both
+    (char-qk-norm-lr1.2e-1-s1337). A rate train.lr's checks refuse is one line."""
     out: dict[str, dict[str, list[Config]]] = {}
     for lr in lrs:
         try:
@@ -76,17 +69,13 @@ def plan_sweep(
 
 
 def interval(values: list[float]) -> dict:
-    """Mean, sample sd and the 95% interval's half width (None with one value) of a quantity over
-    seeds.
-    """
+    """Mean, sample sd and the 95% interval's half width of a quantity over seeds."""
     s = spread(values)
     return {"mean": s.mean, "std": s.std, "n": s.n, "half_width": half_width(s)}
 
 
 def paired(ends: dict[int, dict], others: dict[int, dict], tag: str) -> list[tuple[float, float]]:
-    """(this run's value, the other run's) of a tag, for each seed at which both trained to the end
-    and logged it.
-    """
+    """(this run's value, the other's) of a tag, at each seed where both trained and logged it."""
     return [
         (end[tag], others[seed][tag])
         for seed, end in ends.items()
@@ -97,17 +86,10 @@ def paired(ends: dict[int, dict], others: dict[int, dict], tag: str) -> list[tup
 def summarise(
     plan: dict[str, dict[str, list[Config]]], runs: dict[str, dict], preset_lr: str | None
 ) -> dict:
-    """What the sweep found, from each run's result (`runs`, by run name: its last evaluation, or
-    where it diverged) and
-    its log: per variant and rate, each tag at the end over the seeds that trained to the end
-    ("aggregate") and the largest score at the first evaluation ("first"); the seeds that diverged,
-    each with its step and last training loss ("diverged", by variant and rate); the difference from
-    base at the same rate, paired by the seeds both trained ("differences"); how many times the
-    largest score grew, per seed, from the first evaluation and from the preset's rate ("growth");
-    at the highest rate the largest score during training, mean with min and max over the seeds that
-    trained (over all, if none did: up to where they diverged) ("over_time"); and at the preset's
-    rate the table compare.py would print of these runs ("preset": compare.json's aggregate and
-    differences)."""
+    """What the sweep found per variant and rate, from each run's result and log: the tags at the
+    end, the largest score at the first evaluation and its growth, the seeds that diverged, the
+    differences from base; the largest score over time at the highest rate; compare.py's table at
+    the preset's rate."""
     ends = {
         v: {lr: {c.train.seed: runs[c.run_name] for c in configs} for lr, configs in by_lr.items()}
         for v, by_lr in plan.items()
@@ -162,19 +144,14 @@ def summarise(
                     if (pairs := paired(trained, ends[base][lr], t))
                 }
         top = list(plan[v])[-1]  # the highest rate: rates are planned smallest first
+        # over the seeds that trained, or if none did, up to where they diverged
         shown = [c for c in plan[v][top] if "diverged" not in runs[c.run_name]] or plan[v][top]
         curves = [curve(read_metrics(c.run_dir), OVER_TIME) for c in shown]
         if all(steps for steps, _ in curves):
             steps, mean, low, high = mean_band(curves)
-            out["over_time"][v] = {
-                "lr": top,
-                "steps": steps,
-                "mean": mean.tolist(),
-                "low": low.tolist(),
-                "high": high.tolist(),
-            }
+            line = {"mean": mean.tolist(), "low": low.tolist(), "high": high.tolist()}
+            out["over_time"][v] = {"lr": top, "steps": steps, **line}
     if preset_lr is not None:
-        # a diverged run: no tags
         by_variant = {v: [runs[c.run_name] for c in by_lr[preset_lr]] for v, by_lr in plan.items()}
         also = measured_from({v: by_lr[preset_lr] for v, by_lr in plan.items()})
         out["preset"] = to_json(
@@ -194,9 +171,7 @@ COLUMNS = (
 
 
 def diverged_cell(gone: list[dict], n_seeds: int) -> str:
-    """The table's word on the seeds that diverged at one rate: each one's step and the last
-    training loss it logged.
-    """
+    """The seeds that diverged at one rate: each one's step and the last training loss logged."""
     each = []
     for g in gone:
         where = f"at step {g['step']}"
@@ -212,10 +187,8 @@ def diverged_cell(gone: list[dict], n_seeds: int) -> str:
 
 
 def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | None = None) -> str:
-    """A table: per rate and variant (`variants`, in their order; all the summary's by default),
-    each column's tag at the end (by default the val loss, the largest score and the entropy), mean
-    ± 95% half width over the seeds that trained to the end; when a run diverged, a last column says
-    where, and n/a stands where no seed trained to the end."""
+    """Per rate and variant, each column's tag at the end, mean ± 95% half width over the seeds that
+    trained to the end (n/a: none did); a last column says where runs diverged."""
     gone = summary.get("diverged") or {}
     last = (" diverged |", "---|") if gone else ("", "")
     lines = [
@@ -247,11 +220,9 @@ def run_sweep(
     names: list[str],
     jobs: int = 1,
 ) -> dict | int:
-    """Train every variant (base and those `names` picks) at every rate and seed into
-    runs/sweep-<config>/, then save sweep.json (the runs and their summary) and draw sweep.png. Seed
-    by seed, and within a seed rate by rate, so that a sweep stopped early holds complete rounds.
-    Returns the summary (with its folder), or the exit code of a run that failed or was stopped;
-    cfg.train.resume continues a stopped sweep."""
+    """Train every variant at every rate and seed into runs/sweep-<config>/, seed by seed so that a
+    sweep stopped early holds complete rounds, then save sweep.json and draw sweep.png. Returns the
+    summary (with its folder), or the exit code of a run that failed or was stopped."""
     folder = Path(cfg.train.runs_dir) / f"sweep-{cfg.name}"
     # before the folder is claimed: a refused rate moves nothing
     plan = plan_sweep(cfg, folder, n_seeds, lrs, names)
@@ -285,14 +256,11 @@ def run_sweep(
     if isinstance(results, int):
         return results
     with summing_up(folder, "sweep"):
-        summary = {
-            **header,
-            **summarise(
-                plan, results, header["preset_lr"] if header["preset_lr"] in rates else None
-            ),
-        }
+        preset_lr = header["preset_lr"] if header["preset_lr"] in rates else None
+        summary = {**header, **summarise(plan, results, preset_lr)}
         write_json(folder / "sweep.json", {**summary, "runs": results})
-        title = f"{cfg.name}: {what_figures_are(n_seeds, per_point=True)}, {cfg.train.max_steps} steps, {cfg.train.optimizer}"
+        figures = what_figures_are(n_seeds, per_point=True)
+        title = f"{cfg.name}: {figures}, {cfg.train.max_steps} steps, {cfg.train.optimizer}"
         plot_sweep(summary, folder / "sweep.png", title)
     lock.release()
     return {**summary, "folder": folder}

@@ -1,21 +1,15 @@
 """bench.py --variants: what each change of attention as shipped models have it buys when a model
-samples, at random init.
+samples, at random init, for the preset and each variant at a context of block_size, batch 1:
 
-For the preset and each variant (model/ablations.py's table: --kv-heads, --window, --gate, --sink,
-...), at the longest context the model sees, block_size tokens, batch 1:
-- the KV cache's bytes: what the per-layer caches hold after a block_size-token prompt, and that
-  over block_size, the bytes per token. K key/value heads of H keep K/H of the keys and values; a
-  window W keeps W - 1 positions in a windowed layer, whatever the context, so its bytes per token
-  fall as the context grows;
-- sampling's tokens/s with the cache, from that full prompt: generate()'s own context policy (a full
-  window keeps its newest half and encodes it afresh), so each new token sees block_size / 2 to
-  block_size positions, as sample.py's do once a sample is longer than the context;
-- the training step of train.py, in ms, on random tokens (bench.py's own,
-harness/experiments/benchmark.py). Bytes and parameters do not depend on the weights; the speed
-depends on the shapes, not on training.
+- the KV cache's bytes after a block_size-token prompt, and per token. K key/value heads of H keep
+  K/H of them; a window W keeps W - 1 positions in a windowed layer, whatever the context;
+- cached sampling's tokens/s from that full prompt, by generate()'s own context policy (a full
+  window keeps its newest half), as sample.py's samples run once longer than the context;
+- train.py's step in ms on random tokens (benchmark.py's bench_training).
 """
 
 import dataclasses
+import sys
 import time
 from functools import partial
 
@@ -23,7 +17,7 @@ import torch
 
 from configs import Config, ConfigError
 from harness.experiments.benchmark import VOCAB_SIZES, bench_training
-from harness.experiments.profiling import machine_line
+from harness.experiments.profiling import machine_facts, machine_line
 from harness.training.budget import timed
 from harness.training.runtime import Runtime
 from model import GPT
@@ -35,9 +29,7 @@ KiB = 2**10
 
 
 def cache_bytes(model: GPT, prompt: torch.Tensor) -> int:
-    """The bytes every layer's KVCache holds once the model has encoded prompt (B, T): keys and
-    values together.
-    """
+    """The bytes of keys and values every layer's KVCache holds once the model has read prompt."""
     caches = model.new_caches()
     with torch.no_grad():
         model.hidden(prompt, caches)
@@ -52,16 +44,12 @@ def bench_variants(
     repeats: int = 3,
     train_steps: int = 3,
 ) -> dict:
-    """Per variant (keyed by run name, the preset first): parameters, the KV cache's bytes after
-    block_size tokens and per token, cached sampling's tokens/s after a full prompt, and train.py's
-    step in ms (bench_training's median of train_steps steps); the best of `repeats` runs of each,
-    taken in turns. The figures are at cfg.model.block_size: raise --model.block_size for a longer
-    context (rope or learned positions alike)."""
+    """Per variant (keyed by run name, the preset first): parameters, the KV cache's bytes, cached
+    sampling's tokens/s and train.py's step in ms, the best of `repeats` runs taken in turns."""
     T = cfg.model.block_size
     rows, runs = {}, {}
-    for suffix, model_cfg in variants(
-        dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer]), names
-    ).items():
+    sized = dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
+    for suffix, model_cfg in variants(sized, names).items():
         torch.manual_seed(cfg.train.seed)
         model = GPT(model_cfg).to(runtime.device).eval()
         g = torch.Generator().manual_seed(0)
@@ -70,27 +58,19 @@ def bench_variants(
         total = cache_bytes(model, prompt)
         model.generate(prompt, 4)  # warm-up
         name = f"{cfg.name}{suffix}"
-        rows[name] = {
-            "params": model.num_params(),
-            "cache_bytes": total,
-            "cache_bytes_per_token": total / T,
-        }
-        runs[name] = (model, prompt, [], dataclasses.replace(cfg, model=model_cfg), [])
+        rows[name] = {"params": model.num_params(), "cache_bytes": total}
+        rows[name]["cache_bytes_per_token"] = total / T
+        variant_cfg = dataclasses.replace(cfg, model=model_cfg)
+        runs[name] = (model, prompt, variant_cfg, [], [])
     # in turns, so that a burst of other work on the machine slows one run of each, not all of one
     for _ in range(repeats):
-        for model, prompt, seconds, variant_cfg, steps_ms in runs.values():
+        for model, prompt, variant_cfg, seconds, steps_ms in runs.values():
             generator = torch.Generator(device=runtime.device).manual_seed(0)
-            seconds.append(
-                timed(
-                    partial(model.generate, prompt, new_tokens, generator=generator), runtime.device
-                )[0]
-            )
-            steps_ms.append(
-                bench_training(variant_cfg, runtime, warmup_steps=1, steps=train_steps)[
-                    "ms_per_step"
-                ]
-            )
-    for name, (_, _, seconds, _, steps_ms) in runs.items():
+            sample = partial(model.generate, prompt, new_tokens, generator=generator)
+            seconds.append(timed(sample, runtime.device)[0])
+            step = bench_training(variant_cfg, runtime, warmup_steps=1, steps=train_steps)
+            steps_ms.append(step["ms_per_step"])
+    for name, (_, _, _, seconds, steps_ms) in runs.items():
         rows[name] |= {"sample_tokens_per_s": new_tokens / min(seconds), "step_ms": min(steps_ms)}
     preset = next(iter(rows.values()))
     for row in rows.values():
@@ -104,32 +84,21 @@ def bench_variants(
     }
 
 
-def check_variants(cfg: Config) -> None:
-    """Refuse, in one line, a change given on the command line beside --variants: each variant is
-    the preset with its own.
-    """
+def measure_variants(cfg: Config, runtime: Runtime, names: list[str]) -> dict:
+    """bench.py --variants' whole result: the machine, the figures and how long they took."""
     if changed := applied(cfg.model):
         flags = ", ".join(c.flag for c in changed)
         raise ConfigError(
-            f"bench.py --variants builds the changed variants itself ({flags} given); leave those flags out"
+            f"bench.py --variants builds the changed variants itself ({flags} given); "
+            "leave those flags out"
         )
-
-
-def measure_variants(
-    cfg: Config, runtime: Runtime, names: list[str], machine: dict, log=print
-) -> dict:
-    """bench.py --variants' whole result: the machine, then bench_variants' figures and how long
-    they took.
-    """
-    check_variants(cfg)
     start = time.perf_counter()
-    log(f"variants at a context of {cfg.model.block_size} tokens: {', '.join(names)} ...")
-    result = {
-        "config": cfg.name,
-        **machine,
-        "variant_names": names,
-        **bench_variants(cfg, runtime, names),
-    }
+    print(
+        f"variants at a context of {cfg.model.block_size} tokens: {', '.join(names)} ...",
+        file=sys.stderr,
+    )
+    result = {"config": cfg.name, **machine_facts(runtime.device), "variant_names": names}
+    result |= bench_variants(cfg, runtime, names)
     result["bench_s"] = time.perf_counter() - start
     return result
 
@@ -140,13 +109,17 @@ def format_variants(r: dict) -> str:
     lines = [
         machine_line(r),
         "",
-        f"| config {r['config']}, batch 1, context {T} tokens | parameters | KV cache after {T} tokens | bytes per token "
-        f"| of the preset's | sampling {n} tokens after a {T}-token prompt, KV cache | of the preset's | training step |",
+        f"| config {r['config']}, batch 1, context {T} tokens | parameters "
+        f"| KV cache after {T} tokens | bytes per token | of the preset's "
+        f"| sampling {n} tokens after a {T}-token prompt, KV cache | of the preset's "
+        "| training step |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, v in r["variants"].items():
         lines.append(
-            f"| {name} | {v['params'] / 1e6:.3f} M | {v['cache_bytes'] / KiB:,.1f} KiB | {v['cache_bytes_per_token']:,.0f} "
-            f"| {100 * v['cache_fraction']:.0f} % | {v['sample_tokens_per_s']:,.0f} tokens/s | {v['sample_speedup']:.2f}x | {v['step_ms']:.0f} ms |"
+            f"| {name} | {v['params'] / 1e6:.3f} M | {v['cache_bytes'] / KiB:,.1f} KiB "
+            f"| {v['cache_bytes_per_token']:,.0f} | {100 * v['cache_fraction']:.0f} % "
+            f"| {v['sample_tokens_per_s']:,.0f} tokens/s | {v['sample_speedup']:.2f}x "
+            f"| {v['step_ms']:.0f} ms |"
         )
     return "\n".join(lines)

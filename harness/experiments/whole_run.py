@@ -1,13 +1,9 @@
 """Where the time of one whole training run goes: `python bench.py --whole-run --config char`.
 
-bench.py starts `python -m harness.experiments.whole_run REPORT train.py ARGS...`: this module, run
-as a process of its own, puts a clock around the functions that train.py calls (each named in
-PHASES), then runs train.py itself, unchanged, as `python train.py ARGS...` would. Each phase's
-clock counts its own wall and CPU seconds only: a phase entered inside another (the losses inside an
-evaluation) stops the outer one's clock meanwhile. What no phase claims is the interpreter's start,
-the imports, the loop's own work (the schedule, the progress bar) and the exit. The report goes to
-REPORT as JSON; `profile_whole_run` (bench.py's side) adds the interpreter's start and exit, which
-only the parent sees, and `format_whole_run` prints the table.
+bench.py starts `python -m harness.experiments.whole_run REPORT train.py ARGS...`: this module puts
+a clock around the functions train.py calls (PHASES), then runs train.py unchanged. A phase entered
+inside another pauses the outer one's clock. What no phase claims is the interpreter's start, the
+imports, the loop's own work and the exit. The report goes to REPORT as JSON.
 """
 
 import time
@@ -26,84 +22,65 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 INTERPRETER, IMPORTS = "start-up: the interpreter", "start-up: imports"
-LOOP, EXIT = (
-    "the rest: the loop's own work (schedule, progress bar)",
-    "the rest: the interpreter's exit",
-)
-# (module, attribute, phase, only inside this phase or None): the functions train.py's run goes
-# through.
+LOOP = "the rest: the loop's own work (schedule, progress bar)"
+EXIT = "the rest: the interpreter's exit"
+BACKWARD = "steps: backward and clip"
+UPDATE = "steps: the optimizer's update"
+LOGGING = "logging: scalars, TensorBoard, metrics.jsonl"
+# (module:attribute, phase, only inside this phase or None): the functions train.py goes through
 PHASES = [
-    ("harness.cli", "OneLineParser.parse_with_config", "start-up: the config", None),
-    ("harness.training.runtime", "setup_runtime", "start-up: device and backend switches", None),
-    ("harness.training.starting_weights", "initial_model", "start-up: the model built", None),
-    ("harness.training.optim", "make_optimizer", "start-up: the optimizer", None),
-    ("harness.training.runlog", "open_run_dir", "start-up: the run folder and config.json", None),
-    ("harness.training.runlog", "RunLogger.__init__", "start-up: TensorBoard's writer", None),
-    ("harness.training.runtime", "load_data", "data: corpus and tokenizer", None),
-    ("harness.training.evaluation", "make_eval_set", "data: the evaluation batches", None),
-    ("harness.training.step", "draw_micro_batches", "data: the training batches", None),
+    ("harness.cli:OneLineParser.parse_with_config", "start-up: the config", None),
+    ("harness.training.runtime:setup_runtime", "start-up: device and backend switches", None),
+    ("harness.training.starting_weights:initial_model", "start-up: the model built", None),
+    ("harness.training.optim:make_optimizer", "start-up: the optimizer", None),
+    ("harness.training.runlog:open_run_dir", "start-up: the run folder and config.json", None),
+    ("harness.training.runlog:RunLogger.__init__", "start-up: TensorBoard's writer", None),
+    ("harness.training.runtime:load_data", "data: corpus and tokenizer", None),
+    ("harness.training.evaluation:make_eval_set", "data: the evaluation batches", None),
+    ("harness.training.step:draw_micro_batches", "data: the training batches", None),
     # the steps' own: an evaluation's forward passes are its own
-    ("model.gpt", "GPT.forward", "steps: forward", LOOP),
-    ("torch", "Tensor.backward", "steps: backward and clip", LOOP),
-    ("torch.nn.utils", "clip_grad_norm_", "steps: backward and clip", LOOP),
-    # waits for the device
-    ("harness.training.step", "check_finite", "steps: the optimizer's update", LOOP),
-    # AdamW's, alone or under CombinedOptimizer's
-    ("torch.optim", "Adam.step", "steps: the optimizer's update", None),
-    # Muon's and AdamW's
-    ("harness.training.optim", "CombinedOptimizer.step", "steps: the optimizer's update", None),
-    ("harness.training.evaluation", "estimate_loss", "evaluations: losses", None),
+    ("model.gpt:GPT.forward", "steps: forward", LOOP),
+    ("torch:Tensor.backward", BACKWARD, LOOP),
+    ("torch.nn.utils:clip_grad_norm_", BACKWARD, LOOP),
+    ("harness.training.step:check_finite", UPDATE, LOOP),  # waits for the device
+    ("torch.optim:Adam.step", UPDATE, None),  # AdamW's, alone or under CombinedOptimizer's
+    ("harness.training.optim:CombinedOptimizer.step", UPDATE, None),
+    ("harness.training.evaluation:estimate_loss", "evaluations: losses", None),
     (
-        "harness.training.evaluation",
-        "measure_breakage",
+        "harness.training.evaluation:measure_breakage",
         "evaluations: honest loss, attention statistics",
         None,
     ),
-    ("harness.training.evaluation", "evaluate", "evaluations: heatmap weights, a sample", None),
+    ("harness.training.evaluation:evaluate", "evaluations: heatmap weights, a sample", None),
     (
-        "harness.training.probe",
-        "probe",
+        "harness.training.probe:probe",
         "probe: the story's signals between evaluations (train.probes)",
         None,
     ),
-    ("model.gradients", "qk_grad_norm", "logging: scalars, TensorBoard, metrics.jsonl", None),
+    ("model.gradients:qk_grad_norm", LOGGING, None),
+    ("harness.training.runlog:RunLogger.log", LOGGING, None),
+    ("harness.training.runlog:RunLogger.close", LOGGING, None),
     (
-        "harness.training.runlog",
-        "RunLogger.log",
-        "logging: scalars, TensorBoard, metrics.jsonl",
-        None,
-    ),
-    (
-        "harness.training.runlog",
-        "RunLogger.close",
-        "logging: scalars, TensorBoard, metrics.jsonl",
-        None,
-    ),
-    (
-        "harness.training.runlog",
-        "RunLogger.log_evaluation",
+        "harness.training.runlog:RunLogger.log_evaluation",
         "logging: heatmap pictures, the sample",
         None,
     ),
     (
-        "harness.training.checkpoints",
-        "Checkpointer.save",
+        "harness.training.checkpoints:Checkpointer.save",
         "checkpoints: ckpt.pt and best.pt written",
         None,
     ),
 ]
+GROUPS = ("start-up", "data", "steps", "evaluations", "probe", "logging", "checkpoints", "the rest")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PhaseClock:
-    """Wall and CPU seconds per phase, each phase counting only its own time (a phase inside another
-    pauses it).
-    """
+    """Wall and CPU seconds per phase, each counting only its own time."""
 
-    def __init__(self, first: str, mark: tuple[float, float] | None = None):
+    def __init__(self, first: str, mark: tuple[float, float]):
         self.stack, self.wall, self.cpu, self.calls = [first], {}, {}, {}
-        # (wall, CPU) seconds when the clock last charged
-        self.mark = mark or (time.perf_counter(), time.process_time())
+        self.mark = mark  # (wall, CPU) seconds when the clock last charged
 
     def charge(self) -> None:
         """The time since the last mark goes to the phase on top of the stack."""
@@ -115,9 +92,8 @@ class PhaseClock:
     def timed(self, fn, phase: str, inside: str | None):
         @functools.wraps(fn)
         def clocked(*args, **kwargs):
-            # e.g. an evaluation's forward
+            # an evaluation's forward, or AdamW's step inside the combined optimizer's
             if (inside is not None and self.stack[-1] != inside) or self.stack[-1] == phase:
-                # pass, or AdamW's step inside the combined optimizer's: not a call of its own
                 return fn(*args, **kwargs)
             self.charge()
             self.stack.append(phase)
@@ -131,27 +107,19 @@ class PhaseClock:
         return clocked
 
 
-def install(clock: PhaseClock) -> None:
-    """Put the clock around every function of PHASES, where train.py will find it (so imports count
-    as start-up).
-    """
-    for module_name, attribute, phase, inside in PHASES:
-        owner, name = importlib.import_module(module_name), attribute
-        if "." in attribute:  # a method: wrap it on its class
-            class_name, name = attribute.split(".")
+def child(report: str, script: str, argv: list[str]) -> None:
+    """Run `python script argv...` under the clock, then write the report (also when it fails)."""
+    clock = PhaseClock(IMPORTS, STARTED[1:])
+    for where, phase, inside in PHASES:
+        module_name, name = where.split(":")
+        owner = importlib.import_module(module_name)
+        if "." in name:  # a method: wrap it on its class
+            class_name, name = name.split(".")
             owner = getattr(owner, class_name)
         # a renamed function fails here, loudly
         setattr(owner, name, clock.timed(getattr(owner, name), phase, inside))
-
-
-def child(report: str, script: str, argv: list[str]) -> None:
-    """Run `python script argv...` under the clock, then write the report (also when the run fails
-    or is stopped).
-    """
-    clock = PhaseClock(IMPORTS, mark=STARTED[1:])
-    install(clock)
     parser_class = importlib.import_module("harness.cli").OneLineParser
-    parse = parser_class.parse_with_config  # clocked by install()
+    parse = parser_class.parse_with_config  # clocked above
 
     # the imports end where the config is read; then what no phase claims is the loop's
     def parse_then_loop(self, argv):
@@ -168,18 +136,13 @@ def child(report: str, script: str, argv: list[str]) -> None:
     finally:
         clock.charge()
         ended = {"started": STARTED[0], "ended": time.time(), "cpu_before": STARTED[2]}
-        Path(report).write_text(
-            json.dumps(
-                {**ended, "code": code, "wall": clock.wall, "cpu": clock.cpu, "calls": clock.calls}
-            )
-        )
+        report_json = {**ended, "code": code, "wall": clock.wall, "cpu": clock.cpu}
+        Path(report).write_text(json.dumps({**report_json, "calls": clock.calls}))
     sys.exit(code)
 
 
 def children_cpu_s() -> float | None:
-    """CPU seconds (user + system) of this process's finished children, where the OS counts them
-    (not on Windows).
-    """
+    """CPU seconds of this process's finished children, where the OS counts them (not Windows)."""
     try:
         import resource
     except ImportError:
@@ -189,25 +152,15 @@ def children_cpu_s() -> float | None:
 
 
 def profile_whole_run(argv: list[str]) -> dict:
-    """Run `python train.py argv...` under the phase clock, its output passed on to stderr; returns
-    the child's exit code and each phase's calls, wall and CPU seconds, the interpreter's start and
-    exit included."""
+    """Run `python train.py argv...` under the phase clock, its output on stderr; returns its exit
+    code and each phase's calls, wall and CPU seconds, with the interpreter's start and exit."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         cpu_before, spawned = children_cpu_s(), time.time()
-        cmd = [
-            sys.executable,
-            "-m",
-            "harness.experiments.whole_run",
-            str(report),
-            "train.py",
-            *argv,
-        ]
+        cmd = [sys.executable, "-m", "harness.experiments.whole_run", str(report), "train.py"]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         code = subprocess.run(
-            cmd,
-            cwd=REPO_ROOT,
-            stdout=sys.stderr.fileno(),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            [*cmd, *argv], cwd=REPO_ROOT, stdout=sys.stderr.fileno(), env=env
         ).returncode
         exited, cpu_after = time.time(), children_cpu_s()
         if not report.is_file():
@@ -218,67 +171,52 @@ def profile_whole_run(argv: list[str]) -> dict:
         name: {"calls": r["calls"].get(name, 0), "wall_s": wall, "cpu_s": r["cpu"][name]}
         for name, wall in r["wall"].items()
     }
+    cpu = None if cpu_after is None else cpu_after - cpu_before
     in_process_cpu = r["cpu_before"] + sum(r["cpu"].values())
-    phases[EXIT] = {
-        "calls": 1,
-        "wall_s": exited - r["ended"],
-        "cpu_s": None if cpu_after is None else cpu_after - cpu_before - in_process_cpu,
-    }
-    wall, cpu = exited - spawned, None if cpu_after is None else cpu_after - cpu_before
-    return {"code": r["code"], "phases": phases, "wall_s": wall, "cpu_s": cpu}
+    exit_cpu = None if cpu is None else cpu - in_process_cpu
+    phases[EXIT] = {"calls": 1, "wall_s": exited - r["ended"], "cpu_s": exit_cpu}
+    return {"code": r["code"], "phases": phases, "wall_s": exited - spawned, "cpu_s": cpu}
+
+
+def seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
 
 
 def format_whole_run(r: dict) -> str:
-    """The phases as a markdown table, grouped as the run goes (start-up, data, steps, ...), each
-    group's total in bold.
-    """
+    """The phases as a markdown table, grouped as the run goes, each group's total in bold."""
     # here: the child process imports nothing before its clock
     from harness.experiments.profiling import machine_line
 
-    seconds = lambda value: "?" if value is None else f"{value:.2f}"  # noqa: E731
     groups: dict[str, list[tuple[str, dict]]] = {}
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
         groups.setdefault(group, []).append((detail, phase))
-    order = (
-        "start-up",
-        "data",
-        "steps",
-        "evaluations",
-        "probe",
-        "logging",
-        "checkpoints",
-        "the rest",
-    )
     lines = [
         machine_line(r),
         "",
-        f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {seconds(r['cpu_s'])} s of CPU time, final val {r.get('val', '?')}",
+        f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {seconds(r['cpu_s'])} s of CPU time, "
+        f"final val {r.get('val', '?')}",
         "",
         "| phase | calls | wall s | share of wall | CPU s |",
         "|---|---:|---:|---:|---:|",
     ]
-    for group in sorted(groups, key=lambda g: order.index(g) if g in order else len(order)):
+    for group in sorted(groups, key=lambda g: GROUPS.index(g) if g in GROUPS else len(GROUPS)):
         rows = groups[group]
         wall = sum(phase["wall_s"] for _, phase in rows)
-        cpu = (
-            None
-            if any(phase["cpu_s"] is None for _, phase in rows)
-            else sum(phase["cpu_s"] for _, phase in rows)
-        )
-        lines.append(
-            f"| **{group}** | | **{wall:.2f}** | **{100 * wall / r['wall_s']:.1f} %** | **{seconds(cpu)}** |"
-        )
+        cpus = [phase["cpu_s"] for _, phase in rows]
+        cpu = None if None in cpus else sum(cpus)
+        share = 100 * wall / r["wall_s"]
+        lines.append(f"| **{group}** | | **{wall:.2f}** | **{share:.1f} %** | **{seconds(cpu)}** |")
         for detail, phase in rows:
             share = 100 * phase["wall_s"] / r["wall_s"]
             # the imports and the loop are no call
             calls = f"{phase['calls']:,}" if phase["calls"] else ""
             lines.append(
-                f"| &nbsp; {detail} | {calls} | {phase['wall_s']:.2f} | {share:.1f} % | {seconds(phase['cpu_s'])} |"
+                f"| &nbsp; {detail} | {calls} | {phase['wall_s']:.2f} | {share:.1f} % "
+                f"| {seconds(phase['cpu_s'])} |"
             )
-    lines.append(
-        f"| **the whole run** | | **{r['wall_s']:.2f}** | **100 %** | **{seconds(r['cpu_s'])}** |"
-    )
+    total = f"**{r['wall_s']:.2f}** | **100 %** | **{seconds(r['cpu_s'])}**"
+    lines.append(f"| **the whole run** | | {total} |")
     return "\n".join(lines)
 
 
