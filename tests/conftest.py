@@ -99,7 +99,10 @@ def make_corpus_text(min_chars: int = 30_000, seed: int = 0) -> str:
             if rng.random() < 0.25:
                 lines.append(rng.choice(REFRAINS))
             else:
-                s = f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}{rng.choice(TAILS)}"
+                s = (
+                    f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} "
+                    f"{rng.choice(OBJECTS)}{rng.choice(TAILS)}"
+                )
                 lines.append(s[0].upper() + s[1:] + rng.choice([".", "!", "?", ";"]))
         speech = f"{rng.choice(SPEAKERS)}:\n" + "\n".join(lines) + "\n\n"
         parts.append(speech)

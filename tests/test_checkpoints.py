@@ -60,7 +60,8 @@ def test_a_crafted_block_size_is_refused_before_any_memory_is_taken(tmp_path):
     torch.save({**checkpoint_of(CFG, state), "config": {"model": crafted}}, path)
     with pytest.raises(
         CheckpointError,
-        match=r"weights do not fit its model config \(pos_emb.weight is \(16, 8\), the config says \(1099511627776, 8\)\)",
+        match=r"weights do not fit its model config \(pos_emb.weight is \(16, 8\), "
+        r"the config says \(1099511627776, 8\)\)",
     ):
         load_model(path)
 
@@ -106,7 +107,8 @@ def test_nothing_to_resume_points_at_the_run_moved_aside(tmp_path):
     (moved / "ckpt.pt").write_bytes(b"")
     with pytest.raises(
         CheckpointError,
-        match=rf"no checkpoint at {tmp_path}/exp/ckpt.pt, but the run there before was moved aside to {moved}",
+        match=rf"no checkpoint at {tmp_path}/exp/ckpt.pt, "
+        rf"but the run there before was moved aside to {moved}",
     ):
         read_resumable(cfg, "sha")
 

@@ -160,14 +160,16 @@ def test_toml_values_are_converted_and_checked(tmp_path):
     assert cfg.model.causal is False
     with pytest.raises(
         ConfigError,
-        match=r"model.n_layer = 4.5 in .*a.toml is a number, and model.n_layer takes a whole number",
+        match=r"model.n_layer = 4.5 in .*a.toml is a number, "
+        r"and model.n_layer takes a whole number",
     ):
         load_config(
             ["--config", str(write_toml(tmp_path, "[model]\nn_layer = 4.5\n", name="a.toml"))]
         )
     with pytest.raises(
         ConfigError,
-        match=r"model.causal = 1 in .*b.toml is a whole number, and model.causal takes true or false",
+        match=r"model.causal = 1 in .*b.toml is a whole number, "
+        r"and model.causal takes true or false",
     ):
         load_config(["--config", str(write_toml(tmp_path, "[model]\ncausal = 1\n", name="b.toml"))])
 
@@ -215,12 +217,14 @@ def test_a_toml_value_in_quotes_is_shown_without_them_and_a_run_s_record_loads_a
     unknown = cfg.to_dict() | {"model": {"n_layers": 2}}
     with pytest.raises(
         ConfigError,
-        match=r"unknown key model.n_layers in ckpt.pt, did you mean model.n_layer\? \(train.py writes",
+        match=r"unknown key model.n_layers in ckpt.pt, "
+        r"did you mean model.n_layer\? \(train.py writes",
     ):
         validate_config(unknown, "ckpt.pt", recorded=True)
     with pytest.raises(
         ConfigError,
-        match=r"^ckpt.pt: model.n_embd \(128\) must be divisible by model.n_head \(3\); try n_head in",
+        match=r"^ckpt.pt: model.n_embd \(128\) must be divisible by model.n_head \(3\); "
+        r"try n_head in",
     ):
         validate_config(cfg.to_dict() | {"model": {"n_head": 3}}, "ckpt.pt", recorded=True)
     with pytest.raises(ConfigError, match="ckpt.pt holds no config"):
@@ -451,7 +455,8 @@ def test_titles_name_positions_only_when_they_are_gone():
     assert list(variants(ModelConfig(), ["no-pos", "no-mask"])) == ["", "-no-mask", "-no-pos"]
     with pytest.raises(
         ValueError,
-        match="unknown variant 'no-position'; choose from no-mask, no-scale, no-pos, qk-norm, softcap, rope",
+        match="unknown variant 'no-position'; "
+        "choose from no-mask, no-scale, no-pos, qk-norm, softcap, rope",
     ):
         variants(ModelConfig(), ["no-position"])
 
@@ -587,7 +592,9 @@ def test_configs_stored_with_positions_as_a_boolean_load_as_learned_and_none():
 
 
 def test_help_lists_the_cures_and_the_kinds_of_positions():
-    """--help lists the new fields with their meanings (the same text docs/command-line.md shows)."""
+    """--help lists the new fields with their meanings (the same text docs/command-line.md
+    shows).
+    """
     from configs import usage
 
     text = usage("char")

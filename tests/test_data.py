@@ -1,4 +1,6 @@
-"""Tests for data/: tokenizers, corpus preparation and reuse, the 90/10 split, batches, and errors."""
+"""Tests for data/: tokenizers, corpus preparation and reuse, the 90/10 split, batches,
+and errors.
+"""
 
 import hashlib
 import io
@@ -497,7 +499,9 @@ def test_good_download_is_saved_once_and_reused(tmp_path, monkeypatch):
 
 
 def test_gpt2s_vocabulary_size_is_written_once_and_true():
-    """GPT2_VOCAB_SIZE (data/tokenizer.py) is tiktoken's count, and the model's default vocabulary."""
+    """GPT2_VOCAB_SIZE (data/tokenizer.py) is tiktoken's count, and the model's default
+    vocabulary.
+    """
     from conftest import gpt2_encoding_or_skip
 
     from data.tokenizer import GPT2_VOCAB_SIZE

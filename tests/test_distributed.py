@@ -330,7 +330,9 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, corpus, accumulat
 
 
 def ddp_rank(rank: int, port: int, argv: list[str], stop_after: int, log: str) -> None:
-    """One rank of a 2-process Gloo job, set up the way torchrun sets it up (environment variables)."""
+    """One rank of a 2-process Gloo job, set up the way torchrun sets it up (environment
+    variables).
+    """
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1), os.dup2(fd, 2)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")

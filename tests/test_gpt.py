@@ -407,7 +407,9 @@ def test_without_positions_there_is_no_position_embedding():
 
 @pytest.mark.parametrize("attention", ["sdpa", "manual"])
 def test_without_mask_and_positions_the_gpt_is_permutation_equivariant(attention):
-    """A bag of tokens: permute the input and every output permutes with it, nothing else changes."""
+    """A bag of tokens: permute the input and every output permutes with it, nothing else
+    changes.
+    """
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, 65, (2, 16), generator=g)
     perm = torch.randperm(16, generator=g)

@@ -155,7 +155,8 @@ def test_draws_are_bounded_and_the_leak_gaps_are_estimated_from_the_first(capsys
     measure(model, batches, [(0, 1)], draws=6, seed=0, say=said.append)
     taken = time.perf_counter() - start
     found = re.fullmatch(
-        r"--ablate: (\d+) more leak gaps to measure, about \d+ s \(estimated: the first took ([\d.e+-]+) s\)",
+        r"--ablate: (\d+) more leak gaps to measure, about \d+ s "
+        r"\(estimated: the first took ([\d.e+-]+) s\)",
         said[0],
     )
     # the named heads, the draws, each head, each layer

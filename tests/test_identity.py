@@ -186,7 +186,9 @@ def test_hidden_files_and_folders_are_not_documents(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 def test_a_fifo_in_a_corpus_folder_is_refused_by_name_not_read(tmp_path):
-    """The first pass opened the FIFO and waited for ever. Now it is named before anything is read."""
+    """The first pass opened the FIFO and waited for ever. Now it is named before anything is
+    read.
+    """
     folder = documents(tmp_path / "f", n=2)
     os.mkfifo(folder / "stream.txt")
     with pytest.raises(
@@ -271,10 +273,11 @@ def test_a_missing_prompt_or_score_file_is_offered_only_what_those_flags_read(tm
     """
     with pytest.raises(DataError) as e:
         read_text(tmp_path / "nonexistent", "--prompt-file")
-    assert (
-        str(e.value)
-        == f"--prompt-file {tmp_path / 'nonexistent'} does not exist; give the path of a UTF-8 text file"
+    expected = (
+        f"--prompt-file {tmp_path / 'nonexistent'} does not exist; "
+        "give the path of a UTF-8 text file"
     )
+    assert str(e.value) == expected
 
 
 def test_resuming_a_synthetic_source_with_other_settings_names_them(tmp_path):

@@ -163,7 +163,10 @@ def test_bad_contexts_are_one_line(runs, tmp_path, capsys):
     short = tmp_path / "short.txt"
     # 64 characters
     short.write_text(("KING:\nThe king speaks of the crown.\n" * 2)[:64], encoding="utf-8")
-    usage = "argument --contexts: takes positive multiples of the model's block_size, comma-separated (0.5,1,2,4)"
+    usage = (
+        "argument --contexts: takes positive multiples of the model's block_size, "
+        "comma-separated (0.5,1,2,4)"
+    )
     cases = [
         (["--contexts", "x"], [usage, "got 'x'"]),
         (["--contexts", ""], [usage]),
@@ -247,7 +250,8 @@ def test_absurd_contexts_are_refused_before_any_pass(monkeypatch):
     manual = dataclasses.replace(rope, attention="manual")
     with pytest.raises(
         ConfigError,
-        match=r"scoring 2 windows of 32,000 tokens at once needs about 31 GiB, and this cpu has 1 GiB",
+        match=r"scoring 2 windows of 32,000 tokens at once needs about 31 GiB, "
+        r"and this cpu has 1 GiB",
     ):
         check_contexts(manual, [32_000], 10**6, cpu, PassCost(0.0, 1e15))
     # The char preset's four contexts on Tiny Shakespeare's val split: seconds, on a CPU that does

@@ -396,7 +396,10 @@ def test_the_char_tokenizer_gives_our_ids_and_pads_past_the_vocabulary():
 def test_a_character_outside_a_char_runs_vocabulary_is_named_in_one_line():
     import_or_skip("transformers", f"the tokenizer is a Hugging Face one: {INSTALL}")
     theirs = hf_tokenizer(CharTokenizer(list("abc ")))
-    message = r"^2 character\(s\) not in the training vocabulary: 'xé'; use only characters of the training text$"
+    message = (
+        r"^2 character\(s\) not in the training vocabulary: 'xé'; "
+        r"use only characters of the training text$"
+    )
     for read in (
         theirs,
         theirs.encode,
@@ -426,10 +429,11 @@ def test_without_transformer_lens_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformer_lens", None)
     with pytest.raises(LensError) as e:
         to_hooked(GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11)))
-    assert (
-        str(e.value)
-        == "TransformerLens is not installed: pip install -r requirements-dev.txt (or pip install transformer-lens)"
+    expected = (
+        "TransformerLens is not installed: pip install -r requirements-dev.txt "
+        "(or pip install transformer-lens)"
     )
+    assert str(e.value) == expected
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,8 +462,8 @@ def test_a_3x_without_a_field_the_run_needs_refuses_in_one_line(lens, monkeypatc
     monkeypatch.setattr(lens, "HookedTransformerConfig", older)
     with pytest.raises(
         LensError,
-        match=r"^TransformerLens 3\.\d+\.\d+ has no use_attention_sinks, which this run needs: pip install "
-        r"'transformer-lens>=3\.7,<4' \(or 4\.x\)$",
+        match=r"^TransformerLens 3\.\d+\.\d+ has no use_attention_sinks, which this run needs: "
+        r"pip install 'transformer-lens>=3\.7,<4' \(or 4\.x\)$",
     ):
         to_hooked(random_model(variant("char", "sink")))
 
@@ -489,8 +493,9 @@ def test_what_transformer_lens_cannot_take_is_refused_in_one_line_naming_it(lens
     )
     refused["the gate"] = (
         GPT(dataclasses.replace(small, gate=True)),
-        r"^model\.gate = True: TransformerLens has no sigmoid gate on the attention output \(no field of 3\.x's "
-        r"HookedTransformerConfig or 4\.x's TransformerBridgeConfig\), so this run cannot open there; a run",
+        r"^model\.gate = True: TransformerLens has no sigmoid gate on the attention output "
+        r"\(no field of 3\.x's HookedTransformerConfig or 4\.x's TransformerBridgeConfig\), "
+        r"so this run cannot open there; a run",
     )
     refused["a window without the mask"] = (
         GPT(dataclasses.replace(small, window=3, causal=False)),
@@ -517,7 +522,8 @@ def test_what_transformer_lens_cannot_take_is_refused_in_one_line_naming_it(lens
         norm.eps = 1e-6
     refused["an eps"] = (
         model,
-        r"^the model's LayerNorms and QK-norm use eps \[1e-06, 1e-05\], and TransformerLens takes one",
+        r"^the model's LayerNorms and QK-norm use eps \[1e-06, 1e-05\], "
+        r"and TransformerLens takes one",
     )
     for what, (model, message) in refused.items():
         with pytest.raises(LensError, match=message) as e:

@@ -265,7 +265,8 @@ def test_parquet_without_the_column_and_without_pyarrow(tmp_path, monkeypatch):
     pq.write_table(pa.table({"content": ["a", "b"]}), path)
     with pytest.raises(
         DataError,
-        match=r"rows.parquet has no column 'text' \(it has content\); name it with --data.text_field",
+        match=r"rows.parquet has no column 'text' \(it has content\); "
+        r"name it with --data.text_field",
     ):
         load_corpus(cfg(tmp_path, path))
     with monkeypatch.context() as patched:
@@ -314,7 +315,19 @@ encode = CharTokenizer.encode_array
 CharTokenizer.encode_array = lambda self, text: time.sleep(0.02) or encode(self, text)
 data.prepare.PROGRESS_DELAY_S = 0
 folder = {str(tmp_path / "cache" / "prepared" / "corpus")!r}
-sys.exit(run_command(lambda argv: data.prepare.prepare(find_source(data.prepare.Path({str(path)!r}), "-"), "char", "k", data.prepare.Path(folder), chunk_chars=200, workers=1), []))
+sys.exit(
+    run_command(
+        lambda argv: data.prepare.prepare(
+            find_source(data.prepare.Path({str(path)!r}), "-"),
+            "char",
+            "k",
+            data.prepare.Path(folder),
+            chunk_chars=200,
+            workers=1,
+        ),
+        [],
+    )
+)
 """
 
 
@@ -440,8 +453,11 @@ def test_memory_stays_flat_in_the_corpus_size(tmp_path):
 from pathlib import Path
 from data.prepare import prepare
 from data.sources import find_source
-meta = prepare(find_source(Path({str(path)!r}), "-"), "char", "k", Path({str(tmp_path / "out")!r}), workers=2)
-status = Path("/proc/self/status").read_text()  # VmHWM: this process's peak, not the parent's (ru_maxrss survives exec)
+meta = prepare(
+    find_source(Path({str(path)!r}), "-"), "char", "k", Path({str(tmp_path / "out")!r}), workers=2
+)
+# VmHWM: this process's peak, not the parent's (ru_maxrss survives exec)
+status = Path("/proc/self/status").read_text()
 print(sum(meta["tokens"].values()), int(status.split("VmHWM:")[1].split()[0]) * 1024)
 """
     proc = subprocess.run(
@@ -472,14 +488,17 @@ def test_a_lone_surrogate_in_jsonl_is_one_line_from_the_first_pass(tmp_path, tok
     )
     with pytest.raises(
         DataError,
-        match=r"s.jsonl line 3: field 'text' holds a lone UTF-16 surrogate \('\\ud800' at character 0\)",
+        match=r"s.jsonl line 3: field 'text' holds a lone UTF-16 surrogate "
+        r"\('\\ud800' at character 0\)",
     ):
         load_corpus(cfg(tmp_path, path, tokenizer))
     assert nothing_prepared(tmp_path)
 
 
 def test_a_deeply_nested_json_line_is_one_line_error(tmp_path, capsys):
-    """json.loads raised RecursionError, which the reader did not catch: a traceback from train.py."""
+    """json.loads raised RecursionError, which the reader did not catch: a traceback from
+    train.py.
+    """
     import train
 
     path = tmp_path / "d.jsonl"
@@ -700,7 +719,8 @@ from data.corpus import load_corpus
 replace, me, root = data.prepare.replace_folder, sys.argv[1], Path(sys.argv[2])
 
 
-def replace_together(tmp, folder, *args):  # each waits for the other before renaming: the two renames collide every time
+# each waits for the other before renaming: the two renames collide every time
+def replace_together(tmp, folder, *args):
     (folder.parent / f"ready{me}").touch()
     deadline = time.monotonic() + 10  # the other failed before it: go on alone
     while len(list(folder.parent.glob("ready*"))) < 2 and time.monotonic() < deadline:
@@ -710,9 +730,23 @@ def replace_together(tmp, folder, *args):  # each waits for the other before ren
 
 data.prepare.replace_folder = replace_together
 for attempt in range(ROUNDS):
-    cache_dir = str(root / f"cache{attempt}")  # a DataConfig's fields: configs would import torch, 2 s of start-up a process
-    corpus = load_corpus(SimpleNamespace(path=str(root / "corpus.txt"), val_path="", text_field="text", tokenizer="char", cache_dir=cache_dir, workers=1))
-    print(hashlib.sha256(corpus.train.tobytes() + corpus.val.tobytes()).hexdigest(), len(corpus.train), len(corpus.val))
+    # a DataConfig's fields: configs would import torch, 2 s of start-up a process
+    cache_dir = str(root / f"cache{attempt}")
+    corpus = load_corpus(
+        SimpleNamespace(
+            path=str(root / "corpus.txt"),
+            val_path="",
+            text_field="text",
+            tokenizer="char",
+            cache_dir=cache_dir,
+            workers=1,
+        )
+    )
+    print(
+        hashlib.sha256(corpus.train.tobytes() + corpus.val.tobytes()).hexdigest(),
+        len(corpus.train),
+        len(corpus.val),
+    )
 """
 
 
@@ -741,7 +775,8 @@ def test_two_preparations_of_one_new_corpus_at_once_both_read_the_same_tokens(tm
     assert [proc.returncode for proc in procs] == [0, 0], [err for _, err in outputs]
     # the same text prepared by one process, in a cache of its own
     alone = load_corpus(cfg(tmp_path, path))
-    expected = f"{sha256_of_bytes(alone.train.tobytes() + alone.val.tobytes())} {len(alone.train)} {len(alone.val)}"
+    digest = sha256_of_bytes(alone.train.tobytes() + alone.val.tobytes())
+    expected = f"{digest} {len(alone.train)} {len(alone.val)}"
     assert [out.split("\n")[:-1] for out, _ in outputs] == [[expected] * 3] * 2
     # one folder each time, and nothing half-written or put aside beside it
     for attempt in range(3):

@@ -129,7 +129,9 @@ def test_loaded_gpt2_gives_transformers_logits(scaled, tmp_path, gpt2_tokenizer_
 
 
 def test_loaded_model_is_whole(saved_gpt2, gpt2_tokenizer_files):
-    """Built on the meta device: the head must be tied again, and nothing left on the meta device."""
+    """Built on the meta device: the head must be tied again, and nothing left on the meta
+    device.
+    """
     _, folder = saved_gpt2
     model, _, _ = load_pretrained(folder)
     assert model.lm_head.weight is model.tok_emb.weight

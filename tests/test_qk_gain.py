@@ -23,7 +23,7 @@ SHORT = [
 ]
 
 
-def test_the_gain_starts_at_one_changes_nothing_until_it_trains_and_leaves_the_raw_projections_alone():
+def test_gain_starts_at_one_changes_nothing_until_it_trains_and_leaves_raw_projections_alone():
     """Inside learned_gain every MultiHead has q_gain and k_gain, and its forward pass uses them;
     outside, none has.
     """

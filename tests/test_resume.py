@@ -859,7 +859,10 @@ def test_a_second_ctrl_c_where_no_exception_can_go_on_is_one_line(tmp_path, corp
         if where == "after run_command"
         else [f"SIGINT again: aborted at once; {ckpt} holds step {step}"]
     )
-    stop_line = f"stopped at step {step}; checkpoint saved to {ckpt}. Resume with the same command plus --resume"
+    stop_line = (
+        f"stopped at step {step}; checkpoint saved to {ckpt}. "
+        "Resume with the same command plus --resume"
+    )
     # stdout's buffer is written out before the abort
     assert (stop_line in out) == (where != "a finalizer"), out
     assert not list(ckpt.parent.glob("*.tmp"))
@@ -883,7 +886,9 @@ FORKSERVER_PRELOAD = [
 
 
 def train_in_child(argv: list[str], log: str, pause: str = "") -> None:
-    """Target of the forked training processes: train.py's command line, its output going to `log`."""
+    """Target of the forked training processes: train.py's command line, its output going to
+    `log`.
+    """
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1), os.dup2(fd, 2)
     torch.set_num_threads(1)

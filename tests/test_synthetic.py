@@ -239,7 +239,7 @@ def test_a_resumed_run_of_the_preset_draws_the_same_batches_to_the_same_numbers(
         assert_close(got_ckpt["model"][name], tensor, atol=0.0, msg=name)
 
 
-def test_inspect_attention_looks_at_a_repeated_sequence_when_the_vocabulary_cannot_spell_the_probe_text(
+def test_inspect_attention_looks_at_a_repeated_sequence_when_vocabulary_cannot_spell_the_probe_text(
     preset_runs, tmp_path, capsys
 ):
     import inspect_attention

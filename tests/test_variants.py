@@ -388,7 +388,8 @@ def test_grouped_query_heads_are_multihead_with_each_key_and_value_head_copied()
         ({"kv_heads": -1}, "must divide"),
         (
             {"window": 13},
-            r"model.window must be a number of positions from 1 to block_size \(12\), or 0 for none, got 13",
+            r"model.window must be a number of positions from 1 to block_size \(12\), "
+            r"or 0 for none, got 13",
         ),
         ({"window": -2}, "model.window must be a number of positions"),
         ({"window": 3, "window_layers": "LX"}, "model.window_layers is a pattern of L"),
