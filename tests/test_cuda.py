@@ -12,13 +12,13 @@ import pytest
 import torch
 from conftest import assert_close
 from test_muon import step_both
-from test_resume import (
+from test_resume import (  # noqa: F401 (fixtures)
     read_metrics,
     restore_signal_handlers,
     run_stopped_at,
     small_heatmaps,
     without_timing,
-)  # noqa: F401 (fixtures)
+)
 
 from configs import load_config
 from harness.experiments.profiling import attention_kernel
