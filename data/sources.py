@@ -1,9 +1,5 @@
-"""Where the text comes from: a text file (one document), a .jsonl or .parquet file (a document a
-line or row), or a folder of them.
-
-Readers stream `(text, starts, nbytes)` pieces: `starts` on a document's first, nbytes how far the
-reader moved in the file (for the progress bar). Bad input is a DataError that names the file and
-the line, row or byte offset.
+"""Readers of a text file (one document), a .jsonl or .parquet file (a document a line or row):
+`(text, starts, nbytes)` pieces, `starts` on a document's first, nbytes read (for the progress bar).
 """
 
 import codecs
@@ -41,8 +37,7 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 
 
 def read_text_file(file: Path, source: Source, chunk_chars: int) -> Pieces:
-    """A UTF-8 text file in pieces; a byte-order mark at its start (Notepad's) is dropped, as JSON
-    readers drop it: it marks the encoding, it is not text."""
+    """A UTF-8 text file in pieces; a byte-order mark (Notepad's) is dropped: it is not text."""
     with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
         starts, position = True, 0
         while True:
@@ -74,9 +69,8 @@ def blocks(f) -> Iterator[bytes]:
 def bad_utf8_offset(file: Path) -> int:
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
-        # the empty block at the end: a character cut off by the end
         for block in chain(blocks(f), [b""]):
-            held = len(decoder.getstate()[0])  # the bytes of a character cut by the last block
+            held = len(decoder.getstate()[0])  # a character cut by the last block
             try:
                 decoder.decode(block, final=not block)
             except UnicodeDecodeError as e:
@@ -178,7 +172,7 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
 
 
 def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The whole text of a small file (a prompt, a text to score), whatever its name."""
+    """The whole text of a small file (a prompt, a text to score)."""
     source = one_file(path, flag)
     text = "".join(piece for piece, _, _ in read_text_file(path, source, CHUNK_CHARS))
     if not text.strip():
