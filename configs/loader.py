@@ -164,9 +164,8 @@ def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
             and dotted != "data.source"
         ):
             raise ConfigError(
-                f"{flag} does not apply to data.source = {cfg.data.source}, which draws its own "
-                f"tokens (data.symbols of them) and reads no text, so {dotted} would be ignored; "
-                "leave it out, or add --data.source=text to train on a text"
+                f"{flag} does not apply to data.source = {cfg.data.source}, which reads no text, "
+                f"so {dotted} would be ignored; leave it out, or add --data.source=text"
             )
         if dotted in SYNTHETIC and cfg.data.source == "text":
             raise ConfigError(
@@ -179,5 +178,5 @@ def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
                 f"{flag} cannot apply to a run from pretrained weights (train.init_from = "
                 f"{cfg.train.init_from}): their own value replaces it, so {dotted} would be "
                 "ignored; leave it out (such a run chooses only model."
-                f"{', model.'.join(CHOSEN_WITH_WEIGHTS)} and the ablations)"
+                f"{', model.'.join(CHOSEN_WITH_WEIGHTS)}, and may switch the mask or the scale off)"
             )

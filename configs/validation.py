@@ -50,11 +50,6 @@ def nearest_key(dotted: str) -> str | None:
 def check_key(dotted: str, where: str = "", recorded: bool = False) -> None:
     in_file = f" in {where}" if where else ""
     if dotted not in KEYS:
-        section, _, name = dotted.partition(".")
-        if section not in SECTIONS and not name:
-            raise ConfigError(
-                f"unknown section [{section}]{in_file}; valid sections are {', '.join(SECTIONS)}"
-            )
         hint = nearest_key(dotted)
         suggestion = f", did you mean {hint}?" if hint else f"; valid keys: {', '.join(KEYS)}"
         raise ConfigError(

@@ -16,11 +16,8 @@ REPLACE_TRIES = 5  # how often replace_folder moves aside a refused folder that 
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def sha256_of_bytes(data: bytes) -> str:

@@ -124,8 +124,8 @@ def find_source(path: Path, flag: str) -> Source:
         if not stat.S_ISREG(found.st_mode):
             kind = NOT_REGULAR.get(stat.S_IFMT(found.st_mode), "not a regular file")
             raise DataError(
-                f"{source.where(file)} is {kind}, not a file of text; a corpus is read twice, so "
-                "it takes regular files only: move it out of the folder"
+                f"{source.where(file)} is {kind}, not a file of text; a corpus is read twice: "
+                "move it out of the folder"
             )
         if (found.st_dev, found.st_ino) not in seen:  # a second link to a file adds no document
             seen.add((found.st_dev, found.st_ino))

@@ -18,11 +18,11 @@ SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # half a UTF-16 character,
 Pieces = Iterator[tuple[str, bool, int]]
 
 
-def read_source(source: Source, text_field: str, chunk_chars: int = CHUNK_CHARS) -> Pieces:
+def read_source(source: Source, text_field: str) -> Pieces:
     for file in source.files:
         kind = kind_of(file)
         if kind == "text":
-            yield from read_text_file(file, source, chunk_chars)
+            yield from read_text_file(file, source)
         elif kind == "jsonl":
             yield from read_jsonl(file, source, text_field)
         else:
@@ -36,13 +36,13 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
         raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
 
 
-def read_text_file(file: Path, source: Source, chunk_chars: int) -> Pieces:
+def read_text_file(file: Path, source: Source) -> Pieces:
     """A UTF-8 text file in pieces; a byte-order mark (Notepad's) is dropped: it is not text."""
     with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
         starts, position = True, 0
         while True:
             try:
-                text = f.read(chunk_chars)
+                text = f.read(CHUNK_CHARS)
             except UnicodeDecodeError:
                 raise DataError(
                     f"{source.where(file)} is not UTF-8 text (bad byte at offset "
@@ -174,7 +174,7 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
 def read_text(path: Path, flag: str = "--data-file") -> str:
     """The whole text of a small file (a prompt, a text to score)."""
     source = one_file(path, flag)
-    text = "".join(piece for piece, _, _ in read_text_file(path, source, CHUNK_CHARS))
+    text = "".join(piece for piece, _, _ in read_text_file(path, source))
     if not text.strip():
         raise DataError(
             f"{flag} {path} is empty (nothing but whitespace); give a file with some text"
