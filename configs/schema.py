@@ -14,7 +14,7 @@ from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 DEVICES = ("auto", "cpu", "cuda", "mps")
 OPTIMIZERS = ("adamw", "muon")
 MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")
-# torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
+# torch seeds are 64-bit; room is left for the seed + rank and seed + i that runs derive
 MAX_SEED = 2**63 - 1
 MAX_RUN_NAME = 200  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
 # the model fields a run from pretrained weights takes from its config

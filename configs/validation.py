@@ -56,7 +56,7 @@ def check_key(dotted: str, where: str = "", recorded: bool = False) -> None:
             f"unknown key {dotted}{in_file}{suggestion}"
             + (f" ({RECORDED_FIX})" if recorded else "")
         )
-    if dotted in FROM_TOKENIZER and not recorded:  # a run's record holds it: train.py filled it in
+    if dotted in FROM_TOKENIZER and not recorded:  # train.py fills in a run's record
         raise ConfigError(
             f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead"
         )

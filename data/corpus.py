@@ -23,8 +23,8 @@ IDS_BLOCK = 1 << 22  # ids read at a time when checking a .bin
 
 @dataclass
 class Corpus:
-    train: np.ndarray  # token ids of the first 90% of the text (a read-only memmap)
-    val: np.ndarray  # token ids of the last 10%
+    train: np.ndarray  # ids of the first 90% of the text (a read-only memmap)
+    val: np.ndarray
     tokenizer: Tokenizer
     source: Path
     source_sha256: str  # what names the text (`corpus_key`)
@@ -104,7 +104,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
         # then the same text prepared under another name (a copy, a folder renamed)
         others = sorted(folder for folder in root.glob(f"*-{tokenizer}-{short}") if folder != mine)
         prepared = next(filter(None, (read_prepared(f, key) for f in [mine, *others])), None)
-        if prepared is None:  # never prepared, prepared by an older version, or damaged
+        if prepared is None:
             prepare(
                 source,
                 tokenizer,

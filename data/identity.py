@@ -32,8 +32,8 @@ def kind_of(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Source:
-    path: Path  # as the user typed it, for messages
-    flag: str  # the flag that named it, for messages
+    path: Path  # as the user typed it
+    flag: str
     files: tuple[Path, ...]
 
     @property
@@ -103,10 +103,9 @@ def check_unchanged(sources: Iterable[Source]) -> None:
 
 
 def one_file(path: Path, flag: str, kinds: str = "") -> Source:
-    if not path.exists():
-        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file{kinds}")
     if not path.is_file():
-        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
+        problem = "is not a regular file" if path.exists() else "does not exist"
+        raise DataError(f"{flag} {path} {problem}; give the path of a UTF-8 text file{kinds}")
     return Source(path, flag, (path,))
 
 

@@ -6,7 +6,6 @@ into a temporary folder renamed into place when whole, so a stopped run leaves n
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -53,7 +52,7 @@ class Scan:
     documents: int = 0
     chars: int = 0
     charset: set = field(default_factory=set)
-    blank: bool = True  # nothing but whitespace so far
+    blank: bool = True
 
 
 def workers_to_use(workers: int) -> int:
@@ -69,7 +68,6 @@ def progress(desc: str, total: int, unit: str) -> tqdm:
         unit=unit,
         unit_scale=True,
         delay=PROGRESS_DELAY_S,
-        file=sys.stderr,
         dynamic_ncols=True,
     )
 
@@ -197,7 +195,7 @@ def prepare(
         tmp = temporary_twin(folder)
         remove_abandoned(folder)
         try:
-            tmp.mkdir(parents=True, exist_ok=True)  # one of a killed process of this id: reused
+            tmp.mkdir(parents=True, exist_ok=True)
             try:
                 meta = encode_into(
                     tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars

@@ -4,6 +4,7 @@
 
 import codecs
 import json
+import mmap
 import os
 import re
 from collections.abc import Iterator
@@ -62,14 +63,10 @@ def read_text_file(file: Path, source: Source) -> Pieces:
             starts, position = False, now
 
 
-def blocks(f) -> Iterator[bytes]:
-    return iter(lambda: f.read(1 << 20), b"")
-
-
 def bad_utf8_offset(file: Path) -> int:
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
-        for block in chain(blocks(f), [b""]):
+        for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):
             held = len(decoder.getstate()[0])  # a character cut by the last block
             try:
                 decoder.decode(block, final=not block)
@@ -80,13 +77,8 @@ def bad_utf8_offset(file: Path) -> int:
 
 
 def nul_offset(file: Path) -> int:
-    offset = 0
-    with open(file, "rb") as f:
-        for block in blocks(f):
-            if (i := block.find(b"\0")) >= 0:
-                return offset + i
-            offset += len(block)
-    return -1
+    with open(file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        return mapped.find(b"\0")
 
 
 def read_jsonl(file: Path, source: Source, field: str) -> Pieces:

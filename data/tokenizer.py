@@ -25,14 +25,14 @@ class GPT2Tokenizer:
 
         try:
             self.enc = tiktoken.get_encoding("gpt2")
-        except Exception as e:  # offline, tiktoken raises requests/OS errors of several kinds
+        except Exception as e:  # offline, tiktoken raises errors of several kinds
             raise TokenizerError(
                 f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded "
                 "once on first use: connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder "
                 "holding its files (a training run can also use --data.tokenizer=char)"
             ) from None
         self.vocab_size = self.enc.n_vocab
-        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>: GPT-2's mark between documents
+        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)  # special tokens are plain text here
@@ -50,7 +50,7 @@ class GPT2Tokenizer:
 
 class CharTokenizer:
     name = "char"
-    END_OF_TEXT = "\n\n"  # a blank line between documents: the char tokenizer has no special token
+    END_OF_TEXT = "\n\n"  # between documents: the char tokenizer has no special token
 
     def __init__(self, chars: list[str]):
         if (
