@@ -11,9 +11,6 @@ from model.ablations import name_suffix
 from model.config import ModelConfig, check_choice, check_finite, check_positive, setting
 from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
-OPTIMIZERS = ("adamw", "muon")
-MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")
 # torch seeds are 64-bit; room is left for the seed + rank and seed + i that runs derive
 MAX_SEED = 2**63 - 1
 MAX_RUN_NAME = 200  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
@@ -152,12 +149,14 @@ class TrainConfig:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
-        check_choice("train.optimizer", self.optimizer, OPTIMIZERS)
-        check_choice("train.muon_dtype", self.muon_dtype, MUON_DTYPE_CHOICES)
+        check_choice("train.optimizer", self.optimizer, ("adamw", "muon"))
+        check_choice("train.muon_dtype", self.muon_dtype, ("auto", "bfloat16", "float32"))
         check_choice("train.compile", self.compile, ("auto", "true", "false"))
         base, _, index = self.device.partition(":")
         if not (base == "cuda" and index.isdigit()):  # cuda:N names one GPU
-            check_choice("train.device", self.device, DEVICES, " (or cuda:N)")
+            check_choice(
+                "train.device", self.device, ("auto", "cpu", "cuda", "mps"), " (or cuda:N)"
+            )
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
         if not self.runs_dir.strip():

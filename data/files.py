@@ -34,14 +34,11 @@ def sealed_json(record: dict) -> bytes:
 
 
 def unsealed_json(data: bytes) -> dict | None:
-    """The record, or None when its checksum is missing or wrong."""
+    """The record (without its checksum), or None when that is missing or wrong."""
     record = json.loads(data)
-    if not isinstance(record, dict):
-        return None
-    body = {k: v for k, v in record.items() if k != "checksum"}
-    if record.get("checksum") != checksum(body):
-        return None
-    return record
+    if isinstance(record, dict) and record.pop("checksum", None) == checksum(record):
+        return record
+    return None
 
 
 def temporary_twin(path: Path) -> Path:
@@ -76,11 +73,8 @@ def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool]) -> bo
     process may read it). One `whole` refuses is moved aside first: the path is never missing.
     """
     for path in tmp.iterdir():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
     aside = folder.with_name(f"{folder.name}.old{os.getpid()}")  # remove_abandoned reads the pid
     try:
         for _ in range(REPLACE_TRIES):

@@ -39,6 +39,7 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 
 def read_text_file(file: Path, source: Source) -> Pieces:
     """A UTF-8 text file in pieces; a byte-order mark (Notepad's) is dropped: it is not text."""
+    where = source.where(file)
     with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
         starts, position = True, 0
         while True:
@@ -46,16 +47,16 @@ def read_text_file(file: Path, source: Source) -> Pieces:
                 text = f.read(CHUNK_CHARS)
             except UnicodeDecodeError:
                 raise DataError(
-                    f"{source.where(file)} is not UTF-8 text (bad byte at offset "
+                    f"{where} is not UTF-8 text (bad byte at offset "
                     f"{bad_utf8_offset(file)}); convert it to UTF-8 or pick a text file"
                 ) from None
             except OSError as e:
-                raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
+                raise DataError(f"cannot read {where}: {e.strerror}") from None
             if not text:
                 return
             if "\0" in text:  # valid UTF-8, but no text holds NUL: an image, an archive
                 raise DataError(
-                    f"{source.where(file)} is binary (it holds NUL bytes), the first at offset "
+                    f"{where} is binary (it holds NUL bytes), the first at offset "
                     f"{nul_offset(file)}; give a UTF-8 text file"
                 )
             now = f.buffer.tell()
@@ -127,38 +128,33 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
 
 
 def read_parquet(file: Path, source: Source, field: str) -> Pieces:
+    where = source.where(file)
     try:
         import pyarrow as pa  # here: only parquet sources need it
         import pyarrow.parquet as pq
     except ImportError:
-        raise DataError(
-            f"reading {source.where(file)} needs pyarrow: pip install pyarrow"
-        ) from None
+        raise DataError(f"reading {where} needs pyarrow: pip install pyarrow") from None
     try:
         parquet = pq.ParquetFile(open_or_fail(file, source))
     except Exception as e:  # pyarrow's ArrowInvalid and OSError for a file that is not parquet
-        raise DataError(
-            f"{source.where(file)} is not a parquet file ({str(e).splitlines()[0][:120]})"
-        ) from None
+        raise DataError(f"{where} is not a parquet file ({str(e).splitlines()[0][:120]})") from None
     columns = parquet.schema_arrow.names
     if field not in columns:
         raise DataError(
-            f"{source.where(file)} has no column {field!r} (it has {', '.join(columns[:8])}); "
+            f"{where} has no column {field!r} (it has {', '.join(columns[:8])}); "
             "name it with --data.text_field"
         )
     kind = parquet.schema_arrow.field(field).type
     # a dictionary-encoded column (pandas' category) of strings
     values = kind.value_type if pa.types.is_dictionary(kind) else kind
     if str(values) not in ("string", "large_string", "string_view"):
-        raise DataError(f"{source.where(file)}: column {field!r} holds {kind}, not text")
+        raise DataError(f"{where}: column {field!r} holds {kind}, not text")
     size, rows, row = os.path.getsize(file), max(1, parquet.metadata.num_rows), 0
     for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
         for text in batch.column(0).to_pylist():
             row += 1
             if text is None:
-                raise DataError(
-                    f"{source.where(file)} row {row} has no text (null in column {field!r})"
-                )
+                raise DataError(f"{where} row {row} has no text (null in column {field!r})")
             if text:
                 yield text, True, size // rows
 
