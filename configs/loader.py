@@ -1,8 +1,7 @@
-"""The loader: a TOML preset, then command-line overrides, each flag the dotted name of a field
-(dataclass defaults < TOML file < command line), then checked by configs/validation.py.
+"""Dataclass defaults < TOML preset < command-line overrides, each flag a field's dotted name.
 
-    python train.py --config base --train.lr=3e-4 --model.n_layer 4
-    python train.py --no-mask    # shorthand for --model.causal=false (model/ablations.py's table)
+python train.py --config base --train.lr=3e-4 --model.n_layer 4
+python train.py --no-mask    # shorthand for --model.causal=false (model/ablations.py's table)
 """
 
 import dataclasses
@@ -29,12 +28,10 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--init-from": ("train.init_from", None),
 }
 COUNTED = {c.flag: c.counts for c in CHANGES if c.counts}
-# what only a synthetic source reads
 SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}
-# what pretrained weights fix: every model field but those a run from them may choose
+# what pretrained weights fix
 CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}
 FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER
-# recorded resolved, so that a run's text is found, and the same, from any folder
 TEXT_PATHS = ("path", "val_path")
 
 
@@ -63,8 +60,8 @@ def find_config_file(name: str) -> Path:
 
 
 def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
-    """The config name (--config, else `default`) and the (dotted key, text) overrides, in order."""
-    name, overrides, spelled, i = default, [], [], 0  # spelled: each override as it was typed
+    """The config name and the (dotted key, text) overrides, in order."""
+    name, overrides, spelled, i = default, [], [], 0  # spelled: each override as typed
     while i < len(argv):
         flag, has_eq, value = argv[i].partition("=")
         i += 1
@@ -105,7 +102,6 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
 
 
 def unknown_argument(arg: str, flag: str) -> ConfigError:
-    """The error for an argument that is no flag, with the key or shorthand it may have meant."""
     fields = [
         f"--{key}=VALUE" for key in KEYS if key.partition(".")[2] == flag[2:].replace("-", "_")
     ]
@@ -117,8 +113,7 @@ def unknown_argument(arg: str, flag: str) -> ConfigError:
 
 
 def refuse_contradictions(overrides: list[tuple[str, str]], spelled: list[str]) -> None:
-    """A flag that sets a fixed value (--no-pos) and another that sets the same key otherwise
-    (--rope) contradict each other: neither silently wins."""
+    """--no-pos and --rope set one key two ways: neither silently wins."""
     for (key, value), flag in zip(overrides, spelled, strict=True):
         if flag not in SHORTHANDS:
             continue
@@ -131,7 +126,6 @@ def refuse_contradictions(overrides: list[tuple[str, str]], spelled: list[str]) 
 
 
 def load_config(argv: list[str], default: str = "base") -> Config:
-    """The Config of `--config NAME|PATH` (`default` if absent) and the overrides in argv."""
     name, overrides = parse_args(argv, default)
     path = find_config_file(name)
     try:
@@ -148,14 +142,12 @@ def load_config(argv: list[str], default: str = "base") -> Config:
 
 
 def resolved_texts(data: dict) -> dict[str, str]:
-    """A data section's texts (TEXT_PATHS) as the files they name from here, however typed."""
+    """data.path and val_path resolved, so that a run finds the same text from any folder."""
     return {key: str(Path(data[key]).expanduser().resolve()) for key in TEXT_PATHS if data.get(key)}
 
 
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
-    """A flag the run would not use is refused, never silently ignored: a text's settings when the
-    source draws its own tokens, a synthetic source's when it reads a text, and a model field that
-    pretrained weights fix (train.init_from)."""
+    """A flag the run would not use is refused, never silently ignored."""
     for dotted, value in overrides:
         flag = next(
             (
@@ -172,9 +164,8 @@ def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
             and dotted != "data.source"
         ):
             raise ConfigError(
-                f"{flag} does not apply to data.source = {cfg.data.source}, which draws its own "
-                f"tokens (data.symbols of them) and reads no text, so {dotted} would be ignored; "
-                "leave it out, or add --data.source=text to train on a text"
+                f"{flag} does not apply to data.source = {cfg.data.source}, which reads no text, "
+                f"so {dotted} would be ignored; leave it out, or add --data.source=text"
             )
         if dotted in SYNTHETIC and cfg.data.source == "text":
             raise ConfigError(
@@ -186,7 +177,6 @@ def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
             raise ConfigError(
                 f"{flag} cannot apply to a run from pretrained weights (train.init_from = "
                 f"{cfg.train.init_from}): their own value replaces it, so {dotted} would be "
-                "ignored; leave it out (such a run chooses only "
-                f"model.{', model.'.join(CHOSEN_WITH_WEIGHTS)}, and may switch the mask or the "
-                "scale off)"
+                "ignored; leave it out (such a run chooses only model."
+                f"{', model.'.join(CHOSEN_WITH_WEIGHTS)}, and may switch the mask or the scale off)"
             )

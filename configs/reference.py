@@ -1,7 +1,5 @@
-"""What every key means, printed from the fields' `setting(default, meaning)`: `--help` of each
-config-driven script, and the key tables of docs/command-line.md, rewritten between their marker
-lines by `python -m configs` (tests/test_config.py fails when they are stale).
-"""
+"""Every key's meaning, from the fields: --help's epilog, and docs/command-line.md's key tables
+(`python -m configs` rewrites them between their marker lines)."""
 
 import textwrap
 from pathlib import Path
@@ -19,7 +17,6 @@ END = "<!-- end of every key -->"
 
 
 def shown_default(dotted: str) -> str:
-    """A field's default as it is typed on the command line: true/false, the number, the text."""
     default = KEYS[dotted].default
     return str(default).lower() if isinstance(default, bool) else str(default)
 
@@ -58,7 +55,6 @@ def usage(default: str = "base", width: int = 110) -> str:
 
 
 def markdown_tables() -> str:
-    """One table per section: key, default, meaning."""
     parts = []
     for section in SECTIONS:
         parts.append(f"### [{section}]: {SECTION_MEANINGS[section]}")
@@ -77,7 +73,6 @@ def rewrite(page: str) -> str:
 
 
 def write_docs() -> str:
-    """Rewrite docs/command-line.md's key tables if they are stale; say which."""
     text = DOCS_PAGE.read_text(encoding="utf-8")
     new = rewrite(text)
     if new != text:

@@ -1,6 +1,5 @@
-"""The configuration's schema: DataConfig and TrainConfig beside model/config.py's ModelConfig, and
-Config, one of each. Each field carries its meaning; checks run in __post_init__, so a bad value
-fails when the config is built, not at step 3000."""
+"""DataConfig, TrainConfig and Config (one of each section). Checks run in __post_init__, so a bad
+value fails when the config is built, not at step 3000."""
 
 import dataclasses
 from dataclasses import dataclass, field
@@ -12,14 +11,9 @@ from model.ablations import name_suffix
 from model.config import ModelConfig, check_choice, check_finite, check_positive, setting
 from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
-OPTIMIZERS = ("adamw", "muon")
-# "auto": bfloat16 where the device computes it in hardware
-MUON_DTYPE_CHOICES = ("auto", "bfloat16", "float32")
-# torch seeds are 64-bit; this leaves room for the seed + rank and seed + i that runs derive
+# torch seeds are 64-bit; room is left for the seed + rank and seed + i that runs derive
 MAX_SEED = 2**63 - 1
-# characters: file systems allow 255 bytes, and a moved-aside run adds .old-<time>
-MAX_RUN_NAME = 200
+MAX_RUN_NAME = 200  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
 # the model fields a run from pretrained weights takes from its config
 CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")
 
@@ -155,12 +149,14 @@ class TrainConfig:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
-        check_choice("train.optimizer", self.optimizer, OPTIMIZERS)
-        check_choice("train.muon_dtype", self.muon_dtype, MUON_DTYPE_CHOICES)
+        check_choice("train.optimizer", self.optimizer, ("adamw", "muon"))
+        check_choice("train.muon_dtype", self.muon_dtype, ("auto", "bfloat16", "float32"))
         check_choice("train.compile", self.compile, ("auto", "true", "false"))
         base, _, index = self.device.partition(":")
         if not (base == "cuda" and index.isdigit()):  # cuda:N names one GPU
-            check_choice("train.device", self.device, DEVICES, " (or cuda:N)")
+            check_choice(
+                "train.device", self.device, ("auto", "cpu", "cuda", "mps"), " (or cuda:N)"
+            )
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
         if not self.runs_dir.strip():
@@ -176,7 +172,7 @@ class TrainConfig:
 
     @property
     def warmup(self) -> int:
-        """warmup_steps, shrunk to fit a run shorter than it (`--train.max_steps=3`)."""
+        """warmup_steps, shrunk to fit a shorter run."""
         return min(self.warmup_steps, self.max_steps)
 
     def probes_at(self, step: int) -> bool:
@@ -188,16 +184,13 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Config:
-    name: str = "base"  # the preset it came from
+    name: str = "base"  # the preset
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    # the model sizes the command line changed from the preset's, as run names end: "-n_layer1"
-    # (configs/validation.py)
-    shape: str = ""
+    shape: str = ""  # "-n_layer1": the sizes the command line changed from the preset's
 
     def __post_init__(self) -> None:
-        """What the induction measurements need of a synthetic source."""
         if self.data.source == "text":
             return
         block_size, min_segment = self.model.block_size, self.data.min_segment
@@ -206,16 +199,13 @@ class Config:
                 f"model.block_size must be at least {SHORTEST_CONTEXT} to measure induction heads, "
                 f"got {block_size}: attention spread evenly over {block_size} "
                 f"position{'s' * (block_size > 1)} puts {1 / block_size:.2f} on every target, more "
-                f"than half the {INDUCTION_THRESHOLD} that names an induction head, so chance "
-                "could "
-                "pass for one"
+                f"than half the {INDUCTION_THRESHOLD} that names an induction head"
             )
         if min_segment < 2:
             raise ValueError(
                 "data.min_segment must be at least 2 for the induction measurements, got "
-                f"{min_segment}: after the copy of a one-token segment comes a fresh random token, "
-                "so a batch may hold no position the context gives away (loss/repeated would be "
-                "NaN)"
+                f"{min_segment}: a one-token segment may leave no position the context gives away "
+                "(loss/repeated would be NaN)"
             )
         if 2 * self.data.max_segment > block_size + 1:
             raise ValueError(
@@ -226,8 +216,7 @@ class Config:
 
     @property
     def run_name(self) -> str:
-        """`base`, `base-no-mask`, ..., then the changed sizes (`char-n_layer6`), unless
-        train.run_name says otherwise."""
+        """`base-no-mask-n_layer6`: preset, ablations, changed sizes; or train.run_name."""
         return self.train.run_name or self.name + name_suffix(self.model) + self.shape
 
     @property
@@ -238,7 +227,6 @@ class Config:
         return dataclasses.asdict(self)
 
 
-# TOML section -> dataclass
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 SECTION_MEANINGS = {
     "model": "the network: its sizes, the switches that break attention, those that mend it, and "
@@ -246,7 +234,6 @@ SECTION_MEANINGS = {
     "data": "the text and how it becomes token ids",
     "train": "the run: optimizer, schedule, evaluations, device, where results go",
 }
-# "train.lr" -> its field
 KEYS = {
     f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
 }
@@ -255,8 +242,7 @@ KEYS = {
 def config_differences(
     saved: dict, wanted: dict, ignore: tuple[str, ...] = (), prefix: str = ""
 ) -> list[str]:
-    """What differs between two plain dicts as `to_dict()` makes them, key by key, nested sections
-    named "model.n_layer": ["model.n_layer 2 vs 4", ...]; a key the record lacks shows as None."""
+    """["model.n_layer 2 vs 4", ...] between two `to_dict()`s; a key the record lacks shows None."""
     found = []
     for key, value in wanted.items():
         if key in ignore:

@@ -1,7 +1,5 @@
-"""One way into a Config, whatever its source: a TOML file, the command line, or what a run
-recorded (a checkpoint's config, config.json). Every key is checked against the schema and every
-value against its field's type, so a checkpoint whose config says causal = "false" is refused as
-the same line of a TOML file is: Python reads any non-empty text as true.
+"""One way into a Config from a TOML file, the command line, or a run's record, every key and
+value's type checked: Python would read causal = "false" as true.
 """
 
 import difflib
@@ -29,8 +27,8 @@ class ConfigError(ValueError):
 
 
 def nearest_key(dotted: str) -> str | None:
-    """The key (or change flag) a typo most likely meant: a change's name (no_mask -> --no-mask),
-    an abbreviation (learning_rate -> lr), else the closest spelling."""
+    """What a typo meant: a change's flag (no_mask -> --no-mask), an abbreviation (learning_rate ->
+    lr), else the closest spelling."""
     section, _, name = dotted.partition(".")
     for change in CHANGES:
         if change.name == name.replace("_", "-"):
@@ -52,32 +50,25 @@ def nearest_key(dotted: str) -> str | None:
 def check_key(dotted: str, where: str = "", recorded: bool = False) -> None:
     in_file = f" in {where}" if where else ""
     if dotted not in KEYS:
-        section, _, name = dotted.partition(".")
-        if section not in SECTIONS and not name:
-            raise ConfigError(
-                f"unknown section [{section}]{in_file}; valid sections are {', '.join(SECTIONS)}"
-            )
         hint = nearest_key(dotted)
         suggestion = f", did you mean {hint}?" if hint else f"; valid keys: {', '.join(KEYS)}"
         raise ConfigError(
             f"unknown key {dotted}{in_file}{suggestion}"
             + (f" ({RECORDED_FIX})" if recorded else "")
         )
-    if dotted in FROM_TOKENIZER and not recorded:  # a run's record holds it: train.py filled it in
+    if dotted in FROM_TOKENIZER and not recorded:  # train.py fills in a run's record
         raise ConfigError(
             f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead"
         )
 
 
 def is_denormal(x: float) -> bool:
-    """Whether x is below 2.2e-308 but not 0, read from its bits: a CPU that flushes denormals (as
-    training sets it to) reads such a number as 0 in any comparison, and so in a check for > 0."""
+    """Read from the bits: a CPU that flushes denormals (as training sets it) compares them as 0."""
     bits = struct.unpack("<Q", struct.pack("<d", x))[0]
     return (bits >> 52) & 0x7FF == 0 and bits & (2**52 - 1) != 0
 
 
 def convert(dotted: str, value):
-    """A TOML value or a command-line string in the type of field `dotted`, or why not."""
     kind, number = KEYS[dotted].type, value
     if isinstance(value, str) and kind is not str:
         text = value.strip().lower()
@@ -106,8 +97,7 @@ def convert(dotted: str, value):
 
 
 def typed(dotted: str, value, where: str, recorded: bool):
-    """A value read from a file, which has types: it must have the field's (an integer serves as a
-    number), or the error names the field, the value, the file and what to do."""
+    """A value read from a file must have the field's type (an integer serves as a number)."""
     kind = KEYS[dotted].type
     # recorded before positions had kinds: ModelConfig reads true as "learned", false as "none"
     if recorded and dotted == "model.positions" and type(value) is bool:
@@ -130,10 +120,8 @@ def typed(dotted: str, value, where: str, recorded: bool):
 
 
 def shape_suffix(preset: dict, model) -> str:
-    """What a run's default name gets for the model sizes the command line changed from its
-    preset's ("-n_layer1"), so that `--config induction --model.n_layer=1` trains beside
-    runs/induction instead of moving it aside. Kept apart from the run name (Config.shape), so that
-    variants derived from the config keep it under names of their own."""
+    """ "-n_layer1" for sizes the command line changed from the preset's, so that such a run trains
+    beside the preset's instead of moving it aside."""
     changed = [
         key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)
     ]
@@ -143,9 +131,8 @@ def shape_suffix(preset: dict, model) -> str:
 def validate_config(
     table, where: str | Path, overrides: Iterable[tuple[str, str]] = (), recorded: bool = False
 ) -> Config:
-    """The Config of a TOML file's sections (named for the file), or with `recorded` of what a run
-    stored (Config.to_dict(); a field added since takes its default), then the command line's
-    (dotted key, text) overrides. where: the file, named in every error."""
+    """The Config of a TOML file's sections, or with `recorded` of a run's Config.to_dict() (a field
+    added since takes its default), then the (dotted key, text) overrides; `where`: the file."""
     if not isinstance(table, dict):
         raise ConfigError(
             f"{where} holds no config (found {IS.get(type(table), type(table).__name__)}); "

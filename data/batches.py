@@ -20,8 +20,7 @@ def get_batch(
 def draw_batch(
     split, batch_size: int, block_size: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x, y (B, T) from a split's token ids or a synthetic source, decided by `generator` alone (so
-    a checkpoint of it resumes the stream)."""
+    """x, y (B, T) from a split's token ids or a synthetic source, decided by `generator` alone."""
     if isinstance(split, np.ndarray):
         return get_batch(split, batch_size, block_size, generator)
     return split.draw(batch_size, block_size, generator)

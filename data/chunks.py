@@ -1,10 +1,9 @@
-"""Cutting a stream of text into tasks for the encoders, where the ids stay those of the whole text.
+"""Cutting text into tasks for the encoders where the ids stay those of the whole text.
 
-The char tokenizer's text is cut anywhere. GPT-2's pre-tokenizer never runs a pre-token on into a
-single space between two non-space characters (`word| word`), nor past a single newline between
-two (`line\n|Next`): cuts there keep the ids. Text with no such place for megabytes (CJK, DNA,
-base64) is cut by force into pieces of at most FORCED_CHARS, at an `EDGE` between pre-tokens where
-one is near, else inside a pre-token, where the ids next to the cut can differ (docs/own-text.md).
+The char tokenizer's text is cut anywhere. GPT-2's pre-tokens never cross `word| word` or
+`line\n|Next`: cuts there keep the ids. Text with no such place (CJK, DNA, base64) is cut by force
+every FORCED_CHARS at most, at an `EDGE` between pre-tokens where one is near, else inside a
+pre-token, where the ids next to the cut can differ (docs/own-text.md).
 """
 
 import re
@@ -22,9 +21,9 @@ FORCED_CHARS = 1 << 12  # gpt2: forced cuts come at most this far apart
 
 
 def last_match(pattern, text: str, limit: int, start: int) -> int | None:
-    """The last match of `pattern` from `start` to `limit` (or limit + 1), else None."""
+    """The last match of `pattern` from `start` to `limit` (or limit + 1), else None; most text has
+    one near the limit, so look there first."""
     end = min(len(text), limit + 2)  # a cut at `limit` looks two characters ahead
-    # most text has a match within a few characters: look near the limit first
     for window in WINDOWS:
         first = max(start, limit - window)
         last = deque(pattern.finditer(text, first, end), maxlen=1)
@@ -35,8 +34,7 @@ def last_match(pattern, text: str, limit: int, start: int) -> int | None:
 
 
 def safe_cut(text: str, limit: int, start: int, end: int) -> int | None:
-    """The last safe place at or before `limit`, else the first after it (before `end`), else None.
-    The caller knows there is none before `start`."""
+    """The last safe place in start..limit, else the first in limit..end, else None."""
     end = min(end, len(text))
     if text.find(" ", start, end) < 0 and text.find("\n", start, end) < 0:
         return None  # no space, no newline: found fast
@@ -47,8 +45,8 @@ def safe_cut(text: str, limit: int, start: int, end: int) -> int | None:
 
 
 def forced_cuts(text: str, limit: int) -> list[int]:
-    """Where to cut text[:limit], which has no safe place: every FORCED_CHARS characters at most, at
-    the last edge in the second half before that bound, else at it."""
+    """Where to cut text[:limit], which has no safe place: at most FORCED_CHARS apart, at the last
+    edge in the second half before that bound, else at it."""
     import regex  # tiktoken's own dependency, for its Unicode classes; only needed here
 
     cuts = [0]
@@ -69,31 +67,26 @@ Task = tuple[str, list[Piece], int]  # the split it belongs to, its pieces, its 
 
 
 def make_tasks(
-    stream: Iterable[tuple[str, str, bool, bool]],
-    chunk_chars: int,
-    anywhere: bool = False,
-    force_after: int = FORCE_AFTER,
+    stream: Iterable[tuple[str, str, bool, bool]], chunk_chars: int, anywhere: bool = False
 ) -> Iterator[Task]:
     """Group (split, text, starts, separated) pieces into tasks of about chunk_chars characters, in
-    order, never two splits in one; `starts` marks a new document or the train/val cut of one text.
-
-    A document cut by force is cut so to its end; one that ends within `force_after` of the limit
-    with no safe place is encoded whole. Each character is searched about once.
+    order, never two splits in one. A document cut by force is cut so to its end; one that ends
+    within FORCE_AFTER of the limit with no safe place is encoded whole.
     """
     split, pieces, size = None, [], 0
     pending, separated = "", False  # the document's text not cut yet; a separator before it
     searched, forced = 1, False  # no safe place before `searched`; the document was cut by force
 
     def cut_pending(final: bool) -> Iterator[Task]:
-        """Tasks from the head of `pending` while it is too long; final: the document has ended."""
+        """Tasks from the head of `pending` while it is too long; final: the document ended."""
         nonlocal pieces, size, pending, separated, searched, forced
         while len(pending) > chunk_chars:
-            bound = len(pending) if final else chunk_chars + force_after + 2
+            bound = len(pending) if final else chunk_chars + FORCE_AFTER + 2
             if anywhere:
                 cuts = [chunk_chars]
             elif (cut := safe_cut(pending, chunk_chars, searched, bound)) is not None:
                 cuts = [cut]
-            elif len(pending) >= chunk_chars + force_after + 2 or (final and forced):
+            elif len(pending) >= chunk_chars + FORCE_AFTER + 2 or (final and forced):
                 cuts, searched, forced = forced_cuts(pending, chunk_chars), bound - 1, True
             else:
                 searched = max(1, len(pending) - 1)  # all but the last two characters looked at

@@ -1,6 +1,5 @@
 """Find or download the corpus, prepare it once into `<cache>/prepared/<name>-<tokenizer>-<hash>/`
-(train.bin and val.bin, raw unsigned ids, beside a sealed meta.json), and read them back.
-"""
+(train.bin and val.bin, raw unsigned ids, and a sealed meta.json), and read them back."""
 
 import json
 import urllib.request
@@ -12,7 +11,7 @@ import numpy as np
 from data.files import sha256_of, sha256_of_bytes, unsealed_json, write_atomically
 from data.prepare import FORMAT_VERSION, TRAIN_FRACTION, prepare  # noqa: F401 (TRAIN_FRACTION)
 from data.sources import DataError, Source, find_source
-from data.tokenizer import TOKENIZERS, CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
+from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 
 TINY_SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -24,12 +23,12 @@ IDS_BLOCK = 1 << 22  # ids read at a time when checking a .bin
 
 @dataclass
 class Corpus:
-    train: np.ndarray  # token ids of the first 90% of the text (a read-only memmap)
-    val: np.ndarray  # token ids of the last 10%
+    train: np.ndarray  # ids of the first 90% of the text (a read-only memmap)
+    val: np.ndarray
     tokenizer: Tokenizer
-    source: Path  # the text file (or folder, or documents file) the ids came from
+    source: Path
     source_sha256: str  # what names the text (`corpus_key`)
-    val_source: Path | None = None  # --data.val_path, when val came from a source of its own
+    val_source: Path | None = None  # --data.val_path
 
     def describe(self) -> str:
         return f"corpus {self.source}: {len(self.train):,} train / {len(self.val):,} val tokens"
@@ -66,12 +65,12 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
 
 
 class ChangedText(DataError):
-    """The corpus that a run names holds another text now than the one it trained on."""
+    """The corpus a run names holds another text now than the one it trained on."""
 
 
 def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
-    """What names a preparation: one text file's SHA-256; else a hash of the sources' identities
-    (their text, never their paths), the val source's and the JSONL/parquet field."""
+    """What names a preparation: one text file's SHA-256, else a hash of the sources' identities and
+    the JSONL/parquet field."""
     if val is None and source.is_one_text:
         return source.identity["sha256"]
     described = {
@@ -85,11 +84,7 @@ def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
 def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
     """The ids of data_cfg.path (Tiny Shakespeare when empty), prepared once; trained_on, a run's
     source_sha256, is the text it must still hold (else ChangedText)."""
-    cache_dir = Path(data_cfg.cache_dir) if data_cfg.cache_dir else DEFAULT_CACHE_DIR
-    if data_cfg.tokenizer not in TOKENIZERS:
-        raise DataError(
-            f"unknown tokenizer {data_cfg.tokenizer!r}; choose one of {', '.join(TOKENIZERS)}"
-        )
+    cache_dir = Path(data_cfg.cache_dir or DEFAULT_CACHE_DIR)
     try:
         if data_cfg.path:
             path = Path(data_cfg.path).expanduser()
@@ -109,7 +104,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
         # then the same text prepared under another name (a copy, a folder renamed)
         others = sorted(folder for folder in root.glob(f"*-{tokenizer}-{short}") if folder != mine)
         prepared = next(filter(None, (read_prepared(f, key) for f in [mine, *others])), None)
-        if prepared is None:  # never prepared, prepared by an older version, or damaged
+        if prepared is None:
             prepare(
                 source,
                 tokenizer,
@@ -139,7 +134,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
 
 def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
     """The train and val ids and the tokenizer in `folder`, or None when anything is amiss (prepare
-    again): a meta.json edited or from another text or version, a .bin cut short, ids too large."""
+    again)."""
     try:
         meta = unsealed_json((folder / "meta.json").read_bytes())
         if (
@@ -170,7 +165,7 @@ def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Token
 
 
 def largest_id(path: Path, dtype: str) -> int:
-    """The largest id in a .bin (-1 when empty), by blocks: a memmap's max() keeps every page."""
+    """By blocks: a memmap's max() keeps every page."""
     largest = -1
     with open(path, "rb") as f:
         while len(block := np.fromfile(f, dtype=dtype, count=IDS_BLOCK)):

@@ -16,11 +16,8 @@ REPLACE_TRIES = 5  # how often replace_folder moves aside a refused folder that 
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def sha256_of_bytes(data: bytes) -> str:
@@ -32,32 +29,27 @@ def checksum(body: dict) -> str:
 
 
 def sealed_json(record: dict) -> bytes:
-    """A record's JSON with its own SHA-256 added as "checksum", so that an edit by hand shows."""
+    """The JSON with its own SHA-256 as "checksum", so that an edit by hand shows."""
     return json.dumps({**record, "checksum": checksum(record)}, indent=1).encode()
 
 
 def unsealed_json(data: bytes) -> dict | None:
-    """The record that sealed_json wrote, or None when its checksum is missing or wrong."""
+    """The record (without its checksum), or None when that is missing or wrong."""
     record = json.loads(data)
-    if not isinstance(record, dict):
-        return None
-    body = {k: v for k, v in record.items() if k != "checksum"}
-    if record.get("checksum") != checksum(body):
-        return None
-    return record
+    if isinstance(record, dict) and record.pop("checksum", None) == checksum(record):
+        return record
+    return None
 
 
 def temporary_twin(path: Path) -> Path:
-    """Where this process writes `path` before renaming it into place (remove_abandoned reads the
-    pid)."""
+    """Where this process writes `path` before renaming it into place."""
     return path.with_name(f"{path.name}.tmp{os.getpid()}")
 
 
 @contextmanager
 def atomic_file(path: Path, one_writer: bool = False) -> Iterator[BinaryIO]:
-    """A binary file that replaces `path` all at once when the block ends (if it raises, `path`
-    stays as it was). The only writer (a run holding its folder's lock) may use a fixed <name>.tmp
-    that the next save overwrites; others add their pid, so that they never share one.
+    """A binary file that replaces `path` whole when the block ends (unchanged if it raises). The
+    only writer (a run holding its folder's lock) may use a fixed <name>.tmp; others add their pid.
     """
     tmp = path.with_name(f"{path.name}.tmp") if one_writer else temporary_twin(path)
     try:
@@ -77,16 +69,12 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool]) -> bool:
-    """Rename the folder written at `tmp` to `folder`, its files flushed first; False when another's
-    stays: one in place that `whole` accepts is another process's, which may be reading it. One that
-    `whole` refuses is renamed aside, removed once tmp is in place: the path is never missing.
+    """Rename `tmp` to `folder`; False when one in place that `whole` accepts stays (another
+    process may read it). One `whole` refuses is moved aside first: the path is never missing.
     """
     for path in tmp.iterdir():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
     aside = folder.with_name(f"{folder.name}.old{os.getpid()}")  # remove_abandoned reads the pid
     try:
         for _ in range(REPLACE_TRIES):
@@ -110,7 +98,7 @@ def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool]) -> bo
 
 
 def running(pid: int) -> bool:
-    """Whether a process with this id runs (always yes on Windows, where signal 0 would end it)."""
+    """Always yes on Windows, where signal 0 would end it."""
     if os.name == "nt":
         return True
     try:
@@ -123,8 +111,7 @@ def running(pid: int) -> bool:
 
 
 def remove_abandoned(path: Path) -> None:
-    """Delete the <path>.tmp<pid> and .old<pid> leftovers of processes killed outright (a
-    half-written corpus may take gigabytes)."""
+    """Delete the <path>.tmp<pid> and .old<pid> leftovers of processes killed outright."""
     for twin in path.parent.glob(f"{glob.escape(path.name)}.*"):
         pid = re.fullmatch(r"(?:tmp|old)(\d+)", twin.name[len(path.name) + 1 :])
         if pid is None or int(pid[1]) == os.getpid() or running(int(pid[1])):

@@ -1,9 +1,6 @@
-"""What a --data-file path names: the files of a corpus, and the identity of their text.
-
-A folder is every .txt, .jsonl and .parquet file under it, sorted by path, links followed but each
-file read once, names that begin with "." skipped (tools keep copies there), a FIFO or device
-refused (the corpus is read twice). The identity is the text's, never its path's: a file's SHA-256,
-or a folder's relative paths, sizes and SHA-256s.
+"""What a --data-file path names: its files (a folder's .txt, .jsonl and .parquet files, sorted,
+links followed but each file read once, names that begin with "." skipped), and the identity of
+their text, never of their path: a file's SHA-256, or a folder's relative paths, sizes and SHA-256s.
 """
 
 import json
@@ -35,10 +32,8 @@ def kind_of(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Source:
-    """One file, or a folder and its files in order, as --data-file or --data.val_path named it."""
-
-    path: Path  # as the user typed it, for messages
-    flag: str  # the flag that named it, for messages
+    path: Path  # as the user typed it
+    flag: str
     files: tuple[Path, ...]
 
     @property
@@ -47,7 +42,6 @@ class Source:
 
     @property
     def is_one_text(self) -> bool:
-        """One text file: one document, no separator, split by characters."""
         return not self.is_folder and kind_of(self.path) == "text"
 
     def where(self, file: Path) -> str:
@@ -67,7 +61,7 @@ class Source:
 
     @cached_property
     def stats(self) -> tuple[tuple[int, int, int], ...]:
-        """Each file's (size, modification time, inode), taken before its text is hashed or read."""
+        """Each file's (size, mtime, inode), taken before its text is hashed or read."""
         return tuple(self.stamp(file) for file in self.files)
 
     def relative(self, file: Path) -> str:
@@ -75,7 +69,7 @@ class Source:
 
     @cached_property
     def identity(self) -> dict:
-        stats = self.stats  # first: a file that changes while it is hashed then differs from them
+        stats = self.stats  # first: a file that changes while hashed then differs from them
         if not self.is_folder:
             return {"kind": kind_of(self.path), "sha256": sha256_of(self.path)}
         files = zip(self.files, stats, strict=True)
@@ -83,7 +77,6 @@ class Source:
 
     @cached_property
     def description(self) -> dict:
-        """What meta.json records of the source."""
         path = str(self.path.resolve())
         if not self.is_folder:
             return {"path": path, "size": self.stats[0][0], "sha256": self.identity["sha256"]}
@@ -99,7 +92,6 @@ class Source:
 
 
 def check_unchanged(sources: Iterable[Source]) -> None:
-    """Raise a DataError if a file was written since its `stats` were taken."""
     for source in sources:
         for file, before in zip(source.files, source.stats, strict=True):
             if source.stamp(file) != before:
@@ -111,10 +103,9 @@ def check_unchanged(sources: Iterable[Source]) -> None:
 
 
 def one_file(path: Path, flag: str, kinds: str = "") -> Source:
-    if not path.exists():
-        raise DataError(f"{flag} {path} does not exist; give the path of a UTF-8 text file{kinds}")
     if not path.is_file():
-        raise DataError(f"{flag} {path} is not a regular file; give the path of a UTF-8 text file")
+        problem = "is not a regular file" if path.exists() else "does not exist"
+        raise DataError(f"{flag} {path} {problem}; give the path of a UTF-8 text file{kinds}")
     return Source(path, flag, (path,))
 
 
@@ -132,8 +123,8 @@ def find_source(path: Path, flag: str) -> Source:
         if not stat.S_ISREG(found.st_mode):
             kind = NOT_REGULAR.get(stat.S_IFMT(found.st_mode), "not a regular file")
             raise DataError(
-                f"{source.where(file)} is {kind}, not a file of text; a corpus is read twice, so "
-                "it takes regular files only: move it out of the folder"
+                f"{source.where(file)} is {kind}, not a file of text; a corpus is read twice: "
+                "move it out of the folder"
             )
         if (found.st_dev, found.st_ino) not in seen:  # a second link to a file adds no document
             seen.add((found.st_dev, found.st_ino))

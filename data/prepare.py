@@ -1,15 +1,11 @@
-"""Encode a corpus of any size into train.bin and val.bin, in constant memory.
-
-A first pass checks every file (errors come before any work) and counts documents and characters;
-a second cuts the text into tasks (data/chunks.py), encodes them in threads (tiktoken releases the
-GIL) and appends the ids in order. All is written into a temporary folder renamed into place when
-whole, meta.json last: a run stopped by an error or a signal leaves nothing the next would use.
+"""Encode a corpus of any size into train.bin and val.bin, in constant memory: a first pass checks
+and counts (errors before any work), a second encodes in threads and appends the ids in order,
+into a temporary folder renamed into place when whole, so a stopped run leaves nothing half-made.
 """
 
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -43,8 +39,6 @@ STOP_SIGNALS = tuple(
 
 
 class Interrupted(KeyboardInterrupt):
-    """A stop signal while preparing: the process exits with 128 + signum."""
-
     def __init__(self, signum: int):
         self.signum = signum
         super().__init__(
@@ -55,16 +49,13 @@ class Interrupted(KeyboardInterrupt):
 
 @dataclass
 class Scan:
-    """What the first pass counts in one source."""
-
     documents: int = 0
     chars: int = 0
     charset: set = field(default_factory=set)
-    blank: bool = True  # nothing but whitespace so far
+    blank: bool = True
 
 
 def workers_to_use(workers: int) -> int:
-    """data.workers, where 0 means every core this process may run on."""
     if workers:
         return workers
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -77,13 +68,11 @@ def progress(desc: str, total: int, unit: str) -> tqdm:
         unit=unit,
         unit_scale=True,
         delay=PROGRESS_DELAY_S,
-        file=sys.stderr,
         dynamic_ncols=True,
     )
 
 
 def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
-    """The first pass: every file read and checked, documents and characters counted."""
     found = Scan()
     sizes = [size for size, _, _ in source.stats]  # taken before reading: check_unchanged
     with progress(f"reading {source.path.name}", sum(sizes), "B") as bar:
@@ -106,7 +95,7 @@ def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
 
 
 def train_cut(source: Source, found: Scan, split: str | None) -> int:
-    """Where val begins, in characters of one text or in documents; past the end for train only."""
+    """Where val begins, in characters of one text or in documents."""
     if split is not None:
         return (found.chars if source.is_one_text else found.documents) + 1
     if source.is_one_text:
@@ -115,8 +104,8 @@ def train_cut(source: Source, found: Scan, split: str | None) -> int:
 
 
 def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
-    """(split, text, starts, separated) for every piece of every source. A source's split is
-    "train", "val", or None: cut at the usual fraction."""
+    """(split, text, starts, separated) for every piece; a source's split None is cut at the
+    fraction."""
     for source, found, split in plan:
         cut, seen = train_cut(source, found, split), 0
         for text, starts, _ in read_source(source, text_field):
@@ -134,7 +123,6 @@ def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
 def encode_task(
     tokenizer: Tokenizer, pieces: list[tuple[str, bool]], end_of_text: np.ndarray, dtype: np.dtype
 ) -> np.ndarray:
-    """One task's ids in the .bin file's dtype (in the worker thread)."""
     parts = [end_of_text[:0]]
     for text, separated in pieces:
         if separated:
@@ -146,8 +134,7 @@ def encode_task(
 
 @contextmanager
 def stopped_by_signals():
-    """Stop signals raise Interrupted in the main thread, once (not again while cleaning up); one
-    that the launcher ignores (nohup's SIGHUP) stays ignored."""
+    """Stop signals raise Interrupted once (not again in cleanup); an ignored one stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -184,8 +171,8 @@ def prepare(
     """Encode the sources into folder/train.bin and val.bin, write meta.json last, and return it.
 
     Validation is the end of the corpus, not a random sample: contiguous text would leak across a
-    random split. One text file: its last 10 % of characters. Documents (each preceded by the
-    end-of-text): the last 10 %, at least one. A val_source is the whole val split.
+    random split. One text file: its last 10 % of characters; documents: the last 10 %, at least
+    one; a val_source: all of it.
     """
     started, char = time.perf_counter(), tokenizer_name == "char"
     with stopped_by_signals():
@@ -208,7 +195,7 @@ def prepare(
         tmp = temporary_twin(folder)
         remove_abandoned(folder)
         try:
-            tmp.mkdir(parents=True, exist_ok=True)  # one of a killed process of this id: reused
+            tmp.mkdir(parents=True, exist_ok=True)
             try:
                 meta = encode_into(
                     tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars
@@ -242,11 +229,10 @@ def prepare(
 def encode_into(
     folder: Path, plan: list, tokenizer: Tokenizer, text_field: str, workers: int, chunk_chars: int
 ) -> dict:
-    """The second pass: tasks encoded by threads, their ids appended to <split>.bin in order."""
     dtype = np.dtype("uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32")
     separated = any(not s.is_one_text for s, _, _ in plan)
     end_of_text = np.array(tokenizer.end_of_text if separated else [], dtype=np.uint32)
-    tokens, files, in_flight = {"train": 0, "val": 0}, {}, deque()
+    tokens, in_flight = {"train": 0, "val": 0}, deque()
     started = time.perf_counter()
 
     def write_oldest(bar: tqdm) -> None:
@@ -259,6 +245,7 @@ def encode_into(
         bar.set_postfix_str(f"{speed / 1e6:.2f}M tokens/s", refresh=False)
 
     total_chars = sum(found.chars for _, found, _ in plan)
+    files = {split: open(folder / f"{split}.bin", "wb") for split in tokens}
     with (
         progress(f"encoding {plan[0][0].path.name}", total_chars, "char") as bar,
         ThreadPoolExecutor(workers) as pool,
@@ -267,8 +254,6 @@ def encode_into(
             # a character's id never depends on its neighbours: cut anywhere
             stream = split_stream(plan, text_field)
             for split, pieces, chars in make_tasks(stream, chunk_chars, tokenizer.name == "char"):
-                if split not in files:
-                    files[split] = open(folder / f"{split}.bin", "wb")
                 task = pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)
                 in_flight.append((split, chars, task))
                 while len(in_flight) > 2 * workers:  # a few tasks ahead: memory stays flat
@@ -279,8 +264,6 @@ def encode_into(
             pool.shutdown(wait=False, cancel_futures=True)
             for f in files.values():
                 f.close()
-    for split in ("train", "val"):
-        (folder / f"{split}.bin").touch()  # an empty split still has its (empty) file
     meta = {"format": FORMAT_VERSION, "dtype": dtype.name, "tokens": tokens, **tokenizer.state()}
     meta["tokenizer"] = meta.pop("name")
     meta["vocab_size"] = tokenizer.vocab_size

@@ -1,13 +1,10 @@
-"""Where the text comes from: a text file (one document), a .jsonl or .parquet file (a document a
-line or row), or a folder of them.
-
-Readers stream `(text, starts, nbytes)` pieces: `starts` on a document's first, nbytes how far the
-reader moved in the file (for the progress bar). Bad input is a DataError that names the file and
-the line, row or byte offset.
+"""Readers of a text file (one document), a .jsonl or .parquet file (a document a line or row):
+`(text, starts, nbytes)` pieces, `starts` on a document's first, nbytes read (for the progress bar).
 """
 
 import codecs
 import json
+import mmap
 import os
 import re
 from collections.abc import Iterator
@@ -22,11 +19,11 @@ SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # half a UTF-16 character,
 Pieces = Iterator[tuple[str, bool, int]]
 
 
-def read_source(source: Source, text_field: str, chunk_chars: int = CHUNK_CHARS) -> Pieces:
+def read_source(source: Source, text_field: str) -> Pieces:
     for file in source.files:
         kind = kind_of(file)
         if kind == "text":
-            yield from read_text_file(file, source, chunk_chars)
+            yield from read_text_file(file, source)
         elif kind == "jsonl":
             yield from read_jsonl(file, source, text_field)
         else:
@@ -40,26 +37,26 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
         raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
 
 
-def read_text_file(file: Path, source: Source, chunk_chars: int) -> Pieces:
-    """A UTF-8 text file in pieces; a byte-order mark at its start (Notepad's) is dropped, as JSON
-    readers drop it: it marks the encoding, it is not text."""
+def read_text_file(file: Path, source: Source) -> Pieces:
+    """A UTF-8 text file in pieces; a byte-order mark (Notepad's) is dropped: it is not text."""
+    where = source.where(file)
     with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
         starts, position = True, 0
         while True:
             try:
-                text = f.read(chunk_chars)
+                text = f.read(CHUNK_CHARS)
             except UnicodeDecodeError:
                 raise DataError(
-                    f"{source.where(file)} is not UTF-8 text (bad byte at offset "
+                    f"{where} is not UTF-8 text (bad byte at offset "
                     f"{bad_utf8_offset(file)}); convert it to UTF-8 or pick a text file"
                 ) from None
             except OSError as e:
-                raise DataError(f"cannot read {source.where(file)}: {e.strerror}") from None
+                raise DataError(f"cannot read {where}: {e.strerror}") from None
             if not text:
                 return
             if "\0" in text:  # valid UTF-8, but no text holds NUL: an image, an archive
                 raise DataError(
-                    f"{source.where(file)} is binary (it holds NUL bytes), the first at offset "
+                    f"{where} is binary (it holds NUL bytes), the first at offset "
                     f"{nul_offset(file)}; give a UTF-8 text file"
                 )
             now = f.buffer.tell()
@@ -67,16 +64,11 @@ def read_text_file(file: Path, source: Source, chunk_chars: int) -> Pieces:
             starts, position = False, now
 
 
-def blocks(f) -> Iterator[bytes]:
-    return iter(lambda: f.read(1 << 20), b"")
-
-
 def bad_utf8_offset(file: Path) -> int:
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
-        # the empty block at the end: a character cut off by the end
-        for block in chain(blocks(f), [b""]):
-            held = len(decoder.getstate()[0])  # the bytes of a character cut by the last block
+        for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):
+            held = len(decoder.getstate()[0])  # a character cut by the last block
             try:
                 decoder.decode(block, final=not block)
             except UnicodeDecodeError as e:
@@ -86,13 +78,8 @@ def bad_utf8_offset(file: Path) -> int:
 
 
 def nul_offset(file: Path) -> int:
-    offset = 0
-    with open(file, "rb") as f:
-        for block in blocks(f):
-            if (i := block.find(b"\0")) >= 0:
-                return offset + i
-            offset += len(block)
-    return -1
+    with open(file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        return mapped.find(b"\0")
 
 
 def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
@@ -141,46 +128,41 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
 
 
 def read_parquet(file: Path, source: Source, field: str) -> Pieces:
+    where = source.where(file)
     try:
         import pyarrow as pa  # here: only parquet sources need it
         import pyarrow.parquet as pq
     except ImportError:
-        raise DataError(
-            f"reading {source.where(file)} needs pyarrow: pip install pyarrow"
-        ) from None
+        raise DataError(f"reading {where} needs pyarrow: pip install pyarrow") from None
     try:
         parquet = pq.ParquetFile(open_or_fail(file, source))
     except Exception as e:  # pyarrow's ArrowInvalid and OSError for a file that is not parquet
-        raise DataError(
-            f"{source.where(file)} is not a parquet file ({str(e).splitlines()[0][:120]})"
-        ) from None
+        raise DataError(f"{where} is not a parquet file ({str(e).splitlines()[0][:120]})") from None
     columns = parquet.schema_arrow.names
     if field not in columns:
         raise DataError(
-            f"{source.where(file)} has no column {field!r} (it has {', '.join(columns[:8])}); "
+            f"{where} has no column {field!r} (it has {', '.join(columns[:8])}); "
             "name it with --data.text_field"
         )
     kind = parquet.schema_arrow.field(field).type
     # a dictionary-encoded column (pandas' category) of strings
     values = kind.value_type if pa.types.is_dictionary(kind) else kind
     if str(values) not in ("string", "large_string", "string_view"):
-        raise DataError(f"{source.where(file)}: column {field!r} holds {kind}, not text")
+        raise DataError(f"{where}: column {field!r} holds {kind}, not text")
     size, rows, row = os.path.getsize(file), max(1, parquet.metadata.num_rows), 0
     for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
         for text in batch.column(0).to_pylist():
             row += 1
             if text is None:
-                raise DataError(
-                    f"{source.where(file)} row {row} has no text (null in column {field!r})"
-                )
+                raise DataError(f"{where} row {row} has no text (null in column {field!r})")
             if text:
                 yield text, True, size // rows
 
 
 def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The whole text of a small file (a prompt, a text to score), whatever its name."""
+    """The whole text of a small file (a prompt, a text to score)."""
     source = one_file(path, flag)
-    text = "".join(piece for piece, _, _ in read_text_file(path, source, CHUNK_CHARS))
+    text = "".join(piece for piece, _, _ in read_text_file(path, source))
     if not text.strip():
         raise DataError(
             f"{flag} {path} is empty (nothing but whitespace); give a file with some text"

@@ -1,6 +1,5 @@
 """Synthetic tokens for the induction-head lesson (docs/induction.md): random, with a segment that
-recurs at a random distance, so only content (a previous-token head composing with an induction
-head) finds the earlier occurrence. The tokens are characters, shown like text.
+recurs at a random distance, so only content finds the earlier occurrence.
 """
 
 import json
@@ -14,8 +13,7 @@ from data.tokenizer import CharTokenizer
 SOURCES = ("text", "repeated-random")  # data.source
 SETTINGS = ("source", "symbols", "min_segment", "max_segment")  # a synthetic source's identity
 PROBE_SEED = 0  # the sequence heatmaps show: the same in every run
-# Letters that common fonts draw: ASCII letters and digits, Latin-1, Greek, Cyrillic, Latin
-# Extended-A.
+# letters that common fonts draw: ASCII, Latin-1, Greek, Cyrillic, Latin Extended-A
 SYMBOL_RANGES = (
     (0x30, 0x39),
     (0x41, 0x5A),
@@ -58,8 +56,7 @@ class RepeatedRandom:
 
 @dataclass
 class SyntheticCorpus:
-    """Named as data.corpus.Corpus: both splits draw from the source (evaluation with its own
-    generator), and its settings stand in for a text's hash."""
+    """Named as data.corpus.Corpus; its settings stand in for a text's hash."""
 
     train: RepeatedRandom
     val: RepeatedRandom

@@ -1,8 +1,6 @@
-"""Tokenizers with one interface: name, vocab_size, encode, decode, state(); for preparing a
-corpus, encode_array (ids straight into numpy, fast) and end_of_text (the ids between documents).
-
-gpt2 is OpenAI's byte-pair encoding through tiktoken. char maps each distinct character of the
-corpus to an id; its vocabulary is saved with the prepared data and in every checkpoint.
+"""Tokenizers with one interface: name, vocab_size, encode, decode, state(), and for preparing a
+corpus encode_array and end_of_text. gpt2 is OpenAI's BPE through tiktoken; char gives each
+distinct character of the corpus an id, its vocabulary saved with the data and in checkpoints.
 """
 
 from collections import Counter
@@ -16,7 +14,7 @@ DEGENERATE_SHARE = 0.5  # more whitespace than this, or more of one character: u
 
 
 class TokenizerError(ValueError):
-    """Text or a vocabulary that a tokenizer cannot handle; the message says what to do."""
+    """Text or a vocabulary that a tokenizer cannot handle."""
 
 
 class GPT2Tokenizer:
@@ -27,14 +25,14 @@ class GPT2Tokenizer:
 
         try:
             self.enc = tiktoken.get_encoding("gpt2")
-        except Exception as e:  # offline, tiktoken raises requests/OS errors of several kinds
+        except Exception as e:  # offline, tiktoken raises errors of several kinds
             raise TokenizerError(
                 f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded "
                 "once on first use: connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder "
                 "holding its files (a training run can also use --data.tokenizer=char)"
             ) from None
         self.vocab_size = self.enc.n_vocab
-        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>: GPT-2's mark between documents
+        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)  # special tokens are plain text here
@@ -52,7 +50,7 @@ class GPT2Tokenizer:
 
 class CharTokenizer:
     name = "char"
-    END_OF_TEXT = "\n\n"  # a blank line between documents: the char tokenizer has no special token
+    END_OF_TEXT = "\n\n"  # between documents: the char tokenizer has no special token
 
     def __init__(self, chars: list[str]):
         if (
@@ -108,8 +106,8 @@ Tokenizer = GPT2Tokenizer | CharTokenizer
 
 
 def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
-    """The text of ids piece by piece, as a model generates them. A gpt2 token can end inside a
-    character of several UTF-8 bytes (decoded alone: U+FFFD); it waits for the next (up to 4)."""
+    """The text of ids piece by piece. A gpt2 token can end inside a UTF-8 character (decoded
+    alone: U+FFFD); it waits for the next (up to 4)."""
     pending: list[int] = []
     for i in ids:
         pending.append(i)
@@ -149,7 +147,6 @@ def degenerate(text: str) -> tuple[str, str] | None:
 
 
 def tokenizer_from_state(state: dict) -> Tokenizer:
-    """Rebuild a tokenizer from what `state()` returned (as stored in checkpoints)."""
     name = state.get("name") if isinstance(state, dict) else None
     if name == "gpt2":
         return GPT2Tokenizer()

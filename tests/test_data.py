@@ -8,7 +8,6 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -382,13 +381,6 @@ def test_non_utf8_file(tmp_path):
     with pytest.raises(DataError, match="not UTF-8") as e:
         load_corpus(char_cfg(tmp_path, path))
     assert str(path) in str(e.value) and "offset 3" in str(e.value)
-
-
-def test_unknown_tokenizer(tmp_path, corpus_file):
-    # bypass the config check
-    cfg = SimpleNamespace(**{**vars(char_cfg(tmp_path, corpus_file)), "tokenizer": "bpe"})
-    with pytest.raises(DataError, match="unknown tokenizer 'bpe'; choose one of gpt2, char"):
-        load_corpus(cfg)
 
 
 def test_split_shorter_than_block_size(tmp_path):
