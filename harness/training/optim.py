@@ -86,11 +86,11 @@ def make_optimizer(
 
 def describe(optimizer: torch.optim.Optimizer | CombinedOptimizer) -> str:
     """For the start-up line, e.g. "Muon (Newton-Schulz in bfloat16) + AdamW"."""
-    optimizers = getattr(optimizer, "optimizers", (optimizer,))
-    names = [type(opt).__name__ for opt in optimizers]
-    for i, opt in enumerate(optimizers):
+    names = []
+    for opt in getattr(optimizer, "optimizers", (optimizer,)):
+        names.append(type(opt).__name__)
         if isinstance(opt, Muon):
-            names[i] += f" (Newton-Schulz in {str(opt.ns_dtype).removeprefix('torch.')})"
+            names[-1] += f" (Newton-Schulz in {str(opt.ns_dtype).removeprefix('torch.')})"
     return " + ".join(names)
 
 

@@ -194,10 +194,10 @@ class RunLogger:
             self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
             self.jsonl.flush()
         if console:
-            shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
-            tqdm.write(
-                f"step {step:5d} | " + " | ".join(f"{name} {value:.4f}" for name, value in shown)
-            )
+            shown = [
+                f"{tag.split('/')[-1]} {metrics[tag]:.4f}" for tag in CONSOLE_TAGS if tag in metrics
+            ]
+            tqdm.write(f"step {step:5d} | " + " | ".join(shown))
 
     def log_evaluation(
         self, step: int, evaluation: Evaluation, flags: str, causal: bool = True
