@@ -1,9 +1,7 @@
-"""What a run costs, said before it starts: a step's and an evaluation's compute, a step's memory,
-this device's speed. A step too slow to stop or too big to hold is refused in one line.
-
-Costs are floating-point operations from the model's sizes: a forward pass over B x T tokens costs
+"""What a run costs before it starts: compute, memory, this device's speed; a step too slow to
+stop or too big to hold is refused in one line. A forward pass over B x T tokens costs
 2 B T (12 L C^2 + V C) for the matrices and 4 L B T^2 C for attention (half under the causal mask);
-a training step about three passes. Seconds divide them by a timed matrix product's speed.
+a training step about three passes.
 """
 
 import dataclasses
@@ -23,12 +21,11 @@ EVAL_WARNING_S = 60  # a first evaluation longer than this is announced before t
 
 
 def size(n: int) -> float:
-    """A count from a config as a float; one past float's range is infinite: too big anywhere."""
+    """A count as a float; one past float's range is infinite: too big anywhere."""
     return float(n) if n < 2**1000 else math.inf
 
 
 def forward_flops(cfg: ModelConfig, B: int, T: int) -> float:
-    """Operations of one forward pass over (B, T) tokens."""
     C, L, B, T = size(cfg.n_embd), size(cfg.n_layer), size(B), size(T)
     attention = (2.0 if cfg.causal else 4.0) * L * B * T * T * C
     # query, key, value and output: 4 C^2; the MLP's two: 8 C^2
@@ -43,24 +40,22 @@ def flops_per_token(cfg: ModelConfig) -> float:
 
 
 def step_flops(cfg: Config) -> float:
-    """Operations of one training step of one process: forward and backward."""
     B = cfg.train.batch_size * cfg.train.grad_accum_steps
     return 3 * forward_flops(cfg.model, B, cfg.model.block_size)
 
 
 def prefix_flops(cfg: ModelConfig, B: int, positions: list[int]) -> float:
-    """Operations of the passes over the prefixes x[:, :t+1] for t in positions."""
+    """Operations of the passes over the prefixes x[:, :t+1]."""
     return sum(forward_flops(cfg, B, t + 1) for t in positions)
 
 
 def honest_flops(cfg: Config, positions: list[list[int]]) -> float:
-    """Operations of one pass over each scored position's prefix, batch by batch."""
     return sum(prefix_flops(cfg.model, cfg.train.batch_size, p) for p in positions)
 
 
 def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
-    """The honest positions per batch, cut to at most HONEST_BUDGET_STEPS training steps of prefix
-    passes: fewer batches first, then positions drawn closer to the start."""
+    """The honest positions cut to HONEST_BUDGET_STEPS steps of prefix passes: fewer batches first,
+    then positions drawn closer to the start."""
     budget = HONEST_BUDGET_STEPS * step_flops(cfg)
     while len(positions) > 1 and honest_flops(cfg, positions) > budget:
         positions = positions[:-1]
@@ -72,13 +67,13 @@ def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
 
 
 def weight_count(m: ModelConfig) -> float:
-    """About how many parameters GPT(m) has: 12 L C^2 in the blocks, V C and T C embeddings."""
+    """About how many parameters GPT(m) has."""
     C = size(m.n_embd)
     return 12 * size(m.n_layer) * C * C + (size(m.vocab_size) + size(m.block_size)) * C
 
 
 def step_memory_bytes(cfg: Config) -> float:
-    """Peak memory of a training step, roughly: about 20 numbers per token, layer and channel."""
+    """Peak memory of a training step, roughly: 20 numbers per token, layer and channel."""
     m, B, T = cfg.model, size(cfg.train.batch_size), size(cfg.model.block_size)
     L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
     activations = B * T * (20 * L * C + 3 * V)
@@ -92,7 +87,6 @@ SAMPLE_BOOKKEEPING_BYTES = 768
 
 
 def sampling_memory_bytes(m: ModelConfig, n_samples: int, n_prompt: int, n_new: int) -> float:
-    """Peak memory of sampling n_samples rows of n_prompt + n_new tokens, roughly."""
     B, N = size(n_samples), size(n_prompt) + size(n_new)
     L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
     T = min(N, size(m.block_size))
@@ -106,7 +100,7 @@ def sampling_memory_bytes(m: ModelConfig, n_samples: int, n_prompt: int, n_new: 
 
 
 def device_memory_bytes(device: torch.device) -> float | None:
-    """The GPU's memory, or the machine's RAM for a CPU (None where it cannot be read)."""
+    """The GPU's memory, or the machine's RAM (None where it cannot be read)."""
     if device.type == "cuda":
         return float(torch.cuda.mem_get_info(device)[1])
     try:
@@ -116,7 +110,6 @@ def device_memory_bytes(device: torch.device) -> float | None:
 
 
 def sync(device: torch.device) -> None:
-    """Wait until the device has run what was queued on it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -124,7 +117,7 @@ def sync(device: torch.device) -> None:
 
 
 def timed(fn, device: torch.device) -> tuple[float, object]:
-    """Run fn() once; return (seconds, its result), waiting for the device at both ends."""
+    """(seconds, fn()), waiting for the device at both ends."""
     sync(device)
     start = time.perf_counter()
     out = fn()
@@ -133,8 +126,8 @@ def timed(fn, device: torch.device) -> tuple[float, object]:
 
 
 def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> float:
-    """Operations per second of an (n, n) float32 matrix product here, after one warm-up. Its own
-    generator: a draw from the global one would change the seeded initial weights."""
+    """Operations per second of an (n, n) float32 matrix product here. Its own generator: a draw
+    from the global one would change the seeded initial weights."""
     gen = torch.Generator(device=device).manual_seed(0)
     a, b = (torch.randn(n, n, device=device, generator=gen) for _ in range(2))
     a @ b
@@ -144,8 +137,8 @@ def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> floa
 
 @dataclasses.dataclass(frozen=True)
 class PassCost:
-    """What one model's passes cost here, timed (measured_pass): a small model is slower than
-    `measured_speed`, bound by each call's fixed time."""
+    """What one model's passes cost here: a small model is slower than `measured_speed`, bound by
+    each call's fixed time."""
 
     call_s: float  # seconds a pass costs whatever its size: Python and kernel launches
     speed: float  # operations per second beyond that, at the model's own widths
@@ -159,9 +152,8 @@ TIMED_PASS_NUMBERS = 2**26  # and the most numbers it may hold beyond the weight
 
 
 def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
-    """The PassCost of model's passes, from two timed after a warm-up: one over a single token, all
-    fixed time, and one over (B, T) tokens cut to about TIMED_PASS_S at `peak` and
-    TIMED_PASS_NUMBERS held."""
+    """From two timed passes: one over a single token, all fixed time, and one over (B, T) tokens
+    cut to about TIMED_PASS_S at `peak` and TIMED_PASS_NUMBERS held."""
     m, device = model.cfg, model.lm_head.weight.device
 
     def held(B: int, T: int) -> int:
@@ -206,7 +198,6 @@ def gib(n_bytes: float) -> str:
 
 
 def check_memory(need: float, device: torch.device, what: str, advice: str) -> None:
-    """Refuse in one line, before allocating it, work that needs more memory than the device has."""
     have = device_memory_bytes(device)
     if have is not None and need > have:
         raise ConfigError(
@@ -217,7 +208,6 @@ def check_memory(need: float, device: torch.device, what: str, advice: str) -> N
 def check_sampling(
     m: ModelConfig, n_samples: int, n_prompt: int, n_new: int, device: torch.device
 ) -> None:
-    """Refuse in one line samples this device cannot hold."""
     n = n_prompt + n_new
     what = f"sampling {n_samples:,} sample{'s' * (n_samples > 1)} of {n:,} token{'s' * (n > 1)}"
     need = sampling_memory_bytes(m, n_samples, n_prompt, n_new)
@@ -225,8 +215,8 @@ def check_sampling(
 
 
 def check_affordable(cfg: Config, device: torch.device, speed: float | None = None) -> float:
-    """Refuse in one line a run this device cannot hold, or whose steps would outlast a stop's
-    patience; return the device's speed."""
+    """Refuse a run this device cannot hold, or whose steps would outlast a stop's patience;
+    return the device's speed."""
     speed = speed or measured_speed(device)
     params = weight_count(cfg.model)
     millions = f"{params / 1e6:,.0f}M" if params < 1e18 else f"{params:.1e}"

@@ -1,8 +1,6 @@
-"""Checkpoint files, written atomically and read as data only, and the run state --resume restores.
-
-A run keeps ckpt.pt (the latest state) and best.pt (the weights with the best val loss so far). A
-kill mid-save leaves the previous file intact; torch.load(weights_only=True) refuses anything that
-would run code.
+"""Checkpoints, written atomically and read as data only (weights_only=True refuses anything that
+would run code), and the run state --resume restores. A run keeps ckpt.pt (the latest state) and
+best.pt (the weights with the best val loss so far).
 """
 
 import dataclasses
@@ -28,7 +26,7 @@ class CheckpointError(Exception):
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
-    """Write payload to path atomically; refuses non-finite weights."""
+    """Write payload to path atomically, refusing non-finite weights."""
     for name, tensor in payload.get("model", {}).items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
@@ -54,7 +52,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
 
 
 def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
-    """torch.load with weights_only=True, every way it can fail one CheckpointError."""
+    """torch.load(weights_only=True), every way it can fail one CheckpointError."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(
@@ -91,7 +89,7 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
 
 
 def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
-    """The ModelConfig a checkpoint stores, its whole config checked as any config is."""
+    """The checkpoint's ModelConfig, its whole config checked as any config is."""
     try:
         return validate_config(checkpoint.get("config"), path, recorded=True).model
     except ConfigError as e:
@@ -99,7 +97,7 @@ def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
 
 
 def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> None:
-    """Refuse a checkpoint of another model: every field but the attention backend must match."""
+    """Refuse a checkpoint of another model: every field but the attention backend counts."""
     diff = config_differences(
         dataclasses.asdict(model_config_of(checkpoint, path)),
         dataclasses.asdict(wanted),
@@ -113,15 +111,14 @@ def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> Non
 
 
 def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
-    """(model in eval mode, tokenizer, checkpoint) rebuilt from the checkpoint's own config, so an
-    old checkpoint loads after the presets change."""
+    """(model in eval mode, tokenizer, checkpoint) from the checkpoint's own config, so an old
+    checkpoint loads after the presets change."""
     path = Path(path)
     checkpoint = read_checkpoint(path)
     model_cfg = model_config_of(checkpoint, path)
     try:
         tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
-    except TokenizerError:
-        # the tokenizer's own files are missing (tiktoken offline): not the checkpoint's fault
+    except TokenizerError:  # its files missing (tiktoken offline): not the checkpoint's fault
         raise
     except (TypeError, KeyError, ValueError) as e:
         raise CheckpointError(f"{path} holds an invalid tokenizer: {e}") from None
@@ -137,8 +134,8 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tok
 
 
 def check_shapes(path: Path | str, model_cfg: ModelConfig, state: dict) -> None:
-    """Refuse weights that do not fit the config before the model takes any memory: the model is
-    built on the meta device, so a crafted config (block_size 1e9) costs nothing."""
+    """Refuse weights that do not fit the config. The model is built on the meta device, so a
+    crafted config (block_size 1e9) costs nothing."""
     with torch.device("meta"):
         expected = GPT(model_cfg).state_dict()
     misfits = [
@@ -154,7 +151,7 @@ def check_shapes(path: Path | str, model_cfg: ModelConfig, state: dict) -> None:
 
 @dataclasses.dataclass
 class Progress:
-    """Where the training loop stands, saved so that --resume continues without a seam."""
+    """Where the training loop stands, saved so that --resume continues seamlessly."""
 
     step: int = 0
     evaluated: bool = False  # whether `step` was evaluated before the save
@@ -165,8 +162,7 @@ class Progress:
 
 
 def read_resumable(cfg: Config, source_sha256: str) -> dict:
-    """The run's ckpt.pt, read once, if it can continue this run: same model, optimizer and
-    text, steps left."""
+    """The run's ckpt.pt if it can continue this run: same model, optimizer and text, steps left."""
     path = cfg.run_dir / "ckpt.pt"
     if not path.is_file():
         earlier = [folder for folder in moved_aside(cfg.run_dir) if (folder / "ckpt.pt").is_file()]
@@ -213,7 +209,6 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
 def restore(
     checkpoint: dict, model: GPT, optimizer, train_gen: torch.Generator, runtime: Runtime
 ) -> Progress:
-    """Load a resumable checkpoint into the model, optimizer and sampler; return the progress."""
     check_shapes("the resumed checkpoint", model.cfg, checkpoint["model"])
     model.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
@@ -251,7 +246,7 @@ class Checkpointer:
         self.runtime, self.best_val = runtime, best_val
 
     def save(self, model: GPT, optimizer, train_gen: torch.Generator, progress: Progress) -> None:
-        """Called by every process (they share their random states); only the main one writes."""
+        """Called by every process (they share their random states); the main one writes."""
         mine = random_state(self.runtime.device)
         rng_states = [mine]  # dropout randomness differs per rank: keep each rank's
         if self.runtime.world_size > 1:

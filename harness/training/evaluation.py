@@ -1,6 +1,6 @@
-"""What an evaluation measures: losses on fixed batches, the honest loss, attention statistics,
-heatmaps, a sample. Its data is drawn once per run from its own generator (EVAL_SEED), so every
-evaluation of every run sees the same batches, and the training batches never shift.
+"""What an evaluation measures: losses, the honest loss, attention statistics, heatmaps, a sample.
+Its data is drawn once from its own generator, so every run sees the same batches, and the training
+batches never shift.
 """
 
 import contextlib
@@ -35,7 +35,7 @@ from model.measurements import (
     order_use,
 )
 
-EVAL_SEED = 2024  # eval batches come from their own generator: identical on every run
+EVAL_SEED = 2024
 HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
 SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
 # the text whose attention is drawn
@@ -49,7 +49,7 @@ STATS_WEIGHTS = 2**20
 
 @dataclass
 class EvalSet:
-    """Everything an evaluation looks at, drawn once so that every evaluation sees the same data."""
+    """Everything an evaluation looks at, drawn once."""
 
     batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]  # split -> fixed (x, y) batches
     honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches, positions scored
@@ -61,22 +61,20 @@ class EvalSet:
 
     @property
     def scored_positions(self) -> int:
-        """Positions the honest loss and the order use score: a prefix pass each."""
         return sum(len(positions) for _, _, positions in self.honest)
 
     def prefix_passes(self, causal: bool) -> int:
-        """Passes the honest loss runs: none for a causal model (read off the forced pass)."""
+        """None for a causal model: its honest loss is read off the forced pass."""
         return 0 if causal else self.scored_positions
 
     @property
     def val_tokens(self) -> int:
-        """How many targets the val batches hold: the tokens that loss/val averages over."""
         return sum(y.numel() for _, y in self.batches["val"])
 
 
 @dataclass
 class Evaluation:
-    """One evaluation's results: scalars for every process, pictures and a sample from the main."""
+    """Scalars from every process, pictures and a sample from the main one."""
 
     metrics: dict[str, float]
     heatmaps: list[torch.Tensor] = field(default_factory=list)  # (1, H, T, T) per layer
@@ -101,8 +99,9 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     if not cfg.model.causal:
         positions = cap_prefix_work(positions, cfg)
     honest = [(x, y, p) for (x, y), p in zip(batches["val"], positions, strict=False)]
-    rows = [row for _, y in batches["val"] for row in y]
-    val_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for row in rows)
+    val_bytes = sum(
+        len(tokenizer.decode(row.tolist()).encode()) for _, y in batches["val"] for row in y
+    )
     try:
         heatmap_ids = tokenizer.encode(PROBE_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
         prompt_ids = tokenizer.encode("\n")
@@ -132,8 +131,7 @@ def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
 def evaluation_notes(
     cfg: Config, eval_set: EvalSet, speed: float, device: torch.device
 ) -> tuple[list[str], float]:
-    """The lines said before training about what an evaluation costs, and its estimated seconds
-    at `speed` (operations per second)."""
+    """The lines said before training about what an evaluation costs, and its seconds at `speed`."""
     seconds, notes = evaluation_flops(cfg, eval_set) / speed, []
     if not cfg.model.causal:
         prefixes = [p for _, _, p in eval_set.honest]
@@ -157,20 +155,20 @@ def evaluation_notes(
 
 
 def rows_per_pass(B: int, T: int) -> int:
-    """Rows of an eval batch that go through the model at once: fewer at a long context, so that a
-    stop, which waits for the pass under way, comes soon."""
+    """Rows of an eval batch per pass: fewer at a long context, so that a stop, which waits for the
+    pass under way, comes soon."""
     return max(1, min(B, ROWS_WEIGHTS // (T * T)))
 
 
 def stats_shape(B: int, T: int) -> tuple[int, int]:
-    """(rows, tokens) of the first val batch that the attention statistics read."""
+    """(rows, tokens) of the first val batch the attention statistics read."""
     tokens = min(T, int(STATS_WEIGHTS**0.5))
     return max(1, min(B, STATS_WEIGHTS // tokens**2)), tokens
 
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module):
-    """The model in eval() mode within the block, then back in its mode, even when it raises."""
+    """The model in eval() mode within the block, then back in its mode."""
     was_training = model.training
     model.eval()
     try:
@@ -183,8 +181,7 @@ def eval_mode(model: torch.nn.Module):
 def estimate_loss(
     model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None
 ) -> float:
-    """Mean loss over fixed (x, y) batches in eval() mode; under torchrun each rank scores every
-    world_size-th batch."""
+    """Mean loss over fixed (x, y) batches; under torchrun each rank scores every world_size-th."""
     total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (sum of losses, count)
     with eval_mode(model):
         for x, y in batches[runtime.rank :: runtime.world_size]:
@@ -211,8 +208,8 @@ def measure_breakage(
     val_loss: float,
     between: Callable[[], None] | None = None,
 ) -> dict[str, float]:
-    """What shows a model break on the val text beyond its loss (model/measurements.py); `between`
-    is called before each prefix pass. Also break_gpt2.py's, on a pretrained model."""
+    """What shows a model break beyond its loss (model/measurements.py); `between` is called before
+    each prefix pass."""
     device = runtime.device
     metrics = {"loss/val_bpc": bits_per_byte(val_loss, eval_set.val_tokens, eval_set.val_bytes)}
     x, y = eval_set.batches["val"][0]
@@ -242,7 +239,7 @@ def evaluate(
     progress: bool = False,
 ) -> Evaluation:
     """Losses on every process; then, on the main one, measure_breakage, heatmaps and a sample.
-    `poll` is called before every pass and raises to stop; `progress` shows a bar of the passes."""
+    `poll` is called before every pass and raises to stop."""
     device = runtime.device
     B, T = eval_set.batches["val"][0][0].shape
     units = (

@@ -1,8 +1,6 @@
-"""torch.optim.Muon with a choice of dtype for its Newton-Schulz iterations.
-
-The library casts every update to bfloat16, which CPUs without bfloat16 units and Apple's MPS
-emulate several times slower than float32. With bfloat16, `Muon` computes what torch.optim.Muon
-computes, bit for bit (tests/test_muon.py).
+"""torch.optim.Muon with a choice of dtype for its Newton-Schulz iterations: the library casts to
+bfloat16, which CPUs without bfloat16 units and Apple's MPS emulate several times slower than
+float32. With bfloat16, `Muon` computes what torch.optim.Muon computes, bit for bit.
 """
 
 import math
@@ -13,8 +11,7 @@ MUON_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
-    """train.muon_dtype -> the dtype Newton-Schulz runs in on `device`; "auto": bfloat16 on CUDA
-    and on CPUs with bfloat16 units, float32 elsewhere."""
+    """train.muon_dtype -> a dtype; "auto": bfloat16 on CUDA and on CPUs with bfloat16 units."""
     if choice != "auto":
         return MUON_DTYPES[choice]
     if device.type == "cuda" or (device.type == "cpu" and has_bf16_units()):
@@ -23,8 +20,8 @@ def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
 
 
 def has_bf16_units() -> bool:
-    """Whether this CPU computes bfloat16 in hardware (AVX512-BF16 or AMX), as torch's private
-    probes report (False if a release moves them: float32 is correct everywhere, only slower)."""
+    """Whether this CPU has AVX512-BF16 or AMX, as torch's private probes report (False if a release
+    moves them: float32 is correct everywhere, only slower)."""
     probes = [
         getattr(torch.cpu, name, None)
         for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
@@ -36,8 +33,7 @@ def has_bf16_units() -> bool:
 
 
 def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
-    """The step size Muon applies to a (rows, cols) matrix: torch.optim.Muon's `adjust_lr_fn` rules,
-    written out so that a release moving its private helper does not break training."""
+    """torch.optim.Muon's `adjust_lr_fn` rules, written out: a release may move its helper."""
     rows, cols = shape[:2]
     if rule is None or rule == "original":
         ratio = math.sqrt(max(1, rows / cols))
@@ -56,15 +52,9 @@ def zeropower_via_newtonschulz(
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """torch.optim.Muon's Newton-Schulz orthogonalisation in `dtype`, of a (rows, cols) matrix or a
-    stack (N, rows, cols) in the launches of one. The quintic iteration pushes every singular value
-    of the normalised update towards 1, so each direction of the matrix moves by a similar amount.
+    stack (N, rows, cols). The quintic iteration pushes every singular value of the normalised
+    update towards 1, so each direction of the matrix moves by a similar amount.
     """
-    if ns_steps >= 100:
-        raise ValueError("Number of steps must be less than 100 for computational efficiency")
-    if grad.dim() not in (2, 3):
-        raise ValueError("Input tensor gradient must be a 2D matrix, or a stack of them")
-    if len(ns_coefficients) != 3:
-        raise ValueError("Coefficients must be a tuple of exactly 3 values")
     a, b, c = ns_coefficients
     one = grad.dim() == 2
     x = grad.to(dtype)[None] if one else grad.to(dtype)  # (N, rows, cols)
@@ -93,8 +83,7 @@ class Muon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """torch.optim.Muon's step, with Newton-Schulz in ns_dtype over all matrices of a shape at
-        once."""
+        """torch.optim.Muon's step, with Newton-Schulz over all matrices of a shape at once."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -107,8 +96,6 @@ class Muon(torch.optim.Muon):
                 grad = param.grad
                 if grad is None:
                     continue
-                if grad.dim() != 2 or grad.is_sparse or torch.is_complex(param):
-                    raise ValueError("Muon takes real 2D matrices with dense gradients")
                 state = self.state[param]
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(

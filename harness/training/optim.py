@@ -1,6 +1,4 @@
-"""How the weights move: the optimizer (AdamW, or Muon for the blocks' matrices) and its
-learning-rate schedule.
-"""
+"""How the weights move: AdamW (or Muon for the blocks' matrices) and the learning-rate schedule."""
 
 import math
 
@@ -12,8 +10,7 @@ from model import GPT
 
 
 def lr_at(step: int, train_cfg: TrainConfig) -> float:
-    """Linear warmup to lr (over the whole run if shorter: TrainConfig.warmup), then cosine decay
-    to min_lr at the last step."""
+    """Linear warmup to lr, then cosine decay to min_lr at the last step."""
     warmup = train_cfg.warmup
     if step < warmup:
         return train_cfg.lr * (step + 1) / warmup
@@ -26,14 +23,14 @@ def lr_at(step: int, train_cfg: TrainConfig) -> float:
 
 class CombinedOptimizer:
     """Several torch optimizers stepped as one (Muon takes 2-D matrices only, the rest needs AdamW):
-    what the loop, the checkpoints and bench.py use of an optimizer, and nothing more."""
+    what the loop, the checkpoints and bench.py use of an optimizer."""
 
     def __init__(self, *optimizers: torch.optim.Optimizer):
         self.optimizers = optimizers
 
     @property
     def param_groups(self) -> list[dict]:
-        """The optimizers' groups as they are now (load_state_dict replaces them)."""
+        # read each time: load_state_dict replaces them
         return [group for opt in self.optimizers for group in opt.param_groups]
 
     @property
@@ -60,8 +57,7 @@ def make_optimizer(
     model: GPT, train_cfg: TrainConfig, device: torch.device
 ) -> torch.optim.Optimizer | CombinedOptimizer:
     """AdamW, with weight decay on matrices only (biases and gains keep their scale); for "muon"
-    the blocks' matrices go to Muon, whose "match_rms_adamw" update has AdamW's size.
-    """
+    the blocks' matrices go to Muon, whose "match_rms_adamw" update has AdamW's size."""
     params = [p for p in model.parameters() if p.requires_grad]
     in_blocks = {id(p) for p in model.blocks.parameters()}
     matrices = []
@@ -89,12 +85,12 @@ def make_optimizer(
 
 
 def describe(optimizer: torch.optim.Optimizer | CombinedOptimizer) -> str:
-    """For the start-up line: "AdamW", or "Muon (Newton-Schulz in bfloat16) + AdamW"."""
-    optimizers = getattr(optimizer, "optimizers", (optimizer,))
-    names = [type(opt).__name__ for opt in optimizers]
-    for i, opt in enumerate(optimizers):
+    """For the start-up line, e.g. "Muon (Newton-Schulz in bfloat16) + AdamW"."""
+    names = []
+    for opt in getattr(optimizer, "optimizers", (optimizer,)):
+        names.append(type(opt).__name__)
         if isinstance(opt, Muon):
-            names[i] += f" (Newton-Schulz in {str(opt.ns_dtype).removeprefix('torch.')})"
+            names[-1] += f" (Newton-Schulz in {str(opt.ns_dtype).removeprefix('torch.')})"
     return " + ".join(names)
 
 

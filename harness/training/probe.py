@@ -1,8 +1,7 @@
-"""The probe: the story's signals every few steps, between the evaluations, on PROBE_ROWS sequences
-of the first val batch (TrainConfig.probes_at picks the steps). Its tags, Probe_loss/... and
-Probe_attn/..., are companions of the evaluation's: the capital P sorts them first in TensorBoard,
-whose first two sections open. It runs in eval() mode and draws nothing from training's random
-streams: a run's losses are the same with the probe and without it.
+"""The probe: the story's signals every few steps between the evaluations, on PROBE_ROWS sequences
+of the first val batch. Its tags' capital P sorts them first in TensorBoard, whose first two
+sections open. It draws nothing from training's random streams: a run's losses are the same with the
+probe and without it.
 """
 
 import math
@@ -17,7 +16,7 @@ from model import GPT
 from model.measurements import SHUFFLED_TOKENS, attention_summary, honest_loss, leak_of, order_use
 
 PROBE_ROWS = 2  # sequences of the first val batch that the probe reads
-# the evaluation's tag -> the probe's tag for the same measurement
+# the evaluation's tag -> the probe's
 PROBE_TAGS = {
     "loss/val_honest": "Probe_loss/val_honest",
     "loss/val_forced": "Probe_loss/val_forced",
@@ -69,7 +68,7 @@ STORY_CHARTS = (
 def probe(
     model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], runtime: Runtime
 ) -> dict[str, float]:
-    """The story's signals on x, y (R, T) at the honest loss's `positions`, as Probe_... tags."""
+    """The story's signals on x, y (R, T) at the honest loss's `positions`."""
     x, y = x.to(runtime.device), y.to(runtime.device)
     tokens = stats_shape(*x.shape)[1]
     with eval_mode(model), runtime.autocast():
@@ -91,7 +90,7 @@ def probe(
 
 
 class Probe:
-    """Probes at the steps train.probes picks and logs what it measured (main process only)."""
+    """Probes at the steps train.probes picks and logs what it measured."""
 
     def __init__(self, model: GPT, eval_set: EvalSet, cfg: Config, runtime: Runtime, logger):
         x, y, positions = eval_set.honest[0]
@@ -100,7 +99,7 @@ class Probe:
         self.model, self.train_cfg, self.runtime, self.logger = model, cfg.train, runtime, logger
 
     def __call__(self, step: int) -> float:
-        """Probe and log at `step` if it is a probe's step; returns the seconds it took."""
+        """Probe and log at `step` if it is a probe's step; return the seconds it took."""
         if self.logger is None or not self.train_cfg.probes_at(step):
             return 0.0
         started = time.perf_counter()

@@ -1,6 +1,5 @@
-"""Where a run's measurements go: one RunLogger writes TensorBoard, metrics.jsonl and the console.
-Each run also writes a custom-scalars layout that puts the story on one screen in TensorBoard's
-CUSTOM SCALARS tab, every run of the folder overlaid.
+"""Where a run's measurements go: one RunLogger writes TensorBoard, metrics.jsonl and the console,
+and a layout that puts the story on one screen in TensorBoard's CUSTOM SCALARS tab.
 """
 
 import contextlib
@@ -60,23 +59,21 @@ INDUCTION_CHARTS = (
         ["^icl/score$"],
     ),
 )
-LAYOUT = {
-    STORY: {title: ["Multiline", tags] for title, tags in STORY_CHARTS},
-    INDUCTION: {
-        f"{title} [read at Smoothing 0]": ["Multiline", tags] for title, tags in INDUCTION_CHARTS
-    },
-}
 
 
 def story_layout(induction: bool) -> dict:
     """The custom-scalars layout: the story, and the induction heads if the run measures them."""
-    return {
-        section: charts for section, charts in LAYOUT.items() if induction or section != INDUCTION
-    }
+    layout = {STORY: {title: ["Multiline", tags] for title, tags in STORY_CHARTS}}
+    if induction:
+        layout[INDUCTION] = {
+            f"{title} [read at Smoothing 0]": ["Multiline", tags]
+            for title, tags in INDUCTION_CHARTS
+        }
+    return layout
 
 
 def parse_row(line: bytes | str) -> dict | None:
-    """A metrics.jsonl line as its row, or None for a damaged line or a step that is no int."""
+    """A metrics.jsonl line's row, or None for a damaged line or a step that is no int."""
     row = parse_json(line)
     return row if isinstance(row, dict) and type(row.get("step")) is int else None
 
@@ -87,26 +84,24 @@ def parse_step(line: bytes | str) -> int | None:
 
 
 def metric_lines(path: Path) -> list[tuple[bytes, dict]]:
-    """The intact lines of a metrics.jsonl, each with its row, in order; damaged lines skipped."""
+    """The intact lines of a metrics.jsonl, each with its row."""
     rows = [(line, parse_row(line)) for line in path.read_bytes().splitlines()]
     return [(line, row) for line, row in rows if row is not None]
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """Every intact row of a run's metrics.jsonl (none if the file is gone)."""
     if not (run_dir / "metrics.jsonl").is_file():
         return []
     return [row for _, row in metric_lines(run_dir / "metrics.jsonl")]
 
 
 def evaluations(run_dir: Path) -> list[dict]:
-    """The run's logged evaluations (the rows with a val loss), in order."""
     return [row for row in read_metrics(run_dir) if "loss/val" in row]
 
 
 def phase_change(run_dir: Path) -> str:
-    """One line on a run's induction heads: the step at which the largest induction score first
-    reached INDUCTION_THRESHOLD, and the loss on repeated positions before it and at the end."""
+    """One line on when the largest induction score first reached INDUCTION_THRESHOLD, and the loss
+    on repeated positions before it and at the end."""
     rows = [row for row in read_metrics(run_dir) if "induction/max" in row]
     if not rows:
         return "induction heads: no evaluation measured them"
@@ -125,8 +120,8 @@ def phase_change(run_dir: Path) -> str:
 
 
 def sample_markdown(text: str, n_tokens: int) -> str:
-    """A sample for TensorBoard's text tab, verbatim in a code block. A degenerate sample (the
-    --no-mask run's newlines) gets a note and visible whitespace, not an empty box."""
+    """A sample for TensorBoard's text tab, in a code block. A degenerate sample (the --no-mask
+    run's newlines) gets a note and visible whitespace, not an empty box."""
     if (verdict := degenerate(text)) is None:
         return "\n".join("    " + line for line in text.splitlines())  # indented: verbatim
     note = (
@@ -137,7 +132,6 @@ def sample_markdown(text: str, n_tokens: int) -> str:
 
 
 def what_is_saved(run_dir: Path) -> str:
-    """What a run folder that can no longer be written still holds: its checkpoint, or none."""
     checkpoint = run_dir / "ckpt.pt"
     if not checkpoint.is_file():
         if run_dir.is_dir():
@@ -151,9 +145,8 @@ def what_is_saved(run_dir: Path) -> str:
 
 
 class RunLogger:
-    """The one place metrics go: TensorBoard, runs/<name>/metrics.jsonl, and the console. A failed
-    write ends the run in one line; TensorBoard's writer thread fails quietly, raising again here.
-    """
+    """The one place metrics go. A failed write ends the run in one line; TensorBoard's writer
+    thread fails quietly, raising again here."""
 
     def __init__(self, run_dir: Path, resume_step: int | None = None, induction: bool = False):
         from torch.utils.tensorboard import SummaryWriter  # slow to import
@@ -185,7 +178,6 @@ class RunLogger:
 
     @contextlib.contextmanager
     def writing(self):
-        """A write into the run folder: if it fails, one line saying what the folder still holds."""
         try:
             yield
         except OSError as e:
@@ -202,15 +194,14 @@ class RunLogger:
             self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
             self.jsonl.flush()
         if console:
-            shown = [(tag.split("/")[-1], metrics[tag]) for tag in CONSOLE_TAGS if tag in metrics]
-            tqdm.write(
-                f"step {step:5d} | " + " | ".join(f"{name} {value:.4f}" for name, value in shown)
-            )
+            shown = [
+                f"{tag.split('/')[-1]} {metrics[tag]:.4f}" for tag in CONSOLE_TAGS if tag in metrics
+            ]
+            tqdm.write(f"step {step:5d} | " + " | ".join(shown))
 
     def log_evaluation(
         self, step: int, evaluation: Evaluation, flags: str, causal: bool = True
     ) -> None:
-        """An evaluation's heatmaps, sample and scalars (the scalars also on the console)."""
         self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags, causal)
         text = sample_markdown(evaluation.sample, evaluation.sample_tokens)
         with self.writing():
@@ -220,9 +211,8 @@ class RunLogger:
     def log_heatmaps(
         self, step: int, weights: list[torch.Tensor], labels: list[str], flags: str, causal=True
     ) -> None:
-        """One heatmaps/L{layer}H{head} image per head from weights (1, H, T, T) per layer: a grid
-        of heads would shrink the token labels past reading at TensorBoard's card width. One panel,
-        laid out once (most of a picture's cost), is repainted for every head."""
+        """One image per head from weights (1, H, T, T) per layer: a grid of heads would shrink the
+        labels past reading. One panel, laid out once (most of a picture's cost), is repainted."""
         if self.heatmap_grid is None:  # wide enough for the last head's title at step 10**6
             last = (
                 f"{head_name(len(weights) - 1, weights[0].shape[1] - 1)} at step {10**6} ({flags})"
@@ -234,7 +224,6 @@ class RunLogger:
             for head in range(layer_weights.shape[1]):
                 name = head_name(layer, head)
                 title = f"{name} at step {step} ({flags})"
-                # (height, width, 3)
                 picture = self.heatmap_grid.pixels(layer_weights[0, head : head + 1], title)
                 with self.writing():
                     self.writer.add_image(f"heatmaps/{name}", picture, step, dataformats="HWC")
@@ -247,8 +236,8 @@ class RunLogger:
 
 
 def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
-    """A fresh run folder (an earlier run there moved aside) or the resumed one, with config.json;
-    returns its lock, held while the run lives."""
+    """A fresh run folder (an earlier run moved aside) or the resumed one, with config.json;
+    returns its lock."""
     if not runtime.is_main:
         return None
     lock, moved = claim_run_folder(cfg.run_dir, cfg.train.resume)
@@ -271,7 +260,6 @@ def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
 
 
 def step_bar(cfg: Config, runtime: Runtime, first_step: int) -> tqdm:
-    """The training loop's progress bar, on the main process only."""
     return tqdm(
         range(first_step, cfg.train.max_steps),
         desc=cfg.run_name,
@@ -283,7 +271,6 @@ def step_bar(cfg: Config, runtime: Runtime, first_step: int) -> tqdm:
 
 
 def last_words(cfg: Config, last: dict, elapsed: float, stopped: int | None) -> str:
-    """The run's closing line: where it stopped, or its final losses, checkpoints and sample."""
     if stopped is not None:
         return (
             f"stopped at step {stopped}; checkpoint saved to {cfg.run_dir / 'ckpt.pt'}. "

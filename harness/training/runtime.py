@@ -1,5 +1,5 @@
 """Where a run computes: the device, the backend switches, the processes under torchrun, clean
-stops. Decided once, from config, at start-up (`setup_runtime`), and passed down.
+stops. Decided once, from config, by `setup_runtime`, and passed down.
 """
 
 import contextlib
@@ -37,7 +37,6 @@ class Runtime:
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     def mean_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
-        """The mean of a tensor over every process."""
         if self.world_size > 1:
             value = value.clone()
             torch.distributed.all_reduce(value)
@@ -51,7 +50,7 @@ class Runtime:
 
 def keep_freed_memory(threshold: int = 2**30) -> bool:
     """Make glibc's malloc keep freed blocks up to `threshold` bytes, so each CPU step does not
-    fault its activations in again, page by page (docs/performance.md); True if it took effect."""
+    fault its activations in again, page by page; True if it took effect."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL(None)
@@ -67,7 +66,6 @@ CPU_DEMOS = ("base", "char", "char-modern")
 
 
 def preset_advice(preset: str, device: torch.device) -> str | None:
-    """A line for a GPU given one of the CPU-sized demos: which preset suits it."""
     if device.type != "cuda" or preset not in CPU_DEMOS:
         return None
     return (
@@ -78,14 +76,14 @@ def preset_advice(preset: str, device: torch.device) -> str | None:
 
 
 def resolve_device(wanted: str) -> tuple[str, str]:
-    """train.device ("auto": CUDA, then Apple MPS, then CPU) -> (device name, how it was chosen)."""
+    """train.device -> (device name, how it was chosen)."""
     has_cuda, has_mps = torch.cuda.is_available(), torch.backends.mps.is_available()
-    if wanted == "auto" and has_cuda:
-        return "cuda", "auto: CUDA found"
     if wanted == "auto":
-        return (
-            ("mps", "auto: Apple MPS found") if has_mps else ("cpu", "auto: no CUDA or MPS found")
-        )
+        if has_cuda:
+            return "cuda", "auto: CUDA found"
+        if has_mps:
+            return "mps", "auto: Apple MPS found"
+        return "cpu", "auto: no CUDA or MPS found"
     lacking = None
     if wanted.startswith("cuda") and not has_cuda:
         lacking = "this machine has no CUDA"
@@ -99,9 +97,8 @@ def resolve_device(wanted: str) -> tuple[str, str]:
 
 
 def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
-    """Resolve the device, join torchrun's process group if launched by it, set the backend
-    switches. Scoring and sampling pass reuse_memory=False: their sizes vary, and kept blocks
-    fragment."""
+    """Resolve the device, join torchrun's process group, set the backend switches. Scoring and
+    sampling pass reuse_memory=False: their sizes vary, and kept blocks fragment."""
     wanted, why = resolve_device(train_cfg.device)
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world_size > 1:  # launched by torchrun: one process per device
@@ -137,7 +134,7 @@ def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
 
 
 def has_triton() -> bool:
-    """Whether Triton can build kernels here, as torch's private check says (False if it moved)."""
+    """Whether Triton can build kernels here, as torch's private check says."""
     try:
         from torch.utils._triton import has_triton as torch_has_triton
     except ImportError:
@@ -146,23 +143,21 @@ def has_triton() -> bool:
 
 
 def random_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The random state dropout draws from: the CPU generator's, and the CUDA device's (or None)."""
+    """The random state dropout draws from: the CPU's, and the CUDA device's (or None)."""
     if device.type == "cuda":
         return torch.get_rng_state(), torch.cuda.get_rng_state(device)
     return torch.get_rng_state(), None
 
 
 def set_random_state(device: torch.device, cpu: torch.Tensor, cuda: torch.Tensor | None) -> None:
-    """Put back what random_state returned (a CUDA state only on CUDA)."""
     torch.set_rng_state(cpu)
     if cuda is not None and device.type == "cuda":
         torch.cuda.set_rng_state(cuda, device)
 
 
 class EagerOnFailure:
-    """The compiled training model, or the plain one if compiling fails at the first call: the run
-    goes on eagerly, saying so, with the first call's random state put back for the retry.
-    """
+    """The compiled model, or the plain one if compiling fails at the first call: the run goes on
+    eagerly, saying so, with the first call's random state put back for the retry."""
 
     def __init__(self, compiled, eager, runtime: Runtime):
         self.model, self.eager, self.runtime, self.fell_back = compiled, eager, runtime, False
@@ -179,8 +174,7 @@ class EagerOnFailure:
             # torch wraps the backend's own error (BackendCompilerFailed)
             while getattr(root, "inner_exception", None) or root.__cause__:
                 root = getattr(root, "inner_exception", None) or root.__cause__
-            lines = [line.strip() for line in str(root).splitlines() if line.strip()]
-            reason = (lines or [""])[0][:200]
+            reason = (str(root).strip().splitlines() or [""])[0].strip()[:200]
             self.runtime.say(
                 f"torch.compile failed at the first step ({type(root).__name__}: {reason}); "
                 "training without it"
@@ -199,7 +193,7 @@ class EagerOnFailure:
 
 
 def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
-    """The model as the step runs it: DDP under torchrun, compiled if runtime.use_compile."""
+    """The model as the step runs it: DDP under torchrun, compiled if asked."""
     wrapped = model
     if runtime.world_size > 1:
         wrapped = torch.nn.parallel.DistributedDataParallel(model)
@@ -209,8 +203,8 @@ def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
 
 
 def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, Config]:
-    """The corpus (or synthetic source), and the config with model.vocab_size from its tokenizer;
-    under torchrun the main process prepares the .bin files first."""
+    """The corpus, and the config with model.vocab_size from its tokenizer; under torchrun the main
+    process prepares the .bin files first."""
     if cfg.data.source != "text":
         corpus = load_synthetic(cfg.data)
     else:
@@ -224,7 +218,7 @@ def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, 
 
 
 def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
-    """Whether any process was asked to stop: all of them then stop at the same step."""
+    """Whether any process was asked to stop: all then stop at the same step."""
     if runtime.world_size == 1:  # no tensor: reading one back would sync the GPU every step
         return bool(stop.signum)
     # NCCL reduces only tensors on the process's GPU
@@ -233,8 +227,8 @@ def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
 
 
 def shut_down() -> None:
-    """The process is ending: a late Ctrl-C prints no traceback (a handler that does nothing:
-    SIG_IGN would read as the launcher's to a command run again here); torchrun's group is left."""
+    """A late Ctrl-C prints no traceback (a handler that does nothing: SIG_IGN would read as the
+    launcher's to a command run again here); torchrun's group is left."""
     for sig in answered_signals():
         signal.signal(sig, lambda signum, frame: None)
     if torch.distributed.is_initialized():

@@ -1,8 +1,6 @@
-"""The model a run starts from: fresh weights, or a pretrained GPT-2's (--init-from).
-
-Fine-tuning keeps everything of GPT-2 its weights depend on and takes from the preset the context
-(at most GPT-2's), dropout, the attention backend and the ablations, which only switch off. The
-derived config is the run's: a resumed --init-from run takes it from its own ckpt.pt.
+"""The model a run starts from: fresh weights, or a pretrained GPT-2's (--init-from). Fine-tuning
+keeps everything of GPT-2 its weights depend on and takes from the preset the context, dropout, the
+attention backend and the ablations, which only switch off.
 """
 
 import dataclasses
@@ -21,8 +19,8 @@ from model.ablations import CURE, POSITIONS, SHIPPED, applied
 def initial_model(
     cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None
 ) -> tuple[Config, GPT]:
-    """(the run's config, its model on runtime.device): fresh weights, or GPT-2's for --init-from;
-    a resumed run passes its checkpoint. Each config is checked before its weights are made."""
+    """(the run's config, its model): fresh weights, or GPT-2's for --init-from; a resumed run
+    passes its checkpoint. Each config is checked before its weights are made."""
     if not cfg.train.init_from:
         check_affordable(cfg, runtime.device, speed)
         model = GPT(cfg.model).to(runtime.device)
@@ -42,24 +40,20 @@ def initial_model(
         )
     # the run's folder is named from the user's flags, so that the resumed run finds it again
     pinned = dataclasses.replace(cfg.train, run_name=cfg.run_name)
-    if checkpoint is not None:  # only the shapes are needed: restore() brings the weights
+    if checkpoint is not None:
         check_gpt2_can_start(cfg.model, cfg.train.init_from)
         path = cfg.run_dir / "ckpt.pt"
         model_cfg = chosen_fields(cfg.model, model_config_of(checkpoint, path))
         check_model_config(checkpoint, path, model_cfg)
-        check_affordable(
-            run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned),
-            runtime.device,
-            speed,
-        )
-        return run_cfg, GPT(model_cfg).to(runtime.device)
-    from harness.gpt2 import build, load_pretrained
+    else:
+        from harness.gpt2 import build, load_pretrained
 
-    pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
-    model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
-    check_affordable(
-        run_cfg := dataclasses.replace(cfg, model=model_cfg, train=pinned), runtime.device, speed
-    )
+        pretrained, _, info = load_pretrained(cfg.train.init_from, "cpu")
+        model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
+    run_cfg = dataclasses.replace(cfg, model=model_cfg, train=pinned)
+    check_affordable(run_cfg, runtime.device, speed)
+    if checkpoint is not None:  # only the shapes are needed: restore() brings the weights
+        return run_cfg, GPT(model_cfg).to(runtime.device)
     state = pretrained.state_dict()
     # (block_size, C): the first positions only
     state["pos_emb.weight"] = state["pos_emb.weight"][: model_cfg.block_size]
@@ -82,8 +76,8 @@ def initial_model(
 
 @torch.no_grad()
 def check_finite_start(model: GPT) -> None:
-    """Refuse fresh weights whose logits are not finite (a huge model.qk_init_std overflows
-    float32). Its tokens come from a generator of its own: the run's random stream is unchanged."""
+    """Refuse fresh weights whose logits are not finite (a huge model.qk_init_std). Its tokens come
+    from a generator of its own: the run's random stream is unchanged."""
     T, device = min(model.cfg.block_size, 64), model.lm_head.weight.device
     idx = torch.randint(
         model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0)
@@ -102,7 +96,6 @@ def check_finite_start(model: GPT) -> None:
 
 
 def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> ModelConfig:
-    """GPT-2's ModelConfig with the preset's block_size, dropout, backend and ablations."""
     check_gpt2_can_start(preset, name)
     if preset.block_size > pretrained.block_size:
         raise ConfigError(
@@ -113,8 +106,7 @@ def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> 
 
 
 def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
-    """Refuse a run from GPT-2's weights without positions, or with what GPT-2 never had: its
-    weights would compute something else."""
+    """Refuse a run from GPT-2's weights without positions, or with what GPT-2 never had."""
     if preset.positions == "none":
         raise ConfigError(
             f"{name}'s weights were trained with learned positions, so a run without them "
@@ -131,8 +123,7 @@ def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
 
 
 def chosen_fields(preset: ModelConfig, weights: ModelConfig) -> ModelConfig:
-    """The weights' config with what a run chooses from the preset; causal and scaled only switch
-    off."""
+    """The weights' config with what a run chooses from the preset."""
     chosen = {field: getattr(preset, field) for field in CHOSEN_WITH_WEIGHTS}
     ablations = {
         switch: getattr(weights, switch) and getattr(preset, switch)

@@ -1,6 +1,4 @@
-"""The bookkeeping around train.py's step: this process's micro-batches, the DDP sync, the check
-before the update.
-"""
+"""The bookkeeping around train.py's step: micro-batches, the DDP sync, the finite check."""
 
 import contextlib
 import json
@@ -25,21 +23,17 @@ def draw_micro_batches(
     split, cfg: Config, runtime: Runtime, generator: torch.Generator
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """This rank's micro-batches for one step: every rank draws the whole global batch from an
-    identically seeded generator and keeps its own chunks, so the split does not change the tokens.
-    """
+    identically seeded generator and keeps its own, so the split does not change the tokens."""
     B, A = cfg.train.batch_size, cfg.train.grad_accum_steps
     # (B*A*W, T)
     x, y = draw_batch(split, B * A * runtime.world_size, cfg.model.block_size, generator)
-    first = runtime.rank * A
-    return [
-        (x[(first + m) * B : (first + m + 1) * B], y[(first + m) * B : (first + m + 1) * B])
-        for m in range(A)
-    ]
+    mine = slice(runtime.rank * A, (runtime.rank + 1) * A)
+    return list(zip(x.split(B)[mine], y.split(B)[mine], strict=True))
 
 
 def micro_steps(model, micro_batches: list, runtime: Runtime):
-    """Each micro-batch on the device, with the context its forward and backward run in: under DDP,
-    no_sync() on all but the last, so gradients are averaged across ranks once."""
+    """Each micro-batch on the device, with its context: under DDP, no_sync() on all but the last,
+    so gradients are averaged across ranks once."""
     for m, (x, y) in enumerate(micro_batches):
         last = m == len(micro_batches) - 1
         ddp_sync = contextlib.nullcontext() if last or runtime.world_size == 1 else model.no_sync()
@@ -58,8 +52,7 @@ def check_finite(
     record: bool = True,
 ) -> None:
     """Stop before the update when the loss or the gradient is not finite (one sync per step);
-    with `record`, diverged.json in the run's folder tells a run that diverged from one that failed.
-    """
+    with `record`, diverged.json tells a run that diverged from one that failed."""
     if torch.isfinite(loss + grad_norm):
         return
     bad = "loss" if not torch.isfinite(loss) else "gradient"
@@ -67,7 +60,7 @@ def check_finite(
     if checkpoint is not None:
         kept = f". The last good checkpoint, {checkpoint}, is untouched"
         if record:
-            # a folder that cannot take it: the error below says what happened all the same
+            # the error below says what happened all the same
             with contextlib.suppress(OSError):
                 write_atomically(
                     checkpoint.parent / DIVERGED,
@@ -80,6 +73,5 @@ def check_finite(
 
 
 def tokens_per_step(cfg: Config, runtime: Runtime) -> int:
-    """Tokens one optimizer step trains on, over every process."""
     train = cfg.train
     return train.batch_size * train.grad_accum_steps * runtime.world_size * cfg.model.block_size
