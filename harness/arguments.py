@@ -32,7 +32,7 @@ def positive_int(text: str) -> int:
 
 
 def typed_text(arg: str) -> str:
-    """Text typed, as UTF-8 whatever the locale (the C locale's surrogates decoded)."""
+    """Typed text as UTF-8 whatever the locale (the C locale's surrogates decoded)."""
     return os.fsencode(arg).decode("utf-8", errors="replace")
 
 
@@ -65,23 +65,24 @@ def probability(text: str) -> float:
 
 
 def seed(text: str) -> int:
-    """A random seed that torch's generators take (0 to 2**63 - 1)."""
     value = non_negative_int(text)
     if value > MAX_SEED:
         raise Invalid(f"must be at most {MAX_SEED} (2**63 - 1), got {text}")
     return value
 
 
-def seed_count(text: str) -> int:
-    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_SEEDS:
-        raise Invalid(f"takes the number of seeds per variant, 1 to {MAX_SEEDS}, got {text!r}")
+def count(text: str, what: str, least: int, most: int) -> int:
+    if not text.strip().isdigit() or not least <= int(text) <= most:
+        raise Invalid(f"takes the number of {what}, {least} to {most}, got {text!r}")
     return int(text)
+
+
+def seed_count(text: str) -> int:
+    return count(text, "seeds per variant", 1, MAX_SEEDS)
 
 
 def draw_count(text: str) -> int:
-    if not text.strip().isdigit() or int(text) > MAX_DRAWS:
-        raise Invalid(f"takes the number of random draws, 0 to {MAX_DRAWS}, got {text!r}")
-    return int(text)
+    return count(text, "random draws", 0, MAX_DRAWS)
 
 
 def variant_names(text: str) -> list[str]:

@@ -1,6 +1,5 @@
-"""What the scripts share: the one command-line parser, the model a script reads, and each failure
-as one line: "error: ..." with exit code 2 for a mistake in what was typed, 1 for a run that
-cannot go on.
+"""The one command-line parser, the model a script reads, and each failure as one line: "error:
+..." with exit code 2 for a mistake in what was typed, 1 for a run that cannot go on.
 """
 
 import argparse
@@ -34,8 +33,8 @@ Command = Callable[[list[str]], object]  # returns an exit code, or anything els
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a mistake is one line. With `config` (a default preset), parse_with_config
-    hands the flags the script does not declare to the config loader; its own are spelled whole,
-    so that --seed is never taken for --seeds."""
+    hands the flags the script does not declare to the config loader; its own are spelled whole
+    (--seed is never --seeds)."""
 
     def __init__(self, description: str, config: str | None = None, **kwargs):
         if config is not None:
@@ -49,7 +48,6 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see --help)\n")
 
     def parse_with_config(self, argv: list[str]) -> tuple[argparse.Namespace, Config]:
-        """The script's flags (with config_name and overrides), and the Config the rest gives."""
         args, rest = self.parse_known_args(argv)
         args.config_name, args.overrides = parse_args(rest, default=self.config)
         return args, load_config(rest, default=self.config)
@@ -90,8 +88,8 @@ def add_model_source(parser: argparse.ArgumentParser) -> None:
 def load_model_source(
     args: argparse.Namespace, device
 ) -> tuple[GPT, Tokenizer, str, Path, dict | None]:
-    """(model in eval mode, tokenizer, a line saying what it is, the folder for the script's
-    outputs, the checkpoint or None for a GPT-2, whose outputs go under --runs-dir)."""
+    """(model in eval mode, tokenizer, a line saying what it is, the folder for outputs, the
+    checkpoint or None for a GPT-2)."""
     if args.pretrained:
         from harness.gpt2 import load_pretrained  # the hub's client is slow to import
 
@@ -109,7 +107,7 @@ def load_model_source(
 
 
 def device_of(name: str) -> torch.device:
-    """The device that --device names, set up as for training, but freed memory given back."""
+    """The device --device names, set up as for training but with freed memory given back."""
     try:
         return setup_runtime(TrainConfig(device=name), reuse_memory=False).device
     except ValueError as e:
@@ -120,7 +118,8 @@ def run_command(command: Command, argv: list[str], interrupted: str = NOTHING_SA
     """Run a script's command on argv and return its exit code; every expected failure becomes one
     line, a stop `interrupted`."""
     try:
-        return one_line_failures(command, argv, interrupted)
+        with guarded_output():
+            return one_line_failures(command, argv, interrupted)
     except Aborted as e:  # a second signal
         shut_down()
         with guarded_output():
@@ -129,40 +128,39 @@ def run_command(command: Command, argv: list[str], interrupted: str = NOTHING_SA
 
 
 def one_line_failures(command: Command, argv: list[str], interrupted: str) -> int:
-    with guarded_output():
-        try:
-            interrupt_on_signal()  # from here a signal raises KeyboardInterrupt, answered below
-            code = command(argv)
-            sys.stdout.flush()
-        except USER_ERRORS as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except TrainingError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        except Stopped as e:
-            if e.signum != LOST_OUTPUT:
-                print(interrupted, file=sys.stderr)
-            return 128 + e.signum
-        except KeyboardInterrupt as e:
-            print(str(e) or interrupted, file=sys.stderr)
-            return 128 + getattr(e, "signum", signal.SIGINT)
-        except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-                raise
-            advice = "free some space or write elsewhere"
-            if e.errno == errno.EROFS:
-                advice = "write elsewhere"
-            name = os.fsdecode(e.filename or "a file")
-            print(f"error: could not save {name}: {e.strerror}; {advice}", file=sys.stderr)
-            return 1
-        except MEMORY_ERRORS as e:
-            if not is_out_of_memory(e):
-                raise
-            print(f"error: {out_of_memory_message(e)}", file=sys.stderr)
-            return 1
-        finally:
-            shut_down()
+    try:
+        interrupt_on_signal()  # from here a signal raises KeyboardInterrupt, answered below
+        code = command(argv)
+        sys.stdout.flush()
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except Stopped as e:
+        if e.signum != LOST_OUTPUT:
+            print(interrupted, file=sys.stderr)
+        return 128 + e.signum
+    except KeyboardInterrupt as e:
+        print(str(e) or interrupted, file=sys.stderr)
+        return 128 + getattr(e, "signum", signal.SIGINT)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        advice = "free some space or write elsewhere"
+        if e.errno == errno.EROFS:
+            advice = "write elsewhere"
+        name = os.fsdecode(e.filename or "a file")
+        print(f"error: could not save {name}: {e.strerror}; {advice}", file=sys.stderr)
+        return 1
+    except MEMORY_ERRORS as e:
+        if not is_out_of_memory(e):
+            raise
+        print(f"error: {out_of_memory_message(e)}", file=sys.stderr)
+        return 1
+    finally:
+        shut_down()
     return code if isinstance(code, int) else 0
 
 
@@ -192,12 +190,11 @@ def out_of_memory_message(e: BaseException) -> str:
         size = f" ({int(asked[1]) / 2**30:.1f} GiB asked for at once)"
     elif asked:
         size = f" ({asked[2]} asked for at once)"
-    advice = getattr(
-        e,
-        "advice",
+    default = (
         "lower --model.block_size (attention weights grow with its square), "
-        "--train.batch_size or the model's size",
+        "--train.batch_size or the model's size"
     )
+    advice = getattr(e, "advice", default)
     return (
         f"out of memory{size}: the context, batch or model is too large for this machine; {advice}"
     )

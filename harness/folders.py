@@ -14,7 +14,6 @@ except ImportError:  # Windows: no POSIX locks, so run folders go unguarded ther
     fcntl = None
 
 LOCK_NAME = ".lock"
-# any of them marks a folder as a run's
 RUN_FILES = ("metrics.jsonl", "ckpt.pt", "best.pt", "compare.json", "sweep.json", LOCK_NAME)
 EXPORT_FILES = {"config.json", "model.safetensors"}  # what export_gpt2.py writes
 
@@ -24,8 +23,7 @@ class OutputError(Exception):
 
 
 def writable_folder(path: Path, flag: str, create: bool = True) -> Path:
-    """Make sure files can be written into `path` (without create, into its nearest existing
-    folder)."""
+    """`path`, once a file can be written there (without create, in its nearest existing folder)."""
     path = Path(path)
     use = "give a folder to write into"
     try:
@@ -38,7 +36,6 @@ def writable_folder(path: Path, flag: str, create: bool = True) -> Path:
             raise OutputError(
                 f"{flag} {path} lies inside {nearest}, which is a file, not a folder; {use}"
             )
-        # the only sure test
         with tempfile.TemporaryFile(dir=nearest):
             pass
     except OSError as e:
@@ -85,7 +82,6 @@ class FolderLock:
 
 
 def parse_json(text: bytes | str):
-    """A run's JSON text as Python data, or None when it is damaged in any way."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError):
@@ -93,7 +89,6 @@ def parse_json(text: bytes | str):
 
 
 def read_json(path: Path):
-    """A run's JSON file as Python data, or None when it is missing or damaged."""
     try:
         return parse_json(Path(path).read_bytes())
     except OSError:
@@ -106,12 +101,13 @@ def holds_run_files(folder: Path) -> bool:
 
 def is_run_folder(folder: Path) -> bool:
     """Whether `folder` holds a run of ours or a comparison of runs."""
-    if holds_run_files(folder) or any(folder.glob("events.out.tfevents.*")):
-        return True
     config = read_json(folder / "config.json")
-    if isinstance(config, dict) and {"model", "data", "train"} <= config.keys():
-        return True
-    return any(child.is_dir() and holds_run_files(child) for child in folder.iterdir())
+    return (
+        holds_run_files(folder)
+        or any(folder.glob("events.out.tfevents.*"))
+        or (isinstance(config, dict) and {"model", "data", "train"} <= config.keys())
+        or any(child.is_dir() and holds_run_files(child) for child in folder.iterdir())
+    )
 
 
 def move_aside(folder: Path) -> Path:
@@ -130,12 +126,12 @@ def move_aside(folder: Path) -> Path:
 
 
 def claim_run_folder(
-    folder: Path, resume: bool, flag: str = "--runs-dir", choose: str = "--run-name"
+    folder: Path, resume: bool, choose: str = "--run-name"
 ) -> tuple[FolderLock, Path | None]:
     """Take `folder`: (its lock, where an earlier run there was moved aside, or None)."""
-    other = " or ".join(dict.fromkeys((choose, flag)))  # --run-name or --runs-dir; --runs-dir alone
+    other = " or ".join(dict.fromkeys((choose, "--runs-dir")))
     folder = Path(folder)
-    writable_folder(folder.parent, flag)
+    writable_folder(folder.parent, "--runs-dir")
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{folder} is a file, not a run folder; choose another {choose}")
     moved = None

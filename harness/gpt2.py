@@ -1,6 +1,6 @@
-"""OpenAI's GPT-2 weights in our GPT, and our GPT out in the hub's layout (config.json and
-model.safetensors, whose reading never runs code). GPT-2 is our GPT with a bias on query/key/value
-and the tanh GELU, so loading is a renaming; GPT-2's names stay in this module.
+"""GPT-2's weights in our GPT, and our GPT out in the hub's layout (config.json and
+model.safetensors, whose reading never runs code). GPT-2 is our GPT with a qkv bias and the tanh
+GELU, so loading is a renaming.
 """
 
 import json
@@ -26,8 +26,12 @@ HUB_FILES = ("config.json", "model.safetensors")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as in openai-community/gpt2
 
 # The hub's names -> ours: outside the blocks, and the layers inside block N (the hub's h.N)
-TOP_NAMES = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
-TOP_NAMES |= {"ln_f.weight": "ln_f.weight", "ln_f.bias": "ln_f.bias"}
+TOP_NAMES = {
+    "wte.weight": "tok_emb.weight",
+    "wpe.weight": "pos_emb.weight",
+    "ln_f.weight": "ln_f.weight",
+    "ln_f.bias": "ln_f.bias",
+}
 BLOCK_LAYERS = {
     "ln_1": "ln1",
     "attn.c_attn": "attn.qkv",
@@ -40,20 +44,17 @@ BLOCK_LAYERS = {
 CONV1D_WEIGHT = re.compile(r"h\.\d+\.\w+\.c_\w+\.weight")
 # older files carry each layer's causal mask as buffers; ours is never loaded
 MASK_BUFFER = re.compile(r"h\.\d+\.attn\.(masked_)?bias")
-# GPT2Config switches that our attention does not have
 UNKNOWN_SWITCHES = (
     "scale_attn_by_inverse_layer_idx",
     "reorder_and_upcast_attn",
     "add_cross_attention",
 )
-# our ModelConfig's sizes -> config.json's keys
 SIZES = {"n_layer": "n_layer", "n_head": "n_head", "n_embd": "n_embd", "block_size": "n_positions"}
 # the activation_function values whose GELU we have; transformers' "gelu" is the exact erf GELU
 GELU_NAMES = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
 
 
 def gpt2_names(n_layer: int) -> dict[str, str]:
-    """Every tensor of a GPT-2 with n_layer blocks: the hub's name -> ours."""
     names = dict(TOP_NAMES)
     for n in range(n_layer):
         for hub, ours in BLOCK_LAYERS.items():
@@ -63,21 +64,18 @@ def gpt2_names(n_layer: int) -> dict[str, str]:
 
 
 def count_layers(names, pattern: str) -> int:
-    """1 + the largest block number, group 1 of pattern, among names."""
     numbers = [int(match[1]) for name in names if (match := re.match(pattern, name))]
     return 1 + max(numbers, default=-1)
 
 
 def conv1d(hub: str, tensor: torch.Tensor) -> torch.Tensor:
-    """A Conv1D weight transposed, (in, out) <-> (out, in); any other tensor as it is."""
     if CONV1D_WEIGHT.fullmatch(hub):
         return tensor.t()
     return tensor
 
 
 def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A GPT-2 state dict under our names: mask buffers dropped, and lm_head.weight once checked
-    equal to the embedding (ours is tied)."""
+    """A GPT-2 state dict under our names; lm_head.weight must equal the embedding (tied)."""
     prefix = "transformer." if any(name.startswith("transformer.") for name in state) else ""
     state = {name.removeprefix("transformer."): tensor for name, tensor in state.items()}
     lm_head = state.pop("lm_head.weight", None)
@@ -102,8 +100,8 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our state dict under the hub's names, as save_pretrained writes them, the tied head left out
-    and a zero c_attn.bias without our qkv_bias (GPT-2 always has one)."""
+    """Our state dict under the hub's names, as save_pretrained writes them (the tied head left out,
+    a zero c_attn.bias without our qkv_bias)."""
     state = {name: tensor.detach().to("cpu", torch.float32) for name, tensor in state.items()}
     state.pop("lm_head.weight", None)
     n_layer = count_layers(state, r"blocks\.(\d+)\.")
@@ -116,8 +114,8 @@ def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         raise CheckpointError(
             f"our tensor {unknown[0]} has no GPT-2 counterpart; only plain GPT models export"
         )
-    hf = {hub_names[name]: tensor for name, tensor in state.items()}
     # fresh copies: safetensors refuses tensors that share storage, as the tied embedding and head
+    hf = {hub_names[name]: tensor for name, tensor in state.items()}
     return {
         "transformer." + hub: conv1d(hub, t).clone(memory_format=torch.contiguous_format)
         for hub, t in hf.items()
@@ -126,7 +124,7 @@ def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def config_from_hf(hf: dict, source: str) -> ModelConfig:
     """Our ModelConfig for a GPT-2 config.json, refusing what our GPT cannot run exactly. Missing
-    keys take GPT2Config's defaults; dropout is 0 (a fine-tuning run sets its own)."""
+    keys take GPT2Config's defaults; dropout is 0."""
 
     def refuse(why: str):
         raise CheckpointError(f"{source}: {why}; only plain GPT-2 configs load here")
@@ -160,8 +158,8 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
 
 
 def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
-    """(config.json, model.safetensors, info) of a folder in the hub's layout, or of a hub model:
-    cached, else downloaded."""
+    """(config.json, model.safetensors, info) of a folder, or of a hub model: cached, else
+    downloaded."""
     folder = Path(name_or_folder).expanduser()
     if folder.is_dir():
         missing = " and ".join(name for name in HUB_FILES if not (folder / name).is_file())
@@ -182,11 +180,17 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     def download(**options) -> list[Path]:
         return [Path(hf_hub_download(repo_id=name, filename=f, **options)) for f in HUB_FILES]
 
+    not_reachable = CheckpointError(
+        f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot be "
+        f"reached: on a connected machine run `hf download {name} config.json model.safetensors` "
+        "into that cache, or pass a local folder holding config.json and model.safetensors"
+    )
     try:
-        try:  # the cache first: a model once downloaded loads without the network
+        try:
             config_path, weights_path = download(local_files_only=True)
-        # not cached: ask the name service once (offline, huggingface_hub would retry at length)
-        except errors.LocalEntryNotFoundError:
+        except (
+            errors.LocalEntryNotFoundError
+        ):  # one name lookup: offline, the hub retries at length
             socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
             config_path, weights_path = download()
     except errors.RepositoryNotFoundError:
@@ -199,25 +203,16 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
                 f"{name} on the hub lacks config.json or model.safetensors "
                 "(.bin pickles are never read)"
             ) from None
-        raise not_reachable(name) from None  # offline, or the hub unreachable, and not in the cache
+        raise not_reachable from None
     except errors.HFValidationError:
         raise CheckpointError(f"{name} is not a valid hub model id; try one of {sizes}") from None
-    except OSError:  # a network error that huggingface_hub passed on as it was
-        raise not_reachable(name) from None
+    except OSError:  # a network error
+        raise not_reachable from None
     return config_path, weights_path, {"name": name, "source": str(weights_path.parent)}
 
 
-def not_reachable(name: str) -> CheckpointError:
-    return CheckpointError(
-        f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot be "
-        f"reached: on a connected machine run `hf download {name} config.json model.safetensors` "
-        "into that cache, or pass a local folder holding config.json and model.safetensors"
-    )
-
-
 def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
-    """Our GPT holding `state`, built on the meta device: no seconds spent on a random init that
-    would be overwritten at once."""
+    """Our GPT holding `state`, built on the meta device: no time spent on a random init."""
     with torch.device("meta"):
         model = GPT(cfg)
     try:
@@ -248,7 +243,7 @@ def load_pretrained(
     name_or_folder: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[GPT, Tokenizer, dict]:
     """A GPT-2 from the hub (gpt2, gpt2-medium, ...) or a folder: (model in eval mode, tokenizer,
-    info with "name" and "source"). Only GPT-2's vocabulary loads: it has a tokenizer."""
+    info with "name" and "source")."""
     config_path, weights_path, info = find_files(name_or_folder)
     try:
         hf_config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -269,8 +264,8 @@ def load_pretrained(
 
 
 def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
-    """Write model as a GPT-2 in the hub's layout; returns the folder. Only a plain GPT on the gpt2
-    tokenizer is one (--no-scale aside: GPT-2's config can say that)."""
+    """Write model as a GPT-2 in the hub's layout: only a plain GPT on the gpt2 tokenizer (or
+    --no-scale, which GPT-2's config can say)."""
     cfg, changed = model.cfg, [c.flag for c in applied(model.cfg) if c.field != "scaled"]
     if changed:
         raise CheckpointError(
@@ -282,17 +277,18 @@ def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
             f"cannot export a model on the {tokenizer_name} tokenizer: "
             "GPT-2 reads the gpt2 tokenizer's ids"
         )
-    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}
-    config |= {key: getattr(cfg, ours) for ours, key in SIZES.items()}
-    config |= {
+    config = {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        **{key: getattr(cfg, ours) for ours, key in SIZES.items()},
         "n_ctx": cfg.block_size,
         "vocab_size": cfg.vocab_size,
         "activation_function": "gelu_new" if cfg.gelu == "tanh" else "gelu",
         "scale_attn_weights": cfg.scaled,
         "layer_norm_epsilon": 1e-5,  # nn.LayerNorm's default, which ours use
+        **dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), cfg.dropout),
+        "tie_word_embeddings": True,
     }
-    config |= dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), cfg.dropout)
-    config["tie_word_embeddings"] = True
     folder = writable_folder(folder, "--out")
     weights = save(ours_to_hf(model.state_dict()), metadata={"format": "pt"})
     write_atomically(folder / "model.safetensors", weights)  # not save_file, which writes 0600

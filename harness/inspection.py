@@ -31,8 +31,8 @@ ROW = (
 
 
 def text_ids(args, tokenizer, block_size: int) -> list[int]:
-    """--text, else the probe text, else (--repeated, or a vocabulary that cannot spell the probe
-    text) random tokens in which a segment recurs."""
+    """--text, else the probe text, else (--repeated, or a vocabulary that cannot spell it) random
+    tokens in which a segment recurs."""
     ids = []
     try:
         if not args.repeated:
@@ -56,7 +56,6 @@ def text_ids(args, tokenizer, block_size: int) -> list[int]:
 
 
 def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
-    """The next-token heads of the role table's rows (given in layer, head order)."""
     heads = [(row["layer"], row["head"]) for row in rows if "next-token" in row["roles"]]
     if not heads:
         raise ConfigError(
@@ -68,14 +67,13 @@ def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
 
 def ablate(model, tokenizer, checkpoint: dict, heads, args, out: Path, rows: list[dict]) -> None:
     """--ablate: the heads switched off, against as many random others, printed and written to
-    ablation.json with each head's weight on t+1 (rows in layer, head order)."""
+    ablation.json with each head's weight on t+1."""
     batches = run_batches(model, checkpoint, tokenizer)
     try:
         result = measure(model, batches, heads, args.draws, args.seed, args.mean_ablation)
     except ValueError as e:
         raise ConfigError(f"--ablate: {e}") from None
-    weights = {head_name(row["layer"], row["head"]): row["next"] for row in rows}
-    result["next_token_weight"] = weights
+    result["next_token_weight"] = {head_name(r["layer"], r["head"]): r["next"] for r in rows}
     write_atomically(out / "ablation.json", json.dumps(result, indent=2).encode())
     print(f"\n{report(result)}\nablation.json: {out / 'ablation.json'}")
 

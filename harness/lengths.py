@@ -1,9 +1,6 @@
-"""Past the training length: a model's loss at contexts shorter and longer than its block_size,
-position by position.
-
-`score.py --contexts 0.5,1,2,4` reads a text in separate windows of those multiples of block_size.
-A longer context only adds positions, so losses are also told per bucket of positions, whose edges
-are the contexts: past 1x the model never trained.
+"""Past the training length: `score.py --contexts 0.5,1,2,4` reads a text in separate windows of
+those multiples of block_size. A longer context only adds positions, so losses are also told per
+bucket of positions, whose edges are the contexts: past 1x the model never trained.
 """
 
 import math
@@ -28,13 +25,8 @@ from harness.training.budget import (
 from model import GPT, ModelConfig
 
 
-def factor_label(factor: float) -> str:
-    """How a context is named, in multiples of block_size: 0.5x, 1x, 4x."""
-    return f"{factor:g}x"
-
-
 def context_lengths(factors: list[float], model_cfg: ModelConfig, n_tokens: int) -> list[int]:
-    """The tokens per window of each factor x block_size, rounded, or a one-line refusal."""
+    """The tokens per window of each factor x block_size, rounded."""
     block_size, lengths = model_cfg.block_size, []
     for factor in factors:
         length = round(factor * block_size)
@@ -72,23 +64,15 @@ def buckets(lengths: list[int]) -> list[tuple[int, int]]:
     return [(first, end - 1) for first, end in zip(edges, edges[1:], strict=False)]
 
 
-def pass_flops(model_cfg: ModelConfig, B: int, length: int) -> float:
-    """Operations of one pass over B windows: one forward, or without the mask one per prefix."""
-    if model_cfg.causal:
-        return forward_flops(model_cfg, B, length)
-    return prefix_flops(model_cfg, B, list(range(length)))
-
-
 def pass_memory_bytes(m: ModelConfig, B: int, length: int) -> float:
-    """Memory one pass holds at its peak, roughly: the weights, a layer's activations, the manual
-    path's (B, H, T, T) scores and weights, and the logits with cross-entropy's copies."""
+    """A pass's peak memory, roughly: the weights, a layer's activations, the manual path's
+    (B, H, T, T) scores and weights, and the logits with cross-entropy's copies."""
     T = float(length)
     attention = (3 if m.softcap else 2) * B * m.n_head * T * T if m.attention == "manual" else 0
     return 4.0 * (weight_count(m) + 8 * B * T * m.n_embd + attention + 3 * B * T * m.vocab_size)
 
 
 def contexts_cost(model: GPT, lengths: list[int], n_tokens: int) -> PassCost:
-    """What the model's passes cost here, timed on a pass like the longest context's."""
     length, speed = max(lengths), measured_speed(model.lm_head.weight.device)
     B = windows_per_pass(model.cfg, length, math.ceil((n_tokens - 1) / length))
     return measured_pass(model, B, length, peak=speed)
@@ -97,8 +81,8 @@ def contexts_cost(model: GPT, lengths: list[int], n_tokens: int) -> PassCost:
 def check_contexts(
     model_cfg: ModelConfig, lengths: list[int], n_tokens: int, device: torch.device, cost: PassCost
 ) -> float:
-    """Refuse in one line a context whose pass the device cannot hold, or that would outlast a
-    stop's patience; return the seconds the whole scoring should take at `cost`."""
+    """Refuse a context whose pass the device cannot hold or that would outlast a stop's patience;
+    return the seconds the whole scoring should take at `cost`."""
     seconds = 0.0
     for length in lengths:
         n_windows = math.ceil((n_tokens - 1) / length)
@@ -107,9 +91,10 @@ def check_contexts(
         check_memory(
             pass_memory_bytes(model_cfg, B, length), device, what, "give shorter --contexts"
         )
-        one = cost.seconds(
-            pass_flops(model_cfg, B, length), calls=1 if model_cfg.causal else length
-        )
+        if model_cfg.causal:  # one forward, or without the mask one per prefix
+            one = cost.seconds(forward_flops(model_cfg, B, length))
+        else:
+            one = cost.seconds(prefix_flops(model_cfg, B, list(range(length))), calls=length)
         if one > STEP_LIMIT_S:
             raise ConfigError(
                 f"{what} would take about {duration(one)} on this {device.type}, and a pass "
@@ -144,7 +129,7 @@ def score_contexts(
                         "tokens": n,
                         "loss": sums[first : last + 1].sum().item() / n,
                     }
-            out["contexts"][factor_label(factor)] = {
+            out["contexts"][f"{factor:g}x"] = {
                 "factor": factor,
                 "length": length,
                 "tokens": len(losses),
@@ -166,10 +151,10 @@ def contexts_table(result: dict, lengths: list[int], header: str, model_cfg: Mod
         f"{'context':>8} {'tokens':>7} {'scored':>9} {'loss':>7} |"
         + "".join(f"{n:>10}" for n in names),
     ]
-    for c in result["contexts"].values():
+    for label, c in result["contexts"].items():
         cells = "".join(
             f"{c['buckets'][n]['loss']:10.4f}" if n in c["buckets"] else " " * 10 for n in names
         )
-        row = f"{factor_label(c['factor']):>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f}"
+        row = f"{label:>8} {c['length']:>7} {c['tokens']:>9,} {c['loss']:7.4f}"
         lines.append(f"{row} |{cells}".rstrip())
     return "\n".join(lines)

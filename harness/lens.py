@@ -6,8 +6,8 @@ either cannot express is refused in one line, never opened computing something e
 """
 
 import warnings
-from collections.abc import Callable, Hashable
-from dataclasses import fields, is_dataclass
+from collections.abc import Callable
+from dataclasses import fields
 from importlib.metadata import version
 from pathlib import Path
 
@@ -24,29 +24,20 @@ from model.qk import QK_NORM_EPS, ROPE_BASE
 INSTALL = "pip install -r requirements-dev.txt (or pip install transformer-lens)"
 
 
-def one_of(table: dict) -> Callable:
-    """A field that takes a few values: each value's config fields, None (refused) for any other."""
-    return lambda value: table.get(value) if isinstance(value, Hashable) else None
-
-
 def anything(value) -> dict:
     """A field that changes nothing TransformerLens computes."""
     return {}
 
 
-def lacking(field: str, what: str) -> Callable:
-    """A switch neither TransformerLens config has: off changes nothing, on is refused."""
-
-    def mapped(value) -> dict:
-        if value:
-            raise LensError(
-                f"model.{field} = {value!r}: TransformerLens has no {what} (no field of 3.x's "
-                "HookedTransformerConfig or 4.x's TransformerBridgeConfig), so this run cannot "
-                "open there; a run trained without it can"
-            )
-        return {}
-
-    return mapped
+def no_gate(value) -> dict:
+    """Neither TransformerLens config has a gate: off changes nothing, on is refused."""
+    if value:
+        raise LensError(
+            f"model.gate = {value!r}: TransformerLens has no sigmoid gate on the attention output "
+            "(no field of 3.x's HookedTransformerConfig or 4.x's TransformerBridgeConfig), so this "
+            "run cannot open there; a run trained without it can"
+        )
+    return {}
 
 
 POSITIONS = {
@@ -67,26 +58,24 @@ FIELDS: dict[str, Callable] = {
     "n_layer": lambda n: {"n_layers": n},
     "n_head": lambda n: {"n_heads": n},
     "n_embd": lambda n: {"d_model": n},
-    "block_size": lambda n: {"n_ctx": n},
+    "block_size": anything,  # n_ctx is the context, set by lens_config
     "vocab_size": lambda n: {"d_vocab": n, "d_vocab_out": n},
-    "causal": one_of(
-        {True: {"attention_dir": "causal"}, False: {"attention_dir": "bidirectional"}}
-    ),
-    "scaled": one_of({True: {"use_attn_scale": True}, False: {"use_attn_scale": False}}),
-    "positions": one_of(POSITIONS),
-    "qk_norm": one_of({True: {"use_qk_norm": True}, False: {}}),
+    "causal": {True: {"attention_dir": "causal"}, False: {"attention_dir": "bidirectional"}}.get,
+    "scaled": {True: {"use_attn_scale": True}, False: {"use_attn_scale": False}}.get,
+    "positions": POSITIONS.get,
+    "qk_norm": {True: {"use_qk_norm": True}, False: {}}.get,
     # cap * tanh(score / cap), after the scale, before the mask
     "softcap": lambda cap: {"attn_scores_soft_cap": cap} if cap else {},
-    "qkv_bias": one_of({True: {}, False: {}}),  # without one, b_Q, b_K and b_V are zeros
-    "gelu": one_of({"exact": {"act_fn": "gelu"}, "tanh": {"act_fn": "gelu_pytorch_tanh"}}),
-    "mlp": one_of({True: {"attn_only": False}, False: {"attn_only": True}}),
+    "qkv_bias": {True: {}, False: {}}.get,  # without one, b_Q, b_K and b_V are zeros
+    "gelu": {"exact": {"act_fn": "gelu"}, "tanh": {"act_fn": "gelu_pytorch_tanh"}}.get,
+    "mlp": {True: {"attn_only": False}, False: {"attn_only": True}}.get,
     # each key/value head shared by n_heads / K query heads in order; 0 is n_head
     "kv_heads": lambda k: {"n_key_value_heads": k} if k else {},
     # the query and the W - 1 positions before it, as its "local" layers see
     "window": lambda w: {"use_local_attn": True, "window_size": w} if w else {},
     "window_layers": anything,  # read with window, by lens_config
-    "gate": lacking("gate", "sigmoid gate on the attention output"),
-    "sink": one_of({True: {"use_attention_sinks": True}, False: {}}),  # 3.x's, from 3.7
+    "gate": no_gate,
+    "sink": {True: {"use_attention_sinks": True}, False: {}}.get,  # 3.x's, from 3.7
     "attention": anything,  # every backend computes the same attention
     "qk_init_std": anything,  # the weights come from the run
     "dropout": anything,  # both models run in eval mode
@@ -103,16 +92,13 @@ def import_lens():
 
 
 def has_bridge(lens) -> bool:
-    """Whether this TransformerLens opens models as a TransformerBridge: 4.0 removed
-    HookedTransformer."""
+    """4.0 removed HookedTransformer: models open as a TransformerBridge."""
     return int(version("transformer-lens").split(".")[0]) >= 4
 
 
 def lens_config(model: GPT, context: int | None = None) -> dict:
-    """Our model's config fields, as both TransformerLens configs name them.
-
-    context: the longest input (its n_ctx), block_size unless given; longer only for rope and none.
-    """
+    """Our model's config fields, as both TransformerLens configs name them; context: the longest
+    input (n_ctx), block_size unless given, longer only for rope and none."""
     cfg = model.cfg
     limit = cfg.max_length  # block_size for a learned table, None for rope and none
     if context is not None and not 1 <= context <= (limit or context):
@@ -178,10 +164,9 @@ def transformer_bridge(lens, model: GPT, config: dict, context: int | None, toke
             "pip install 'transformer-lens>=3.7,<4'"
         )
     config |= {"act_fn": NATIVE_ACTIVATIONS[config["act_fn"]], "tokenizer_prepends_bos": False}
-    bridge_config = lens.TransformerBridgeConfig(
-        **{k: v for k, v in config.items() if k != "device"}
-    )
-    native = NativeModel(bridge_config).to(device=config["device"], dtype=config["dtype"])
+    device = config.pop("device")
+    bridge_config = lens.TransformerBridgeConfig(**config)
+    native = NativeModel(bridge_config).to(device=device, dtype=config["dtype"])
     native.load_state_dict(native_weights(model, context))  # strict: each tensor gets one of ours
     add_ours(native, model.cfg)
     if model.cfg.positions == "none":
@@ -191,20 +176,17 @@ def transformer_bridge(lens, model: GPT, config: dict, context: int | None, toke
         "TransformerLensNative",
         tl_config=bridge_config,
         tokenizer=tokenizer,
-        device=config["device"],
+        device=device,
     )
 
 
 def hooked_transformer(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
-    """TransformerLens 3.x: a HookedTransformer with our weights, or a LensError naming the fields
-    this 3.x lacks."""
-    known = set(config)
-    if is_dataclass(lens.HookedTransformerConfig):
-        known = {f.name for f in fields(lens.HookedTransformerConfig)}
-    if set(config) - known:
+    """TransformerLens 3.x: a HookedTransformer with our weights."""
+    unknown = set(config) - {f.name for f in fields(lens.HookedTransformerConfig)}
+    if unknown:
         raise LensError(
             f"TransformerLens {version('transformer-lens')} has no "
-            f"{', '.join(sorted(set(config) - known))}, which this run needs: "
+            f"{', '.join(sorted(unknown))}, which this run needs: "
             "pip install 'transformer-lens>=3.7,<4' (or 4.x)"
         )
     with warnings.catch_warnings():
@@ -213,13 +195,12 @@ def hooked_transformer(lens, model: GPT, config: dict, context: int | None, toke
     # its buffers (the IGNORE value, mask caches) stay its own
     hooked.load_state_dict(hooked.state_dict() | lens_weights(model, context))
     # what ours does not learn stays as it is when the model is trained there
-    frozen = []
     if model.cfg.positions == "none":
-        frozen.append(hooked.pos_embed.W_pos)
+        hooked.pos_embed.W_pos.requires_grad_(False)
     if model.cfg.qk_norm:
-        frozen += [norm.w for b in hooked.blocks for norm in (b.attn.q_norm, b.attn.k_norm)]
-    for tensor in frozen:
-        tensor.requires_grad_(False)
+        for block in hooked.blocks:
+            block.attn.q_norm.w.requires_grad_(False)
+            block.attn.k_norm.w.requires_grad_(False)
     if tokenizer is not None:
         hooked.set_tokenizer(tokenizer)
     return hooked

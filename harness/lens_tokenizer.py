@@ -14,7 +14,7 @@ GPT2_FILES = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
 def hf_tokenizer(tokenizer: Tokenizer):
     """Our tokenizer as a Hugging Face PreTrainedTokenizerFast with the same ids (gpt2's from
     tiktoken's cache). A char run pads with the id after its vocabulary, so a padded batch fails
-    instead of reading a real character; the text "<|endoftext|>" reads as ordinary text."""
+    instead of reading a real character."""
     from tokenizers import Regex, decoders, pre_tokenizers
     from tokenizers import Tokenizer as Fast
     from tokenizers.models import BPE, WordLevel
@@ -58,8 +58,8 @@ def hf_tokenizer(tokenizer: Tokenizer):
 
 def reading_first(base: type, read: Callable[[str], object]) -> type:
     """base, a Hugging Face tokenizer class, whose entry points read each text with `read` first:
-    our CharTokenizer.encode names the characters outside the vocabulary, where Hugging Face's
-    says only "Missing [UNK] token"."""
+    it names the characters outside the vocabulary, where Hugging Face says "Missing [UNK] token"
+    """
 
     def first(method: Callable) -> Callable:
         def entry(self, text=None, *args, **kwargs):

@@ -15,8 +15,8 @@ class LensError(ValueError):
 
 
 def our_tensors(model: GPT):
-    """Our tensors by name (the tied head once, as tok_emb.weight), and take(name), which hands each
-    out once: what is left at the end has no place in that model."""
+    """Our tensors by name (the tied head once), and take(name), which hands each out once: what is
+    left at the end has no place in that model."""
     if model.lm_head.weight is not model.tok_emb.weight:
         raise LensError(
             "the output head is not tied to the token embedding, "
@@ -36,7 +36,7 @@ def our_tensors(model: GPT):
 
 
 def position_table(cfg: ModelConfig, take, embedding: torch.Tensor, context: int | None):
-    """(n_ctx, C): our learned table cut to context rows, zeros without positions, None for rope."""
+    """(n_ctx, C): our learned table's first rows, zeros without positions, None for rope."""
     n_ctx = context or cfg.block_size
     if cfg.positions == "learned":
         return take("pos_emb.weight")[:n_ctx]
@@ -107,8 +107,8 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
 
 
 def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under the names of 4.x's NativeModel, whose layers are nn.Linear as ours and
-    whose head is tied as ours (context: the table's rows)."""
+    """Our tensors under 4.x's NativeModel's names: its layers are nn.Linear and its head tied, as
+    ours."""
     cfg = model.cfg
     ours, take = our_tensors(model)
     out = {"tok_embed.weight": take("tok_emb.weight")}  # (V, C)
@@ -132,8 +132,8 @@ def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Te
 
 
 class HeadRMSNorm(nn.Linear):
-    """A query or key projection that divides each head's vector by its RMS, as our QK-norm does:
-    4.x's native attention has no QK-norm. hook_q and hook_k hold the normalised vectors."""
+    """A query or key projection that divides each head's vector by its RMS, as our QK-norm does
+    (4.x's native attention has none); hook_q and hook_k hold the normalised vectors."""
 
     def __init__(self, linear: nn.Linear, head_size: int):
         weight = linear.weight
@@ -148,7 +148,7 @@ class HeadRMSNorm(nn.Linear):
 
 def add_ours(native: nn.Module, cfg: ModelConfig) -> None:
     """Give 4.x's NativeModel, in place, what its attention lacks: an unscaled score, QK-norm, and
-    the window (its config takes window_size and attn_types, but its mask does not read them)."""
+    the window (its mask ignores window_size and attn_types)."""
     for i, layer in enumerate(native.layers):
         if not cfg.scaled:
             layer.attn.scale = 1.0  # its divisor, sqrt(d_head) whatever use_attn_scale says

@@ -12,8 +12,8 @@ from harness.stopping import LOST_OUTPUT, Stopped
 
 
 class GuardedStream:
-    """A text stream whose first failed write sends this process SIGPIPE, for a StopFlag; without
-    one, stdout raises Stopped (`stops`). Characters the encoding lacks are replaced."""
+    """A text stream whose first failed write sends SIGPIPE to a listening StopFlag, else raises
+    Stopped if `stops`. Characters the encoding lacks are replaced."""
 
     def __init__(self, stream, stops: bool = True):
         self.stream = stream
@@ -40,8 +40,8 @@ class GuardedStream:
 
     def lose(self) -> None:
         self.lost = True
+        # what is still buffered, and what C code writes, goes nowhere
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            # what is still buffered, and what C code writes, goes nowhere
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self.stream.fileno())
             os.close(devnull)
@@ -58,7 +58,7 @@ class GuardedStream:
 
 
 def writable(stream) -> bool:
-    """Whether a standard stream is open for writing (one whose writes fail, > /dev/full, is)."""
+    """Whether a standard stream is open for writing (> /dev/full is)."""
     if stream is None:
         return False
     try:
@@ -72,7 +72,6 @@ def writable(stream) -> bool:
 
 @contextlib.contextmanager
 def guarded_output():
-    """sys.stdout and sys.stderr as GuardedStreams for the block."""
     # a descriptor closed at start (2>&-) would be reused by the next file opened, a checkpoint say
     for fd in (1, 2):
         try:

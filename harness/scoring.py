@@ -1,10 +1,7 @@
-"""How well a model predicts a text: its mean loss per token, perplexity and bits per byte, over
-sliding windows.
-
-A window holds block_size inputs and the token after them; one starts every `stride` tokens and
-scores only the targets no earlier window scored, so every token after the first counts once. This
-is Hugging Face's "Perplexity of fixed-length models" counted exactly: the page weights each window
-by its labels minus one, and leaves its last prediction unused.
+"""How well a model predicts a text: loss per token, perplexity and bits per byte, over sliding
+windows. A window starts every `stride` tokens and scores only targets no earlier window scored, so
+each token after the first counts once: Hugging Face's "Perplexity of fixed-length models" counted
+exactly (the page weights each window by its labels minus one).
 """
 
 import math
@@ -28,11 +25,10 @@ from model.gpt import lm_loss
 from model.measurements import bits_per_byte, prefix_logits
 from model.sampling import check_finite_logits
 
-# windows go through the model together until their logits would exceed this many floats
+# windows go through the model together up to this many floats of logits
 LOGITS_PER_BATCH = 2**22
 CONTEXT_CHARS = 40  # characters of context shown before each surprising token
-# Tokens decoded for that context: a character is at most 4 UTF-8 bytes and a token at least 1,
-# and a start inside a character decodes at most 3 bytes differently.
+# tokens decoded for it: a character is at most 4 UTF-8 bytes, a token at least 1
 CONTEXT_TOKENS = 4 * CONTEXT_CHARS + 4
 
 
@@ -47,8 +43,7 @@ class Window:
 
 def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
     """The windows that score each of tokens 1 .. n_tokens - 1 once (1 <= stride <= block_size)."""
-    # tokens before scored_to have been scored (token 0 never is: nothing comes before it)
-    out, scored_to = [], 1
+    out, scored_to = [], 1  # tokens before scored_to are scored; token 0 never is
     for begin in range(0, n_tokens - 1, stride):
         end = min(begin + block_size + 1, n_tokens)
         # the target of token p sits at index p - begin - 1
@@ -60,7 +55,6 @@ def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
 
 
 def windows_per_pass(model_cfg: ModelConfig, length: int, n_windows: int) -> int:
-    """How many windows of `length` inputs go through the model together."""
     return min(n_windows, max(1, LOGITS_PER_BATCH // ((length + 1) * model_cfg.vocab_size)))
 
 
@@ -73,18 +67,16 @@ def token_losses(
     between: Callable[[int], None] | None = None,
     context: int | None = None,
 ) -> torch.Tensor:
-    """The loss in nats of every token after the first of ids (N,): (N - 1,), [i] for ids[i + 1].
-
-    honest scores each target from its prefix alone (a model without the causal mask would see it);
-    `between(n)` is called before each pass; `context`: the windows' inputs, else block_size.
-    """
+    """The loss in nats of each token after the first of ids (N,): (N - 1,), [i] for ids[i + 1].
+    honest: each target from its prefix alone (no causal mask); `between(n)` is called before each
+    pass; `context`: the windows' inputs, else block_size."""
     between = between or (lambda n: None)
     model.eval()
     device = model.lm_head.weight.device
-    out = torch.empty(len(ids) - 1)  # filled window by window: no small tensor outlives its logits
+    out = torch.empty(len(ids) - 1)
     done = 0
     todo = windows(len(ids), context or model.cfg.block_size, stride)
-    # windows of one shape (length and first target) go through the model together
+    # windows of one shape go through the model together
     for (length, first), group in groupby(todo, lambda w: (w.end - w.begin, w.first)):
         group = list(group)
         most = windows_per_pass(model.cfg, length - 1, len(group))
@@ -108,8 +100,7 @@ def token_losses(
 
 @contextmanager
 def progress(total: int, poll: Callable[[], None] | None):
-    """A bar on stderr (in a terminal) of the tokens scored, and the `between` that polls, then
-    counts."""
+    """A bar on stderr of the tokens scored, and the `between` that polls, then counts."""
     with tqdm(
         total=total, desc="scoring", unit="tok", unit_scale=True, leave=False, disable=None
     ) as bar:
@@ -137,8 +128,8 @@ class Score:
 def score_ids(
     model: GPT, tokenizer: Tokenizer, ids: list[int], stride: int, poll: Callable | None = None
 ) -> Score:
-    """Score token ids in `windows` of the model's context, honestly without the causal mask; a bar
-    on stderr shows progress, and `poll` is called before every pass (it raises to stop)."""
+    """Score token ids in `windows` of the model's context (honestly without the causal mask);
+    `poll` is called before every pass and raises to stop."""
     block_size = model.cfg.block_size
     if not 1 <= stride <= block_size:
         raise ConfigError(
@@ -160,8 +151,7 @@ def score_ids(
 
 
 def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int) -> list[dict]:
-    """The n tokens with the highest loss, worst first: loss, text, line number and the text before.
-    Lines come from one running count (a newline is a byte of its own in UTF-8)."""
+    """The n tokens of highest loss, worst first: loss, text, line number and the text before."""
     top = losses.topk(min(n, len(losses)))
     newlines = {token: tokenizer.decode([token]).count("\n") for token in set(ids)}
     lines_before = np.cumsum([0, *(newlines[token] for token in ids)])
@@ -175,14 +165,13 @@ def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int
 
 
 def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[int], str]:
-    """The token ids to score and what they are: the file's text, or the val split of the run's
-    corpus (Tiny Shakespeare on gpt2 for a pretrained GPT-2: checkpoint None)."""
+    """The ids to score and what they are: the file's text, or the val split of the run's corpus
+    (Tiny Shakespeare on gpt2 for a GPT-2: checkpoint None)."""
     if file is not None:
         text = read_text(file, flag="--file")
         try:
             return tokenizer.encode(text), str(file)
-        # only the char tokenizer refuses text: a character it never saw, whose line we name
-        except TokenizerError as e:
+        except TokenizerError as e:  # only the char tokenizer refuses a text: name the line
             first = next(i for i, c in enumerate(text) if c not in tokenizer.stoi)
             raise TokenizerError(f"{file}, line {text[:first].count(chr(10)) + 1}: {e}") from None
     if checkpoint is None:

@@ -1,6 +1,6 @@
-"""Stopping when asked: one flag that Ctrl-C, SIGTERM, SIGHUP and lost output set, and every long
-loop polls at its safe points (so training saves a checkpoint). A second signal aborts at once, in
-one line. A signal the process was started ignoring (nohup's SIGHUP) stays ignored.
+"""One stop flag that Ctrl-C, SIGTERM, SIGHUP and lost output set, and every long loop polls at
+its safe points (so training saves a checkpoint). A second signal aborts at once, in one line. A
+signal the process was started ignoring (nohup's SIGHUP) stays ignored.
 """
 
 import contextlib
@@ -20,10 +20,9 @@ BEFORE_TRAINING = "interrupted before training started; nothing was saved"
 
 
 class Stopped(Exception):
-    """Raised at a safe point once a stop was asked for."""
+    """Raised at a safe point once a stop was asked for (signum None: another torchrun process)."""
 
     def __init__(self, signum: int | None):
-        # None: another torchrun process was signalled
         name = signal.Signals(signum).name if signum else "another process of the job"
         super().__init__(f"stopped by {name}")
         self.signum = signum
@@ -39,8 +38,8 @@ class Aborted(BaseException):
 
 
 class StopFlag:
-    """Signal handlers that record a stop (the first signal) or abort (the second) in the block.
-    announce: the first signal's line; on_signal: called with each; saved: for the abort line."""
+    """In the block, the first signal records a stop and the second aborts. announce: the first
+    signal's line; on_signal: called with each; saved: for the abort line."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -60,8 +59,7 @@ class StopFlag:
         return self
 
     def handle(self, signum, frame) -> None:
-        # output is gone: stop quietly, never abort
-        if signum == LOST_OUTPUT:
+        if signum == LOST_OUTPUT:  # output is gone: stop quietly, never abort
             self.signum = self.signum or signum
             return
         if self.on_signal is not None:
@@ -79,7 +77,7 @@ class StopFlag:
             raise Aborted(signum, self.saved)
 
     def unraisable(self, unraisable) -> None:
-        """An Aborted raised where it cannot go on (tqdm's `__del__`) ends the process at once."""
+        """An Aborted raised where it cannot propagate (tqdm's `__del__`) ends the process."""
         if isinstance(unraisable.exc_value, Aborted):
             for bar in list(tqdm._instances):
                 with contextlib.suppress(Exception):
@@ -94,7 +92,7 @@ class StopFlag:
 
     @contextlib.contextmanager
     def writing(self):
-        """A block a second signal does not cut short (a checkpoint save); the abort follows."""
+        """A block (a checkpoint save) a second signal does not cut short; the abort follows."""
         self.in_write = True
         try:
             yield
@@ -105,14 +103,12 @@ class StopFlag:
             raise Aborted(self.abort_after_write, self.saved)
 
     def polled(self, items: Iterable[T]) -> Iterator[T]:
-        """The items, with a safe point before each (a stream of sampled tokens)."""
         for item in items:
             self.poll()
             yield item
 
     def __exit__(self, *exc) -> None:
-        # after a stop a later signal still aborts
-        if self.signum is not None:
+        if self.signum is not None:  # after a stop a later signal still aborts
             return
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
@@ -121,7 +117,7 @@ class StopFlag:
 
 
 def answered_signals() -> list[int]:
-    """The stop signals this process answers: all but those its launcher ignores (nohup)."""
+    """The stop signals, but those the launcher made this process ignore (nohup)."""
     return [sig for sig in StopFlag.SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
 
 
@@ -134,7 +130,6 @@ def exit_on_signal(message: str = NOTHING_SAVED) -> None:
 
 
 def exit_now(line: str, code: int) -> None:
-    """End the process at once, nothing cleaned up, with `line` on stderr."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -145,7 +140,7 @@ def exit_now(line: str, code: int) -> None:
 
 def interrupt_on_signal() -> None:
     """Until a StopFlag takes over, the first stop signal raises KeyboardInterrupt with its number;
-    another would cut the clean-up short."""
+    later ones are ignored, not to cut the clean-up short."""
     if threading.current_thread() is not threading.main_thread():
         return
     raised = []
