@@ -8,6 +8,7 @@ so. A comment "table: NAME" stands before the table that tools/tables.py's NAME 
 """
 
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -137,9 +138,9 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
                 continue
             start = text.index("\n|", marker.end()) + 1
             end = (text + "\n\n").index("\n\n", start)
-            if text[start:end] != make(figures):
+            if text[start:end] != (table := make(figures)):
                 problems.append(f"{doc}: its {template} differs from docs/figures.json's")
-                edits.append((start, end, make(figures)))
+                edits.append((start, end, table))
             continue
         names = PLACEHOLDER.findall(template)
         if unknown := [name for name, _ in names if name not in values]:
@@ -172,14 +173,14 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
 def sync(figures: dict, write: bool) -> list[str]:
     """Bring each doc in line with figures (write) or list what differs (not write)."""
     values, problems, texts = named_values(figures), [], {}
+    read = {doc: (ROOT / doc).read_text(encoding="utf-8") for doc in DOCS}
     for doc in DOCS:
-        texts[doc], found = sync_doc(doc, (ROOT / doc).read_text("utf-8"), figures, values)
+        texts[doc], found = sync_doc(doc, read[doc], figures, values)
         problems += found
     problems += render_outputs(figures, texts)
-    if write:
-        for doc, text in texts.items():
-            if text != (ROOT / doc).read_text(encoding="utf-8"):
-                (ROOT / doc).write_text(text, encoding="utf-8")
+    for doc, text in texts.items():
+        if write and text != read[doc]:
+            (ROOT / doc).write_text(text, encoding="utf-8")
     return problems
 
 
@@ -194,29 +195,14 @@ def quoted_runs() -> set[str]:
 def main(argv: list[str]) -> int:
     parser = OneLineParser(__doc__)
     add = parser.add_argument
-    add("--record", action="store_true", help="first store what the runs under --runs-dir hold")
+    switch = functools.partial(add, action="store_true")
+    switch("--record", help="first store what the runs under --runs-dir hold")
     add("--runs-dir", type=Path, default=Path("runs"), help="where --record looks (default: runs)")
-    add(
-        "--check",
-        action="store_true",
-        help="change nothing; exit 1 if a doc differs from docs/figures.json",
-    )
-    add(
-        "--record-outputs",
-        action="store_true",
-        help="run the commands whose outputs the docs show, and store them",
-    )
-    add(
-        "--check-outputs",
-        action="store_true",
-        help="change nothing; exit 1 if a command now prints another output",
-    )
-    add(
-        "--outputs",
-        type=lambda text: text.split(","),
-        metavar="KEYS",
-        help="only these outputs (default: all)",
-    )
+    switch("--check", help="change nothing; exit 1 if a doc differs from docs/figures.json")
+    switch("--record-outputs", help="run the commands whose outputs the docs show, and store them")
+    switch("--check-outputs", help="change nothing; exit 1 if a command now prints another output")
+    split = functools.partial(str.split, sep=",")
+    add("--outputs", type=split, metavar="KEYS", help="only these outputs (default: all)")
     add(
         "--probe-cost",
         nargs="+",

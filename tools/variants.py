@@ -8,8 +8,6 @@ Recorded in docs/figures.json and drawn in docs/variants-<config>.png.
 """
 
 import json
-import os
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -27,7 +25,7 @@ from harness.training.checkpoints import load_model
 from harness.training.runlog import evaluations, read_metrics
 from model.ablations import CHANGES, SHIPPED
 from model.roles import first_token_weight, sink_weight, uniform_first_token_weight
-from tools.figures import FIGURES, interval, read_figures, record
+from tools.figures import FIGURES, interval, machine, read_figures, record, run_and_seed
 from tools.tables import in_table_order
 
 VAL_WINDOWS = 8  # val windows a checkpoint is measured on, the same for every run
@@ -67,7 +65,7 @@ def measure_runs(folder: Path) -> dict:
         # a run still training, or stopped, has a checkpoint too
         if not rows or rows[-1]["step"] != cfg["train"]["max_steps"]:
             continue
-        variant, seed = re.fullmatch(r"(.+?)(?:-s(\d+))?", run.name).groups()
+        variant, seed = run_and_seed(run.name)
         data = DataConfig(**cfg["data"])
         if repr(data) not in corpora:
             corpora[repr(data)] = load_corpus(data).val
@@ -163,11 +161,7 @@ def main(argv: list[str]) -> int:
             context += f" --train.batch_size={report['batch_size']}"
         variants = ",".join(report["variant_names"])
         command = f"OMP_NUM_THREADS=1 python bench.py --config {args.config} --variants {variants}"
-        ran_on = (
-            f"{report['machine']}, {os.cpu_count()} cores, {report['torch_threads']} torch threads,"
-            f" torch {report['torch_version']}, load average {report['load_avg_1min']:.1f}"
-        )
-        record(key, f"{command}{context} --json", report, path=FIGURES, ran_on=ran_on)
+        record(key, f"{command}{context} --json", report, path=FIGURES, ran_on=machine(report))
     try:
         print(f"recorded in {FIGURES}; drew {plot_variants(read_figures(FIGURES), args.config)}")
     except KeyError as e:
