@@ -27,7 +27,7 @@ CURVE_BIN = 16  # positions per point of the loss-against-position picture
 
 
 def machine(facts: dict | None = None) -> str:
-    """This machine, or the one a report's machine_facts name: its CPU, cores, torch and load."""
+    """This machine, or the one a report's machine_facts describe."""
     facts = facts or machine_facts(torch.device("cpu"))
     said = f"{facts['machine']}, {os.cpu_count()} cores, {facts['torch_threads']} torch threads"
     said += f", torch {facts['torch_version']}"
@@ -147,8 +147,8 @@ def interval(values: list[float]) -> dict:
     return s | {"low": s["mean"] - half, "high": s["mean"] + half}
 
 
-def difference(pairs: list[tuple[float, float]]) -> dict:
-    d = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+def difference(mine: list[float], theirs: list[float]) -> dict:
+    d = paired_difference(mine, theirs)
     half = d.half_width or 0.0
     return {"mean": d.mean, "low": d.mean - half, "high": d.mean + half, "n": d.n}
 
@@ -203,9 +203,7 @@ def context_figures(folder: Path, config: str) -> dict | None:
                     for v in (variant, reference)
                 )
                 out["differences"].setdefault(variant, {}).setdefault(reference, {})[label] = {
-                    name: difference(
-                        [(a[name], b[name]) for a, b in zip(mine, theirs, strict=True)]
-                    )
+                    name: difference([a[name] for a in mine], [b[name] for b in theirs])
                     for name in mine[0]
                     if name in theirs[0]  # the buckets both cut
                 }
@@ -247,22 +245,15 @@ def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
             value, config = comparison_figures(folder), folder.name.removeprefix("compare-")
             key, command = comparison_key(config, value), comparison_command(config, value)
             record(key, command, value)
+            each = f"--runs-dir {folder} --run RUN"
             if ablations := ablation_figures(folder):
                 recorded.append(f"{config}-ablation")
-                ablate = f"python inspect_attention.py --runs-dir {folder} --run RUN --ablate"
-                record(
-                    recorded[-1],
-                    f"{ablate} next-token, for each --no-mask RUN of {command}",
-                    ablations,
-                )
+                ablate = f"python inspect_attention.py {each} --ablate next-token"
+                record(recorded[-1], f"{ablate}, for each --no-mask RUN of {command}", ablations)
             if contexts := context_figures(folder, config):
                 recorded.append(f"{config}-contexts")
-                score = f"python score.py --runs-dir {folder} --run RUN --contexts FACTORS"
-                record(
-                    recorded[-1],
-                    f"{score}, for each RUN of {command} (FACTORS: {factors_said(contexts)})",
-                    contexts,
-                )
+                said = f"for each RUN of {command} (FACTORS: {factors_said(contexts)})"
+                record(recorded[-1], f"python score.py {each} --contexts FACTORS, {said}", contexts)
                 picture = FIGURES.parent / f"contexts-{config}.png"
                 plot_positions(contexts, picture, positions_title(config, contexts))
         elif holds(folder, "sweep.json"):
@@ -270,10 +261,8 @@ def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
             record(key, sweep_command(key.removesuffix("-sweep"), value), value)
             # the picture docs/experiment.md shows
             shutil.copyfile(folder / "sweep.png", FIGURES.parent / f"{folder.name}.png")
-        elif folder.name in quoted and (folder / "metrics.jsonl").is_file():
-            rows, key = evaluations(folder), folder.name
-            if not rows:
-                continue
+        elif folder.name in quoted and (rows := evaluations(folder)):
+            key = folder.name
             tags = ("step", "loss/train", "loss/val", "loss/val_honest")
             last = {tag: rows[-1][tag] for tag in tags if tag in rows[-1]}
             record(key, f"python train.py (run {key}; its config.json says how)", {"last": last})

@@ -11,7 +11,6 @@ from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_cha
 COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
 SWEEPS = ("char-sweep",)  # their cures at the preset's rate join the tables of their config
 MORE_ROWS = ("char-3seeds-rope",)  # comparisons whose other variants README's table shows too
-# what positions change
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
 ORDER_HEADER = " | ".join(HEADERS[tag] for tag in ORDER_COLUMNS)
@@ -48,15 +47,11 @@ def in_table_order(names, config: str) -> list[str]:
     return sorted(names, key=key)
 
 
-def row(*cells) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
 def markdown(header: str, rows: list, left: int = 1) -> str:
     """A table under header ("a | b | c"), its first `left` columns left-aligned, the others
     right-aligned numbers."""
     rule = "|" + "---|" * left + "---:|" * (header.count(" | ") + 1 - left)
-    return "\n".join([f"| {header} |", rule, *(row(*cells) for cells in rows)])
+    return "\n".join([f"| {header} |", rule, *(f"| {' | '.join(cells)} |" for cells in rows)])
 
 
 def config_of(key: str) -> str:
@@ -215,12 +210,12 @@ def first_steps_table(figures: dict) -> str:
 
 
 def curves(contexts: dict) -> dict[str, dict]:
-    """A contexts entry's variants: the entries with a curve."""
+    """A contexts entry's variants (its other entries hold no curve)."""
     return {name: e for name, e in contexts.items() if isinstance(e, dict) and "curve" in e}
 
 
 def lengths_of(variant: dict) -> dict[str, int]:
-    """A variant's contexts, each label with its length in tokens."""
+    """A variant's contexts: {"1x": 256, ...}, in tokens."""
     return {
         label: c["length"] for label, c in variant.items() if isinstance(c, dict) and "length" in c
     }
@@ -240,17 +235,11 @@ def contexts_table(figures: dict, key: str = "char-contexts") -> str:
     variants = scored_variants(value, key.removesuffix("-contexts"))
     labels = max(variants.values(), key=len)
     lengths = {label: n for name in variants for label, n in lengths_of(value[name]).items()}
-    rows = [
-        [
-            name,
-            value[name]["positions"],
-            *(
-                interval_cell(value[name][label]["loss"]) if label in scored else "no row past 1x"
-                for label in labels
-            ),
-        ]
-        for name, scored in variants.items()
-    ]
+    rows = []
+    for name, scored in variants.items():
+        loss = {label: interval_cell(value[name][label]["loss"]) for label in scored}
+        cells = (loss.get(label, "no row past 1x") for label in labels)
+        rows.append([name, value[name]["positions"], *cells])
     said = (f"{label}: {lengths[label]} tokens" for label in labels)
     header = " | ".join(["run", "positions", *said])
     return markdown(header, rows, left=2)
@@ -263,13 +252,9 @@ def buckets_table(figures: dict, key: str = "char-contexts") -> str:
         name: (scored[-1], value[name][scored[-1]])
         for name, scored in scored_variants(value, key.removesuffix("-contexts")).items()
     }
-    names = max(
-        (
-            sorted((n for n in entry if n[0].isdigit()), key=lambda n: int(n.split("-")[0]))
-            for _, entry in longest.values()
-        ),
-        key=len,
-    )
+    # the buckets ("0-15", "16-31", ...) of the variant cut into the most, in order along the window
+    cut = [[n for n in entry if n[0].isdigit()] for _, entry in longest.values()]
+    names = sorted(max(cut, key=len), key=lambda n: int(n.split("-")[0]))
     rows = [
         [f"{name} ({label})", *(interval_cell(entry[n]) if n in entry else "" for n in names)]
         for name, (label, entry) in longest.items()
@@ -278,28 +263,26 @@ def buckets_table(figures: dict, key: str = "char-contexts") -> str:
     return markdown(header, rows)
 
 
+def shipped_key(config: str) -> str:
+    """The shipped variants' comparison: char-3seeds-kv-heads-window-gate-sink."""
+    return f"{config}-3seeds" + "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)
+
+
 def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
     """The shipped variants: val, bench.py --variants's costs, tools/variants.py's weights."""
-    shipped = "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)
-    compared = figures[key or f"{config}-3seeds{shipped}"]["value"]
+    compared = figures[key or shipped_key(config)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]["variants"]
     weights = figures[f"{config}-variants-weights"]["value"]
     rows = []
     for name in in_table_order(compared["aggregate"], config):
         b, w = bench[name], weights[name]
         d = compared["differences"].get(name, {}).get("loss/val")
-        rows.append(
-            [
-                name,
-                spread_cell(compared["aggregate"][name]["loss/val"]),
-                cell(d) if d else "(the preset)",
-                f"{b['cache_bytes_per_token']:,.0f} ({b['cache_fraction']:.0%})",
-                f"{b['sample_tokens_per_s']:,.0f}",
-                f"{b['step_ms']:.0f} ms",
-                f"{w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f})",
-                f"{w['sink']['mean']:.3f}",
-            ]
-        )
+        val = spread_cell(compared["aggregate"][name]["loss/val"])
+        cache = f"{b['cache_bytes_per_token']:,.0f} ({b['cache_fraction']:.0%})"
+        speed, step = f"{b['sample_tokens_per_s']:,.0f}", f"{b['step_ms']:.0f} ms"
+        first, sink = f"{w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f})", w["sink"]["mean"]
+        cells = [val, cell(d) if d else "(the preset)", cache, speed, step, first, f"{sink:.3f}"]
+        rows.append([name, *cells])
     header = (
         f"run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s "
         "| training step | first-token weight / uniform share (largest head) | sink's weight"
