@@ -8,6 +8,7 @@ so. A comment "table: NAME" stands before the table that tools/tables.py's NAME 
 """
 
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -20,13 +21,12 @@ from data.chunks import FORCE_AFTER, FORCED_CHARS
 from data.sources import CHUNK_CHARS
 from harness.cli import OneLineParser, run_command
 from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
-from model import GPT, ModelConfig
-from model.ablations import variants
+from model import GPT
 from tools import tables
 from tools.figures import FIGURES, read_figures, record, record_runs
 from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs
 from tools.probe_cost import record_probe_cost
-from tools.tables import COMPARISONS
+from tools.tables import COMPARISONS, REMOVES
 
 ROOT = FIGURES.parent.parent
 NUMBER = r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?"  # how a figure looks in a doc
@@ -36,7 +36,7 @@ DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.m
 
 
 def flatten(value, name: str, out: dict[str, float]) -> None:
-    """Every number inside value under its dotted path; a label "a − b" is a-minus-b there."""
+    """Every number inside value under its dotted path ("a − b" becomes a-minus-b)."""
     if isinstance(value, dict):
         for key, inner in value.items():
             flatten(inner, f"{name}.{key.replace(' − ', '-minus-')}", out)
@@ -80,16 +80,15 @@ def named_values(figures: dict) -> dict[str, float]:
     out = code_values()
     for key, entry in figures.items():
         flatten(entry["value"], key, out)
-    # an entry copied from a printed table holds its ends as printed
     for name in [n for n in out if n.endswith(".half_width")]:
         stem = name.removesuffix(".half_width")
         out.setdefault(f"{stem}.low", out[f"{stem}.mean"] - out[name])
         out.setdefault(f"{stem}.high", out[f"{stem}.mean"] + out[name])
-    unscaled = next(suffix for suffix, cfg in variants(ModelConfig()).items() if not cfg.scaled)
     for key in COMPARISONS:
         stats = f"{key}.aggregate.{key.split('-')[0]}"
         out[f"{key}.score_spread"] = (
-            out[f"{stats}{unscaled}.attn/score_std.mean"] / out[f"{stats}.attn/score_std.mean"]
+            out[f"{stats}-{REMOVES['scaled']}.attn/score_std.mean"]
+            / out[f"{stats}.attn/score_std.mean"]
         )
     for key, entry in figures.items():
         if key.startswith("score-gradient-"):
@@ -107,7 +106,6 @@ def figure(name: str, fmt: str, values: dict[str, float]) -> str:
 
 
 def fill(sentence: str, figures: list[str]) -> str:
-    """The sentence with its placeholders replaced by figures, in order."""
     parts = PLACEHOLDER.split(sentence)
     parts[1::3], parts[2::3] = figures, [""] * len(figures)
     return "".join(parts)
@@ -137,9 +135,9 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
                 continue
             start = text.index("\n|", marker.end()) + 1
             end = (text + "\n\n").index("\n\n", start)
-            if text[start:end] != make(figures):
+            if text[start:end] != (table := make(figures)):
                 problems.append(f"{doc}: its {template} differs from docs/figures.json's")
-                edits.append((start, end, make(figures)))
+                edits.append((start, end, table))
             continue
         names = PLACEHOLDER.findall(template)
         if unknown := [name for name, _ in names if name not in values]:
@@ -170,21 +168,20 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
 
 
 def sync(figures: dict, write: bool) -> list[str]:
-    """Bring each doc in line with figures (write) or list what differs (not write)."""
+    """What differs between the docs and figures; with write, the docs brought in line."""
     values, problems, texts = named_values(figures), [], {}
+    read = {doc: (ROOT / doc).read_text(encoding="utf-8") for doc in DOCS}
     for doc in DOCS:
-        texts[doc], found = sync_doc(doc, (ROOT / doc).read_text("utf-8"), figures, values)
+        texts[doc], found = sync_doc(doc, read[doc], figures, values)
         problems += found
     problems += render_outputs(figures, texts)
-    if write:
-        for doc, text in texts.items():
-            if text != (ROOT / doc).read_text(encoding="utf-8"):
-                (ROOT / doc).write_text(text, encoding="utf-8")
+    for doc, text in texts.items():
+        if write and text != read[doc]:
+            (ROOT / doc).write_text(text, encoding="utf-8")
     return problems
 
 
 def quoted_runs() -> set[str]:
-    """The single runs whose figures the docs quote."""
     texts = [(ROOT / doc).read_text(encoding="utf-8") for doc in DOCS]
     markers = [marker for text in texts for marker in MARKER.findall(text)]
     names = {name for marker in markers for name, _ in PLACEHOLDER.findall(marker)}
@@ -194,29 +191,14 @@ def quoted_runs() -> set[str]:
 def main(argv: list[str]) -> int:
     parser = OneLineParser(__doc__)
     add = parser.add_argument
-    add("--record", action="store_true", help="first store what the runs under --runs-dir hold")
+    switch = functools.partial(add, action="store_true")
+    switch("--record", help="first store what the runs under --runs-dir hold")
     add("--runs-dir", type=Path, default=Path("runs"), help="where --record looks (default: runs)")
-    add(
-        "--check",
-        action="store_true",
-        help="change nothing; exit 1 if a doc differs from docs/figures.json",
-    )
-    add(
-        "--record-outputs",
-        action="store_true",
-        help="run the commands whose outputs the docs show, and store them",
-    )
-    add(
-        "--check-outputs",
-        action="store_true",
-        help="change nothing; exit 1 if a command now prints another output",
-    )
-    add(
-        "--outputs",
-        type=lambda text: text.split(","),
-        metavar="KEYS",
-        help="only these outputs (default: all)",
-    )
+    switch("--check", help="change nothing; exit 1 if a doc differs from docs/figures.json")
+    switch("--record-outputs", help="run the commands whose outputs the docs show, and store them")
+    switch("--check-outputs", help="change nothing; exit 1 if a command now prints another output")
+    split = functools.partial(str.split, sep=",")
+    add("--outputs", type=split, metavar="KEYS", help="only these outputs (default: all)")
     add(
         "--probe-cost",
         nargs="+",
@@ -227,8 +209,7 @@ def main(argv: list[str]) -> int:
     keys = [o.key for o in OUTPUTS]
     if unknown := set(args.outputs or ()) - set(keys):
         parser.error(f"--outputs: no output {sorted(unknown)[0]}; choose from {', '.join(keys)}")
-    # one thread, as each recorded output's machine line says
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # as each recorded output's machine line says
     if args.check_outputs:
         problems = check_outputs(read_figures(), args.runs_dir, args.outputs)
         said = "every output the docs show is what its command prints on the runs under"

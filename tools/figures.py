@@ -1,9 +1,8 @@
-"""docs/figures.json, each entry one command's result with the command, machine and date; and the
+"""docs/figures.json, each entry one command's result with its command, machine and date; and the
 readers that turn what runs leave behind into entries."""
 
 import json
 import os
-import platform
 import re
 import shutil
 import time
@@ -13,29 +12,33 @@ import numpy as np
 import torch
 
 from data.files import write_atomically
-from harness.experiments.stats import half_width, paired_difference, spread, to_json
+from harness.experiments.profiling import machine_facts
+from harness.experiments.stats import paired_difference, spread, to_json
+from harness.experiments.sweep import interval as half_interval
+from harness.folders import read_json
 from harness.pictures.curves import plot_positions
 from harness.training.runlog import evaluations, read_metrics
 from model.ablations import ABLATIONS, CHANGES, JOIN
 from tools.outputs import runs_folder
-from tools.tables import in_table_order, removed
+from tools.tables import curves, in_table_order, lengths_of, removed
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures.json"
 CURVE_BIN = 16  # positions per point of the loss-against-position picture
 
 
-def machine() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-    threads = f"{torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    return f"{name}, {os.cpu_count()} cores, {threads}{load}"
+def machine(facts: dict | None = None) -> str:
+    """This machine, or the one a report's machine_facts describe."""
+    facts = facts or machine_facts(torch.device("cpu"))
+    said = f"{facts['machine']}, {os.cpu_count()} cores, {facts['torch_threads']} torch threads"
+    said += f", torch {facts['torch_version']}"
+    if facts.get("load_avg_1min") is not None:
+        said += f", load average {facts['load_avg_1min']:.1f}"
+    return said
+
+
+def run_and_seed(name: str) -> tuple[str, str | None]:
+    """A run's variant and seed: ("char-no-mask", "1337") for char-no-mask-s1337."""
+    return re.fullmatch(r"(.+?)(?:-s(\d+))?", name).groups()
 
 
 def read_figures(path: Path = FIGURES) -> dict:
@@ -43,7 +46,6 @@ def read_figures(path: Path = FIGURES) -> dict:
 
 
 def record(key: str, command: str, value, path: Path = FIGURES, ran_on: str | None = None) -> Path:
-    """Store command's value under key with the machine it ran on and today's date."""
     figures = read_figures(path) if path.is_file() else {}
     figures[key] = {
         "command": command,
@@ -66,15 +68,11 @@ def spans(values: list[float]) -> dict:
 def comparison_figures(folder: Path) -> dict:
     """compare.json's figures; from the runs' logs, each variant's first evaluation over seeds and
     the range of steps where its training loss fell below 0.5."""
-    saved = json.loads((folder / "compare.json").read_text(encoding="utf-8"))
+    saved = read_figures(folder / "compare.json")
     logs = {name: read_metrics(folder / name) for name in saved["runs"]}
     step0, collapse = {}, {}
     for variant in saved["aggregate"]:
-        mine = [
-            rows
-            for name, rows in logs.items()
-            if name == variant or re.fullmatch(rf"{re.escape(variant)}-s\d+", name)
-        ]
+        mine = [rows for name, rows in logs.items() if run_and_seed(name)[0] == variant]
         first = [next(row for row in rows if "loss/val" in row) for rows in mine]
         step0[variant] = {
             tag: to_json(spread([row[tag] for row in first]))
@@ -111,10 +109,9 @@ def ablation_figures(folder: Path) -> dict | None:
     range of each head alone and each layer whole."""
     runs = {}
     for path in sorted(folder.glob("*/inspect/ablation.json")):
-        result = json.loads(path.read_text(encoding="utf-8"))
-        runs[path.parent.parent.name] = {
-            key: v for key, v in result.items() if key != "random_draws"
-        } | {"draws": len(result["random_draws"])}
+        result = read_figures(path)
+        result["draws"] = len(result.pop("random_draws"))
+        runs[path.parent.parent.name] = result
     if not runs:
         return None
     summary = {
@@ -130,8 +127,9 @@ def ablation_figures(folder: Path) -> dict | None:
 
 
 def sweep_figures(folder: Path) -> dict:
-    saved = json.loads((folder / "sweep.json").read_text(encoding="utf-8"))
-    return {key: value for key, value in saved.items() if key != "runs"}
+    saved = read_figures(folder / "sweep.json")
+    del saved["runs"]
+    return saved
 
 
 def sweep_command(config: str, value: dict) -> str:
@@ -143,20 +141,19 @@ def sweep_command(config: str, value: dict) -> str:
 
 
 def interval(values: list[float]) -> dict:
-    """Mean, sd, count and the 95% interval's ends (Student's t; the mean itself with one value)."""
-    s = spread(values)
-    half = half_width(s) or 0.0
-    return {"mean": s.mean, "std": s.std, "n": s.n, "low": s.mean - half, "high": s.mean + half}
+    """Mean, sd, count and the 95% interval's ends (the mean itself with one value)."""
+    s = half_interval(values)
+    half = s.pop("half_width") or 0.0
+    return s | {"low": s["mean"] - half, "high": s["mean"] + half}
 
 
-def difference(pairs: list[tuple[float, float]]) -> dict:
-    d = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+def difference(mine: list[float], theirs: list[float]) -> dict:
+    d = paired_difference(mine, theirs)
     half = d.half_width or 0.0
     return {"mean": d.mean, "low": d.mean - half, "high": d.mean + half, "n": d.n}
 
 
 def losses(context: dict) -> dict[str, float]:
-    """A scored context's loss and each bucket's."""
     return {"loss": context["loss"]} | {name: b["loss"] for name, b in context["buckets"].items()}
 
 
@@ -166,8 +163,8 @@ def context_figures(folder: Path, config: str) -> dict | None:
     "differences", each variant minus each one before it, paired by seed."""
     found: dict[str, dict[str, dict]] = {}  # variant -> seed -> contexts.json
     for path in sorted(folder.glob("*/contexts.json")):
-        variant, seed = re.fullmatch(r"(.+?)(?:-s(\d+))?", path.parent.name).groups()
-        found.setdefault(variant, {})[seed] = json.loads(path.read_text(encoding="utf-8"))
+        variant, seed = run_and_seed(path.parent.name)
+        found.setdefault(variant, {})[seed] = read_figures(path)
     if not found:
         return None
     order = in_table_order(found, config)
@@ -206,9 +203,7 @@ def context_figures(folder: Path, config: str) -> dict | None:
                     for v in (variant, reference)
                 )
                 out["differences"].setdefault(variant, {}).setdefault(reference, {})[label] = {
-                    name: difference(
-                        [(a[name], b[name]) for a, b in zip(mine, theirs, strict=True)]
-                    )
+                    name: difference([a[name] for a in mine], [b[name] for b in theirs])
                     for name in mine[0]
                     if name in theirs[0]  # the buckets both cut
                 }
@@ -218,19 +213,15 @@ def context_figures(folder: Path, config: str) -> dict | None:
 def factors_said(contexts: dict) -> str:
     """The --contexts each variant was scored at: "0.5,1 for char; 0.5,1,2,4 for char-rope"."""
     by_factors: dict[str, list[str]] = {}
-    for name, entry in contexts.items():
-        if isinstance(entry, dict) and "curve" in entry:
-            factors = ",".join(
-                f"{c['length'] / contexts['block_size']:g}"
-                for c in entry.values()
-                if isinstance(c, dict) and "length" in c
-            )
-            by_factors.setdefault(factors, []).append(name)
+    for name, entry in curves(contexts).items():
+        lengths = lengths_of(entry).values()
+        factors = ",".join(f"{n / contexts['block_size']:g}" for n in lengths)
+        by_factors.setdefault(factors, []).append(name)
     return "; ".join(f"{factors} for {', '.join(names)}" for factors, names in by_factors.items())
 
 
 def positions_title(config: str, contexts: dict) -> str:
-    seeds = max(e["seeds"] for e in contexts.values() if isinstance(e, dict) and "curve" in e)
+    seeds = max(e["seeds"] for e in curves(contexts).values())
     return (
         f"{config}: the loss at each position of a window, trained at {contexts['block_size']} "
         "tokens (score.py --contexts)\n"
@@ -240,8 +231,7 @@ def positions_title(config: str, contexts: dict) -> str:
 
 
 def holds(folder: Path, name: str) -> bool:
-    path = folder / name
-    return path.is_file() and "aggregate" in json.loads(path.read_text(encoding="utf-8"))
+    return "aggregate" in (read_json(folder / name) or {})
 
 
 def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
@@ -255,22 +245,15 @@ def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
             value, config = comparison_figures(folder), folder.name.removeprefix("compare-")
             key, command = comparison_key(config, value), comparison_command(config, value)
             record(key, command, value)
+            each = f"--runs-dir {folder} --run RUN"
             if ablations := ablation_figures(folder):
                 recorded.append(f"{config}-ablation")
-                ablate = f"python inspect_attention.py --runs-dir {folder} --run RUN --ablate"
-                record(
-                    recorded[-1],
-                    f"{ablate} next-token, for each --no-mask RUN of {command}",
-                    ablations,
-                )
+                ablate = f"python inspect_attention.py {each} --ablate next-token"
+                record(recorded[-1], f"{ablate}, for each --no-mask RUN of {command}", ablations)
             if contexts := context_figures(folder, config):
                 recorded.append(f"{config}-contexts")
-                score = f"python score.py --runs-dir {folder} --run RUN --contexts FACTORS"
-                record(
-                    recorded[-1],
-                    f"{score}, for each RUN of {command} (FACTORS: {factors_said(contexts)})",
-                    contexts,
-                )
+                said = f"for each RUN of {command} (FACTORS: {factors_said(contexts)})"
+                record(recorded[-1], f"python score.py {each} --contexts FACTORS, {said}", contexts)
                 picture = FIGURES.parent / f"contexts-{config}.png"
                 plot_positions(contexts, picture, positions_title(config, contexts))
         elif holds(folder, "sweep.json"):
@@ -278,10 +261,8 @@ def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
             record(key, sweep_command(key.removesuffix("-sweep"), value), value)
             # the picture docs/experiment.md shows
             shutil.copyfile(folder / "sweep.png", FIGURES.parent / f"{folder.name}.png")
-        elif folder.name in quoted and (folder / "metrics.jsonl").is_file():
-            rows, key = evaluations(folder), folder.name
-            if not rows:
-                continue
+        elif folder.name in quoted and (rows := evaluations(folder)):
+            key = folder.name
             tags = ("step", "loss/train", "loss/val", "loss/val_honest")
             last = {tag: rows[-1][tag] for tag in tags if tag in rows[-1]}
             record(key, f"python train.py (run {key}; its config.json says how)", {"last": last})

@@ -1,5 +1,4 @@
-"""How many GPT-2 ids the forced cuts of data/chunks.py change: python -m tools.forced_cuts
-[--chunk-chars 16384] [--record]
+"""How many GPT-2 ids the forced cuts of data/chunks.py change.
 
 Texts from Tiny Shakespeare with no safe place to cut are cut as preparation cuts them (make_tasks,
 `--chunk-chars` a task), each piece encoded alone, and the ids compared with the whole text's: a

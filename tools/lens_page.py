@@ -20,12 +20,11 @@ from tools.figures import FIGURES, record
 ROOT = FIGURES.parent.parent
 PAGE = ROOT / "docs" / "transformer-lens.md"
 KEY = "lens-char-no-mask"
-# the run the page's Python reads, and what trains it
 RUN, TRAIN = "runs/char-no-mask", "python train.py --config char --no-mask"
 
 
 def run_page(folder: Path) -> dict:
-    """Run the page's ```python blocks from folder (where its runs/ is); returns their namespace."""
+    """The namespace the page's ```python blocks leave, run in folder (where its runs/ is)."""
     text = PAGE.read_text(encoding="utf-8")
     code = "\n\n".join(re.findall(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL))
     namespace = {"__name__": "__page__"}
@@ -35,7 +34,6 @@ def run_page(folder: Path) -> dict:
 
 
 def figures_of(namespace: dict) -> dict:
-    """What the page quotes, from the namespace its code left."""
     name = namespace["named"]
     return {
         "scores": {name([head]): score for head, score in namespace["scores"].items()},

@@ -31,46 +31,42 @@ class Output:
     files: tuple[tuple[str, str], ...] = ()  # (name, text): files it reads, named as the page does
 
 
-SAMPLE = "python sample.py --run char"
+SAMPLE, SAMPLING = "python sample.py --run char", "docs/sampling.md"
 OUTPUTS = [
     Output("output-char-sample", "README.md", f"{SAMPLE} --max-new-tokens 300", "char", body=True),
     Output(
         "output-char-stopped",
-        "docs/sampling.md",
+        SAMPLING,
         f'{SAMPLE} --prompt "JULIET:" --max-new-tokens 100000',
         "char",
         lines=6,
     ),
     Output(
         "output-char-greedy",
-        "docs/sampling.md",
+        SAMPLING,
         f'{SAMPLE} --prompt "ROMEO:" --max-new-tokens 150 --temperature 0',
         "char",
     ),
     Output(
         "output-char-top-p",
-        "docs/sampling.md",
+        SAMPLING,
         f'{SAMPLE} --prompt "ROMEO:" --max-new-tokens 150 --top-p 0.9 --num-samples 2',
         "char",
     ),
     Output(
         "output-char-prompt-file",
-        "docs/sampling.md",
+        SAMPLING,
         f"{SAMPLE} --prompt-file prompt.txt --max-new-tokens 80 --temperature 0.6",
         "char",
         files=(("prompt.txt", "KING RICHARD II:\nNow is the"),),
     ),
     Output(
-        "output-base-sample",
-        "docs/sampling.md",
-        "python sample.py --max-new-tokens 100",
-        "base",
-        body=True,
+        "output-base-sample", SAMPLING, "python sample.py --max-new-tokens 100", "base", body=True
     ),
-    Output("output-char-score", "docs/sampling.md", "python score.py --run char --top 5", "char"),
+    Output("output-char-score", SAMPLING, "python score.py --run char --top 5", "char"),
     Output(
         "output-char-no-mask-score",
-        "docs/sampling.md",
+        SAMPLING,
         "python score.py --run char-no-mask --stride 128",
         "char-no-mask",
         stderr=True,
@@ -120,7 +116,6 @@ def run_output(output: Output, runs_dir: Path, timeout: float = 7200) -> str:
         raise RuntimeError(
             f"{output.command} exits with {proc.returncode}: {proc.stderr.strip()[-500:]}"
         )
-    # the line end after the last line
     text = (proc.stderr if output.stderr else "") + proc.stdout.removesuffix("\n")
     if output.body:
         text = text.split("\n", 1)[1].lstrip("\n")
@@ -138,8 +133,7 @@ def runs_folder(runs_dir: Path) -> Path:
 
 
 def run_state(run: str, runs_dir: Path) -> dict:
-    log = runs_folder(runs_dir) / run / "metrics.jsonl"
-    rows = evaluations(log.parent) if log.is_file() else []
+    rows = evaluations(runs_folder(runs_dir) / run)
     if not rows:
         raise ConfigError(
             f"--runs-dir {runs_dir} holds no run {run} with an evaluation in its metrics.jsonl; "
@@ -151,10 +145,9 @@ def run_state(run: str, runs_dir: Path) -> dict:
 def record_output(output: Output, runs_dir: Path) -> dict:
     """The run's state, the text, the CPU seconds (what a loaded machine stretches least), and the
     object a --json command prints."""
-    import resource  # Unix only: the CPU seconds of the finished command processes
+    import resource  # Unix only
 
-    # first, so that a run that is not there is one line
-    state = run_state(output.run, runs_dir)
+    state = run_state(output.run, runs_dir)  # first: a run not there is one line
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = run_output(output, runs_dir)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -166,7 +159,7 @@ def record_output(output: Output, runs_dir: Path) -> dict:
 
 
 def check_outputs(figures: dict, runs_dir: Path, keys: list[str] | None = None) -> list[str]:
-    """Each output the code no longer prints on runs_dir's runs as docs/figures.json holds it."""
+    """Each output that the commands no longer print as docs/figures.json holds it."""
     problems = []
     for output in [o for o in OUTPUTS if keys is None or o.key in keys]:
         recorded, now = figures[output.key]["value"], record_output(output, runs_dir)

@@ -22,7 +22,7 @@ def is_number(value, least: float = 0.0) -> bool:
 
 
 def what_is_wrong(report) -> str | None:
-    """Why `report` is not a whole report, in words; None when it is one."""
+    """Why report is not a whole report; None when it is one."""
     if report is None:
         return "is not JSON (or cannot be read)"
     if not isinstance(report, dict):
@@ -50,7 +50,7 @@ def read_report(path: str) -> dict:
     if not where.is_file():
         kind = "a folder" if where.is_dir() else "not there"
         raise ConfigError(f"--probe-cost: {path} is {kind}, not a report; {WRITE_ONE}")
-    report = read_json(where)  # None: unreadable, or not JSON
+    report = read_json(where)
     if wrong := what_is_wrong(report):
         raise ConfigError(
             f"--probe-cost: {path} {wrong}, so it is not a bench.py --whole-run --json report; "
@@ -60,7 +60,6 @@ def read_report(path: str) -> dict:
 
 
 def record_probe_cost(key: str, *reports: str) -> str:
-    """Store under key what the probe costs a whole run, from the report files."""
     if key.endswith(".json") or Path(key).is_file():
         raise ConfigError(
             "--probe-cost takes the name to record under first (probe-cost-char), then the "

@@ -1,6 +1,4 @@
-"""QK-norm with and without a learned gain, over seeds:
-python -m tools.qk_gain [--config char] [--seeds 3] [--lrs 1.2e-2,1.2e-1] [--runs-dir runs]
-[--record]
+"""QK-norm with and without a learned gain, over seeds.
 
 OLMo 2 and Qwen 3 multiply normalised queries and keys by a learned weight per head dimension,
 starting at 1; ours has none. At each rate (default: train.lr and ten times it) and seed this trains
@@ -35,8 +33,8 @@ QK_NORM = next(c for c in CURES if c.field == "qk_norm")
 
 @contextlib.contextmanager
 def learned_gain():
-    """Every MultiHead built inside gets q_gain and k_gain (D,), ones, multiplying its normalised
-    queries and keys."""
+    """Every MultiHead built inside multiplies its normalised queries and keys by q_gain and k_gain
+    (D,), starting at ones."""
     build, split = MultiHead.__init__, MultiHead.split_heads
 
     def __init__(self, n_embd, n_head, *args, **kwargs):
@@ -58,8 +56,8 @@ def learned_gain():
 
 
 def measure(cfg, config_name: str, overrides: list, n_seeds: int, lrs: list[float]) -> dict | int:
-    """{rate: {"none": tag intervals, "gain": tag intervals, "gain_minus_none": tag differences}},
-    or the exit code of a run that failed or was stopped."""
+    """{rate: {"none": intervals, "gain": intervals, "gain_minus_none": differences}}, or the exit
+    code of a run that failed or was stopped."""
     folder = Path(cfg.train.runs_dir) / f"qk-gain-{cfg.name}"
     programs = {"none": [str(TRAIN_PY)], "gain": ["-m", "tools.qk_gain", "--train"]}
     out = {}

@@ -1,6 +1,4 @@
-"""What the softmax passes back to the attention scores, with and without the scale, over seeds:
-python -m tools.score_gradient [--config char] [--seeds 3] [--batches 4] [--runs-dir runs]
-[--record]
+"""What the softmax passes back to the attention scores, with and without the scale, over seeds.
 
 model.gradients.score_gradients on the preset's model at step 0, with the scale and without, on the
 same batches; and on the checkpoints of `python compare.py` in <runs-dir>/compare-<config>/ where
@@ -24,9 +22,9 @@ from harness.experiments.comparison import check_seed_range, plan_runs
 from harness.experiments.stats import half_width, spread
 from harness.training.checkpoints import load_model
 from model import GPT
-from model.ablations import ABLATIONS
 from model.gradients import score_gradients
 from tools.figures import record_result
+from tools.tables import REMOVES
 
 
 def parse_seeded(doc: str, argv: list[str], flag: str, **kwargs):
@@ -57,33 +55,30 @@ def mean_gradients(model: GPT, batches: list) -> dict[str, float]:
     return means
 
 
-def ratio_line(name: str, tops: list[dict], bottoms: list[dict], top: str, bottom: str) -> dict:
-    """Per seed tops[top] / bottoms[bottom], their mean and 95% interval (None with one seed); NaN
-    when a seed has no saturated rows."""
-    ratios = [a[top] / b[bottom] for a, b in zip(tops, bottoms, strict=True)]
-    mean, low, high = math.nan, None, None
-    if not any(map(math.isnan, ratios)):
-        mean = statistics.fmean(ratios)
-        half = half_width(spread(ratios))
-        if half is not None:
-            low, high = mean - half, mean + half
-    return {"ratio": name, "per_seed": ratios, "mean": mean, "low": low, "high": high}
-
-
 def lines(scaled: list[dict], unscaled: list[dict]) -> list[dict]:
-    return [
-        ratio_line(
-            "score_grad without/with the scale", unscaled, scaled, "score_grad", "score_grad"
-        ),
-        ratio_line("qk_grad without/with the scale", unscaled, scaled, "qk_grad", "qk_grad"),
-        ratio_line(
+    """Each ratio per seed, its mean and 95% interval (None with one seed); NaN when a seed has no
+    saturated rows."""
+    wanted = (
+        ("score_grad without/with the scale", "score_grad", scaled, "score_grad"),
+        ("qk_grad without/with the scale", "qk_grad", scaled, "qk_grad"),
+        (
             "saturated/other row's score_grad, without the scale",
-            unscaled,
-            unscaled,
             "saturated_row_grad",
+            unscaled,
             "other_row_grad",
         ),
-    ]
+    )
+    out = []
+    for name, top, bottoms, bottom in wanted:
+        ratios = [a[top] / b[bottom] for a, b in zip(unscaled, bottoms, strict=True)]
+        mean, low, high = math.nan, None, None
+        if not any(map(math.isnan, ratios)):
+            mean = statistics.fmean(ratios)
+            half = half_width(spread(ratios))
+            if half is not None:
+                low, high = mean - half, mean + half
+        out.append({"ratio": name, "per_seed": ratios, "mean": mean, "low": low, "high": high})
+    return out
 
 
 def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
@@ -91,9 +86,8 @@ def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
     corpus = load_corpus(cfg.data)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size)
     cfg = dataclasses.replace(cfg, model=model_cfg)
-    no_scale = next(a.name for a in ABLATIONS if a.field == "scaled")
     # (with the scale, without) per seed
-    runs = plan_runs(cfg, runs_dir / f"compare-{cfg.name}", n_seeds, [no_scale]).values()
+    runs = plan_runs(cfg, runs_dir / f"compare-{cfg.name}", n_seeds, [REMOVES["scaled"]]).values()
     B, T = cfg.train.batch_size, cfg.model.block_size
     found = {"init": ([], []), "end": ([], [])}  # each seed's means, with the scale and without
     val_gen = torch.Generator().manual_seed(0)

@@ -11,9 +11,9 @@ from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_cha
 COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
 SWEEPS = ("char-sweep",)  # their cures at the preset's rate join the tables of their config
 MORE_ROWS = ("char-3seeds-rope",)  # comparisons whose other variants README's table shows too
-# what positions change
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
+ORDER_HEADER = " | ".join(HEADERS[tag] for tag in ORDER_COLUMNS)
 # a change's value as a run name spells it ({:g}: 50, 1.5, 1e+06)
 NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 # the ablation that turns each switch off: REMOVES["causal"] is no-mask
@@ -21,16 +21,16 @@ REMOVES = {a.field: a.name for a in ABLATIONS}
 
 
 def removed(variant: str, config: str) -> tuple[str, ...]:
-    """The changes a variant's name applies, in table order: ("no-mask", "no-pos") for
-    "char-no-mask-no-pos", ("no-scale", "softcap") for "char-no-scale-softcap50"."""
-    rest, found = variant.removeprefix(config) if variant.startswith(config) else None, []
+    """The changes a variant's name applies, in table order: ("no-scale", "softcap") for
+    "char-no-scale-softcap50"."""
+    rest, found = variant.removeprefix(config), []
     for change in CHANGES:  # run names spell their changes in this order (name_suffix)
         number = NUMBER if change.takes_value else ""
-        spelled = rest and re.match(rf"-{re.escape(change.name)}{number}(?=-|$)", rest)
+        spelled = re.match(rf"-{re.escape(change.name)}{number}(?=-|$)", rest)
         if spelled:
             found.append(change.name)
             rest = rest[spelled.end() :]
-    if rest != "":
+    if rest != "" or not variant.startswith(config):
         raise ValueError(f"{variant!r} is not {config!r} with changes of model/ablations.py")
     return tuple(found)
 
@@ -47,8 +47,11 @@ def in_table_order(names, config: str) -> list[str]:
     return sorted(names, key=key)
 
 
-def row(*cells) -> str:
-    return "| " + " | ".join(cells) + " |"
+def markdown(header: str, rows: list, left: int = 1) -> str:
+    """A table under header ("a | b | c"), its first `left` columns left-aligned, the others
+    right-aligned numbers."""
+    rule = "|" + "---|" * left + "---:|" * (header.count(" | ") + 1 - left)
+    return "\n".join([f"| {header} |", rule, *(f"| {' | '.join(cells)} |" for cells in rows)])
 
 
 def config_of(key: str) -> str:
@@ -56,8 +59,8 @@ def config_of(key: str) -> str:
     return re.fullmatch(r"(.+?)-\d+seeds(?:-.+)?", key)[1]
 
 
-def comparisons(figures: dict) -> list[tuple[str, dict]]:
-    return [(config_of(key), figures[key]["value"]) for key in COMPARISONS]
+def comparisons(figures: dict, more: tuple = ()) -> list[tuple[str, dict]]:
+    return [(config_of(key), figures[key]["value"]) for key in COMPARISONS + more]
 
 
 def sweep_of(figures: dict, config: str) -> dict:
@@ -85,12 +88,15 @@ def interval_cell(s: dict) -> str:
     return f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
 
 
+def spread_cell(s: dict) -> str:
+    return f"{s['mean']:.3f} ± {s['std']:.3f}"
+
+
 def readme_table(figures: dict) -> str:
     """README's table: the preset and each change alone, mean ± sd over seeds (no wall time: it is
     the machine's); a cure alone comes from the sweep's runs at the preset's rate."""
     shown: dict[str, dict[str, dict]] = {}  # config -> variant -> its aggregate, the first found
-    more = [(config_of(key), figures[key]["value"]) for key in MORE_ROWS]
-    for config, value in comparisons(figures) + more:
+    for config, value in comparisons(figures, MORE_ROWS):
         for variant, stats in value["aggregate"].items():
             if len(removed(variant, config)) <= 1:
                 shown.setdefault(config, {}).setdefault(variant, stats)
@@ -113,7 +119,7 @@ def differences_table(figures: dict) -> str:
     """No mask and no scale minus the preset, then the sweep's cures at the preset's rate, paired by
     seed, mean [95% interval]."""
     tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
-    lines = ["| variant | val | val honest | entropy | saturated |", "|---|---:|---:|---:|---:|"]
+    lines = []
     alone = ((REMOVES["causal"],), (REMOVES["scaled"],))
     for config, value in comparisons(figures):
         rows = [
@@ -128,8 +134,8 @@ def differences_table(figures: dict) -> str:
             if label.partition(f" {MINUS} ")[0] in cures
         ]
         for label, source in rows:
-            lines.append(row(label, *(cell(source["differences"][label][t]) for t in tags)))
-    return "\n".join(lines)
+            lines.append([label, *(cell(source["differences"][label][t]) for t in tags)])
+    return markdown("variant | val | val honest | entropy | saturated", lines)
 
 
 def sweep_table(figures: dict) -> str:
@@ -147,24 +153,19 @@ def order_variants(config: str) -> list[str]:
     return [config, f"{config}-{pos}", f"{config}-{mask}", f"{config}-{mask}-{pos}"]
 
 
-def order_header(first: str) -> list[str]:
-    return [row(first, *(HEADERS[tag] for tag in ORDER_COLUMNS)), "|---|" + "---:|" * 5]
-
-
 def order_table(figures: dict) -> str:
     """With and without positions and the mask, mean ± sd."""
-    lines = order_header("run")
-    for config, value in comparisons(figures):
-        for variant in order_variants(config):
-            stats = value["aggregate"][variant]
-            spreads = (f"{stats[t]['mean']:.3f} ± {stats[t]['std']:.3f}" for t in ORDER_COLUMNS)
-            lines.append(row(variant, *spreads))
-    return "\n".join(lines)
+    rows = [
+        [variant, *(spread_cell(value["aggregate"][variant][t]) for t in ORDER_COLUMNS)]
+        for config, value in comparisons(figures)
+        for variant in order_variants(config)
+    ]
+    return markdown(f"run | {ORDER_HEADER}", rows)
 
 
 def order_differences_table(figures: dict) -> str:
     """What the positions change, with the mask and without it, paired by seed."""
-    lines = order_header("difference")
+    rows = []
     for config, value in comparisons(figures):
         base, no_pos, no_mask, neither = order_variants(config)
         for label, shown in (
@@ -172,24 +173,24 @@ def order_differences_table(figures: dict) -> str:
             (f"{neither} {MINUS} {no_mask}", f"{neither} {MINUS} {no_mask}"),
         ):
             differences = value["differences"][label]
-            lines.append(row(shown, *(cell(differences[t]) for t in ORDER_COLUMNS)))
-    return "\n".join(lines)
+            rows.append([shown, *(cell(differences[t]) for t in ORDER_COLUMNS)])
+    return markdown(f"difference | {ORDER_HEADER}", rows)
 
 
 def ablation_table(figures: dict) -> str:
     """Per no-mask run: the heads named, the leak gap before and after, random heads, layer 0."""
-    lines = [
-        "| run | heads named (t+1 above 0.5 on the probe text) | leak gap before | after | closed "
-        "| as many random heads: closed, mean ± sd of the draws | layer 0 whole |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for config, _ in comparisons(figures):
         for run, r in figures[f"{config}-ablation"]["value"]["runs"].items():
             random = f"{r['random_closed_fraction']:.1%} ± {r['random_closed_fraction_sd']:.1%}"
             before, after = f"{r['leak_gap_before']:.3f}", f"{r['leak_gap_after']:.3f}"
             closed, layer0 = f"{r['closed_fraction']:.1%}", f"{r['each_layer']['L0']:.1%}"
-            lines.append(row(run, ", ".join(r["heads"]), before, after, closed, random, layer0))
-    return "\n".join(lines)
+            rows.append([run, ", ".join(r["heads"]), before, after, closed, random, layer0])
+    header = (
+        "run | heads named (t+1 above 0.5 on the probe text) | leak gap before | after | closed "
+        "| as many random heads: closed, mean ± sd of the draws | layer 0 whole"
+    )
+    return markdown(header, rows, left=2)
 
 
 def first_steps_table(figures: dict) -> str:
@@ -200,25 +201,31 @@ def first_steps_table(figures: dict) -> str:
         "ours_adamw": "ours, nanoGPT's AdamW and schedule",
         "ours_muon": "ours, char-gpu (Muon)",
     }
-    lines = [
-        row("step", *(f"{label}: train / val" for label in columns.values())),
-        "|---:|" + "---:|" * len(columns),
+    rows = [
+        [step, *(f"{runs[k]['train'][step]:.3f} / {runs[k]['val'][step]:.3f}" for k in columns)]
+        for step in sorted(runs["nanogpt"]["val"], key=int)
     ]
-    for step in sorted(runs["nanogpt"]["val"], key=int):
-        cells = (f"{runs[k]['train'][step]:.3f} / {runs[k]['val'][step]:.3f}" for k in columns)
-        lines.append(row(step, *cells))
-    return "\n".join(lines)
+    header = " | ".join(["step", *(f"{label}: train / val" for label in columns.values())])
+    return markdown(header, rows, left=0)
+
+
+def curves(contexts: dict) -> dict[str, dict]:
+    """A contexts entry's variants (its other entries hold no curve)."""
+    return {name: e for name, e in contexts.items() if isinstance(e, dict) and "curve" in e}
+
+
+def lengths_of(variant: dict) -> dict[str, int]:
+    """A variant's contexts: {"1x": 256, ...}, in tokens."""
+    return {
+        label: c["length"] for label, c in variant.items() if isinstance(c, dict) and "length" in c
+    }
 
 
 def scored_variants(value: dict, config: str) -> dict[str, list[str]]:
     """A contexts entry's variants, each with the contexts it was scored at, shortest first."""
-    names = [name for name, entry in value.items() if isinstance(entry, dict) and "curve" in entry]
     return {
-        name: sorted(
-            (label for label, c in value[name].items() if isinstance(c, dict) and "length" in c),
-            key=lambda label: value[name][label]["length"],
-        )
-        for name in in_table_order(names, config)
+        name: sorted(lengths_of(value[name]), key=lengths_of(value[name]).get)
+        for name in in_table_order(curves(value), config)
     }
 
 
@@ -227,20 +234,15 @@ def contexts_table(figures: dict, key: str = "char-contexts") -> str:
     value = figures[key]["value"]
     variants = scored_variants(value, key.removesuffix("-contexts"))
     labels = max(variants.values(), key=len)
-    lengths = {
-        label: value[n][label]["length"] for n, scored in variants.items() for label in scored
-    }
-    lines = [
-        row("run", "positions", *(f"{label}: {lengths[label]} tokens" for label in labels)),
-        "|---|---|" + "---:|" * len(labels),
-    ]
+    lengths = {label: n for name in variants for label, n in lengths_of(value[name]).items()}
+    rows = []
     for name, scored in variants.items():
-        cells = [
-            interval_cell(value[name][label]["loss"]) if label in scored else "no row past 1x"
-            for label in labels
-        ]
-        lines.append(row(name, value[name]["positions"], *cells))
-    return "\n".join(lines)
+        loss = {label: interval_cell(value[name][label]["loss"]) for label in scored}
+        cells = (loss.get(label, "no row past 1x") for label in labels)
+        rows.append([name, value[name]["positions"], *cells])
+    said = (f"{label}: {lengths[label]} tokens" for label in labels)
+    header = " | ".join(["run", "positions", *said])
+    return markdown(header, rows, left=2)
 
 
 def buckets_table(figures: dict, key: str = "char-contexts") -> str:
@@ -250,47 +252,39 @@ def buckets_table(figures: dict, key: str = "char-contexts") -> str:
         name: (scored[-1], value[name][scored[-1]])
         for name, scored in scored_variants(value, key.removesuffix("-contexts")).items()
     }
-    names = max(
-        (
-            sorted((n for n in entry if n[0].isdigit()), key=lambda n: int(n.split("-")[0]))
-            for _, entry in longest.values()
-        ),
-        key=len,
-    )
-    lines = [
-        row("run, along its longest context", *(f"positions {n}" for n in names)),
-        "|---|" + "---:|" * len(names),
+    # the buckets ("0-15", "16-31", ...) of the variant cut into the most, in order along the window
+    cut = [[n for n in entry if n[0].isdigit()] for _, entry in longest.values()]
+    names = sorted(max(cut, key=len), key=lambda n: int(n.split("-")[0]))
+    rows = [
+        [f"{name} ({label})", *(interval_cell(entry[n]) if n in entry else "" for n in names)]
+        for name, (label, entry) in longest.items()
     ]
-    for name, (label, entry) in longest.items():
-        cells = (interval_cell(entry[n]) if n in entry else "" for n in names)
-        lines.append(row(f"{name} ({label})", *cells))
-    return "\n".join(lines)
+    header = " | ".join(["run, along its longest context", *(f"positions {n}" for n in names)])
+    return markdown(header, rows)
+
+
+def shipped_key(config: str) -> str:
+    """The shipped variants' comparison: char-3seeds-kv-heads-window-gate-sink."""
+    return f"{config}-3seeds" + "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)
 
 
 def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
     """The shipped variants: val, bench.py --variants's costs, tools/variants.py's weights."""
-    shipped = "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)
-    compared = figures[key or f"{config}-3seeds{shipped}"]["value"]
+    compared = figures[key or shipped_key(config)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]["variants"]
     weights = figures[f"{config}-variants-weights"]["value"]
-    lines = [
-        f"| run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s "
-        "| training step | first-token weight / uniform share (largest head) | sink's weight |",
-        "|---|" + "---:|" * 7,
-    ]
+    rows = []
     for name in in_table_order(compared["aggregate"], config):
-        val, b, w = compared["aggregate"][name]["loss/val"], bench[name], weights[name]
+        b, w = bench[name], weights[name]
         d = compared["differences"].get(name, {}).get("loss/val")
-        lines.append(
-            row(
-                name,
-                f"{val['mean']:.3f} ± {val['std']:.3f}",
-                cell(d) if d else "(the preset)",
-                f"{b['cache_bytes_per_token']:,.0f} ({b['cache_fraction']:.0%})",
-                f"{b['sample_tokens_per_s']:,.0f}",
-                f"{b['step_ms']:.0f} ms",
-                f"{w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f})",
-                f"{w['sink']['mean']:.3f}",
-            )
-        )
-    return "\n".join(lines)
+        val = spread_cell(compared["aggregate"][name]["loss/val"])
+        cache = f"{b['cache_bytes_per_token']:,.0f} ({b['cache_fraction']:.0%})"
+        speed, step = f"{b['sample_tokens_per_s']:,.0f}", f"{b['step_ms']:.0f} ms"
+        first, sink = f"{w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f})", w["sink"]["mean"]
+        cells = [val, cell(d) if d else "(the preset)", cache, speed, step, first, f"{sink:.3f}"]
+        rows.append([name, *cells])
+    header = (
+        f"run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s "
+        "| training step | first-token weight / uniform share (largest head) | sink's weight"
+    )
+    return markdown(header, rows)

@@ -1,5 +1,4 @@
-"""Attention as shipped models have it, side by side: python -m tools.variants [--config char]
-[--runs-dir runs] [--bench REPORT...]
+"""Attention as shipped models have it, side by side.
 
 On the finished runs of `python compare.py --variants kv-heads,window,gate,sink`: each head's
 weight on the first token against uniform attention's, the sink's weight and the step time; from
@@ -8,8 +7,6 @@ Recorded in docs/figures.json and drawn in docs/variants-<config>.png.
 """
 
 import json
-import os
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -25,10 +22,9 @@ from harness.folders import read_json
 from harness.pictures.curves import plot_tradeoff
 from harness.training.checkpoints import load_model
 from harness.training.runlog import evaluations, read_metrics
-from model.ablations import CHANGES, SHIPPED
 from model.roles import first_token_weight, sink_weight, uniform_first_token_weight
-from tools.figures import FIGURES, interval, read_figures, record
-from tools.tables import in_table_order
+from tools.figures import FIGURES, interval, machine, read_figures, record, run_and_seed
+from tools.tables import in_table_order, shipped_key
 
 VAL_WINDOWS = 8  # val windows a checkpoint is measured on, the same for every run
 
@@ -67,7 +63,7 @@ def measure_runs(folder: Path) -> dict:
         # a run still training, or stopped, has a checkpoint too
         if not rows or rows[-1]["step"] != cfg["train"]["max_steps"]:
             continue
-        variant, seed = re.fullmatch(r"(.+?)(?:-s(\d+))?", run.name).groups()
+        variant, seed = run_and_seed(run.name)
         data = DataConfig(**cfg["data"])
         if repr(data) not in corpora:
             corpora[repr(data)] = load_corpus(data).val
@@ -91,8 +87,7 @@ def measure_runs(folder: Path) -> dict:
 
 def plot_variants(figures: dict, config: str) -> Path:
     """docs/variants-<config>.png: each variant's val against its KV cache's bytes per token."""
-    shipped = "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)
-    compared = figures[f"{config}-3seeds{shipped}"]["value"]
+    compared = figures[shipped_key(config)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]
     points = []
     for name in in_table_order(compared["aggregate"], config):
@@ -115,16 +110,15 @@ def plot_variants(figures: dict, config: str) -> Path:
 
 def main(argv: list[str]) -> int:
     parser = OneLineParser(__doc__)
-    parser.add_argument(
-        "--config", default="char", help="the preset the comparison trained (default char)"
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--config", default="char", help="the preset the comparison trained (default char)")
+    add(
         "--runs-dir",
         type=Path,
         default=Path("runs"),
-        help="where compare-<config>/ is (default: runs)",
+        help="where compare-<config>/ is (default runs)",
     )
-    parser.add_argument(
+    add(
         "--bench",
         nargs="+",
         type=Path,
@@ -141,8 +135,7 @@ def main(argv: list[str]) -> int:
             "--variants ... first"
         )
     reports = [read_json(path) for path in args.bench]  # None: missing, or not JSON
-    # a report missing or cut short is refused before anything is measured
-    for path, report in zip(args.bench, reports, strict=True):
+    for path, report in zip(args.bench, reports, strict=True):  # refused before any measuring
         if not isinstance(report, dict) or "variants" not in report:
             parser.error(
                 f"--bench {path}: not a bench.py --variants --json report; "
@@ -163,11 +156,7 @@ def main(argv: list[str]) -> int:
             context += f" --train.batch_size={report['batch_size']}"
         variants = ",".join(report["variant_names"])
         command = f"OMP_NUM_THREADS=1 python bench.py --config {args.config} --variants {variants}"
-        ran_on = (
-            f"{report['machine']}, {os.cpu_count()} cores, {report['torch_threads']} torch threads,"
-            f" torch {report['torch_version']}, load average {report['load_avg_1min']:.1f}"
-        )
-        record(key, f"{command}{context} --json", report, path=FIGURES, ran_on=ran_on)
+        record(key, f"{command}{context} --json", report, path=FIGURES, ran_on=machine(report))
     try:
         print(f"recorded in {FIGURES}; drew {plot_variants(read_figures(FIGURES), args.config)}")
     except KeyError as e:
