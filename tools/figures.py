@@ -15,7 +15,7 @@ from data.files import write_atomically
 from harness.experiments.profiling import machine_facts
 from harness.experiments.stats import paired_difference, spread, to_json
 from harness.experiments.sweep import interval as half_interval
-from harness.folders import read_json
+from harness.folders import OutputError, read_json
 from harness.pictures.curves import plot_positions
 from harness.training.runlog import evaluations, read_metrics
 from model.ablations import ABLATIONS, CHANGES, JOIN
@@ -231,7 +231,13 @@ def positions_title(config: str, contexts: dict) -> str:
 
 
 def holds(folder: Path, name: str) -> bool:
-    return "aggregate" in (read_json(folder / name) or {})
+    path = folder / name
+    if not path.is_file():
+        return False
+    saved = read_json(path)
+    if not isinstance(saved, dict):
+        raise OutputError(f"{path} is not a JSON object; run its command again or move the folder")
+    return "aggregate" in saved
 
 
 def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
