@@ -199,7 +199,8 @@ def test_running_out_of_memory_is_one_line(capsys):
 
     def evaluate_a_huge_context(argv):
         raise RuntimeError(
-            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+            "memory: "
             "you tried to allocate 10000000000 bytes. Error code 12 (Cannot allocate memory)"
         )
 

@@ -259,7 +259,7 @@ def test_the_command_line_page_names_every_field_flag_and_preset():
 
 
 class Parsed(Exception):
-    """Raised where a script has parsed its command line, with what it parsed, so that nothing runs."""
+    """Raised where a script has parsed its command line, with what it parsed: nothing runs."""
 
 
 def dry_parse(script: Path, args: list[str], monkeypatch, capsys):
@@ -289,7 +289,8 @@ def dry_parse(script: Path, args: list[str], monkeypatch, capsys):
         return done.args[0]
     except SystemExit as e:
         pytest.fail(
-            f"python {script.name} {shlex.join(args)} exits with {e.code}: {capsys.readouterr().err.strip()}"
+            f"python {script.name} {shlex.join(args)} exits with {e.code}: "
+            f"{capsys.readouterr().err.strip()}"
         )
     pytest.fail(f"python {script.name} {shlex.join(args)} finished without parsing a command line")
 
@@ -335,13 +336,15 @@ def check_hf(argv: list[str]) -> None:
         e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == "hf"
     ]
     assert scripts, (
-        "the installed huggingface_hub has no `hf` command (0.34 brought it; requirements.txt asks for it)"
+        "the installed huggingface_hub has no `hf` command (0.34 brought it; requirements.txt asks "
+        "for it)"
     )
     app = getattr(importlib.import_module(scripts[0].module), "app", None)
     if not hasattr(app, "make_context"):
         version = importlib.metadata.version("huggingface_hub")
         pytest.skip(
-            f"huggingface_hub {version} builds `hf` without click; its flags are checked with huggingface_hub 1.0 or newer"
+            f"huggingface_hub {version} builds `hf` without click; its flags are checked with "
+            "huggingface_hub 1.0 or newer"
         )
     import click
 
@@ -466,7 +469,8 @@ def test_python_block_imports_exist(doc, block):
         if isinstance(node, ast.ImportFrom):
             if importlib.util.find_spec(node.module.split(".")[0]) is None:
                 skip_or_fail(
-                    f"{doc} imports {node.module}, which is not installed: pip install -r requirements-dev.txt"
+                    f"{doc} imports {node.module}, which is not installed: pip install -r "
+                    "requirements-dev.txt"
                 )
             module = importlib.import_module(node.module)
             missing = [a.name for a in node.names if not hasattr(module, a.name)]
@@ -492,7 +496,8 @@ NOT_RUN = [
     (
         pretrained_from_the_hub,
         "reads OpenAI's GPT-2 from the Hugging Face hub, over the network; the suite runs the same "
-        "path on a small random GPT-2 it saves itself (tests/test_pretrained.py, tests/test_real_gpt2.py)",
+        "path on a small random GPT-2 it saves itself (tests/test_pretrained.py, "
+        "tests/test_real_gpt2.py)",
     ),
     (lambda argv: argv[0] == "hf", "downloads from the Hugging Face hub, over the network"),
     (
@@ -551,9 +556,10 @@ def test_every_doc_command_is_run_by_a_test_or_listed_with_the_reason_it_cannot_
         }
         missing = sorted(f for f in flags if not any(f in text for text in runners))
         if not runners or missing:
-            unrun.append(
-                f"{command}: {'no test runs it' if not runners else 'no test that runs it gives ' + ', '.join(missing)}"
-            )
+            why = "no test runs it"
+            if runners:
+                why = "no test that runs it gives " + ", ".join(missing)
+            unrun.append(f"{command}: {why}")
     assert not unrun, (
         "run these in a test, on a small scale, or list them in NOT_RUN with the reason:\n"
         + "\n".join(unrun)

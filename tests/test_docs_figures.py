@@ -244,8 +244,8 @@ def test_a_comparison_and_its_head_ablations_become_the_docs_tables(
     )
     val = value["differences"]["tiny-no-mask-no-pos − tiny-no-mask"]["loss/val"]
     assert (
-        f"| {val['mean']:+.3f} [{val['mean'] - val['half_width']:+.3f}, {val['mean'] + val['half_width']:+.3f}] |"
-        in differences[3]
+        f"| {val['mean']:+.3f} [{val['mean'] - val['half_width']:+.3f}, "
+        f"{val['mean'] + val['half_width']:+.3f}] |" in differences[3]
     )
     rows = tables.ablation_table(figures).splitlines()[2:]
     assert [row.split(" | ")[:2] for row in rows] == [
@@ -515,7 +515,8 @@ def test_a_positions_comparison_scored_at_contexts_becomes_its_entries_tables_an
     buckets = tables.buckets_table(figures, "tiny-contexts").splitlines()
     assert (
         buckets[0]
-        == "| run, along its longest context | positions 0-15 | positions 16-31 | positions 32-63 | positions 64-127 |"
+        == "| run, along its longest context | positions 0-15 | positions 16-31 | positions 32-63 "
+        "| positions 64-127 |"
     )
     assert (
         buckets[2].startswith("| tiny (1x) | ")

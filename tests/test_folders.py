@@ -60,7 +60,8 @@ def test_a_live_runs_folder_is_refused_to_a_second_run(
         argv = tiny_argv(tmp_path, corpus_file, "--run-name", "dup", "--train.max_steps=1")
         assert train.main(argv) == 2
         assert capsys.readouterr().err.strip().splitlines() == [
-            f"error: {run_dir} is in use by a live run (process {holder.pid}); wait for it to end or stop it, or choose another --run-name"
+            f"error: {run_dir} is in use by a live run (process {holder.pid}); wait for it to end "
+            "or stop it, or choose another --run-name"
         ]
         assert sorted(p.name for p in run_dir.iterdir()) == before and not list(
             tmp_path.glob("runs/dup.old-*")
@@ -86,7 +87,8 @@ def test_only_a_run_is_moved_aside(tmp_path):
     (package / "__init__.py").write_text("x = 1\n")
     with pytest.raises(
         OutputError,
-        match=rf"{package} exists and is not a run folder .* choose another --run-name or --runs-dir",
+        match=rf"{package} exists and is not a run folder .* choose another --run-name or "
+        r"--runs-dir",
     ):
         claim_run_folder(package, resume=False)
     assert [p.name for p in package.iterdir()] == ["__init__.py"] and sorted(
@@ -162,7 +164,8 @@ def test_a_live_sweeps_folder_is_refused_naming_the_flag_sweep_py_takes(
         holder.wait(timeout=30)
     assert_one_line_error(
         proc,
-        f"{folder} is in use by a live run (process {holder.pid}); wait for it to end or stop it, or choose another --runs-dir",
+        f"{folder} is in use by a live run (process {holder.pid}); wait for it to end or stop it, "
+        "or choose another --runs-dir",
     )
     # nothing moved aside, nothing begun
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "sweep.json"]

@@ -114,8 +114,8 @@ def test_an_output_that_drifts_or_comes_from_another_run_is_caught():
     figures["base"]["value"]["last"]["loss/val"] += 0.01
     problems = sync(figures, write=False)
     assert any(
-        'the output of `python sample.py --run char --prompt "ROMEO:" --max-new-tokens 150 --temperature 0` differs'
-        in p
+        'the output of `python sample.py --run char --prompt "ROMEO:" --max-new-tokens 150 '
+        "--temperature 0` differs" in p
         for p in problems
     ), problems
     assert any(p.startswith("output-base-sample was recorded on a base run") for p in problems), (
@@ -187,5 +187,6 @@ def test_check_outputs_names_an_output_the_code_no_longer_prints(small_runs):
         "text"
     ].replace("tokens scored", "tokens")
     assert check_outputs(figures, small_runs, [o.key for o in picked]) == [
-        "output-char-score: `python score.py --run char --top 5` now prints another text than docs/figures.json holds"
+        "output-char-score: `python score.py --run char --top 5` now prints another text than "
+        "docs/figures.json holds"
     ]

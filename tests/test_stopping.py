@@ -259,7 +259,8 @@ def test_an_experiment_started_under_nohup_starts_its_runs_ignoring_sighup(tmp_p
     child = (
         "import pathlib, signal, sys, time\n"
         "hup = 'ignored' if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else 'answered'\n"
-        f"signal.signal(signal.SIGTERM, lambda s, f: (open({str(got)!r}, 'a').write(hup + ' TERM'), sys.exit(143)))\n"
+        f"signal.signal(signal.SIGTERM, lambda s, f: (open({str(got)!r}, 'a').write(hup + ' "
+        "TERM'), sys.exit(143)))\n"
         f"pathlib.Path({str(ready)!r}).touch()\n"
         "time.sleep(60)\n"
     )
@@ -410,8 +411,8 @@ def test_measuring_the_speed_leaves_the_weights_to_the_seed(tmp_path, monkeypatc
             "training a model of about 604M parameters needs about 9 GiB",
         ),
     ],
-    # 12 L C^2 = 12 x 48 x 1024^2 = 604.0M (the embeddings add 0.1M); 16 bytes each (weights, gradients,
-    # two moments) = 9.0 GiB
+    # 12 L C^2 = 12 x 48 x 1024^2 = 604.0M (the embeddings add 0.1M); 16 bytes each (weights,
+    # gradients, two moments) = 9.0 GiB
 )
 def test_a_model_too_big_is_refused_before_any_weight_is_made(
     tmp_path, monkeypatch, capsys, sizes, memory, message
@@ -560,7 +561,8 @@ def test_a_save_into_a_run_folder_that_is_gone_says_so(tmp_path):
     with pytest.raises(CheckpointError) as e:
         save_checkpoint(tmp_path / "gone" / "ckpt.pt", {"model": {}})
     assert str(e.value) == (
-        f"could not save {tmp_path / 'gone' / 'ckpt.pt'}: No such file or directory; its folder {tmp_path / 'gone'} is gone "
+        f"could not save {tmp_path / 'gone' / 'ckpt.pt'}: No such file or directory; its folder "
+        f"{tmp_path / 'gone'} is gone "
         "(removed or moved away), with what it held"
     )
     assert not (tmp_path / "gone").exists()
