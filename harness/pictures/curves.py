@@ -78,8 +78,7 @@ def mean_band(
     """Steps logged by every run, and the mean, min and max over the runs at each."""
     by_step = [dict(zip(steps, values, strict=True)) for steps, values in curves]
     steps = sorted(set.intersection(*(set(d) for d in by_step)))
-    values = np.array([[d[step] for step in steps] for d in by_step])
-    values = values.reshape(len(curves), len(steps))  # (runs, steps)
+    values = np.array([[d[step] for step in steps] for d in by_step])  # (runs, steps)
     return steps, values.mean(0), values.min(0), values.max(0)
 
 
