@@ -1,14 +1,10 @@
 """Break a pretrained GPT-2 at inference: python break_gpt2.py --pretrained gpt2 [--config
-gpt2-finetune] [--section.field=VALUE ...]
-
-No training: the same weights are evaluated as they are and once per ablation (no mask, no scale,
-no positions), with compare.py's table. Unlike compare.py's runs, this model never saw the future
-and is suddenly shown it. Heatmaps go to <out>/<variant>/, numbers to <out>/break.json.
-"""
+gpt2-finetune] [--section.field=VALUE ...]. The same weights, evaluated as they are and once per
+ablation: unlike compare.py's runs, this model never saw the future and is suddenly shown it."""
 
 from harness.stopping import exit_on_signal
 
-# first, before the imports below take their second: a signal meanwhile is one line
+# before the slow imports: a signal meanwhile is one line
 if __name__ == "__main__":
     exit_on_signal()
 
@@ -52,7 +48,6 @@ def main(argv: list[str]) -> dict[str, dict]:
         type=Path,
         help="folder for heatmaps and break.json (default: <runs-dir>/break-<name>)",
     )
-    # the rest is a config: --config NAME, --data-file, --section.field=VALUE
     args, cfg = parser.parse_with_config(argv)
     ignored = [
         key for key, _ in args.overrides if key.startswith("model.") and key != "model.block_size"
@@ -89,8 +84,7 @@ def main(argv: list[str]) -> dict[str, dict]:
     results = {}
     for suffix, variant_cfg in variants(model.cfg).items():
         started, run = time.perf_counter(), name + suffix
-        # -no-pos: the table left out, so the positions add nothing
-        kept = dict(state)
+        kept = dict(state)  # -no-pos: without the table, the positions add nothing
         if variant_cfg.positions != "learned":
             del kept["pos_emb.weight"]
         variant = build(variant_cfg, kept, info["source"]).to(runtime.device).eval()

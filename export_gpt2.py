@@ -1,16 +1,12 @@
-"""Write a run of ours as a GPT-2: python export_gpt2.py --run NAME [--best] --out FOLDER
-
-The folder gets config.json and model.safetensors, the hub's layout: transformers'
-GPT2LMHeadModel.from_pretrained(FOLDER) loads it, and so do --pretrained and --init-from.
-"""
+"""Write a run of ours as a GPT-2: python export_gpt2.py --run NAME [--best] --out FOLDER, in the
+hub's layout that transformers, --pretrained and --init-from load."""
 
 from harness.stopping import exit_on_signal
 
-# first, before the imports below take their second: a signal meanwhile is one line
+# before the slow imports: a signal meanwhile is one line
 if __name__ == "__main__":
     exit_on_signal()
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -20,7 +16,7 @@ from harness.gpt2 import export_hf
 from harness.training.checkpoints import load_model
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def main(argv: list[str]) -> Path:
     parser = OneLineParser(
         description="Export a trained run to GPT-2's layout (config.json + model.safetensors)."
     )
@@ -36,11 +32,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="replace an earlier export in --out (never a run's own folder)",
     )
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str]) -> Path:
-    args = parse_args(argv)
+    args = parser.parse_args(argv)
     export_folder(args.out, args.overwrite)  # before the model loads: a wrong --out costs nothing
     path = checkpoint_path(args)
     model, tokenizer, checkpoint = load_model(path, "cpu")

@@ -1,14 +1,10 @@
 """Look inside a model: python inspect_attention.py [--run NAME | --checkpoint PATH | --pretrained
-gpt2] --text "ROMEO: But soft"
-
-Writes heatmaps of the attention weights and an HTML page of every head, and prints a table of the
-heads that names their roles. --ablate switches heads of a no-mask model off and measures the leak
-gap, against as many random heads.
-"""
+gpt2] --text "ROMEO: But soft". Heatmaps, an HTML page of every head, a table of the heads' roles;
+--ablate switches heads of a no-mask model off and measures the leak gap."""
 
 from harness.stopping import exit_on_signal
 
-# first, before the imports below take their second: a signal meanwhile is one line
+# before the slow imports: a signal meanwhile is one line
 if __name__ == "__main__":
     exit_on_signal()
 
@@ -33,7 +29,7 @@ from model.sampling import check_finite_logits
 PER_HEAD_PICTURES_UP_TO = 16
 
 
-def parse_args(argv: list[str]):
+def main(argv: list[str]) -> Path:
     parser = OneLineParser(
         description="Heatmaps, an HTML page and per-head statistics of a model's attention."
     )
@@ -46,8 +42,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--out", type=Path, help=out)
     per_head = "also one PNG per head, however many heads there are"
     parser.add_argument("--per-head", action="store_true", help=per_head)
-    ablate = 'switch heads off and measure the leak gap: "next-token", or L0H1,L0H3 (L1: a layer)'
-    parser.add_argument("--ablate", metavar="HEADS", help=ablate)
+    switch = 'switch heads off and measure the leak gap: "next-token", or L0H1,L0H3 (L1: a layer)'
+    parser.add_argument("--ablate", metavar="HEADS", help=switch)
     draws = "--ablate: random draws of as many other heads (default 10, 0-1000)"
     parser.add_argument("--draws", type=draw_count, default=10, help=draws)
     parser.add_argument(
@@ -55,11 +51,7 @@ def parse_args(argv: list[str]):
     )
     mean = "--ablate: replace a head's output by its mean, not by zero"
     parser.add_argument("--mean-ablation", action="store_true", help=mean)
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str]) -> Path:
-    args = parse_args(argv)
+    args = parser.parse_args(argv)
     if args.out:  # before the model loads: a wrong --out costs nothing
         writable_folder(args.out, "--out", create=False)
     model, tokenizer, described, folder, checkpoint = load_model_source(args, "cpu")
@@ -73,13 +65,12 @@ def main(argv: list[str]) -> Path:
         raise ConfigError(
             "--ablate measures a run of ours on its own val text; give --run or --checkpoint"
         )
-    # named heads are checked before any work; next-token heads are found in the role table
-    named = None
-    try:
-        if args.ablate not in (None, "next-token"):
+    named = None  # checked before any work; next-token heads are found in the role table
+    if args.ablate not in (None, "next-token"):
+        try:
             named = parse_heads(args.ablate, cfg.n_layer, cfg.n_head)
-    except ValueError as e:
-        raise ConfigError(f"--ablate: {e}") from None
+        except ValueError as e:
+            raise ConfigError(f"--ablate: {e}") from None
     ids = text_ids(args, tokenizer, cfg.block_size)
     if len(ids) > cfg.block_size:
         print(
@@ -88,9 +79,8 @@ def main(argv: list[str]) -> Path:
         )
         ids = ids[: cfg.block_size]
     idx = torch.tensor([ids])
-    # weights that are not finite (a diverged checkpoint) would draw pictures of nothing
-    with torch.no_grad():
-        check_finite_logits(model(idx)[0])  # refused in sample.py's and score.py's words
+    with torch.no_grad():  # a diverged checkpoint would draw pictures of nothing
+        check_finite_logits(model(idx)[0])
     weights = model.attention_weights(idx)  # n_layer x (1, H, T, T)
     labels = token_labels(tokenizer, ids)
     out = writable_folder(args.out or folder / "inspect", "--out")

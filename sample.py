@@ -1,13 +1,9 @@
 """Generate text: python sample.py [--run NAME | --checkpoint PATH | --pretrained gpt2] [--prompt
-TEXT | --prompt-file PATH]
-
-The model is rebuilt from what the checkpoint stores, never from a TOML file, so an old checkpoint
-still loads after defaults change. One sample prints token by token.
-"""
+TEXT | --prompt-file PATH]. The model is rebuilt from the checkpoint's own config, never a TOML."""
 
 from harness.stopping import StopFlag, exit_on_signal
 
-# first, before the imports below take their second: a signal meanwhile is one line
+# before the slow imports: a signal meanwhile is one line
 if __name__ == "__main__":
     exit_on_signal()
 
@@ -85,9 +81,7 @@ def main(argv: list[str]) -> list[str]:
     prompt_ids = tokenizer.encode(prompt)
     if not prompt_ids:
         raise TokenizerError("the prompt is empty; give at least one character with --prompt")
-    # too many to hold: one line, now
     check_sampling(model.cfg, args.num_samples, len(prompt_ids), args.max_new_tokens, device)
-    # (B, T0)
     idx = torch.tensor([prompt_ids], dtype=torch.long, device=device).repeat(args.num_samples, 1)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
@@ -101,7 +95,6 @@ def main(argv: list[str]) -> list[str]:
 
 
 def degenerate_note(continuations: list[str], causal: bool) -> str | None:
-    """One line on the generated texts that are degenerate, and why, or None."""
     found = [(i, v) for i, text in enumerate(continuations, 1) if (v := degenerate(text))]
     if not found:
         return None
@@ -114,11 +107,11 @@ def degenerate_note(continuations: list[str], causal: bool) -> str | None:
 
 
 def print_samples(tokenizer, described: str, device, idx: torch.Tensor, tokens) -> list[str]:
-    """Print the samples that `tokens` (each (B, 1)) continue idx (B, T0) with."""
+    """Print the samples that `tokens` (each (B, 1)) continue idx (B, T0) with; one streams."""
     # drawn before anything is printed, so NaN logits fail as one line alone
     first = list(islice(tokens, 1))
     print(f"# {described} on {device}", flush=True)
-    if len(idx) == 1:  # one sample streams: each token is printed as soon as it is drawn
+    if len(idx) == 1:
         pieces = []
         ids = chain(idx[0].tolist(), (int(t) for t in chain(first, tokens)))
         try:

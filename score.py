@@ -1,14 +1,10 @@
 """Score a text: python score.py [--run NAME | --checkpoint PATH | --pretrained NAME_OR_FOLDER]
-[--file PATH]
-
-Prints the tokens scored, the loss in nats per token, the perplexity and the bits per byte of the
-text (default: the run's val split), read in sliding windows; --contexts scores it at multiples of
-block_size instead (harness/scoring.py, harness/lengths.py).
+[--file PATH]: loss, perplexity and bits per byte in sliding windows, or per context (--contexts).
 """
 
 from harness.stopping import StopFlag, exit_on_signal
 
-# first, before the imports below take their second: a signal meanwhile is one line
+# before the slow imports: a signal meanwhile is one line
 if __name__ == "__main__":
     exit_on_signal()
 
@@ -39,7 +35,7 @@ from harness.scoring import score_ids, surprises, text_ids
 from harness.training.budget import duration
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def main(argv: list[str]) -> dict:
     parser = OneLineParser(
         description="How well a model predicts a text: "
         "loss per token, perplexity and bits per byte."
@@ -82,11 +78,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "--contexts reads each context in separate windows of its own length; "
             "leave out --stride and --top"
         )
-    return args
-
-
-def main(argv: list[str]) -> dict:
-    args = parse_args(argv)
     device = device_of(args.device)
     model, tokenizer, described, folder, checkpoint = load_model_source(args, device)
     ids, what = text_ids(tokenizer, args.file, checkpoint)
@@ -102,7 +93,6 @@ def main(argv: list[str]) -> dict:
             "it alone (one pass per token: slower)",
             file=sys.stderr,
         )
-    # Ctrl-C stops at the next pass: exit code 130, nothing printed as if whole
     with StopFlag() as stop:
         score = score_ids(model, tokenizer, ids, stride, stop.poll)
     result = score.summary()
@@ -131,8 +121,7 @@ def main(argv: list[str]) -> dict:
 def score_at_contexts(
     args: argparse.Namespace, model, ids: list[int], device, folder: Path, described: str, what: str
 ) -> dict:
-    """--contexts: refusals and the estimate first, then the losses, printed, then kept in
-    contexts.json (a --file's in contexts-<its name>.json) beside the checkpoint."""
+    """Refusals and the estimate first, then the losses, printed, then kept by the checkpoint."""
     lengths = context_lengths(args.contexts, model.cfg, len(ids))
     seconds = check_contexts(
         model.cfg, lengths, len(ids), device, contexts_cost(model, lengths, len(ids))

@@ -1,2 +1,1 @@
-"""Pictures, drawn with matplotlib and imported only by what draws: heatmaps.py (attention) and
-curves.py (the comparison's and the sweep's)."""
+"""Pictures, with matplotlib imported only by what draws."""

@@ -1,6 +1,4 @@
-"""The pictures of experiments: a comparison's quantities per variant, a sweep's against the
-learning rate, the loss along a window, and a variant's cost against its saving. Over seeds, the
-mean is a line and min to max a band."""
+"""The pictures of experiments. Over seeds, the mean is a line and min to max a band."""
 
 import io
 import itertools
@@ -51,7 +49,6 @@ SWEEP_PANELS = [
 
 
 def pyplot():
-    """matplotlib.pyplot for files, never a window; imported on use."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,7 +64,6 @@ def label_axes(ax, title: str, xlabel: str) -> None:
 
 
 def band(ax, steps, low, high, color) -> None:
-    """Min to max over seeds."""
     ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
 
 
@@ -82,13 +78,11 @@ def mean_band(
     """Steps logged by every run, and the mean, min and max over the runs at each."""
     by_step = [dict(zip(steps, values, strict=True)) for steps, values in curves]
     steps = sorted(set.intersection(*(set(d) for d in by_step)))
-    values = np.array([[d[step] for step in steps] for d in by_step])
-    values = values.reshape(len(curves), len(steps))  # (runs, steps)
+    values = np.array([[d[step] for step in steps] for d in by_step])  # (runs, steps)
     return steps, values.mean(0), values.min(0), values.max(0)
 
 
 def save_figure(fig, path: Path) -> None:
-    """fig as a PNG at path, whole or not at all."""
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format="png", dpi=100)
@@ -98,8 +92,8 @@ def save_figure(fig, path: Path) -> None:
 
 
 def panel_data(metrics: dict[str, list[list[dict]]]) -> dict[str, dict[str, list[dict]]]:
-    """Per panel title and variant, the lines plot_runs draws: the probe's curve (the evaluations'
-    where a run logged no probe), and the final evaluation's (step, mean) or None."""
+    """Per panel and variant, the lines plot_runs draws: the probe's curve (the evaluations' where
+    a run logged no probe), and the final evaluation's (step, mean) or None."""
     panels = {}
     for title, lines in PANELS:
         panels[title] = {name: [] for name in metrics}
@@ -119,8 +113,6 @@ def panel_data(metrics: dict[str, list[list[dict]]]) -> dict[str, dict[str, list
 
 
 def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
-    """compare.py's picture: one panel per quantity, the final evaluation (its table's figure) a
-    marker."""
     fig, axes = pyplot().subplots(2, 4, figsize=(20, 8.5))
     colors = dict(zip(run_dirs, itertools.cycle(COLORS)))
     metrics = {name: [read_metrics(d) for d in dirs] for name, dirs in run_dirs.items()}
@@ -148,13 +140,12 @@ def plot_sweep(summary: dict, path: Path, title: str) -> None:
 
 
 def sweep_figure(summary: dict, title: str):
-    """sweep.py's picture from its summary: each quantity against the learning rate (95% intervals,
-    an x where a run diverged), then the largest score during training at the highest rate."""
+    """Each quantity against the learning rate (95% intervals, an x where a run diverged), then the
+    largest score during training at the highest rate."""
     fig, axes = pyplot().subplots(1, 4, figsize=(21, 5))
     colors = dict(zip(summary["aggregate"], itertools.cycle(COLORS)))
     rates = {lr: float(lr) for lr in summary["lrs"]}
     for ax, (panel, tag, log) in zip(axes, SWEEP_PANELS, strict=False):
-        # runs logged before a tag existed have none
         plotted = marked = False
         across = ax.get_xaxis_transform()  # x in data, y in the panel's height
         for i, (name, by_lr) in enumerate(summary["aggregate"].items()):
@@ -186,7 +177,6 @@ def sweep_figure(summary: dict, title: str):
                 marked = True
         ax.set_xscale("log")
         ax.set_yscale("log" if log and plotted else "linear")
-        # the rates as the sweep spells them, and no other ticks
         ax.set_xticks(list(rates.values()), list(rates))
         ax.set_xticks([], minor=True)
         label_axes(ax, panel, "learning rate")
@@ -211,7 +201,6 @@ def sweep_figure(summary: dict, title: str):
 
 
 def plot_positions(figures: dict, path: Path, title: str) -> None:
-    """The loss at each position of a window per variant, the contexts' lengths marked."""
     fig, ax = pyplot().subplots(figsize=(10, 5.5))
     variants = [name for name, e in figures.items() if isinstance(e, dict) and "curve" in e]
     lengths = {
@@ -253,7 +242,7 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
 def plot_tradeoff(
     points: list[tuple[str, float, float, float]], path: Path, xlabel: str, ylabel: str, title: str
 ) -> None:
-    """Per variant (name, x, y, y's 95% half-width): what it costs (y) against what it saves (x)."""
+    """points: (name, x, y, y's 95% half-width) per variant."""
     fig, ax = pyplot().subplots(figsize=(7.5, 4.5))
     colors = itertools.cycle(COLORS)
     for i, ((name, x, y, half), color) in enumerate(zip(points, colors, strict=False)):

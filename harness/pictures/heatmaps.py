@@ -1,6 +1,5 @@
-"""Pictures of attention: token-labelled heatmaps of the weights, one panel per head, built without
-pyplot so that nothing global is kept; and, for many heads, one interactive HTML page.
-"""
+"""Heatmaps of attention weights, one panel per head, built without pyplot so that nothing global
+is kept; and one interactive HTML page of every head."""
 
 import html
 from pathlib import Path
@@ -19,8 +18,8 @@ COLORBAR_WIDTH = 0.12  # inches
 
 
 def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, pad: float = 0.08) -> None:
-    """Size fig and place the (rows, cols) axes so that every square panel of `panel` inches keeps
-    its labels in full: each column gets the room its widest labels need, each row its tallest."""
+    """Size fig and place the axes so that each square panel of `panel` inches keeps its labels in
+    full: each column gets the room its widest labels need, each row its tallest."""
     placed = set(fig.axes)
     renderer = fig.canvas.get_renderer()
     dpi = fig.dpi
@@ -52,12 +51,9 @@ def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, pad: fl
 
 
 class HeatmapGrid:
-    """A grid of (T, T) heatmaps, one per head, for weights (H, T, T), laid out once: the labels are
-    most of the cost, so pixels() paints just the heatmaps and title over a saved copy ("blitting").
-
-    Each panel outlines one cell per row, so that a line one cell off the diagonal cannot be
-    misread: under the mask the diagonal t, without it t+1 (the answer).
-    """
+    """Heatmaps of weights (H, T, T), laid out once: the labels are most of the cost, so pixels()
+    paints just the heatmaps and title over a saved copy ("blitting"). Each panel outlines one cell
+    per row, so that a line one off the diagonal cannot be misread: t under the mask, else t+1."""
 
     def __init__(
         self,
@@ -103,7 +99,6 @@ class HeatmapGrid:
         self.background = None
 
     def add_colorbar(self, label: str) -> None:
-        """A colour bar right of the panels; the figure widens for it."""
         renderer = self.canvas.get_renderer()
         width, height = self.fig.get_size_inches()
         top = self.fig.axes[0].get_position()
@@ -122,14 +117,13 @@ class HeatmapGrid:
         self.fig.set_size_inches(wide, height)
 
     def draw(self, weights: torch.Tensor, title: str) -> Figure:
-        """The figure, showing weights (H, T, T)."""
         for image, head_weights in zip(self.images, weights, strict=True):
             image.set_data(head_weights.float().cpu().numpy())
         self.title.set_text(title)
         return self.fig
 
     def pixels(self, weights: torch.Tensor, title: str) -> np.ndarray:
-        """The picture of weights (H, T, T) as (height, width, 3) uint8 RGB."""
+        """(height, width, 3) uint8 RGB."""
         self.draw(weights, title)
         if self.background is None:
             for artist in self.on_top:
@@ -151,7 +145,6 @@ def heatmap_figure(
     head_names: list[str] | None = None,
     causal: bool = True,
 ) -> Figure:
-    """A one-off grid of heatmaps for weights (H, T, T)."""
     return HeatmapGrid(weights.shape[0], labels, head_names, title, causal).draw(weights, title)
 
 
@@ -197,18 +190,15 @@ UNMASKED_LEGEND = (
 def attention_page(
     weights_per_layer: list[torch.Tensor], tokens: list[str], title: str, causal: bool, path: Path
 ) -> Path:
-    """One HTML page of every head (weights (H, T, T) per layer), working offline; returns path.
-
-    One widget, as each inlines CircuitsVis's 1.3 MB of JavaScript. The cells the heatmaps outline
-    go in negated, so that CircuitsVis shows them in red.
-    """
-    import circuitsvis.attention  # imported on use
+    """One offline page, one widget (each inlines CircuitsVis's 1.3 MB of JavaScript). The cells
+    the heatmaps outline go in negated, so that CircuitsVis shows them in red."""
+    import circuitsvis.attention
 
     # n_layer x (H, T, T) -> (n_layer * H, T, T)
     heads = torch.cat([w.float().cpu() for w in weights_per_layer])
     offset = 0 if causal else 1  # as HeatmapGrid outlines
     t = torch.arange(heads.shape[-1] - offset)
-    heads[:, t, t + offset] *= -1  # drawn in the negative colour
+    heads[:, t, t + offset] *= -1
     names = [
         head_name(layer, h) for layer, w in enumerate(weights_per_layer) for h in range(len(w))
     ]
