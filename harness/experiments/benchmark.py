@@ -23,6 +23,7 @@ from harness.experiments.profiling import (
     peak_memory_bytes,
     training_step,
 )
+from harness.experiments.stats import markdown_table
 from harness.training.budget import flops_per_token, sync, timed
 from harness.training.optim import describe, make_optimizer
 from harness.training.runtime import Runtime, wrap_for_training
@@ -220,50 +221,47 @@ def format_tables(r: dict) -> str:
     shape = f"{r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide"
     batch = f"{r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
     n = r["sample_new_tokens"]
-    lines = [
-        machine_line(r),
-        "",
-        f"| config {r['config']}: {shape}, attention {r['attention']} | value |",
-        "|---|---:|",
-        f"| parameters | {r['params'] / 1e6:.2f} M |",
-        f"| training step ({batch}) | {r['ms_per_step']:.1f} ms |",
-        f"| of which forward + backward (and clip) | {r['forward_backward_ms']:.1f} ms |",
-        f"| of which the optimizer step: {r['optimizer']} | {r['optimizer_ms']:.1f} ms |",
-        f"| torch.compile | {compile_cell(r)} |",
-        f"| autocast | {r['autocast'] or 'off: float32'} |",
-        "| attention kernel (sdpa: torch's pick for this step's shapes) "
-        f"| {r['attention_kernel']} |",
-        f"| training throughput | {r['tokens_per_s']:,.0f} tokens/s |",
-        "| model FLOPs per token (6N + 12LTC, N the weights that multiply) "
-        f"| {r['flops_per_token'] / 1e6:.2f} M |",
-        f"| model FLOP/s | {rate(r['model_flops_per_s'])} |",
-        f"| {r['peak_flops_dtype']} peak: {r['peak_flops_source']} | {rate(r['peak_flops'])} |",
-        "| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
-        f"counted) | {100 * r['mfu']:.1f} % |",
-        "| peak memory of a training step (above params + optimizer state, "
-        f"{r['train_state_mem'] / MiB:.1f} MiB) | {r['train_peak_mem'] / MiB:.1f} MiB |",
-        f"| sampling {n} tokens, KV cache | {r['sample_tokens_per_s_cached']:,.0f} tokens/s |",
-        f"| sampling {n} tokens, no cache | {r['sample_tokens_per_s_uncached']:,.0f} tokens/s |",
-        f"| cache speedup (same tokens: {'yes' if r['sample_tokens_match'] else 'NO'}) "
-        f"| {r['sample_cache_speedup']:.1f}x |",
-        "",
-    ]
+    flops = "model FLOPs per token (6N + 12LTC, N the weights that multiply)"
+    mfu_label = "MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
+    mfu_label += "counted)"
+    state = f"above params + optimizer state, {r['train_state_mem'] / MiB:.1f} MiB"
+    same = "yes" if r["sample_tokens_match"] else "NO"
+    rows = {
+        f"config {r['config']}: {shape}, attention {r['attention']}": "value",
+        "parameters": f"{r['params'] / 1e6:.2f} M",
+        f"training step ({batch})": f"{r['ms_per_step']:.1f} ms",
+        "of which forward + backward (and clip)": f"{r['forward_backward_ms']:.1f} ms",
+        f"of which the optimizer step: {r['optimizer']}": f"{r['optimizer_ms']:.1f} ms",
+        "torch.compile": compile_cell(r),
+        "autocast": r["autocast"] or "off: float32",
+        "attention kernel (sdpa: torch's pick for this step's shapes)": r["attention_kernel"],
+        "training throughput": f"{r['tokens_per_s']:,.0f} tokens/s",
+        flops: f"{r['flops_per_token'] / 1e6:.2f} M",
+        "model FLOP/s": rate(r["model_flops_per_s"]),
+        f"{r['peak_flops_dtype']} peak: {r['peak_flops_source']}": rate(r["peak_flops"]),
+        mfu_label: f"{100 * r['mfu']:.1f} %",
+        f"peak memory of a training step ({state})": f"{r['train_peak_mem'] / MiB:.1f} MiB",
+        f"sampling {n} tokens, KV cache": f"{r['sample_tokens_per_s_cached']:,.0f} tokens/s",
+        f"sampling {n} tokens, no cache": f"{r['sample_tokens_per_s_uncached']:,.0f} tokens/s",
+        f"cache speedup (same tokens: {same})": f"{r['sample_cache_speedup']:.1f}x",
+    }
     lengths = sorted({int(key.rsplit("_", 1)[1]) for key in r if key.startswith("readable_ms_")})
-    header = " | ".join(f"T={T}" for T in lengths)
-    lines += [f"| causal attention forward, B=1: ms / peak memory | {header} |"]
-    lines += ["|---|" + "---:|" * len(lengths)]
+    cores = [["causal attention forward, B=1: ms / peak memory", *(f"T={T}" for T in lengths)]]
     for name in ("readable", "sdpa", "tiled"):
         cells = [
             f"{r[f'{name}_ms_{T}']:.2f} ms / {r[f'{name}_peak_mem_{T}'] / MiB:.2f} MiB"
             for T in lengths
         ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        cores.append([name, *cells])
     T = lengths[-1]
     ratio = r[f"tiled_readable_mem_ratio_{T}"]
     verdict = "within" if ratio <= 1 / 8 else "OVER"
-    lines.append("")
-    lines.append(
-        f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), "
-        f"{verdict} the 1/8 budget"
+    return "\n\n".join(
+        [
+            machine_line(r),
+            markdown_table(list(rows.items())),
+            markdown_table(cores),
+            f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), "
+            f"{verdict} the 1/8 budget",
+        ]
     )
-    return "\n".join(lines)

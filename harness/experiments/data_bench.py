@@ -19,6 +19,7 @@ import torch
 
 from data.prepare import workers_to_use
 from harness.experiments.profiling import load_average, machine_name
+from harness.experiments.stats import markdown_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BLOCK_BYTES = 1 << 20
@@ -137,26 +138,21 @@ def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log
 
 
 def format_data_table(r: dict) -> str:
-    lines = [
-        f"**{r['machine']}**, {r['cores']} cores, {r['workers']} encoding threads, "
-        f"tokenizer {r['tokenizer']}",
-        "",
-        f"| preparing a generated {r['size_bytes'] / 1e6:,.0f} MB text | value |",
-        "|---|---:|",
-        f"| throughput (best of {len(r['turns'])}) | {r['prepare_mb_per_s']:.1f} MB/s, "
-        f"{r['prepare_tokens_per_s'] / 1e6:.2f} M tokens/s |",
-        "| peak resident memory of the preparing process (its threads included) "
-        f"| {r['peak_rss'] / 2**20:,.0f} MiB |",
-        f"| tokens (train + val) | {r['tokens']:,} |",
-    ]
+    peak = "peak resident memory of the preparing process (its threads included)"
+    rows = {
+        f"preparing a generated {r['size_bytes'] / 1e6:,.0f} MB text": "value",
+        f"throughput (best of {len(r['turns'])})": f"{r['prepare_mb_per_s']:.1f} MB/s, "
+        f"{r['prepare_tokens_per_s'] / 1e6:.2f} M tokens/s",
+        peak: f"{r['peak_rss'] / 2**20:,.0f} MiB",
+        "tokens (train + val)": f"{r['tokens']:,}",
+    }
     if "ratios" in r:
-        each = [
-            f"{x:.2f} ({t['load_avg_1min']:.1f})"
-            for x, t in zip(r["ratios"], r["turns"], strict=True)
-        ]
-        lines += [
-            f"| tiktoken's encode_ordinary_batch, {r['workers']} threads (best) "
-            f"| {r['tiktoken_mb_per_s']:.1f} MB/s, {r['tiktoken_tokens']:,} tokens |",
-            f"| ours / tiktoken's throughput, each turn (load average then) | {', '.join(each)} |",
-        ]
-    return "\n".join(lines)
+        each = zip(r["ratios"], r["turns"], strict=True)
+        rows[f"tiktoken's encode_ordinary_batch, {r['workers']} threads (best)"] = (
+            f"{r['tiktoken_mb_per_s']:.1f} MB/s, {r['tiktoken_tokens']:,} tokens"
+        )
+        rows["ours / tiktoken's throughput, each turn (load average then)"] = ", ".join(
+            f"{x:.2f} ({t['load_avg_1min']:.1f})" for x, t in each
+        )
+    machine = f"**{r['machine']}**, {r['cores']} cores, {r['workers']} encoding threads"
+    return f"{machine}, tokenizer {r['tokenizer']}\n\n{markdown_table(list(rows.items()))}"

@@ -25,6 +25,7 @@ from harness.experiments.stats import (
     aggregate,
     differences,
     half_width,
+    markdown_table,
     paired_difference,
     spread,
     to_json,
@@ -190,25 +191,23 @@ def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | 
     """Per rate and variant, each column's tag at the end, mean ± 95% half width over the seeds that
     trained to the end (n/a: none did); a last column says where runs diverged."""
     gone = summary.get("diverged") or {}
-    last = (" diverged |", "---|") if gone else ("", "")
-    lines = [
-        "| lr | run | " + " | ".join(h for h, _, _ in columns) + " |" + last[0],
-        "|---|---|" + "---:|" * len(columns) + last[1],
-    ]
+    header = ["lr", "run", *(h for h, _, _ in columns)]
+    rows = [header + ["diverged"] * bool(gone)]
     for lr in summary["lrs"]:
         for variant in variants or summary["aggregate"]:
-            cells = [summary["aggregate"][variant][lr].get(tag) for _, tag, _ in columns]
-            text = [
-                "n/a"
-                if c is None
-                else f"{c['mean']:{fmt}}"
-                + (f" ± {c['half_width']:{fmt}}" if c["half_width"] is not None else "")
-                for c, (_, _, fmt) in zip(cells, columns, strict=True)
-            ]
+            row = [lr, variant]
+            for _, tag, fmt in columns:
+                c = summary["aggregate"][variant][lr].get(tag)
+                if c is None:
+                    row.append("n/a")
+                elif c["half_width"] is None:
+                    row.append(f"{c['mean']:{fmt}}")
+                else:
+                    row.append(f"{c['mean']:{fmt}} ± {c['half_width']:{fmt}}")
             if gone:
-                text.append(diverged_cell(gone.get(variant, {}).get(lr, []), len(summary["seeds"])))
-            lines.append(f"| {lr} | {variant} | " + " | ".join(text) + " |")
-    return "\n".join(lines)
+                row.append(diverged_cell(gone.get(variant, {}).get(lr, []), len(summary["seeds"])))
+            rows.append(row)
+    return markdown_table(rows, "ll" + "r" * len(columns) + "l" * bool(gone))
 
 
 def run_sweep(

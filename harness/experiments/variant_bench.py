@@ -18,6 +18,7 @@ import torch
 from configs import Config, ConfigError
 from harness.experiments.benchmark import VOCAB_SIZES, bench_training
 from harness.experiments.profiling import machine_facts, machine_line
+from harness.experiments.stats import markdown_table
 from harness.training.budget import timed
 from harness.training.runtime import Runtime
 from model import GPT
@@ -106,20 +107,17 @@ def measure_variants(cfg: Config, runtime: Runtime, names: list[str]) -> dict:
 def format_variants(r: dict) -> str:
     """The variants as one markdown table, the preset first."""
     T, n = r["variant_context"], r["variant_new_tokens"]
-    lines = [
-        machine_line(r),
-        "",
-        f"| config {r['config']}, batch 1, context {T} tokens | parameters "
-        f"| KV cache after {T} tokens | bytes per token | of the preset's "
-        f"| sampling {n} tokens after a {T}-token prompt, KV cache | of the preset's "
-        "| training step |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    rows = [
+        [f"config {r['config']}, batch 1, context {T} tokens", "parameters"]
+        + [f"KV cache after {T} tokens", "bytes per token", "of the preset's"]
+        + [f"sampling {n} tokens after a {T}-token prompt, KV cache", "of the preset's"]
+        + ["training step"]
     ]
     for name, v in r["variants"].items():
-        lines.append(
-            f"| {name} | {v['params'] / 1e6:.3f} M | {v['cache_bytes'] / KiB:,.1f} KiB "
-            f"| {v['cache_bytes_per_token']:,.0f} | {100 * v['cache_fraction']:.0f} % "
-            f"| {v['sample_tokens_per_s']:,.0f} tokens/s | {v['sample_speedup']:.2f}x "
-            f"| {v['step_ms']:.0f} ms |"
+        rows.append(
+            [name, f"{v['params'] / 1e6:.3f} M", f"{v['cache_bytes'] / KiB:,.1f} KiB"]
+            + [f"{v['cache_bytes_per_token']:,.0f}", f"{100 * v['cache_fraction']:.0f} %"]
+            + [f"{v['sample_tokens_per_s']:,.0f} tokens/s", f"{v['sample_speedup']:.2f}x"]
+            + [f"{v['step_ms']:.0f} ms"]
         )
-    return "\n".join(lines)
+    return f"{machine_line(r)}\n\n{markdown_table(rows)}"
