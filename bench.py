@@ -28,7 +28,7 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-from harness.arguments import EVERY, positive_float, variant_names
+from harness.arguments import positive_float
 from harness.cli import OneLineParser, run_command
 from harness.experiments.bench_cost import bench_cost
 from harness.experiments.benchmark import (
@@ -37,6 +37,7 @@ from harness.experiments.benchmark import (
     format_tables,
     measure_all,
 )
+from harness.experiments.comparison import add_variants
 from harness.experiments.data_bench import MIN_MB, bench_data, format_data_table
 from harness.experiments.profiling import machine_facts
 from harness.experiments.variant_bench import format_variants, measure_variants
@@ -94,12 +95,8 @@ def main(argv: list[str]) -> dict | int:
         action="store_true",
         help="profile one whole train.py run of the preset, phase by phase",
     )
-    instead.add_argument(
-        "--variants",
-        type=variant_names,
-        metavar="NAMES",
-        help="measure the KV cache and cached sampling of the preset and these variants "
-        f"instead, from {EVERY}",
+    add_variants(
+        instead, "measure the KV cache and cached sampling of the preset and these variants instead"
     )
     parser.add_argument(
         GPT2_124M_FLAG,

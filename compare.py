@@ -26,9 +26,14 @@ if __name__ == "__main__":
 import argparse
 import sys
 
-from harness.arguments import EVERY, seed_count, variant_names
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import check_experiment, run_comparison, summing_up
+from harness.experiments.comparison import (
+    add_seeds,
+    add_variants,
+    check_experiment,
+    run_comparison,
+    summing_up,
+)
 from harness.experiments.stats import format_differences, format_table
 from model.ablations import ABLATIONS
 
@@ -39,19 +44,8 @@ def main(argv: list[str]) -> dict[str, dict] | int:
     """Train every variant at every seed, then print and save the comparison; returns each run's
     summary by run name."""
     parser = OneLineParser(__doc__, config="char", usage=argparse.SUPPRESS)
-    parser.add_argument(
-        "--seeds",
-        type=seed_count,
-        default=1,
-        help="runs per variant, at seeds train.seed + 0..N-1 (default 1)",
-    )
-    parser.add_argument(
-        "--variants",
-        type=variant_names,
-        metavar="NAMES",
-        help=f"the variants to train, comma-separated, from {EVERY}; several at once joined by + "
-        f"(default: {ALL}, each alone)",
-    )
+    add_seeds(parser, 1, "variant")
+    add_variants(parser, f"the variants to train (default: {ALL}, each alone)")
     args, cfg = parser.parse_with_config(argv)
     check_experiment(cfg, args.seeds, "compare.py")
     comparison = run_comparison(cfg, args.config_name, args.overrides, args.seeds, args.variants)

@@ -26,16 +26,9 @@ import os
 import sys
 
 from configs import ConfigError
-from harness.arguments import (
-    EVERY,
-    learning_rates,
-    positive_int,
-    rate_name,
-    seed_count,
-    variant_names,
-)
+from harness.arguments import learning_rates, positive_int, rate_name
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import check_experiment, summing_up
+from harness.experiments.comparison import add_seeds, add_variants, check_experiment, summing_up
 from harness.experiments.stats import what_figures_are
 from harness.experiments.sweep import format_sweep, run_sweep
 from model.ablations import CURES
@@ -55,20 +48,12 @@ def main(argv: list[str]) -> dict | int:
         help="the learning rates, comma-separated (4e-3,1.2e-2,3.6e-2,1.2e-1); "
         "default: the preset's train.lr / 3, x 1, x 3 and x 10",
     )
-    parser.add_argument(
-        "--variants",
-        type=variant_names,
-        default=variant_names(DEFAULT_VARIANTS),
-        metavar="NAMES",
-        help=f"the variants beside the preset as it is, comma-separated, from {EVERY}; "
-        f"several at once joined by + (default: {DEFAULT_VARIANTS})",
+    add_variants(
+        parser,
+        f"the variants beside the preset as it is (default: {DEFAULT_VARIANTS})",
+        DEFAULT_VARIANTS,
     )
-    parser.add_argument(
-        "--seeds",
-        type=seed_count,
-        default=3,
-        help="runs per variant and rate, at seeds train.seed + 0..N-1 (default 3)",
-    )
+    add_seeds(parser, 3, "variant and rate")
     parser.add_argument(
         "--jobs",
         type=positive_int,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from configs import MAX_SEED, Config, ConfigError
 from data.files import write_atomically
+from harness.arguments import EVERY, seed_count, variant_names
 from harness.experiments.children import STOPPED_CODES, Children
 from harness.experiments.outcomes import (
     diverged_run,
@@ -95,6 +96,26 @@ def train_argv(
             value = str(value).lower()
         kept.append(f"--{key}={value}")
     return ["--config", config_name, *kept]
+
+
+def add_seeds(parser, default: int, per: str) -> None:
+    parser.add_argument(
+        "--seeds",
+        type=seed_count,
+        default=default,
+        help=f"runs per {per}, at seeds train.seed + 0..N-1 (default {default})",
+    )
+
+
+def add_variants(parser, what: str, default: str | None = None) -> None:
+    """--variants, as compare.py, sweep.py and bench.py take it (a string default is parsed)."""
+    parser.add_argument(
+        "--variants",
+        type=variant_names,
+        default=default,
+        metavar="NAMES",
+        help=f"{what}, comma-separated, from {EVERY}; several at once joined by +",
+    )
 
 
 def write_json(path: Path, value: dict) -> None:
