@@ -1,6 +1,5 @@
-"""What bench.py measures for one preset, at random init on random tokens (no corpus needed): the
-training step train.py runs, sampling with and without the KV cache, and each attention backend's
-time and memory."""
+"""What bench.py measures for one preset, at random init on random tokens: train.py's step,
+sampling with and without the KV cache, and each attention backend's time and memory."""
 
 import dataclasses
 import statistics
@@ -37,8 +36,7 @@ VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}
 ATTENTION_LENGTHS = (256, 1024, 4096)
 SAMPLE_TOKENS = 500  # sampled in each run, from a 1-token prompt
 MiB = 2**20
-# GPT-2 small's shape, with the query/key/value bias harness/gpt2.py loads it with: the size at
-# which published MFU figures (nanoGPT's, nanochat's) are measured
+# GPT-2 small's shape, with its qkv bias: the size of published MFU figures (nanoGPT's)
 GPT2_124M_FLAG = "--gpt2-124m"
 GPT2_124M = [
     "--model.n_layer=12",
@@ -62,19 +60,17 @@ def build_model(cfg: Config, runtime: Runtime) -> GPT:
 
 
 def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: int = 8) -> dict:
-    """ms/step, tokens/s, model FLOP/s and the peak memory of one training step, on random tokens.
-    Times are medians over `steps` steps: a burst of other work slows a step or two, not the median.
-    """
+    """ms/step, tokens/s, model FLOP/s and the peak memory of a training step. Times are medians:
+    a burst of other work slows a step or two, not the median."""
     model = build_model(cfg, runtime).train()
     optimizer = make_optimizer(model, cfg.train, runtime.device)
     T, V = cfg.model.block_size, model.cfg.vocab_size
     ids = np.random.default_rng(0).integers(0, V, size=max(100_000, 2 * T + 2))  # a random "corpus"
     g = torch.Generator().manual_seed(cfg.train.seed)
-    # compiled where train.py compiles, eager if that fails
     step_model = wrap_for_training(model, runtime)
 
     def timed_step(micro_batches: list) -> tuple[float, float]:
-        """The seconds of the step's forward + backward (and clip) and of the update."""
+        """The seconds of forward + backward (and clip), and of the update."""
         start = time.perf_counter()
         _, middle = training_step(
             step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip
@@ -94,8 +90,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         step()
     runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (fwd + bwd, update))
     seconds = statistics.median(total for total, _ in runs)
-    # Baseline, not counted: parameters, optimizer state and the batch; the last step's gradients
-    # are dropped, so the new ones count in full.
+    # not counted: parameters, optimizer state and the batch; gradients dropped count in full
     optimizer.zero_grad(set_to_none=True)
     micro_batches = draw_micro_batches(ids, cfg, runtime, g)
     peak = peak_memory_bytes(lambda: timed_step(micro_batches), runtime.device)
@@ -103,7 +98,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
     step_tokens = tokens_per_step(cfg, runtime)
     tokens_per_s = step_tokens / seconds
-    token_flops = flops_per_token(model.cfg)  # 6N + 12LTC, N the weights that multiply
+    token_flops = flops_per_token(model.cfg)
     dtype = runtime.autocast_dtype or torch.float32
     autocast = str(runtime.autocast_dtype).removeprefix("torch.")
     return {
@@ -132,8 +127,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
 
 
 def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKENS) -> dict:
-    """Tokens/s of generate() with and without the KV cache, the better of two runs: batch 1, from
-    a 1-token prompt."""
+    """Tokens/s of generate() with and without the KV cache, the better of two runs."""
     model = build_model(cfg, runtime).eval()
     prompt = torch.zeros((1, 1), dtype=torch.long, device=runtime.device)
     result, outputs = {"sample_new_tokens": new_tokens}, {}

@@ -1,10 +1,7 @@
-"""Where the time of one whole training run goes: `python bench.py --whole-run --config char`.
-
-bench.py starts `python -m harness.experiments.whole_run REPORT train.py ARGS...`: this module puts
-a clock around the functions train.py calls (PHASES), then runs train.py unchanged. A phase entered
-inside another pauses the outer one's clock. What no phase claims is the interpreter's start, the
-imports, the loop's own work and the exit. The report goes to REPORT as JSON.
-"""
+"""Where the time of one whole training run goes (bench.py --whole-run): run as
+`python -m harness.experiments.whole_run REPORT train.py ARGS...`, it puts a clock around the
+functions train.py calls (PHASES), runs train.py unchanged and writes REPORT as JSON. A phase
+entered inside another pauses the outer one's clock."""
 
 import time
 
@@ -27,7 +24,7 @@ EXIT = "the rest: the interpreter's exit"
 BACKWARD = "steps: backward and clip"
 UPDATE = "steps: the optimizer's update"
 LOGGING = "logging: scalars, TensorBoard, metrics.jsonl"
-# (module:attribute, phase, only inside this phase or None): the functions train.py goes through
+# (module:attribute, phase, only inside this phase or None)
 PHASES = [
     ("harness.cli:OneLineParser.parse_with_config", "start-up: the config", None),
     ("harness.training.runtime:setup_runtime", "start-up: device and backend switches", None),
@@ -83,7 +80,6 @@ class PhaseClock:
         self.mark = mark  # (wall, CPU) seconds when the clock last charged
 
     def charge(self) -> None:
-        """The time since the last mark goes to the phase on top of the stack."""
         now, top = (time.perf_counter(), time.process_time()), self.stack[-1]
         self.wall[top] = self.wall.get(top, 0.0) + now[0] - self.mark[0]
         self.cpu[top] = self.cpu.get(top, 0.0) + now[1] - self.mark[1]
@@ -108,7 +104,7 @@ class PhaseClock:
 
 
 def child(report: str, script: str, argv: list[str]) -> None:
-    """Run `python script argv...` under the clock, then write the report (also when it fails)."""
+    """Run `python script argv...` under the clock, then write the report (also if it fails)."""
     clock = PhaseClock(IMPORTS, STARTED[1:])
     for where, phase, inside in PHASES:
         module_name, name = where.split(":")
@@ -142,7 +138,7 @@ def child(report: str, script: str, argv: list[str]) -> None:
 
 
 def children_cpu_s() -> float | None:
-    """CPU seconds of this process's finished children, where the OS counts them (not Windows)."""
+    """CPU seconds of this process's finished children, None where the OS has no count."""
     try:
         import resource
     except ImportError:
@@ -152,8 +148,8 @@ def children_cpu_s() -> float | None:
 
 
 def profile_whole_run(argv: list[str]) -> dict:
-    """Run `python train.py argv...` under the phase clock, its output on stderr; returns its exit
-    code and each phase's calls, wall and CPU seconds, with the interpreter's start and exit."""
+    """Run `python train.py argv...` under the phase clock, its output on stderr: its exit code and
+    each phase's calls, wall and CPU seconds."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         cpu_before, spawned = children_cpu_s(), time.time()
@@ -183,11 +179,11 @@ def seconds(value: float | None) -> str:
 
 
 def format_whole_run(r: dict) -> str:
-    """The phases as a markdown table, grouped as the run goes, each group's total in bold."""
+    """The phases grouped as the run goes, each group's total in bold."""
     # here: the child process imports nothing before its clock
     from harness.experiments.profiling import machine_line
 
-    groups: dict[str, list[tuple[str, dict]]] = {}
+    groups = {}
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
         groups.setdefault(group, []).append((detail, phase))
