@@ -1,18 +1,16 @@
 """A learning-rate sweep in one command: python sweep.py [--config char] [--lrs 4e-3,1.2e-2,...]
 [--variants qk-norm,...] [--seeds 3] [--jobs N] [--section.field=VALUE ...]
 
-Trains the preset as it is and with each variant (as compare.py's --variants takes them) at each
-rate and seed into runs/sweep-<config>/ (run names such as char-qk-norm-lr1.2e-1-s1337). Then it
-prints, per rate and variant, the val loss, the largest attention score and the entropy at the end
-of training (mean over seeds, 95% interval), and draws them against the rate into sweep.png,
-beside the largest score during training at the highest rate. A run whose loss or gradient stops
-being finite is recorded as diverged, and the sweep goes on.
+Trains the preset as it is and with each variant at each rate and seed into runs/sweep-<config>/
+(char-qk-norm-lr1.2e-1-s1337, ...), prints per rate and variant the val loss, the largest attention
+score and the entropy at the end (mean over seeds, 95% interval), and draws them against the rate
+into sweep.png, beside the largest score during training at the highest rate. A run whose loss or
+gradient stops being finite is recorded as diverged, and the sweep goes on.
 
-The default rates are the preset's train.lr / 3, x 1, x 3 and x 10 (char: 4e-3 to 1.2e-1), each
-with the preset's schedule. --seeds 3 is the default: intervals need 2 and mean little below 3.
---jobs N trains N runs at a time, each writing its output to <run name>.log in the sweep's folder:
-give each its share of the cores (OMP_NUM_THREADS=1 with --jobs 2 on 2 cores). Ctrl-C (or SIGTERM)
-stops the runs under way with a checkpoint; the same command plus --resume continues the sweep.
+The default rates are the preset's train.lr / 3, x 1, x 3 and x 10, each with its schedule. --jobs
+N trains N runs at a time, each writing to <run name>.log: give each its share of the cores
+(OMP_NUM_THREADS=1 with --jobs 2 on 2 cores). Ctrl-C (or SIGTERM) stops the runs with a
+checkpoint; the same command plus --resume continues the sweep.
 """
 
 from harness.stopping import exit_on_signal
@@ -34,12 +32,10 @@ from harness.experiments.sweep import format_sweep, run_sweep
 from model.ablations import CURES
 
 DEFAULT_FACTORS = (1 / 3, 1, 3, 10)  # the default rates, as multiples of the preset's train.lr
-# the cure beside the preset as it is
 DEFAULT_VARIANTS = next(c.name for c in CURES if c.field == "qk_norm")
 
 
 def main(argv: list[str]) -> dict | int:
-    """Train every variant at every rate and seed, then print and draw the sweep."""
     parser = OneLineParser(__doc__, config="char", usage=argparse.SUPPRESS)
     parser.add_argument(
         "--lrs",

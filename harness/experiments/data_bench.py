@@ -1,11 +1,7 @@
-"""What `python bench.py --data-mb MB` measures: preparing a generated MB-megabyte text into .bin
-files (MB/s, tokens/s, peak resident memory), against tiktoken's encode_ordinary_batch, one thread
-per core, on the same text.
-
-Each side runs in a fresh process, so its peak memory (Linux's VmHWM; ru_maxrss would include the
-parent's) is its own. The sides run in turns, so each turn's ratio compares two measurements taken
-moments apart on a machine shared with other work.
-"""
+"""bench.py --data-mb MB: preparing a generated MB-megabyte text into .bin files (MB/s, tokens/s,
+peak memory) against tiktoken's encode_ordinary_batch on the same text. Each side runs in a fresh
+process, so its peak memory (VmHWM) is its own, and in turns, so each turn's ratio compares two
+measurements taken moments apart."""
 
 import json
 import os
@@ -63,7 +59,7 @@ print(json.dumps({"seconds": seconds, "tokens": tokens}))
 
 
 def write_text(path: Path, size_bytes: int, seed: int = 0) -> None:
-    """size_bytes of English-like text: Zipf-distributed made-up words, lines of 4 to 20 words."""
+    """English-like text: Zipf-distributed made-up words, lines of 4 to 20 words."""
     rng = np.random.default_rng(seed)
     freq = 1 / np.arange(1, 27)
     lengths = rng.integers(1, 10, size=20_000)
@@ -98,8 +94,7 @@ def run_child(program: str, *args) -> dict:
 
 
 def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log=print) -> dict:
-    """Preparation and tiktoken's batch encoding of a generated size_mb text, in turns: each
-    turn's figures and their best."""
+    """Each turn's figures, and their best."""
     threads = workers_to_use(workers)
     result = {
         "machine": machine_name(torch.device("cpu")),

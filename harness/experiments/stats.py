@@ -130,9 +130,8 @@ def format_table(
 def differences(
     by_variant: dict[str, list[dict]], also: dict[str, list[str]] | None = None
 ) -> dict[str, dict[str, Difference | None]]:
-    """Each ablation against base (the first variant), paired by seed, keyed by its name; then
-    each pair `also` asks for ({"x-no-mask-no-pos": ["x-no-mask"]}), keyed "x-no-mask-no-pos −
-    x-no-mask"."""
+    """Each ablation against base (the first variant), paired by seed, keyed by its name; then each
+    pair `also` asks for ({"x-a-b": ["x-a"]}), keyed "x-a-b − x-a"."""
     (base_name, _), *ablations = by_variant.items()
     pairs = [(name, name, base_name) for name, _ in ablations]
     pairs += [
@@ -140,7 +139,7 @@ def differences(
         for name, references in (also or {}).items()
         for reference in references
     ]
-    out: dict[str, dict[str, Difference | None]] = {}
+    out = {}
     for label, name, reference in pairs:
         out[label] = {}
         for header, tag, _ in COLUMNS:
@@ -150,14 +149,6 @@ def differences(
                 missing = values is None or base_values is None
                 out[label][tag] = None if missing else paired_difference(values, base_values)
     return out
-
-
-def format_sigmas(sigmas: float, spans_zero: bool = False) -> str:
-    """A difference's size in seed sds. Against a run that never varied it is infinite: a finding
-    when the interval excludes 0, no size at all when it spans 0."""
-    if sigmas == float("inf"):
-        return "n/a sd (constant over seeds)" if spans_zero else "inf sd"
-    return f"{sigmas:.1f} sd"
 
 
 def format_differences(
@@ -189,7 +180,10 @@ def format_differences(
                 cells.append(f"{header} {d.mean:+{fmt}}")
             else:
                 low, high = d.mean - d.half_width, d.mean + d.half_width
-                sigmas = format_sigmas(d.sigmas, low <= 0 <= high)
+                sigmas = f"{d.sigmas:.1f} sd"
+                # against a run that never varied: a finding only when the interval excludes 0
+                if d.sigmas == math.inf:
+                    sigmas = "n/a sd (constant over seeds)" if low <= 0 <= high else "inf sd"
                 cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {sigmas}")
         lines.append(f"  {name + ':':<{width + 1}} " + " | ".join(cells))
     return "\n".join(lines)
