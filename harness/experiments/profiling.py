@@ -131,7 +131,7 @@ def load_average() -> float | None:
     """The 1-minute load average, where the OS reports one."""
     try:
         return os.getloadavg()[0]
-    except (AttributeError, OSError):
+    except OSError:
         return None
 
 

@@ -12,6 +12,7 @@ import functools  # noqa: E402 (below the clock on purpose)
 import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import runpy  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -137,12 +138,8 @@ def child(report: str, script: str, argv: list[str]) -> None:
     sys.exit(code)
 
 
-def children_cpu_s() -> float | None:
-    """CPU seconds of this process's finished children, None where the OS has no count."""
-    try:
-        import resource
-    except ImportError:
-        return None
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished children."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -167,15 +164,10 @@ def profile_whole_run(argv: list[str]) -> dict:
         name: {"calls": r["calls"].get(name, 0), "wall_s": wall, "cpu_s": r["cpu"][name]}
         for name, wall in r["wall"].items()
     }
-    cpu = None if cpu_after is None else cpu_after - cpu_before
-    in_process_cpu = r["cpu_before"] + sum(r["cpu"].values())
-    exit_cpu = None if cpu is None else cpu - in_process_cpu
+    cpu = cpu_after - cpu_before
+    exit_cpu = cpu - r["cpu_before"] - sum(r["cpu"].values())
     phases[EXIT] = {"calls": 1, "wall_s": exited - r["ended"], "cpu_s": exit_cpu}
     return {"code": r["code"], "phases": phases, "wall_s": exited - spawned, "cpu_s": cpu}
-
-
-def seconds(value: float | None) -> str:
-    return "?" if value is None else f"{value:.2f}"
 
 
 def format_whole_run(r: dict) -> str:
@@ -190,28 +182,27 @@ def format_whole_run(r: dict) -> str:
     lines = [
         machine_line(r),
         "",
-        f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {seconds(r['cpu_s'])} s of CPU time, "
-        f"final val {r.get('val', '?')}",
+        f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {r['cpu_s']:.2f} s of CPU time, "
+        f"final val {r['val']}",
         "",
         "| phase | calls | wall s | share of wall | CPU s |",
         "|---|---:|---:|---:|---:|",
     ]
-    for group in sorted(groups, key=lambda g: GROUPS.index(g) if g in GROUPS else len(GROUPS)):
+    for group in sorted(groups, key=GROUPS.index):
         rows = groups[group]
         wall = sum(phase["wall_s"] for _, phase in rows)
-        cpus = [phase["cpu_s"] for _, phase in rows]
-        cpu = None if None in cpus else sum(cpus)
+        cpu = sum(phase["cpu_s"] for _, phase in rows)
         share = 100 * wall / r["wall_s"]
-        lines.append(f"| **{group}** | | **{wall:.2f}** | **{share:.1f} %** | **{seconds(cpu)}** |")
+        lines.append(f"| **{group}** | | **{wall:.2f}** | **{share:.1f} %** | **{cpu:.2f}** |")
         for detail, phase in rows:
             share = 100 * phase["wall_s"] / r["wall_s"]
             # the imports and the loop are no call
             calls = f"{phase['calls']:,}" if phase["calls"] else ""
             lines.append(
                 f"| &nbsp; {detail} | {calls} | {phase['wall_s']:.2f} | {share:.1f} % "
-                f"| {seconds(phase['cpu_s'])} |"
+                f"| {phase['cpu_s']:.2f} |"
             )
-    total = f"**{r['wall_s']:.2f}** | **100 %** | **{seconds(r['cpu_s'])}**"
+    total = f"**{r['wall_s']:.2f}** | **100 %** | **{r['cpu_s']:.2f}**"
     lines.append(f"| **the whole run** | | {total} |")
     return "\n".join(lines)
 
