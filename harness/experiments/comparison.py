@@ -105,7 +105,7 @@ def add_seeds(parser, default: int, per: str) -> None:
 
 
 def add_variants(parser, what: str, default: str | None = None) -> None:
-    """--variants, as compare.py, sweep.py and bench.py take it (a string default is parsed)."""
+    """--variants, as compare.py, sweep.py and bench.py take it (argparse parses a str default)."""
     parser.add_argument(
         "--variants",
         type=variant_names,
@@ -181,10 +181,9 @@ def train_runs(
     what: str = "comparison",
     keep_diverged: bool = False,
 ) -> dict | int:
-    """Train each (label, config) of `todo` as `python train.py <train_args(config)>`, `jobs` at a
-    time (each then writing to <run name>.log); returns each run's last evaluation and wall time by
-    run name, or the exit code of the first run that failed or was stopped. After each run `saved`
-    holds `header` and the runs so far. With keep_diverged a diverged run is a result."""
+    """Train each (label, config) of `todo`, `jobs` at a time (each then writing to <run name>.log):
+    each run's last evaluation and wall time by run name, or the exit code of the first run that
+    failed or was stopped. After each run `saved` holds `header` and the runs so far."""
     folder, results, active, failed, died = saved.parent, {}, {}, 0, None
     saved_runs = read_saved_runs(saved) if resume else {}
     queue = list(enumerate(todo, start=1))

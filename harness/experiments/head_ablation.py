@@ -57,8 +57,7 @@ def measure(
     say: Callable[[str], None] = say_on_stderr,
 ) -> dict:
     """The leak gap before and after switching `heads` off, with as many random other heads off
-    (`draws` times), and with each head and each layer off; closed fractions are 1 - after /
-    before. `say` hears how long it should take. Returns what ablation.json holds."""
+    (`draws` times), and with each head and each layer off: what ablation.json holds."""
     others = [h for h in all_heads(model) if h not in heads]
     if draws and len(others) < len(heads):
         raise ValueError(

@@ -56,8 +56,7 @@ def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
     """What a run gave if it already finished with these settings (an evaluation at max_steps in
-    its log, or else a checkpoint that says so), else None. Its numbers come from the saved runs
-    (with its wall time), or else its log, or else the checkpoint's val loss."""
+    its log, or else its checkpoint says so), from the saved runs, its log or its checkpoint."""
     if not (cfg.run_dir / "ckpt.pt").is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]

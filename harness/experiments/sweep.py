@@ -81,9 +81,9 @@ def paired(ends: dict[int, dict], others: dict[int, dict], tag: str) -> list[tup
 def summarise(
     plan: dict[str, dict[str, list[Config]]], runs: dict[str, dict], preset_lr: str | None
 ) -> dict:
-    """Per variant and rate: the tags at the end, the largest score at the first evaluation and its
-    growth, the seeds that diverged, the differences from base; the largest score over time at the
-    highest rate; compare.py's table at the preset's rate."""
+    """Per variant and rate: the tags at the end, the largest score first and its growth, the seeds
+    that diverged, the differences from base; the largest score over time at the highest rate;
+    compare.py's table at the preset's rate."""
     ends = {
         v: {lr: {c.train.seed: runs[c.run_name] for c in configs} for lr, configs in by_lr.items()}
         for v, by_lr in plan.items()
