@@ -1,18 +1,11 @@
 """Benchmark what users run: python bench.py --config char [--gpt2-124m] [--json]
 [--section.field=VALUE ...]
 
-For one preset, at random init on random tokens (no corpus needed), it measures training (train.py's
-step: ms, its forward + backward and update, tokens/s, MFU against the device's peak, the peak
-memory), sampling with and without the KV cache, and each attention backend at T = 256, 1024 and
-4096. --gpt2-124m measures GPT-2 124M's shape with the preset's batch. Instead:
-
-- --data-mb MB: preparing a generated MB-megabyte text (default 200) against tiktoken's batch
-  encoding;
-- --variants kv-heads,window,gate,sink: each variant's KV cache, cached sampling and step;
-- --whole-run: one whole `python train.py` run of the preset, its wall and CPU time phase by phase
-  (its output on stderr, its run folder a temporary one unless --runs-dir says).
-
-It prints markdown tables; with --json, one JSON object on stdout (the tables go to stderr).
+For one preset, at random init on random tokens, it measures train.py's step (ms, tokens/s, MFU,
+peak memory), sampling with and without the KV cache, and each attention backend. Instead,
+--data-mb MB measures preparing a text against tiktoken, --variants each variant's KV cache and
+sampling, --whole-run one whole `python train.py` run phase by phase (its run folder a temporary
+one unless --runs-dir says). With --json, one JSON object on stdout (the tables go to stderr).
 """
 
 from harness.stopping import exit_on_signal
@@ -28,7 +21,7 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-from harness.arguments import EVERY, positive_float, variant_names
+from harness.arguments import positive_float
 from harness.cli import OneLineParser, run_command
 from harness.experiments.bench_cost import bench_cost
 from harness.experiments.benchmark import (
@@ -37,6 +30,7 @@ from harness.experiments.benchmark import (
     format_tables,
     measure_all,
 )
+from harness.experiments.comparison import add_variants
 from harness.experiments.data_bench import MIN_MB, bench_data, format_data_table
 from harness.experiments.profiling import machine_facts
 from harness.experiments.variant_bench import format_variants, measure_variants
@@ -47,7 +41,6 @@ from harness.training.runtime import setup_runtime
 
 
 def megabytes(text: str) -> float:
-    """--data-mb's size: a smaller text would be empty once cut to whole bytes."""
     value = positive_float(text)
     if value < MIN_MB:
         raise argparse.ArgumentTypeError(
@@ -57,7 +50,6 @@ def megabytes(text: str) -> float:
 
 
 def whole_run(argv: list[str], cfg, runs_dir_given: bool) -> dict:
-    """One `python train.py argv...` under the phase clock, with the run's final val."""
     with tempfile.TemporaryDirectory(prefix="whole-run-") as scratch:
         runs_dir = Path(cfg.train.runs_dir if runs_dir_given else scratch)
         result = profile_whole_run([*argv, "--runs-dir", str(runs_dir)])
@@ -79,7 +71,6 @@ def main(argv: list[str]) -> dict | int:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object on stdout (tables go to stderr)"
     )
-    # each measures something else: given both, one would be ignored
     instead = parser.add_mutually_exclusive_group()
     instead.add_argument(
         "--data-mb",
@@ -94,12 +85,8 @@ def main(argv: list[str]) -> dict | int:
         action="store_true",
         help="profile one whole train.py run of the preset, phase by phase",
     )
-    instead.add_argument(
-        "--variants",
-        type=variant_names,
-        metavar="NAMES",
-        help="measure the KV cache and cached sampling of the preset and these variants "
-        f"instead, from {EVERY}",
+    add_variants(
+        instead, "measure the KV cache and cached sampling of the preset and these variants instead"
     )
     parser.add_argument(
         GPT2_124M_FLAG,

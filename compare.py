@@ -2,19 +2,16 @@
 [--section.field=VALUE ...]
 
 Trains the preset as it is and with each ablation (--no-mask, --no-scale, --no-pos) into
-runs/compare-<config>/, so that `tensorboard --logdir runs/compare-<config>` overlays them, then
-prints a table and the differences from base and draws the runs' curves into compare.png.
---variants no-mask,no-pos trains only those beside the preset; the cures (qk-norm, softcap), rope,
-and kv-heads, window, gate and sink are variants too. Joined by +, a variant changes several
-things: no-mask+no-pos is also measured from no-mask and from no-pos when they are trained.
+runs/compare-<config>/ (for `tensorboard --logdir runs/compare-<config>`), prints a table and the
+differences from base, and draws the runs' curves into compare.png. --variants no-mask,no-pos
+trains only those; the cures (qk-norm, softcap), rope, kv-heads, window, gate and sink are variants
+too. no-mask+no-pos changes both, and is also measured from no-mask and no-pos when trained.
 
---seeds N (default 1) trains every variant at train.seed + 0..N-1 (the evaluation batches stay the
-same); use 3 or more before trusting a difference: only then does the table show mean ± sd and
-each difference a 95% interval. With N > 1 run folders carry the seed (char-s1337, ...).
+--seeds N (default 1) trains every variant at train.seed + 0..N-1 (char-s1337, ...); use 3 or more
+before trusting a difference: only then does the table show mean ± sd and a 95% interval.
 
-Ctrl-C (or SIGTERM) stops the run in progress after its step, with a checkpoint; the same command
-plus --resume continues: finished runs are kept, the stopped one resumes. Without --resume an
-earlier comparison in the folder is moved aside whole (to compare-<config>.old-<time>).
+Ctrl-C (or SIGTERM) stops the run in progress with a checkpoint; the same command plus --resume
+continues. Without --resume an earlier comparison is moved aside (to compare-<config>.old-<time>).
 """
 
 from harness.stopping import exit_on_signal
@@ -26,9 +23,14 @@ if __name__ == "__main__":
 import argparse
 import sys
 
-from harness.arguments import EVERY, seed_count, variant_names
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import check_experiment, run_comparison, summing_up
+from harness.experiments.comparison import (
+    add_seeds,
+    add_variants,
+    check_experiment,
+    run_comparison,
+    summing_up,
+)
 from harness.experiments.stats import format_differences, format_table
 from model.ablations import ABLATIONS
 
@@ -36,22 +38,9 @@ ALL = ",".join(a.name for a in ABLATIONS)
 
 
 def main(argv: list[str]) -> dict[str, dict] | int:
-    """Train every variant at every seed, then print and save the comparison; returns each run's
-    summary by run name."""
     parser = OneLineParser(__doc__, config="char", usage=argparse.SUPPRESS)
-    parser.add_argument(
-        "--seeds",
-        type=seed_count,
-        default=1,
-        help="runs per variant, at seeds train.seed + 0..N-1 (default 1)",
-    )
-    parser.add_argument(
-        "--variants",
-        type=variant_names,
-        metavar="NAMES",
-        help=f"the variants to train, comma-separated, from {EVERY}; several at once joined by + "
-        f"(default: {ALL}, each alone)",
-    )
+    add_seeds(parser, 1, "variant")
+    add_variants(parser, f"the variants to train (default: {ALL}, each alone)")
     args, cfg = parser.parse_with_config(argv)
     check_experiment(cfg, args.seeds, "compare.py")
     comparison = run_comparison(cfg, args.config_name, args.overrides, args.seeds, args.variants)

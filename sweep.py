@@ -1,18 +1,16 @@
 """A learning-rate sweep in one command: python sweep.py [--config char] [--lrs 4e-3,1.2e-2,...]
 [--variants qk-norm,...] [--seeds 3] [--jobs N] [--section.field=VALUE ...]
 
-Trains the preset as it is and with each variant (as compare.py's --variants takes them) at each
-rate and seed into runs/sweep-<config>/ (run names such as char-qk-norm-lr1.2e-1-s1337). Then it
-prints, per rate and variant, the val loss, the largest attention score and the entropy at the end
-of training (mean over seeds, 95% interval), and draws them against the rate into sweep.png,
-beside the largest score during training at the highest rate. A run whose loss or gradient stops
-being finite is recorded as diverged, and the sweep goes on.
+Trains the preset as it is and with each variant at each rate and seed into runs/sweep-<config>/
+(char-qk-norm-lr1.2e-1-s1337, ...), prints per rate and variant the val loss, the largest attention
+score and the entropy at the end (mean over seeds, 95% interval), and draws them against the rate
+into sweep.png, beside the largest score during training at the highest rate. A run whose loss or
+gradient stops being finite is recorded as diverged, and the sweep goes on.
 
-The default rates are the preset's train.lr / 3, x 1, x 3 and x 10 (char: 4e-3 to 1.2e-1), each
-with the preset's schedule. --seeds 3 is the default: intervals need 2 and mean little below 3.
---jobs N trains N runs at a time, each writing its output to <run name>.log in the sweep's folder:
-give each its share of the cores (OMP_NUM_THREADS=1 with --jobs 2 on 2 cores). Ctrl-C (or SIGTERM)
-stops the runs under way with a checkpoint; the same command plus --resume continues the sweep.
+The default rates are the preset's train.lr / 3, x 1, x 3 and x 10, each with its schedule. --jobs
+N trains N runs at a time, each writing to <run name>.log: give each its share of the cores
+(OMP_NUM_THREADS=1 with --jobs 2 on 2 cores). Ctrl-C (or SIGTERM) stops the runs with a
+checkpoint; the same command plus --resume continues the sweep.
 """
 
 from harness.stopping import exit_on_signal
@@ -26,27 +24,18 @@ import os
 import sys
 
 from configs import ConfigError
-from harness.arguments import (
-    EVERY,
-    learning_rates,
-    positive_int,
-    rate_name,
-    seed_count,
-    variant_names,
-)
+from harness.arguments import learning_rates, positive_int, rate_name
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import check_experiment, summing_up
+from harness.experiments.comparison import add_seeds, add_variants, check_experiment, summing_up
 from harness.experiments.stats import what_figures_are
 from harness.experiments.sweep import format_sweep, run_sweep
 from model.ablations import CURES
 
 DEFAULT_FACTORS = (1 / 3, 1, 3, 10)  # the default rates, as multiples of the preset's train.lr
-# the cure beside the preset as it is
 DEFAULT_VARIANTS = next(c.name for c in CURES if c.field == "qk_norm")
 
 
 def main(argv: list[str]) -> dict | int:
-    """Train every variant at every rate and seed, then print and draw the sweep."""
     parser = OneLineParser(__doc__, config="char", usage=argparse.SUPPRESS)
     parser.add_argument(
         "--lrs",
@@ -55,20 +44,12 @@ def main(argv: list[str]) -> dict | int:
         help="the learning rates, comma-separated (4e-3,1.2e-2,3.6e-2,1.2e-1); "
         "default: the preset's train.lr / 3, x 1, x 3 and x 10",
     )
-    parser.add_argument(
-        "--variants",
-        type=variant_names,
-        default=variant_names(DEFAULT_VARIANTS),
-        metavar="NAMES",
-        help=f"the variants beside the preset as it is, comma-separated, from {EVERY}; "
-        f"several at once joined by + (default: {DEFAULT_VARIANTS})",
+    add_variants(
+        parser,
+        f"the variants beside the preset as it is (default: {DEFAULT_VARIANTS})",
+        DEFAULT_VARIANTS,
     )
-    parser.add_argument(
-        "--seeds",
-        type=seed_count,
-        default=3,
-        help="runs per variant and rate, at seeds train.seed + 0..N-1 (default 3)",
-    )
+    add_seeds(parser, 3, "variant and rate")
     parser.add_argument(
         "--jobs",
         type=positive_int,

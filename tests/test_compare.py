@@ -32,6 +32,7 @@ import compare
 import sweep
 import train
 from configs import ConfigError, load_config, parse_args
+from harness.arguments import variant_names
 from harness.experiments import comparison, stats
 from harness.experiments.children import Children
 from harness.experiments.stats import Difference
@@ -145,7 +146,7 @@ def test_a_variant_removing_two_things_is_measured_from_base_and_from_each_varia
     ],
 )
 def test_variants_are_read_in_table_order(text, names):
-    assert compare.variant_names(text) == names
+    assert variant_names(text) == names
 
 
 def test_the_picture_draws_every_variant_compare_can_train(tmp_path):

@@ -1,8 +1,6 @@
-"""What bench.py will cost, said before it measures anything: first train.py's own refusals from
-the config alone, sampling's, and the readable attention core's memory; then the seconds, from
-timed passes of the model itself (a small model is bound by the fixed time of each call, which
-counting operations misses).
-"""
+"""What bench.py will cost, said first: train.py's own refusals, sampling's, the readable core's
+memory, then the seconds, from timed passes of the model (a small model is bound by each call's
+fixed time, which counting operations misses)."""
 
 import dataclasses
 
@@ -34,8 +32,8 @@ CORE_CALLS = 1 + 3 + 1
 
 
 def bench_cost(cfg: Config, runtime: Runtime) -> float:
-    """Refuse what bench.py could not measure on this device, before any model is built; return the
-    seconds its measurements should take."""
+    """Refuse what bench.py could not measure here, before any model is built; return the seconds
+    its measurements should take."""
     device = runtime.device
     sized = dataclasses.replace(
         cfg, model=dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])

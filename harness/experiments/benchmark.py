@@ -1,6 +1,5 @@
-"""What bench.py measures for one preset, at random init on random tokens (no corpus needed): the
-training step train.py runs, sampling with and without the KV cache, and each attention backend's
-time and memory."""
+"""What bench.py measures for one preset, at random init on random tokens: train.py's step,
+sampling with and without the KV cache, and each attention backend's time and memory."""
 
 import dataclasses
 import statistics
@@ -23,6 +22,7 @@ from harness.experiments.profiling import (
     peak_memory_bytes,
     training_step,
 )
+from harness.experiments.stats import markdown_table
 from harness.training.budget import flops_per_token, sync, timed
 from harness.training.optim import describe, make_optimizer
 from harness.training.runtime import Runtime, wrap_for_training
@@ -36,8 +36,7 @@ VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}
 ATTENTION_LENGTHS = (256, 1024, 4096)
 SAMPLE_TOKENS = 500  # sampled in each run, from a 1-token prompt
 MiB = 2**20
-# GPT-2 small's shape, with the query/key/value bias harness/gpt2.py loads it with: the size at
-# which published MFU figures (nanoGPT's, nanochat's) are measured
+# GPT-2 small's shape, with its qkv bias: the size of published MFU figures (nanoGPT's)
 GPT2_124M_FLAG = "--gpt2-124m"
 GPT2_124M = [
     "--model.n_layer=12",
@@ -61,19 +60,17 @@ def build_model(cfg: Config, runtime: Runtime) -> GPT:
 
 
 def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: int = 8) -> dict:
-    """ms/step, tokens/s, model FLOP/s and the peak memory of one training step, on random tokens.
-    Times are medians over `steps` steps: a burst of other work slows a step or two, not the median.
-    """
+    """ms/step, tokens/s, model FLOP/s and the peak memory of a training step. Times are medians:
+    a burst of other work slows a step or two, not the median."""
     model = build_model(cfg, runtime).train()
     optimizer = make_optimizer(model, cfg.train, runtime.device)
     T, V = cfg.model.block_size, model.cfg.vocab_size
     ids = np.random.default_rng(0).integers(0, V, size=max(100_000, 2 * T + 2))  # a random "corpus"
     g = torch.Generator().manual_seed(cfg.train.seed)
-    # compiled where train.py compiles, eager if that fails
     step_model = wrap_for_training(model, runtime)
 
     def timed_step(micro_batches: list) -> tuple[float, float]:
-        """The seconds of the step's forward + backward (and clip) and of the update."""
+        """The seconds of forward + backward (and clip), and of the update."""
         start = time.perf_counter()
         _, middle = training_step(
             step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip
@@ -93,8 +90,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         step()
     runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (fwd + bwd, update))
     seconds = statistics.median(total for total, _ in runs)
-    # Baseline, not counted: parameters, optimizer state and the batch; the last step's gradients
-    # are dropped, so the new ones count in full.
+    # not counted: parameters, optimizer state and the batch; gradients dropped count in full
     optimizer.zero_grad(set_to_none=True)
     micro_batches = draw_micro_batches(ids, cfg, runtime, g)
     peak = peak_memory_bytes(lambda: timed_step(micro_batches), runtime.device)
@@ -102,7 +98,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
     step_tokens = tokens_per_step(cfg, runtime)
     tokens_per_s = step_tokens / seconds
-    token_flops = flops_per_token(model.cfg)  # 6N + 12LTC, N the weights that multiply
+    token_flops = flops_per_token(model.cfg)
     dtype = runtime.autocast_dtype or torch.float32
     autocast = str(runtime.autocast_dtype).removeprefix("torch.")
     return {
@@ -131,8 +127,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
 
 
 def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKENS) -> dict:
-    """Tokens/s of generate() with and without the KV cache, the better of two runs: batch 1, from
-    a 1-token prompt."""
+    """Tokens/s of generate() with and without the KV cache, the better of two runs."""
     model = build_model(cfg, runtime).eval()
     prompt = torch.zeros((1, 1), dtype=torch.long, device=runtime.device)
     result, outputs = {"sample_new_tokens": new_tokens}, {}
@@ -220,50 +215,47 @@ def format_tables(r: dict) -> str:
     shape = f"{r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide"
     batch = f"{r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
     n = r["sample_new_tokens"]
-    lines = [
-        machine_line(r),
-        "",
-        f"| config {r['config']}: {shape}, attention {r['attention']} | value |",
-        "|---|---:|",
-        f"| parameters | {r['params'] / 1e6:.2f} M |",
-        f"| training step ({batch}) | {r['ms_per_step']:.1f} ms |",
-        f"| of which forward + backward (and clip) | {r['forward_backward_ms']:.1f} ms |",
-        f"| of which the optimizer step: {r['optimizer']} | {r['optimizer_ms']:.1f} ms |",
-        f"| torch.compile | {compile_cell(r)} |",
-        f"| autocast | {r['autocast'] or 'off: float32'} |",
-        "| attention kernel (sdpa: torch's pick for this step's shapes) "
-        f"| {r['attention_kernel']} |",
-        f"| training throughput | {r['tokens_per_s']:,.0f} tokens/s |",
-        "| model FLOPs per token (6N + 12LTC, N the weights that multiply) "
-        f"| {r['flops_per_token'] / 1e6:.2f} M |",
-        f"| model FLOP/s | {rate(r['model_flops_per_s'])} |",
-        f"| {r['peak_flops_dtype']} peak: {r['peak_flops_source']} | {rate(r['peak_flops'])} |",
-        "| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
-        f"counted) | {100 * r['mfu']:.1f} % |",
-        "| peak memory of a training step (above params + optimizer state, "
-        f"{r['train_state_mem'] / MiB:.1f} MiB) | {r['train_peak_mem'] / MiB:.1f} MiB |",
-        f"| sampling {n} tokens, KV cache | {r['sample_tokens_per_s_cached']:,.0f} tokens/s |",
-        f"| sampling {n} tokens, no cache | {r['sample_tokens_per_s_uncached']:,.0f} tokens/s |",
-        f"| cache speedup (same tokens: {'yes' if r['sample_tokens_match'] else 'NO'}) "
-        f"| {r['sample_cache_speedup']:.1f}x |",
-        "",
-    ]
+    flops = "model FLOPs per token (6N + 12LTC, N the weights that multiply)"
+    mfu_label = "MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
+    mfu_label += "counted)"
+    state = f"above params + optimizer state, {r['train_state_mem'] / MiB:.1f} MiB"
+    same = "yes" if r["sample_tokens_match"] else "NO"
+    rows = {
+        f"config {r['config']}: {shape}, attention {r['attention']}": "value",
+        "parameters": f"{r['params'] / 1e6:.2f} M",
+        f"training step ({batch})": f"{r['ms_per_step']:.1f} ms",
+        "of which forward + backward (and clip)": f"{r['forward_backward_ms']:.1f} ms",
+        f"of which the optimizer step: {r['optimizer']}": f"{r['optimizer_ms']:.1f} ms",
+        "torch.compile": compile_cell(r),
+        "autocast": r["autocast"] or "off: float32",
+        "attention kernel (sdpa: torch's pick for this step's shapes)": r["attention_kernel"],
+        "training throughput": f"{r['tokens_per_s']:,.0f} tokens/s",
+        flops: f"{r['flops_per_token'] / 1e6:.2f} M",
+        "model FLOP/s": rate(r["model_flops_per_s"]),
+        f"{r['peak_flops_dtype']} peak: {r['peak_flops_source']}": rate(r["peak_flops"]),
+        mfu_label: f"{100 * r['mfu']:.1f} %",
+        f"peak memory of a training step ({state})": f"{r['train_peak_mem'] / MiB:.1f} MiB",
+        f"sampling {n} tokens, KV cache": f"{r['sample_tokens_per_s_cached']:,.0f} tokens/s",
+        f"sampling {n} tokens, no cache": f"{r['sample_tokens_per_s_uncached']:,.0f} tokens/s",
+        f"cache speedup (same tokens: {same})": f"{r['sample_cache_speedup']:.1f}x",
+    }
     lengths = sorted({int(key.rsplit("_", 1)[1]) for key in r if key.startswith("readable_ms_")})
-    header = " | ".join(f"T={T}" for T in lengths)
-    lines += [f"| causal attention forward, B=1: ms / peak memory | {header} |"]
-    lines += ["|---|" + "---:|" * len(lengths)]
+    cores = [["causal attention forward, B=1: ms / peak memory", *(f"T={T}" for T in lengths)]]
     for name in ("readable", "sdpa", "tiled"):
         cells = [
             f"{r[f'{name}_ms_{T}']:.2f} ms / {r[f'{name}_peak_mem_{T}'] / MiB:.2f} MiB"
             for T in lengths
         ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        cores.append([name, *cells])
     T = lengths[-1]
     ratio = r[f"tiled_readable_mem_ratio_{T}"]
     verdict = "within" if ratio <= 1 / 8 else "OVER"
-    lines.append("")
-    lines.append(
-        f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), "
-        f"{verdict} the 1/8 budget"
+    return "\n\n".join(
+        [
+            machine_line(r),
+            markdown_table(list(rows.items())),
+            markdown_table(cores),
+            f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), "
+            f"{verdict} the 1/8 budget",
+        ]
     )
-    return "\n".join(lines)

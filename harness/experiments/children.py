@@ -15,7 +15,7 @@ POLL_S = 0.1  # how often the ends of several children are looked for
 
 @contextlib.contextmanager
 def blocked(signum: int):
-    """The signal held pending in this thread for the block, and in the processes it starts."""
+    """The signal held pending in this thread, and in the processes it starts."""
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
     try:
         yield
@@ -24,9 +24,8 @@ def blocked(signum: int):
 
 
 class Children:
-    """Runs train.py processes, each in a process group of its own, so that a terminal's Ctrl-C
-    reaches it once, through this process: it stops with a checkpoint, and this process waits. A
-    second Ctrl-C aborts the children at once, then this process."""
+    """train.py processes, each in a process group of its own, so that a terminal's Ctrl-C reaches
+    it once, through this process. A second Ctrl-C aborts the children at once, then this one."""
 
     def __init__(self):
         self.running: list[subprocess.Popen] = []
@@ -49,13 +48,9 @@ class Children:
                 self.told.add(child)
 
     def start(self, command: list[str], output=None) -> subprocess.Popen | None:
-        """Start the command, its output to `output` (an open file) or this process's; None if a
-        stop was asked for already.
-
-        The child starts with SIGINT blocked, which exit_on_signal unblocks: a Ctrl-C while its
-        interpreter starts is then one line from train.py, not "Fatal Python error:
-        init_import_site". SIGTERM and SIGHUP end a starting child quietly.
-        """
+        """Start the command, its output to `output` (an open file) or ours; None if a stop was
+        asked for already. The child starts with SIGINT blocked, which exit_on_signal unblocks: a
+        Ctrl-C while its interpreter starts is then one line, not "Fatal Python error"."""
         # here too: a Ctrl-C meanwhile is handled once the child exists, and passed on
         with blocked(signal.SIGINT):
             if self.signum is not None:
@@ -71,8 +66,6 @@ class Children:
 
     def wait(self) -> tuple[subprocess.Popen, int]:
         """Wait until one of the running children ends: (that child, its exit code)."""
-        if not self.running:
-            raise ValueError("no child is running")
         try:
             while True:
                 if len(self.running) == 1:

@@ -1,6 +1,5 @@
-"""The experiment of compare.py: the preset as it is and with each ablation, at one or more seeds,
-each run a `python train.py ...` process. train_runs, the loop that trains a list of runs that
-way, serves sweep.py too."""
+"""compare.py's experiment: the preset as it is and with each ablation, over seeds, each run a
+train.py process. train_runs, the loop that trains them, serves sweep.py too."""
 
 import contextlib
 import dataclasses
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from configs import MAX_SEED, Config, ConfigError
 from data.files import write_atomically
+from harness.arguments import EVERY, seed_count, variant_names
 from harness.experiments.children import STOPPED_CODES, Children
 from harness.experiments.outcomes import (
     diverged_run,
@@ -39,9 +39,8 @@ SET_PER_RUN = {
 def plan_runs(
     cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None = None, tag: str = ""
 ) -> dict[str, list[Config]]:
-    """The runs, keyed by variant name (char, char-no-mask, ...), each at seeds cfg.train.seed +
-    0..n_seeds-1; `names` picks the variants (None: each ablation alone). A variant's seed-s run
-    shares base's seed-s init and batches. `tag` follows the variant's name (sweep.py's rate)."""
+    """The runs by variant name (char, char-no-mask, ...), each at seeds train.seed + 0..n_seeds-1;
+    `names` picks the variants (None: each ablation alone); `tag` follows the name (a rate)."""
     try:
         planned = variants(cfg.model, names)
     except ValueError as e:
@@ -62,8 +61,7 @@ def plan_runs(
 
 
 def measured_from(plan: dict[str, list[Config]]) -> dict[str, list[str]]:
-    """For each variant that changes several things, the planned variants that change one fewer
-    (char-no-mask-no-pos from char-no-mask and char-no-pos), in the plan's order."""
+    """For each variant that changes several things, the planned ones that change one fewer."""
     out = {}
     for name, configs in plan.items():
         changed = applied(configs[0].model)
@@ -76,8 +74,8 @@ def measured_from(plan: dict[str, list[Config]]) -> dict[str, list[str]]:
 def train_argv(
     config_name: str, overrides: list[tuple[str, str]], cfg: Config, also: tuple[str, ...] = ()
 ) -> list[str]:
-    """train.py's arguments for one run: the user's preset and overrides, less the keys set per
-    run (SET_PER_RUN and `also`, such as "train.lr"), then the run's own."""
+    """train.py's arguments for one run: the user's overrides less the keys set per run
+    (SET_PER_RUN and `also`, such as "train.lr"), then the run's own."""
     kept = [f"--{key}={value}" for key, value in overrides if key not in SET_PER_RUN | set(also)]
     own = {f"model.{c.field}": getattr(cfg.model, c.field) for c in CHANGES}
     for key in also:
@@ -97,25 +95,43 @@ def train_argv(
     return ["--config", config_name, *kept]
 
 
+def add_seeds(parser, default: int, per: str) -> None:
+    parser.add_argument(
+        "--seeds",
+        type=seed_count,
+        default=default,
+        help=f"runs per {per}, at seeds train.seed + 0..N-1 (default {default})",
+    )
+
+
+def add_variants(parser, what: str, default: str | None = None) -> None:
+    """--variants, as compare.py, sweep.py and bench.py take it (argparse parses a str default)."""
+    parser.add_argument(
+        "--variants",
+        type=variant_names,
+        default=default,
+        metavar="NAMES",
+        help=f"{what}, comma-separated, from {EVERY}; several at once joined by +",
+    )
+
+
 def write_json(path: Path, value: dict) -> None:
     write_atomically(path, json.dumps(value, indent=2).encode())
 
 
 def kept(results: dict, runs_dir: Path) -> str:
-    """What a second Ctrl-C leaves, for its abort line: the runs that finished."""
+    """A second Ctrl-C's abort line: the runs that finished."""
     finished = [name for name, result in results.items() if result.get("exit_code") == 0]
-    done = (
-        f"finished and kept in {runs_dir}: {', '.join(finished)}"
-        if finished
-        else "no run had finished"
-    )
+    done = "no run had finished"
+    if finished:
+        done = f"finished and kept in {runs_dir}: {', '.join(finished)}"
     return f"{done}; continue with the same command plus --resume"
 
 
 def check_experiment(cfg: Config, n_seeds: int, script: str) -> None:
     """Refuse a change the experiment trains itself, and too many seeds."""
-    if applied(cfg.model):
-        flags = ", ".join(c.flag for c in applied(cfg.model))
+    if changed := applied(cfg.model):
+        flags = ", ".join(c.flag for c in changed)
         raise ConfigError(
             f"{script} trains the changed variants itself ({flags} given); "
             "leave those flags out, and pick with --variants"
@@ -132,8 +148,7 @@ def check_seed_range(cfg: Config, n_seeds: int) -> None:
 
 
 def claim_folder(folder: Path, resume: bool, what: str) -> FolderLock:
-    """The experiment's folder, locked: to resume, one that exists; afresh, an earlier one moved
-    aside whole."""
+    """The experiment's folder, locked: to resume, one that exists; afresh, an earlier one moved."""
     if resume and not folder.is_dir():
         raise ConfigError(f"nothing to resume: no {what} at {folder}; start it without --resume")
     lock, moved = claim_run_folder(folder, resume, choose="--runs-dir")
@@ -144,8 +159,7 @@ def claim_folder(folder: Path, resume: bool, what: str) -> FolderLock:
 
 @contextlib.contextmanager
 def summing_up(folder: Path, what: str) -> Iterator[None]:
-    """While the tables and picture are made every run is saved: a signal then says so, where
-    run_command would say that nothing was saved."""
+    """A signal while the runs are summed up says every run is saved (run_command would not)."""
     try:
         yield
     except KeyboardInterrupt as e:
@@ -167,14 +181,9 @@ def train_runs(
     what: str = "comparison",
     keep_diverged: bool = False,
 ) -> dict | int:
-    """Train each (label, config) of `todo` as `python train.py <train_args(config)>`, `jobs` at a
-    time; returns each run's last evaluation and wall time by run name, or the exit code of the
-    first run that failed or was stopped (no run starts after it).
-
-    After each run, `saved` (compare.json or sweep.json) holds `header` and the runs so far. With
-    resume, finished runs are kept, a stopped one resumes. With keep_diverged (sweep.py) a diverged
-    run is a result, not a failure. With jobs > 1 each run's output goes to <run name>.log.
-    """
+    """Train each (label, config) of `todo`, `jobs` at a time (each then writing to <run name>.log):
+    each run's last evaluation and wall time by run name, or the exit code of the first run that
+    failed or was stopped. After each run `saved` holds `header` and the runs so far."""
     folder, results, active, failed, died = saved.parent, {}, {}, 0, None
     saved_runs = read_saved_runs(saved) if resume else {}
     queue = list(enumerate(todo, start=1))
@@ -186,11 +195,9 @@ def train_runs(
                 line = f"run {number} of {len(todo)}: {label}: {run_cfg.run_name}"
                 done = earlier_outcome(run_cfg, saved_runs, keep_diverged) if resume else None
                 if done is not None:
-                    how = (
-                        f"diverged at step {done['diverged']['step']}"
-                        if "diverged" in done
-                        else "finished"
-                    )
+                    how = "finished"
+                    if "diverged" in done:
+                        how = f"diverged at step {done['diverged']['step']}"
                     print(f"\n=== {line} {how} already ===", flush=True)
                     results[run_cfg.run_name] = done
                     children.flag.saved = kept(results, folder)
@@ -230,7 +237,6 @@ def train_runs(
             write_json(saved, {**header, "runs": so_far})
             if not failed and not diverged:
                 failed = 1 if code < 0 else code
-    # stopped by a signal or lost output, after saving a checkpoint
     if children.signum is not None or failed in STOPPED_CODES:
         print(f"{what} stopped; continue it with the same command plus --resume", file=sys.stderr)
         return 128 + children.signum if children.signum else failed
@@ -248,9 +254,8 @@ def run_comparison(
     n_seeds: int,
     names: list[str] | None = None,
 ) -> dict | int:
-    """Train every variant at every seed, then save compare.json and compare.png. Returns the runs
-    by name with each variant's aggregates and differences from base, or the exit code of a run
-    that failed or was stopped."""
+    """Train every variant at every seed, then save compare.json and compare.png. Returns the runs,
+    aggregates and differences, or the exit code of a run that failed or was stopped."""
     runs_dir = Path(cfg.train.runs_dir) / f"compare-{cfg.name}"
     # first: a variant the model cannot take leaves an earlier comparison in place
     plan = plan_runs(cfg, runs_dir, n_seeds, names)
@@ -272,11 +277,9 @@ def run_comparison(
     if isinstance(results, int):
         return results
     by_variant = {v: [results[c.run_name] for c in configs] for v, configs in plan.items()}
-    band = (
-        f"{n_seeds} seeds per variant: line the mean, band min to max"
-        if n_seeds > 1
-        else "same seed"
-    )
+    band = "same seed"
+    if n_seeds > 1:
+        band = f"{n_seeds} seeds per variant: line the mean, band min to max"
     with summing_up(runs_dir, "comparison"):
         plot_runs(
             {v: [c.run_dir for c in configs] for v, configs in plan.items()},

@@ -1,11 +1,7 @@
-"""What `python bench.py --data-mb MB` measures: preparing a generated MB-megabyte text into .bin
-files (MB/s, tokens/s, peak resident memory), against tiktoken's encode_ordinary_batch, one thread
-per core, on the same text.
-
-Each side runs in a fresh process, so its peak memory (Linux's VmHWM; ru_maxrss would include the
-parent's) is its own. The sides run in turns, so each turn's ratio compares two measurements taken
-moments apart on a machine shared with other work.
-"""
+"""bench.py --data-mb MB: preparing a generated MB-megabyte text into .bin files (MB/s, tokens/s,
+peak memory) against tiktoken's encode_ordinary_batch on the same text. Each side runs in a fresh
+process, so its peak memory (VmHWM) is its own, and in turns, so each turn's ratio compares two
+measurements taken moments apart."""
 
 import json
 import os
@@ -19,6 +15,7 @@ import torch
 
 from data.prepare import workers_to_use
 from harness.experiments.profiling import load_average, machine_name
+from harness.experiments.stats import markdown_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BLOCK_BYTES = 1 << 20
@@ -62,7 +59,7 @@ print(json.dumps({"seconds": seconds, "tokens": tokens}))
 
 
 def write_text(path: Path, size_bytes: int, seed: int = 0) -> None:
-    """size_bytes of English-like text: Zipf-distributed made-up words, lines of 4 to 20 words."""
+    """English-like text: Zipf-distributed made-up words, lines of 4 to 20 words."""
     rng = np.random.default_rng(seed)
     freq = 1 / np.arange(1, 27)
     lengths = rng.integers(1, 10, size=20_000)
@@ -97,8 +94,7 @@ def run_child(program: str, *args) -> dict:
 
 
 def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log=print) -> dict:
-    """Preparation and tiktoken's batch encoding of a generated size_mb text, in turns: each
-    turn's figures and their best."""
+    """Each turn's figures, and their best."""
     threads = workers_to_use(workers)
     result = {
         "machine": machine_name(torch.device("cpu")),
@@ -137,26 +133,21 @@ def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log
 
 
 def format_data_table(r: dict) -> str:
-    lines = [
-        f"**{r['machine']}**, {r['cores']} cores, {r['workers']} encoding threads, "
-        f"tokenizer {r['tokenizer']}",
-        "",
-        f"| preparing a generated {r['size_bytes'] / 1e6:,.0f} MB text | value |",
-        "|---|---:|",
-        f"| throughput (best of {len(r['turns'])}) | {r['prepare_mb_per_s']:.1f} MB/s, "
-        f"{r['prepare_tokens_per_s'] / 1e6:.2f} M tokens/s |",
-        "| peak resident memory of the preparing process (its threads included) "
-        f"| {r['peak_rss'] / 2**20:,.0f} MiB |",
-        f"| tokens (train + val) | {r['tokens']:,} |",
-    ]
+    peak = "peak resident memory of the preparing process (its threads included)"
+    rows = {
+        f"preparing a generated {r['size_bytes'] / 1e6:,.0f} MB text": "value",
+        f"throughput (best of {len(r['turns'])})": f"{r['prepare_mb_per_s']:.1f} MB/s, "
+        f"{r['prepare_tokens_per_s'] / 1e6:.2f} M tokens/s",
+        peak: f"{r['peak_rss'] / 2**20:,.0f} MiB",
+        "tokens (train + val)": f"{r['tokens']:,}",
+    }
     if "ratios" in r:
-        each = [
-            f"{x:.2f} ({t['load_avg_1min']:.1f})"
-            for x, t in zip(r["ratios"], r["turns"], strict=True)
-        ]
-        lines += [
-            f"| tiktoken's encode_ordinary_batch, {r['workers']} threads (best) "
-            f"| {r['tiktoken_mb_per_s']:.1f} MB/s, {r['tiktoken_tokens']:,} tokens |",
-            f"| ours / tiktoken's throughput, each turn (load average then) | {', '.join(each)} |",
-        ]
-    return "\n".join(lines)
+        each = zip(r["ratios"], r["turns"], strict=True)
+        rows[f"tiktoken's encode_ordinary_batch, {r['workers']} threads (best)"] = (
+            f"{r['tiktoken_mb_per_s']:.1f} MB/s, {r['tiktoken_tokens']:,} tokens"
+        )
+        rows["ours / tiktoken's throughput, each turn (load average then)"] = ", ".join(
+            f"{x:.2f} ({t['load_avg_1min']:.1f})" for x, t in each
+        )
+    machine = f"**{r['machine']}**, {r['cores']} cores, {r['workers']} encoding threads"
+    return f"{machine}, tokenizer {r['tokenizer']}\n\n{markdown_table(list(rows.items()))}"

@@ -1,12 +1,6 @@
-"""Which heads carry the --no-mask cheat: switch them off and measure the leak gap
-(inspect_attention.py --ablate).
-
-A head that puts its weight on t+1 is a suspect; the proof is an intervention. The leak gap is
-measured with every head on, with the named heads off, and with as many random other heads off,
-several times: if the named heads carry the cheat, theirs closes most of the gap and the random
-ones little. Each head alone and each layer are measured too, for a cheat spread over several.
-The batches are the run's own val batches, so the gap before is its logged loss/leak_gap.
-"""
+"""Which heads carry the --no-mask cheat (inspect_attention.py --ablate): a head that looks at t+1
+is a suspect; the proof is the leak gap with it switched off, against as many random other heads
+off. Each head and each layer are measured too. The batches are the run's own val batches."""
 
 import dataclasses
 import sys
@@ -31,11 +25,10 @@ Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]
 
 
 def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
-    """The (x, y, positions) batches the run's evaluations scored honestly, from its checkpoint."""
+    """The (x, y, positions) batches the run's evaluations scored honestly."""
     cfg = dataclasses.replace(
         validate_config(checkpoint.get("config"), "the checkpoint", recorded=True), model=model.cfg
     )
-    # the run's text (a corpus changed since is refused), or the induction preset's source
     if cfg.data.source == "text":
         corpus = load_corpus(cfg.data, checkpoint.get("source_sha256"))
     else:
@@ -46,7 +39,6 @@ def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
 def leak_gap(
     model: GPT, batches: Batches, heads: list[tuple[int, int]], means: list[torch.Tensor] | None
 ) -> float:
-    """The leak gap with `heads` switched off (none: the model as it is)."""
     with ablate_heads(model, heads, means):
         return leak(model, batches)["loss/leak_gap"]
 
@@ -65,9 +57,7 @@ def measure(
     say: Callable[[str], None] = say_on_stderr,
 ) -> dict:
     """The leak gap before and after switching `heads` off, with as many random other heads off
-    (`draws` times), and with each head and each layer off; closed fractions are 1 - after /
-    before. The first gap is timed and `say` hears how long the rest should take. Returns what
-    ablation.json holds."""
+    (`draws` times), and with each head and each layer off: what ablation.json holds."""
     others = [h for h in all_heads(model) if h not in heads]
     if draws and len(others) < len(heads):
         raise ValueError(
@@ -128,7 +118,6 @@ def measure(
 
 
 def report(result: dict) -> str:
-    """The lines inspect_attention.py prints: before, after, random heads, each head and layer."""
     draws = result["random_draws"]
     lines = [
         f"ablating {', '.join(result['heads'])} ({result['ablation']}-ablation): leak gap "

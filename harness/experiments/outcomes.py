@@ -1,9 +1,6 @@
 """What each run of an experiment came to, read from its folder: finished (its log, or else its
-checkpoint), diverged (the record train.py's non-finite check leaves), or ended by a signal.
-
-A run is what its settings are, not where its folder lies: the folders in its config are not
-compared, and its texts (data.path, data.val_path) are compared as the files they name.
-"""
+checkpoint), diverged (the record train.py's non-finite check leaves), or ended by a signal. A run
+is its settings, not where its folder lies; its texts are compared as the files they name."""
 
 import signal
 from pathlib import Path
@@ -21,7 +18,6 @@ WHERE_NOT_WHAT = ("runs_dir", "cache_dir", "run_name", "resume", "vocab_size")
 
 
 def read_saved_runs(saved: Path) -> dict:
-    """The runs an earlier experiment recorded in its compare.json or sweep.json, by run name."""
     saved = read_json(saved)
     runs = saved.get("runs") if isinstance(saved, dict) else None
     return runs if isinstance(runs, dict) else {}
@@ -58,29 +54,20 @@ def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
         return None, run_dir / "config.json"
 
 
-def finished_checkpoint(cfg: Config) -> dict | None:
-    """The run's ckpt.pt if it says the run finished (evaluated at max_steps), else None (a damaged
-    one too: train.py, resuming it, says what is wrong)."""
-    try:
-        checkpoint = read_checkpoint(cfg.run_dir / "ckpt.pt")
-    except CheckpointError:
-        return None
-    if checkpoint["step"] == cfg.train.max_steps and checkpoint.get("evaluated", True):
-        return checkpoint
-    return None
-
-
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
     """What a run gave if it already finished with these settings (an evaluation at max_steps in
-    its log, or else a checkpoint that says so), else None. Its numbers come from the saved runs
-    (with its wall time), or else its log, or else the checkpoint's val loss."""
+    its log, or else its checkpoint says so), from the saved runs, its log or its checkpoint."""
     if not (cfg.run_dir / "ckpt.pt").is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]
     recorded, where = recorded_settings(cfg.run_dir)
     if last.get("step") != cfg.train.max_steps:
-        checkpoint = finished_checkpoint(cfg)
-        if checkpoint is None:
+        # a damaged checkpoint is no finished run: train.py, resuming it, says what is wrong
+        try:
+            checkpoint = read_checkpoint(cfg.run_dir / "ckpt.pt")
+        except CheckpointError:
+            return None
+        if checkpoint["step"] != cfg.train.max_steps or not checkpoint.get("evaluated", True):
             return None
         last = {"step": checkpoint["step"], "loss/val": checkpoint.get("val_loss")}
         recorded, where = checkpoint["config"], cfg.run_dir / "ckpt.pt"
@@ -102,7 +89,7 @@ def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict |
 
 def diverged_run(run_dir: Path) -> dict | None:
     """A run whose loss or gradient stopped being finite: the step, and the last training loss it
-    logged with that loss's step; None if it did not diverge."""
+    logged with its step; None if it did not diverge."""
     record = read_json(run_dir / DIVERGED)
     if not isinstance(record, dict) or not isinstance(record.get("step"), int):
         return None
@@ -122,8 +109,7 @@ def diverged_run(run_dir: Path) -> dict | None:
 
 
 def killed_from_outside(code: int, run_name: str, what: str) -> str | None:
-    """The line for a run that a signal ended before it could say anything (a negative exit code),
-    or None for a run that ended by itself."""
+    """The line for a run a signal ended before it could say anything (a negative exit code)."""
     if code >= 0:
         return None
     try:

@@ -1,7 +1,7 @@
-"""Measuring tools for the benchmark: train.py's step as bench.py times it, timers that wait for
-the device, peak memory (CUDA's allocator, or a tracker of tensor storage on the CPU, where torch
-keeps no statistics), the machine, the peak that MFU divides by, and the attention kernel."""
+"""bench.py's measuring tools: train.py's step, timers, peak memory (CUDA's allocator, or on the
+CPU, where torch keeps no statistics, a tracker of tensor storage), the machine, MFU's peak."""
 
+import contextlib
 import math
 import os
 import platform
@@ -20,10 +20,9 @@ from harness.training.runtime import Runtime
 from harness.training.step import check_finite, micro_steps
 from model import ModelConfig
 
-# Dense bfloat16 tensor-core peaks in TFLOP/s, MFU's denominator under bf16 autocast (datasheets
-# print twice these "with sparsity", which training does not use). The first pattern found in
-# torch.cuda.get_device_name wins, so specific names come first.
-BF16_PEAKS = [  # (pattern, dense bf16 TFLOP/s, source)
+# (pattern, dense bf16 TFLOP/s, source): MFU's denominator under bf16 autocast (training uses no
+# sparsity). The first pattern found in the device's name wins, so specific names come first.
+BF16_PEAKS = [
     (r"H200 NVL", 835, "NVIDIA H200 NVL datasheet, 1,671 with sparsity"),
     (r"H200", 989, "NVIDIA H200 datasheet (SXM), 1,979 with sparsity"),
     (r"H100 NVL", 835, "NVIDIA H100 NVL datasheet, 1,671 with sparsity"),
@@ -43,17 +42,14 @@ KERNELS = {
     SDPBackend.CUDNN_ATTENTION: "cuDNN",
     SDPBackend.MATH: "math (the (T, T) weights held in memory)",
 }
-# how long the square matmuls are timed for MFU's denominator, where no datasheet gives it
+# seconds of square matmuls timed for MFU's denominator, where no datasheet gives it
 PEAK_SECONDS = 3.0
 
 
 class PeakMemory(TorchDispatchMode):
-    """Peak bytes of tensor storage allocated while the mode is active, above what existed before.
-
-    Each op output with a new storage (not an input's, as views and in-place ops have) adds its
-    bytes to a live count, and a weakref.finalize takes them off when torch frees it. A kernel's
-    scratch space, allocated and freed inside one op, stays invisible.
-    """
+    """Peak bytes of tensor storage allocated while the mode is active: each op output with a new
+    storage (not an input's) adds its bytes, and a weakref.finalize takes them off when torch frees
+    it. A kernel's scratch space, allocated and freed inside one op, stays invisible."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -65,19 +61,17 @@ class PeakMemory(TorchDispatchMode):
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         inputs = {t.untyped_storage()._cdata for t in tensors}
         for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in inputs:
-                self.track(t.untyped_storage())
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            key, nbytes = storage._cdata, storage.nbytes()
+            if key not in inputs and key not in self.counted:
+                self.counted.add(key)
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+                # storage objects live as long as the memory
+                weakref.finalize(storage, self.release, key, nbytes)
         return out
-
-    def track(self, storage: torch.UntypedStorage) -> None:
-        key, nbytes = storage._cdata, storage.nbytes()
-        if key in self.counted:
-            return
-        self.counted.add(key)
-        self.live += nbytes
-        self.peak = max(self.peak, self.live)
-        # storage objects live as long as the memory
-        weakref.finalize(storage, self.release, key, nbytes)
 
     def release(self, key: int, nbytes: int) -> None:
         self.counted.discard(key)
@@ -87,8 +81,8 @@ class PeakMemory(TorchDispatchMode):
 def training_step(
     step_model, optimizer, micro_batches: list, runtime: Runtime, grad_clip: float
 ) -> tuple[torch.Tensor, float]:
-    """train.py's step, line for line (a script imports no other; tests/test_benchmark.py holds
-    the two equal). Returns the mean loss and the clock as the update starts."""
+    """train.py's step, line for line (tests/test_benchmark.py holds the two equal): the mean loss
+    and the clock as the update starts."""
     optimizer.zero_grad(set_to_none=True)
     loss = torch.zeros((), device=runtime.device)
     for x, y, ddp_sync in micro_steps(step_model, micro_batches, runtime):
@@ -105,7 +99,6 @@ def training_step(
 
 
 def peak_memory_bytes(fn, device: torch.device) -> int:
-    """Peak bytes that fn() allocates above what was live before it ran."""
     if device.type == "cuda":
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -119,7 +112,7 @@ def peak_memory_bytes(fn, device: torch.device) -> int:
 
 
 def best_ms(fn, device: torch.device, repeats: int) -> float:
-    """The fastest of `repeats` timed runs of fn(), in milliseconds, after one warm-up run."""
+    """The fastest of `repeats` timed runs of fn() in ms, after a warm-up."""
     fn()
     return min(timed(fn, device)[0] for _ in range(repeats)) * 1e3
 
@@ -127,26 +120,23 @@ def best_ms(fn, device: torch.device, repeats: int) -> float:
 def machine_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        if names:
-            return names[0]
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
 def load_average() -> float | None:
-    """The 1-minute load average where the OS reports one: compare it with the number of cores."""
+    """The 1-minute load average, where the OS reports one."""
     try:
         return os.getloadavg()[0]
-    except (AttributeError, OSError):
+    except OSError:
         return None
 
 
 def machine_facts(device: torch.device) -> dict:
-    """What a table of timings says of the machine: other work on it skews every timing."""
+    """The machine under a table of timings: other work on it skews every timing."""
     return {
         "machine": machine_name(device),
         "device": str(device),
@@ -157,7 +147,6 @@ def machine_facts(device: torch.device) -> dict:
 
 
 def machine_line(r: dict) -> str:
-    """The line above a table of timings: the machine, torch's threads and version, the load."""
     line = f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, "
     line += f"torch {r['torch_version']}"
     if r.get("load_avg_1min") is not None:
@@ -168,7 +157,7 @@ def machine_line(r: dict) -> str:
 def matmul_peak_flops(
     device: torch.device, dtype: torch.dtype, sizes=(512, 1024, 2048), seconds: float = PEAK_SECONDS
 ) -> float:
-    """The best FLOP/s of square matmuls (2 n^3 FLOPs each) over a few seconds."""
+    """The best FLOP/s of square matmuls (2 n^3 FLOPs each)."""
     best = 0.0
     for n in sizes:
         a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
@@ -180,7 +169,6 @@ def matmul_peak_flops(
 
 
 def card_peak(name: str) -> tuple[float, str] | None:
-    """A CUDA card's dense bf16 peak (FLOP/s) and its source; None for a card not in BF16_PEAKS."""
     for pattern, tflops, source in BF16_PEAKS:
         if re.search(pattern, name):
             return tflops * 1e12, source
@@ -189,23 +177,21 @@ def card_peak(name: str) -> tuple[float, str] | None:
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
     """What MFU divides by, and its source: under bf16 on CUDA the card's datasheet peak, elsewhere
-    the best matmul measured here (below what a datasheet would say)."""
+    the best matmul measured here."""
+    source = "measured here"
     if device.type == "cuda" and dtype == torch.bfloat16:
         name = machine_name(device)
         if found := card_peak(name):
             return found
-        source = f"measured here: {name} is not in the table of cards' peaks"
-        return matmul_peak_flops(device, dtype), source
-    return matmul_peak_flops(device, dtype), "measured here"
+        source += f": {name} is not in the table of cards' peaks"
+    return matmul_peak_flops(device, dtype), source
 
 
 def attention_kernel(
     cfg: ModelConfig, batch_size: int, device: torch.device, dtype: torch.dtype
 ) -> str:
-    """The attention kernel a training step runs: with "sdpa", the one torch's dispatcher picks for
-    the step's (B, H, T, D) inputs in `dtype`, asked of torch._fused_sdp_choice (private: a release
-    without it gets "unknown"). Under torch.compile the graph keeps the kernel chosen at tracing.
-    """
+    """The attention kernel a training step runs: with "sdpa", the one torch picks for the step's
+    (B, H, T, D) inputs, asked of the private torch._fused_sdp_choice."""
     if cfg.attention != "sdpa":
         return f"none: model.attention = {cfg.attention}"
     choose = getattr(torch, "_fused_sdp_choice", None)

@@ -1,9 +1,6 @@
-"""Seed statistics for comparisons: the spread of a quantity over seeds, paired differences with a
-95% interval, and the table of variants that compare.py and break_gpt2.py print.
-
-A difference between variants means something only next to how much one variant moves when only
-the seed changes. Plain floats in, plain numbers out, standard library only (no scipy).
-"""
+"""Seed statistics: the spread of a quantity over seeds, paired differences with a 95% interval,
+and the Markdown tables the experiments print. A difference between variants means something only
+next to how much one variant moves when only the seed changes."""
 
 import dataclasses
 import math
@@ -17,7 +14,7 @@ T_975 = (
     + (2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056)
     + (2.052, 2.048, 2.045, 2.042)
 )
-Z_975 = 1.959964  # the normal quantile that t_{0.975, df} approaches as df grows
+Z_975 = 1.959964  # the normal quantile t approaches as df grows
 
 COLUMNS = [  # (header, metric tag, format)
     ("train", "loss/train", ".3f"),
@@ -34,7 +31,6 @@ COLUMNS = [  # (header, metric tag, format)
     ("wall s", "wall_s", ".0f"),
 ]
 MINUS = "−"  # in a difference's label: "char-no-mask-no-pos − char-no-mask"
-# what the ablations are about
 DIFFERENCE_COLUMNS = ["val", "val honest", "leak gap", "order use", "entropy", "saturated"]
 
 
@@ -55,17 +51,13 @@ class Difference:
 
 
 def spread(values: Sequence[float]) -> Spread:
-    """Mean and sample standard deviation over seeds: the seeds are a small sample of all one could
-    pick, and dividing by n would understate the spread."""
-    if not values:
-        raise ValueError("spread of no values")
+    """Mean and sample standard deviation (divisor n - 1: the seeds are a small sample)."""
     std = statistics.stdev(values) if len(values) > 1 else None
     return Spread(statistics.fmean(values), std, len(values))
 
 
 def t_975(df: int) -> float:
-    """t_{0.975, df}: a 95% interval of the mean of df + 1 values is mean ± t * sd / sqrt(df + 1).
-    With few seeds the sd is itself noisy, so t is far above 1.96. Past the table, the
+    """t_{0.975, df}, far above 1.96 with few seeds, whose sd is itself noisy. Past the table, the
     Cornish-Fisher expansion, which meets it at df = 30 to three decimals."""
     if df < 1:
         raise ValueError(f"a t quantile needs at least one degree of freedom, got {df}")
@@ -81,13 +73,8 @@ def half_width(s: Spread) -> float | None:
 
 
 def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Difference:
-    """Ablation minus base, paired by seed. A pair shares its initialisation and batches, so the
-    seed noise they share cancels and the interval is narrower than from two independent means.
-    `sigmas`: how many of base's seed-to-seed sds the ablation moved the quantity."""
-    if len(ablation) != len(base) or not base:
-        raise ValueError(
-            f"paired values need the same non-zero count, got {len(ablation)} and {len(base)}"
-        )
+    """Ablation minus base, paired by seed: a pair shares its initialisation and batches, so the
+    seed noise they share cancels and the interval is narrower than from two independent means."""
     d = spread([a - b for a, b in zip(ablation, base, strict=True)])
     if d.std is None:
         return Difference(d.mean, None, None, 1)
@@ -97,12 +84,10 @@ def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Diffe
 
 
 def column(runs: list[dict], tag: str) -> list[float] | None:
-    """One tag's value from every run, in seed order; None if any run lacks it."""
     return [r[tag] for r in runs] if all(tag in r for r in runs) else None
 
 
 def aggregate(runs: list[dict]) -> dict[str, Spread | None]:
-    """Per column tag, the spread over a variant's runs; None where the tag is missing."""
     return {
         tag: None if (values := column(runs, tag)) is None else spread(values)
         for _, tag, _ in COLUMNS
@@ -110,7 +95,6 @@ def aggregate(runs: list[dict]) -> dict[str, Spread | None]:
 
 
 def what_figures_are(n_seeds: int, per_point: bool = False) -> str:
-    """What a table's (or, per_point, a picture's) figures are over n_seeds."""
     if n_seeds == 1:
         return "one seed per point, no interval" if per_point else "one seed: no interval"
     if per_point:
@@ -124,26 +108,30 @@ def format_cell(s: Spread | None, fmt: str) -> str:
     return format(s.mean, fmt) if s.std is None else f"{s.mean:{fmt}} ± {s.std:{fmt}}"
 
 
+def markdown_table(rows: list[list[str]], align: str = "") -> str:
+    """rows[0] is the header; `align` has an l or r per column (default: l, then r for the rest)."""
+    align = align or "l" + "r" * (len(rows[0]) - 1)
+    rule = "|" + "".join("---|" if a == "l" else "---:|" for a in align)
+    lines = ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join([lines[0], rule, *lines[1:]])
+
+
 def format_table(
     rows: dict[str, dict[str, Spread | None]], columns: list[tuple[str, str, str]] = COLUMNS
 ) -> str:
     """One row per variant: plain values for one seed, mean ± sample standard deviation for more."""
-    lines = [
-        "| run | " + " | ".join(h for h, _, _ in columns) + " |",
-        "|---|" + "---:|" * len(columns),
+    header = ["run", *(h for h, _, _ in columns)]
+    body = [
+        [name, *(format_cell(s[tag], fmt) for _, tag, fmt in columns)] for name, s in rows.items()
     ]
-    for name, stats in rows.items():
-        cells = " | ".join(format_cell(stats[tag], fmt) for _, tag, fmt in columns)
-        lines.append(f"| {name} | {cells} |")
-    return "\n".join(lines)
+    return markdown_table([header, *body])
 
 
 def differences(
     by_variant: dict[str, list[dict]], also: dict[str, list[str]] | None = None
 ) -> dict[str, dict[str, Difference | None]]:
-    """Each ablation against base (the first variant), paired by seed, keyed by its name; then
-    each pair `also` asks for ({"x-no-mask-no-pos": ["x-no-mask"]}), keyed "x-no-mask-no-pos −
-    x-no-mask"."""
+    """Each ablation against base (the first variant), paired by seed, keyed by its name; then each
+    pair `also` asks for ({"x-a-b": ["x-a"]}), keyed "x-a-b − x-a"."""
     (base_name, _), *ablations = by_variant.items()
     pairs = [(name, name, base_name) for name, _ in ablations]
     pairs += [
@@ -151,7 +139,7 @@ def differences(
         for name, references in (also or {}).items()
         for reference in references
     ]
-    out: dict[str, dict[str, Difference | None]] = {}
+    out = {}
     for label, name, reference in pairs:
         out[label] = {}
         for header, tag, _ in COLUMNS:
@@ -161,14 +149,6 @@ def differences(
                 missing = values is None or base_values is None
                 out[label][tag] = None if missing else paired_difference(values, base_values)
     return out
-
-
-def format_sigmas(sigmas: float, spans_zero: bool = False) -> str:
-    """A difference's size in seed sds. Against a run that never varied it is infinite: a finding
-    when the interval excludes 0, no size at all when it spans 0."""
-    if sigmas == float("inf"):
-        return "n/a sd (constant over seeds)" if spans_zero else "inf sd"
-    return f"{sigmas:.1f} sd"
 
 
 def format_differences(
@@ -200,7 +180,10 @@ def format_differences(
                 cells.append(f"{header} {d.mean:+{fmt}}")
             else:
                 low, high = d.mean - d.half_width, d.mean + d.half_width
-                sigmas = format_sigmas(d.sigmas, low <= 0 <= high)
+                sigmas = f"{d.sigmas:.1f} sd"
+                # against a run that never varied: a finding only when the interval excludes 0
+                if d.sigmas == math.inf:
+                    sigmas = "n/a sd (constant over seeds)" if low <= 0 <= high else "inf sd"
                 cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {sigmas}")
         lines.append(f"  {name + ':':<{width + 1}} " + " | ".join(cells))
     return "\n".join(lines)

@@ -1,11 +1,7 @@
-"""The experiment of sweep.py: learning rates x variants x seeds, each run a train.py process
-(comparison.py's train_runs), and what each rate does to each variant at the end of training.
-
-A rate too high makes the queries and keys grow, the scores with their product, and the softmax
-goes one-hot: --no-scale's saturation with the scale in place. The sweep draws the final val loss
-and the largest score against the rate, with and without a cure, as Wortsman et al. (2023,
-"Small-scale proxies for large-scale Transformer training instabilities", Fig. 1) do.
-"""
+"""sweep.py's experiment: learning rates x variants x seeds, and what each rate does to each
+variant. A rate too high grows the queries and keys, the scores with them, and the softmax goes
+one-hot: --no-scale's saturation with the scale in place. Drawn as Wortsman et al. (2023,
+"Small-scale proxies for large-scale Transformer training instabilities", Fig. 1) do."""
 
 import dataclasses
 from pathlib import Path
@@ -25,6 +21,7 @@ from harness.experiments.stats import (
     aggregate,
     differences,
     half_width,
+    markdown_table,
     paired_difference,
     spread,
     to_json,
@@ -52,8 +49,7 @@ OVER_TIME = "Probe_attn/score_max"
 def plan_sweep(
     cfg: Config, folder: Path, n_seeds: int, lrs: list[float], names: list[str]
 ) -> dict[str, dict[str, list[Config]]]:
-    """{variant: {rate: its runs over the seeds}}; run names carry both
-    (char-qk-norm-lr1.2e-1-s1337). A rate train.lr's checks refuse is one line."""
+    """{variant: {rate: its runs over the seeds}}, run names such as char-qk-norm-lr1.2e-1-s1337."""
     out: dict[str, dict[str, list[Config]]] = {}
     for lr in lrs:
         try:
@@ -71,11 +67,10 @@ def plan_sweep(
 def interval(values: list[float]) -> dict:
     """Mean, sample sd and the 95% interval's half width of a quantity over seeds."""
     s = spread(values)
-    return {"mean": s.mean, "std": s.std, "n": s.n, "half_width": half_width(s)}
+    return {**dataclasses.asdict(s), "half_width": half_width(s)}
 
 
 def paired(ends: dict[int, dict], others: dict[int, dict], tag: str) -> list[tuple[float, float]]:
-    """(this run's value, the other's) of a tag, at each seed where both trained and logged it."""
     return [
         (end[tag], others[seed][tag])
         for seed, end in ends.items()
@@ -86,10 +81,9 @@ def paired(ends: dict[int, dict], others: dict[int, dict], tag: str) -> list[tup
 def summarise(
     plan: dict[str, dict[str, list[Config]]], runs: dict[str, dict], preset_lr: str | None
 ) -> dict:
-    """What the sweep found per variant and rate, from each run's result and log: the tags at the
-    end, the largest score at the first evaluation and its growth, the seeds that diverged, the
-    differences from base; the largest score over time at the highest rate; compare.py's table at
-    the preset's rate."""
+    """Per variant and rate: the tags at the end, the largest score first and its growth, the seeds
+    that diverged, the differences from base; the largest score over time at the highest rate;
+    compare.py's table at the preset's rate."""
     ends = {
         v: {lr: {c.train.seed: runs[c.run_name] for c in configs} for lr, configs in by_lr.items()}
         for v, by_lr in plan.items()
@@ -171,7 +165,6 @@ COLUMNS = (
 
 
 def diverged_cell(gone: list[dict], n_seeds: int) -> str:
-    """The seeds that diverged at one rate: each one's step and the last training loss logged."""
     each = []
     for g in gone:
         where = f"at step {g['step']}"
@@ -190,25 +183,23 @@ def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | 
     """Per rate and variant, each column's tag at the end, mean ± 95% half width over the seeds that
     trained to the end (n/a: none did); a last column says where runs diverged."""
     gone = summary.get("diverged") or {}
-    last = (" diverged |", "---|") if gone else ("", "")
-    lines = [
-        "| lr | run | " + " | ".join(h for h, _, _ in columns) + " |" + last[0],
-        "|---|---|" + "---:|" * len(columns) + last[1],
-    ]
+    header = ["lr", "run", *(h for h, _, _ in columns)]
+    rows = [header + ["diverged"] * bool(gone)]
     for lr in summary["lrs"]:
         for variant in variants or summary["aggregate"]:
-            cells = [summary["aggregate"][variant][lr].get(tag) for _, tag, _ in columns]
-            text = [
-                "n/a"
-                if c is None
-                else f"{c['mean']:{fmt}}"
-                + (f" ± {c['half_width']:{fmt}}" if c["half_width"] is not None else "")
-                for c, (_, _, fmt) in zip(cells, columns, strict=True)
-            ]
+            row = [lr, variant]
+            for _, tag, fmt in columns:
+                c = summary["aggregate"][variant][lr].get(tag)
+                if c is None:
+                    row.append("n/a")
+                elif c["half_width"] is None:
+                    row.append(f"{c['mean']:{fmt}}")
+                else:
+                    row.append(f"{c['mean']:{fmt}} ± {c['half_width']:{fmt}}")
             if gone:
-                text.append(diverged_cell(gone.get(variant, {}).get(lr, []), len(summary["seeds"])))
-            lines.append(f"| {lr} | {variant} | " + " | ".join(text) + " |")
-    return "\n".join(lines)
+                row.append(diverged_cell(gone.get(variant, {}).get(lr, []), len(summary["seeds"])))
+            rows.append(row)
+    return markdown_table(rows, "ll" + "r" * len(columns) + "l" * bool(gone))
 
 
 def run_sweep(
@@ -220,9 +211,8 @@ def run_sweep(
     names: list[str],
     jobs: int = 1,
 ) -> dict | int:
-    """Train every variant at every rate and seed into runs/sweep-<config>/, seed by seed so that a
-    sweep stopped early holds complete rounds, then save sweep.json and draw sweep.png. Returns the
-    summary (with its folder), or the exit code of a run that failed or was stopped."""
+    """Train every variant at every rate and seed, seed by seed (stopped early, the rounds done are
+    complete), then save sweep.json and sweep.png: the summary, or a failed run's exit code."""
     folder = Path(cfg.train.runs_dir) / f"sweep-{cfg.name}"
     # before the folder is claimed: a refused rate moves nothing
     plan = plan_sweep(cfg, folder, n_seeds, lrs, names)

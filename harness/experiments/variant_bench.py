@@ -1,12 +1,7 @@
-"""bench.py --variants: what each change of attention as shipped models have it buys when a model
-samples, at random init, for the preset and each variant at a context of block_size, batch 1:
-
-- the KV cache's bytes after a block_size-token prompt, and per token. K key/value heads of H keep
-  K/H of them; a window W keeps W - 1 positions in a windowed layer, whatever the context;
-- cached sampling's tokens/s from that full prompt, by generate()'s own context policy (a full
-  window keeps its newest half), as sample.py's samples run once longer than the context;
-- train.py's step in ms on random tokens (benchmark.py's bench_training).
-"""
+"""bench.py --variants: what each change of attention buys when a model samples, at random init,
+batch 1: the KV cache's bytes after a block_size-token prompt (K key/value heads of H keep K/H of
+them; a window W keeps W - 1 positions), cached sampling's tokens/s from that prompt by generate()'s
+own context policy, as sample.py's long samples run, and train.py's step in ms."""
 
 import dataclasses
 import sys
@@ -18,6 +13,7 @@ import torch
 from configs import Config, ConfigError
 from harness.experiments.benchmark import VOCAB_SIZES, bench_training
 from harness.experiments.profiling import machine_facts, machine_line
+from harness.experiments.stats import markdown_table
 from harness.training.budget import timed
 from harness.training.runtime import Runtime
 from model import GPT
@@ -29,7 +25,6 @@ KiB = 2**10
 
 
 def cache_bytes(model: GPT, prompt: torch.Tensor) -> int:
-    """The bytes of keys and values every layer's KVCache holds once the model has read prompt."""
     caches = model.new_caches()
     with torch.no_grad():
         model.hidden(prompt, caches)
@@ -44,8 +39,8 @@ def bench_variants(
     repeats: int = 3,
     train_steps: int = 3,
 ) -> dict:
-    """Per variant (keyed by run name, the preset first): parameters, the KV cache's bytes, cached
-    sampling's tokens/s and train.py's step in ms, the best of `repeats` runs taken in turns."""
+    """Per variant by run name, the preset first: parameters, KV cache bytes, cached sampling's
+    tokens/s and train.py's step in ms, the best of `repeats` runs taken in turns."""
     T = cfg.model.block_size
     rows, runs = {}, {}
     sized = dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
@@ -53,13 +48,15 @@ def bench_variants(
         torch.manual_seed(cfg.train.seed)
         model = GPT(model_cfg).to(runtime.device).eval()
         g = torch.Generator().manual_seed(0)
-        # (1, T): a full context
         prompt = torch.randint(0, model_cfg.vocab_size, (1, T), generator=g).to(runtime.device)
         total = cache_bytes(model, prompt)
         model.generate(prompt, 4)  # warm-up
         name = f"{cfg.name}{suffix}"
-        rows[name] = {"params": model.num_params(), "cache_bytes": total}
-        rows[name]["cache_bytes_per_token"] = total / T
+        rows[name] = {
+            "params": model.num_params(),
+            "cache_bytes": total,
+            "cache_bytes_per_token": total / T,
+        }
         variant_cfg = dataclasses.replace(cfg, model=model_cfg)
         runs[name] = (model, prompt, variant_cfg, [], [])
     # in turns, so that a burst of other work on the machine slows one run of each, not all of one
@@ -85,7 +82,6 @@ def bench_variants(
 
 
 def measure_variants(cfg: Config, runtime: Runtime, names: list[str]) -> dict:
-    """bench.py --variants' whole result: the machine, the figures and how long they took."""
     if changed := applied(cfg.model):
         flags = ", ".join(c.flag for c in changed)
         raise ConfigError(
@@ -104,22 +100,18 @@ def measure_variants(cfg: Config, runtime: Runtime, names: list[str]) -> dict:
 
 
 def format_variants(r: dict) -> str:
-    """The variants as one markdown table, the preset first."""
     T, n = r["variant_context"], r["variant_new_tokens"]
-    lines = [
-        machine_line(r),
-        "",
-        f"| config {r['config']}, batch 1, context {T} tokens | parameters "
-        f"| KV cache after {T} tokens | bytes per token | of the preset's "
-        f"| sampling {n} tokens after a {T}-token prompt, KV cache | of the preset's "
-        "| training step |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    rows = [
+        [f"config {r['config']}, batch 1, context {T} tokens", "parameters"]
+        + [f"KV cache after {T} tokens", "bytes per token", "of the preset's"]
+        + [f"sampling {n} tokens after a {T}-token prompt, KV cache", "of the preset's"]
+        + ["training step"]
     ]
     for name, v in r["variants"].items():
-        lines.append(
-            f"| {name} | {v['params'] / 1e6:.3f} M | {v['cache_bytes'] / KiB:,.1f} KiB "
-            f"| {v['cache_bytes_per_token']:,.0f} | {100 * v['cache_fraction']:.0f} % "
-            f"| {v['sample_tokens_per_s']:,.0f} tokens/s | {v['sample_speedup']:.2f}x "
-            f"| {v['step_ms']:.0f} ms |"
+        rows.append(
+            [name, f"{v['params'] / 1e6:.3f} M", f"{v['cache_bytes'] / KiB:,.1f} KiB"]
+            + [f"{v['cache_bytes_per_token']:,.0f}", f"{100 * v['cache_fraction']:.0f} %"]
+            + [f"{v['sample_tokens_per_s']:,.0f} tokens/s", f"{v['sample_speedup']:.2f}x"]
+            + [f"{v['step_ms']:.0f} ms"]
         )
-    return "\n".join(lines)
+    return f"{machine_line(r)}\n\n{markdown_table(rows)}"

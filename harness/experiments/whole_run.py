@@ -1,10 +1,7 @@
-"""Where the time of one whole training run goes: `python bench.py --whole-run --config char`.
-
-bench.py starts `python -m harness.experiments.whole_run REPORT train.py ARGS...`: this module puts
-a clock around the functions train.py calls (PHASES), then runs train.py unchanged. A phase entered
-inside another pauses the outer one's clock. What no phase claims is the interpreter's start, the
-imports, the loop's own work and the exit. The report goes to REPORT as JSON.
-"""
+"""Where the time of one whole training run goes (bench.py --whole-run): run as
+`python -m harness.experiments.whole_run REPORT train.py ARGS...`, it puts a clock around the
+functions train.py calls (PHASES), runs train.py unchanged and writes REPORT as JSON. A phase
+entered inside another pauses the outer one's clock."""
 
 import time
 
@@ -15,6 +12,7 @@ import functools  # noqa: E402 (below the clock on purpose)
 import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import runpy  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -27,7 +25,7 @@ EXIT = "the rest: the interpreter's exit"
 BACKWARD = "steps: backward and clip"
 UPDATE = "steps: the optimizer's update"
 LOGGING = "logging: scalars, TensorBoard, metrics.jsonl"
-# (module:attribute, phase, only inside this phase or None): the functions train.py goes through
+# (module:attribute, phase, only inside this phase or None)
 PHASES = [
     ("harness.cli:OneLineParser.parse_with_config", "start-up: the config", None),
     ("harness.training.runtime:setup_runtime", "start-up: device and backend switches", None),
@@ -83,7 +81,6 @@ class PhaseClock:
         self.mark = mark  # (wall, CPU) seconds when the clock last charged
 
     def charge(self) -> None:
-        """The time since the last mark goes to the phase on top of the stack."""
         now, top = (time.perf_counter(), time.process_time()), self.stack[-1]
         self.wall[top] = self.wall.get(top, 0.0) + now[0] - self.mark[0]
         self.cpu[top] = self.cpu.get(top, 0.0) + now[1] - self.mark[1]
@@ -108,7 +105,7 @@ class PhaseClock:
 
 
 def child(report: str, script: str, argv: list[str]) -> None:
-    """Run `python script argv...` under the clock, then write the report (also when it fails)."""
+    """Run `python script argv...` under the clock, then write the report (also if it fails)."""
     clock = PhaseClock(IMPORTS, STARTED[1:])
     for where, phase, inside in PHASES:
         module_name, name = where.split(":")
@@ -141,19 +138,15 @@ def child(report: str, script: str, argv: list[str]) -> None:
     sys.exit(code)
 
 
-def children_cpu_s() -> float | None:
-    """CPU seconds of this process's finished children, where the OS counts them (not Windows)."""
-    try:
-        import resource
-    except ImportError:
-        return None
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished children."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
 def profile_whole_run(argv: list[str]) -> dict:
-    """Run `python train.py argv...` under the phase clock, its output on stderr; returns its exit
-    code and each phase's calls, wall and CPU seconds, with the interpreter's start and exit."""
+    """Run `python train.py argv...` under the phase clock, its output on stderr: its exit code and
+    each phase's calls, wall and CPU seconds."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         cpu_before, spawned = children_cpu_s(), time.time()
@@ -171,51 +164,45 @@ def profile_whole_run(argv: list[str]) -> dict:
         name: {"calls": r["calls"].get(name, 0), "wall_s": wall, "cpu_s": r["cpu"][name]}
         for name, wall in r["wall"].items()
     }
-    cpu = None if cpu_after is None else cpu_after - cpu_before
-    in_process_cpu = r["cpu_before"] + sum(r["cpu"].values())
-    exit_cpu = None if cpu is None else cpu - in_process_cpu
+    cpu = cpu_after - cpu_before
+    exit_cpu = cpu - r["cpu_before"] - sum(r["cpu"].values())
     phases[EXIT] = {"calls": 1, "wall_s": exited - r["ended"], "cpu_s": exit_cpu}
     return {"code": r["code"], "phases": phases, "wall_s": exited - spawned, "cpu_s": cpu}
 
 
-def seconds(value: float | None) -> str:
-    return "?" if value is None else f"{value:.2f}"
-
-
 def format_whole_run(r: dict) -> str:
-    """The phases as a markdown table, grouped as the run goes, each group's total in bold."""
+    """The phases grouped as the run goes, each group's total in bold."""
     # here: the child process imports nothing before its clock
     from harness.experiments.profiling import machine_line
 
-    groups: dict[str, list[tuple[str, dict]]] = {}
+    groups = {}
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
         groups.setdefault(group, []).append((detail, phase))
     lines = [
         machine_line(r),
         "",
-        f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {seconds(r['cpu_s'])} s of CPU time, "
-        f"final val {r.get('val', '?')}",
+        f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {r['cpu_s']:.2f} s of CPU time, "
+        f"final val {r['val']}",
         "",
         "| phase | calls | wall s | share of wall | CPU s |",
         "|---|---:|---:|---:|---:|",
     ]
-    for group in sorted(groups, key=lambda g: GROUPS.index(g) if g in GROUPS else len(GROUPS)):
+    for group in sorted(groups, key=GROUPS.index):
         rows = groups[group]
         wall = sum(phase["wall_s"] for _, phase in rows)
-        cpus = [phase["cpu_s"] for _, phase in rows]
-        cpu = None if None in cpus else sum(cpus)
+        cpu = sum(phase["cpu_s"] for _, phase in rows)
         share = 100 * wall / r["wall_s"]
-        lines.append(f"| **{group}** | | **{wall:.2f}** | **{share:.1f} %** | **{seconds(cpu)}** |")
+        lines.append(f"| **{group}** | | **{wall:.2f}** | **{share:.1f} %** | **{cpu:.2f}** |")
         for detail, phase in rows:
             share = 100 * phase["wall_s"] / r["wall_s"]
             # the imports and the loop are no call
             calls = f"{phase['calls']:,}" if phase["calls"] else ""
             lines.append(
                 f"| &nbsp; {detail} | {calls} | {phase['wall_s']:.2f} | {share:.1f} % "
-                f"| {seconds(phase['cpu_s'])} |"
+                f"| {phase['cpu_s']:.2f} |"
             )
-    total = f"**{r['wall_s']:.2f}** | **100 %** | **{seconds(r['cpu_s'])}**"
+    total = f"**{r['wall_s']:.2f}** | **100 %** | **{r['cpu_s']:.2f}**"
     lines.append(f"| **the whole run** | | {total} |")
     return "\n".join(lines)
 
