@@ -56,5 +56,6 @@ with tempfile.TemporaryDirectory() as tmp:
             f"{preset}: exit {code}\n{out.getvalue()[-2000:]}"
         )
 print(
-    f"torch {torch.__version__}: {len(modules)} modules import, the char and base presets train 3 Muon steps each"
+    f"torch {torch.__version__}: {len(modules)} modules import, the char and base presets train 3 "
+    "Muon steps each"
 )

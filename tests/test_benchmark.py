@@ -159,7 +159,8 @@ def test_bench_refuses_what_train_py_refuses_before_it_builds_and_estimates_firs
     for extra, needle in (
         (
             ["--model.n_layer=1000000"],
-            "training a model of about 12,288M parameters needs about 183 GiB, and this cpu has 16 GiB",
+            "training a model of about 12,288M parameters needs about 183 GiB, and this cpu has 16 "
+            "GiB",
         ),
         (["--model.block_size=100000"], "one training step at block_size 100000 would take about"),
         (
@@ -175,7 +176,8 @@ def test_bench_refuses_what_train_py_refuses_before_it_builds_and_estimates_firs
     err = capsys.readouterr().err.splitlines()
     estimate = float(
         re.fullmatch(
-            r"benchmarking: about (\d+) s \(estimated\), after train.py's checks of the model and its step",
+            r"benchmarking: about (\d+) s \(estimated\), after train.py's checks of the model and "
+            r"its step",
             err[0],
         )[1]
     )
@@ -482,8 +484,10 @@ def test_the_table_shows_a_gpu_s_figures(monkeypatch):
         "| model FLOPs per token (6N + 12LTC, N the weights that multiply) | 854.44 M |",
         "| model FLOP/s | 854.4 TFLOP/s |",
         "| bfloat16 peak: NVIDIA H100 datasheet (SXM), 1,979 with sparsity | 989.0 TFLOP/s |",
-        "| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not counted) | 86.4 % |",
-        "| peak memory of a training step (above params + optimizer state, 1024.0 MiB) | 9216.0 MiB |",
+        "| MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
+        "counted) | 86.4 % |",
+        "| peak memory of a training step (above params + optimizer state, 1024.0 MiB) | 9216.0 "
+        "MiB |",
     ]:
         assert line in lines, line
 

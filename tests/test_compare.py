@@ -642,7 +642,8 @@ def test_a_second_ctrl_c_says_which_finished_runs_are_kept(
         and torch.load(folder / "tiny" / "ckpt.pt", weights_only=True)["step"] == 2
     )
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"SIGINT again: aborted at once; finished and kept in {folder}: tiny; continue with the same command plus --resume"
+        f"SIGINT again: aborted at once; finished and kept in {folder}: tiny; continue with the "
+        "same command plus --resume"
     )
 
 
@@ -686,7 +687,8 @@ def test_sighup_is_passed_on_to_the_child_once(tmp_path):
     ready, got = tmp_path / "ready", tmp_path / "got"
     child = (
         "import pathlib, signal, sys, time\n"
-        f"signal.signal(signal.SIGHUP, lambda s, f: (open({str(got)!r}, 'a').write('HUP '), sys.exit(129)))\n"
+        f"signal.signal(signal.SIGHUP, lambda s, f: (open({str(got)!r}, 'a').write('HUP '), "
+        "sys.exit(129)))\n"
         f"pathlib.Path({str(ready)!r}).touch()\n"
         "time.sleep(60)\n"
     )
@@ -828,8 +830,10 @@ def test_a_run_killed_from_outside_is_one_line_naming_it(
     run, what = ("tiny", "comparison") if script == "compare" else ("tiny-lr3e-3", "sweep")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        f"error: {run} was ended by SIGKILL from outside (as the kernel's out-of-memory killer does); every checkpoint it saved "
-        f"is kept: the same command plus --resume continues the {what}, that run from its last checkpoint"
+        f"error: {run} was ended by SIGKILL from outside (as the kernel's out-of-memory killer "
+        "does); every checkpoint it saved "
+        f"is kept: the same command plus --resume continues the {what}, that run from its last "
+        "checkpoint"
     ]
     saved = json.loads((tmp_path / "runs" / f"{script}-tiny" / f"{script}.json").read_text())
     assert saved["runs"] == {run: {"exit_code": -signal.SIGKILL}}  # the run after it never started

@@ -217,8 +217,8 @@ def test_one_sample_streams_the_same_text_as_it_returns(trained, capsys):
     )
     out = capsys.readouterr().out
     assert (
-        out
-        == f"# {trained['ckpt']} (step 10, val loss {load_model(trained['ckpt'])[2]['val_loss']:.4f}) on cpu\n{samples[0]}\n"
+        out == f"# {trained['ckpt']} (step 10, val loss "
+        f"{load_model(trained['ckpt'])[2]['val_loss']:.4f}) on cpu\n{samples[0]}\n"
     )
     assert samples == sample.main(
         sample_args(
@@ -250,11 +250,12 @@ def test_a_degenerate_sample_gets_one_line_on_stderr_and_stdout_keeps_the_text(
     out, err = capsys.readouterr()
     assert samples == ["KING:" + "\n" * 40]
     assert (
-        out
-        == f"# {trained['ckpt']} (step 10, val loss {load_model(trained['ckpt'])[2]['val_loss']:.4f}) on cpu\n{samples[0]}\n"
+        out == f"# {trained['ckpt']} (step 10, val loss "
+        f"{load_model(trained['ckpt'])[2]['val_loss']:.4f}) on cpu\n{samples[0]}\n"
     )
     assert err == (  # a causal model's degenerate sample: not the no-mask model's cheat
-        "note: the sample is all whitespace (40 newlines, 0 spaces): from a model with the causal mask, a sign that it has "
+        "note: the sample is all whitespace (40 newlines, 0 spaces): from a model with the causal "
+        "mask, a sign that it has "
         "learned little yet (its val loss says how much)\n"
     )
     sample.main(
@@ -268,7 +269,8 @@ def test_a_degenerate_sample_gets_one_line_on_stderr_and_stdout_keeps_the_text(
 def test_the_degenerate_note_says_why_for_a_no_mask_model():
     note = sample.degenerate_note(["\n" * 200], causal=False)
     assert note.startswith(
-        "note: the sample is all whitespace (200 newlines, 0 spaces): expected of a model trained without the causal mask"
+        "note: the sample is all whitespace (200 newlines, 0 spaces): expected of a model trained "
+        "without the causal mask"
     )
     assert "loss/val_honest" in note and "\n" not in note
     # ordinary text, and no text at all
@@ -368,7 +370,8 @@ def test_more_samples_than_memory_holds_are_refused_before_the_first_token(
     )
     assert_one_line_error(
         proc,
-        "sampling 30,000 samples of 21 tokens needs about 1 GiB, and this cpu has 256 MiB; lower --num-samples or --max-new-tokens",
+        "sampling 30,000 samples of 21 tokens needs about 1 GiB, and this cpu has 256 MiB; lower "
+        "--num-samples or --max-new-tokens",
     )
     assert drawn == [] and proc.stdout == ""
     # a few fit

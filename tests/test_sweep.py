@@ -106,7 +106,8 @@ def test_rates_are_read_smallest_first_and_default_to_the_presets_around_its_own
         (["--lrs", "1e-2,0.01"], "each learning rate once, got 1e-2 twice"),
         (
             ["--lrs", "1e-5,1e-2"],
-            "--lrs 1e-5: train.min_lr must be between 0 and train.lr (1e-05), got 0.0003; lower train.min_lr",
+            "--lrs 1e-5: train.min_lr must be between 0 and train.lr (1e-05), got 0.0003; lower "
+            "train.min_lr",
         ),
         (["--train.lr=1e-2"], "sweep.py sets train.lr itself, from --lrs; leave --train.lr out"),
         (["--qk-norm"], "sweep.py trains the changed variants itself (--qk-norm given)"),
@@ -311,7 +312,8 @@ def test_two_runs_at_a_time_each_get_the_ctrl_c_once(tmp_path):
     ready = [tmp_path / f"ready{i}" for i in range(2)]
     child = (
         "import pathlib, signal, sys, time\n"
-        "signal.signal(signal.SIGINT, lambda s, f: (open(sys.argv[2], 'a').write('INT '), sys.exit(130)))\n"
+        "signal.signal(signal.SIGINT, lambda s, f: (open(sys.argv[2], 'a').write('INT '), "
+        "sys.exit(130)))\n"
         # started with it blocked, as train.py unblocks it
         "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
         "pathlib.Path(sys.argv[1]).touch()\n"
@@ -348,7 +350,7 @@ def test_two_runs_at_a_time_each_get_the_ctrl_c_once(tmp_path):
 
 
 def test_a_sweep_two_runs_at_a_time_as_a_user_runs_it(tmp_path, corpus_file):
-    """python sweep.py --jobs 2: two train.py processes, each writing its output to <run name>.log."""
+    """python sweep.py --jobs 2: two train.py processes, each writing its output to <run>.log."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = tiny_argv(
         tmp_path,
@@ -451,7 +453,8 @@ def test_a_diverged_rate_is_recorded_shown_beside_the_others_and_not_retried(
     assert rows["lr", "run"].endswith("| entropy | diverged |")
     assert (
         rows["1e3", "tiny"]
-        == f"| 1e3 | tiny | n/a | n/a | n/a | at step 3 (last loss {gone['last_loss']:.3f}, logged at step 0) |"
+        == f"| 1e3 | tiny | n/a | n/a | n/a | at step 3 (last loss {gone['last_loss']:.3f}, logged "
+        "at step 0) |"
     )
     assert rows["1e3", "tiny-qk-norm"].endswith(" |  |") and rows["3e-3", "tiny"].endswith(" |  |")
     assert (folder / "sweep.png").stat().st_size > 20_000
@@ -495,7 +498,8 @@ def test_format_sweep_says_how_many_seeds_diverged_and_where():
     }
     assert (
         format_sweep(summary, COLUMNS[:1]).splitlines()[2]
-        == "| 1e-1 | char | 2.000 ± 0.900 | 1 of 3 seeds: s3 at step 40 (last loss 2.500, logged at step 30) |"
+        == "| 1e-1 | char | 2.000 ± 0.900 | 1 of 3 seeds: s3 at step 40 (last loss 2.500, logged "
+        "at step 30) |"
     )
     assert (
         format_sweep({**summary, "diverged": {}}, COLUMNS[:1]).splitlines()[2]
@@ -543,13 +547,14 @@ def test_ctrl_c_while_the_sweep_is_drawn_says_every_run_is_saved_and_leaves_the_
             signal.signal(sig, handler)
     assert proc.returncode == 130
     assert proc.stderr.strip().splitlines() == [
-        f"interrupted while summarising the sweep; every run is saved in {folder}, and the same command plus --resume summarises it"
+        f"interrupted while summarising the sweep; every run is saved in {folder}, and the same "
+        "command plus --resume summarises it"
     ]
     assert (folder / "sweep.png").read_bytes() == picture  # the earlier picture, whole
     assert not list(folder.glob("sweep.png.tmp*"))
 
 
-def test_a_moved_copied_or_relatively_named_sweep_resumes_and_a_finished_run_without_its_log_is_kept(
+def test_a_moved_copied_or_relatively_named_sweep_resumes_and_a_finished_run_without_log_is_kept(
     diverged_sweep, tmp_path, monkeypatch, capsys
 ):
     """A finished sweep copied or renamed, or named by a relative path from elsewhere, was refused
