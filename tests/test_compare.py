@@ -588,8 +588,10 @@ def test_a_signal_stops_the_comparison_after_the_childs_checkpoint(
                 "compare.py never got to training"
             )
             time.sleep(0.2)
-        # a terminal's Ctrl-C reaches the whole group
-        os.killpg(proc.pid, signum) if to_group else proc.send_signal(signum)
+        if to_group:
+            os.killpg(proc.pid, signum)  # a terminal's Ctrl-C reaches the whole group
+        else:
+            proc.send_signal(signum)
         _, err = proc.communicate(timeout=240)
     finally:
         with contextlib.suppress(ProcessLookupError):

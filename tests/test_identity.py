@@ -216,7 +216,10 @@ def test_a_file_changed_during_preparation_stops_it_and_keeps_nothing(
     def encode_while_written(*args):
         if not calls:
             with open(path, "a" if change == "append" else "r+") as f:
-                f.write(make_corpus_text(5000, seed=1)) if change == "append" else f.truncate(100)
+                if change == "append":
+                    f.write(make_corpus_text(5000, seed=1))
+                else:
+                    f.truncate(100)
         calls.append(1)
         return encode(*args)
 

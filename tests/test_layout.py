@@ -338,3 +338,18 @@ def test_the_walk_of_a_step_names_the_lines_of_train_py():
     last = next(n for n, line in enumerate(lines, 1) if line.strip() == "optimizer.step()")
     readme = (REPO_ROOT / "README.md").read_text()
     assert f"[train.py:{first}-{last}](train.py#L{first}-L{last})" in readme
+
+
+def test_a_statement_is_a_statement():
+    """A conditional expression or an `and`/`or` chain is never a statement of its own: an `if`
+    says it (rule 4)."""
+    found = []
+    for path in sorted(REPO_ROOT.glob("**/*.py")):
+        if any(
+            part.startswith(".") or part == "runs" for part in path.relative_to(REPO_ROOT).parts
+        ):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.IfExp | ast.BoolOp):
+                found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert not found, f"write these as if statements: {found}"
