@@ -11,7 +11,13 @@ from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
 
-from data.identity import DataError, Source, find_source, kind_of, one_file  # noqa: F401 (find_source)
+from data.identity import (
+    DataError,
+    Source,
+    find_source,  # noqa: F401 (re-exported for its callers)
+    kind_of,
+    one_file,
+)
 
 CHUNK_CHARS = 1 << 18  # characters a reader yields at a time: memory stays flat in the corpus size
 PARQUET_BATCH_ROWS = 1024

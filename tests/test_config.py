@@ -462,7 +462,9 @@ def test_titles_name_positions_only_when_they_are_gone():
 
 
 def test_titles_name_the_cures_and_rope_in_capitals():
-    label = lambda *flags: flags_label(load_config(["--config", "char", *flags]).model)  # noqa: E731
+    def label(*flags: str) -> str:
+        return flags_label(load_config(["--config", "char", *flags]).model)
+
     assert label("--qk-norm") == "causal, scaled, QK-NORM"
     assert label("--no-scale", "--qk-norm") == "causal, NO SCALE, QK-NORM"
     assert label("--softcap=50") == "causal, scaled, SOFTCAP 50"

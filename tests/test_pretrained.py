@@ -21,7 +21,14 @@ from safetensors.torch import save_file  # noqa: E402
 
 from configs import ConfigError  # noqa: E402
 from harness.folders import OutputError, export_folder  # noqa: E402
-from harness.gpt2 import GPT2_VOCAB_SIZE, build, export_hf, hf_to_ours, load_pretrained, ours_to_hf  # noqa: E402
+from harness.gpt2 import (  # noqa: E402
+    GPT2_VOCAB_SIZE,
+    build,
+    export_hf,
+    hf_to_ours,
+    load_pretrained,
+    ours_to_hf,
+)
 from harness.training.checkpoints import CheckpointError  # noqa: E402
 from harness.training.starting_weights import starting_config  # noqa: E402
 from model import GPT, ModelConfig  # noqa: E402

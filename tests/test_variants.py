@@ -366,7 +366,10 @@ def test_grouped_query_heads_are_multihead_with_each_key_and_value_head_copied()
     torch.manual_seed(0)
     gqa, mha = MultiHead(16, 4, 8, kv_heads=2).eval(), MultiHead(16, 4, 8).eval()
     q, k, v = gqa.qkv.weight.detach().split([16, 8, 8])  # (C, C), 2 x (KD, C)
-    repeat = lambda w: w.view(2, 1, 4, 16).expand(2, 2, 4, 16).reshape(16, 16)  # noqa: E731  (K D, C) -> (H D, C)
+
+    def repeat(w: torch.Tensor) -> torch.Tensor:  # (K D, C) -> (H D, C)
+        return w.view(2, 1, 4, 16).expand(2, 2, 4, 16).reshape(16, 16)
+
     with torch.no_grad():
         mha.qkv.weight.copy_(torch.cat([q, repeat(k), repeat(v)]))
         mha.proj.load_state_dict(gqa.proj.state_dict())

@@ -119,7 +119,7 @@ def markdown_table(rows: list[list[str]], align: str = "") -> str:
 def format_table(
     rows: dict[str, dict[str, Spread | None]], columns: list[tuple[str, str, str]] = COLUMNS
 ) -> str:
-    """One row per variant: plain values for one seed, mean ± sample standard deviation for more."""
+    """One row per variant: plain values for one seed, mean ± sample standard deviation above."""
     header = ["run", *(h for h, _, _ in columns)]
     body = [
         [name, *(format_cell(s[tag], fmt) for _, tag, fmt in columns)] for name, s in rows.items()

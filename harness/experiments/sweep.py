@@ -180,7 +180,7 @@ def diverged_cell(gone: list[dict], n_seeds: int) -> str:
 
 
 def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | None = None) -> str:
-    """Per rate and variant, each column's tag at the end, mean ± 95% half width over the seeds that
+    """Per rate and variant, each column's tag at the end, mean ± 95% half width over seeds that
     trained to the end (n/a: none did); a last column says where runs diverged."""
     gone = summary.get("diverged") or {}
     header = ["lr", "run", *(h for h, _, _ in columns)]
