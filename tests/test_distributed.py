@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO_ROOT, assert_close, tiny_argv, write_corpus
+from test_resume import FORKSERVER_PRELOAD
 
 import harness.training.checkpoints
 import harness.training.evaluation
@@ -378,17 +379,7 @@ def forkserver() -> multiprocessing.context.BaseContext:
     sets it.
     """
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(
-        [
-            "train",
-            "sample",
-            "inspect_attention",
-            "torch.utils.tensorboard",
-            "torch._dynamo",
-            "test_resume",
-            "test_distributed",
-        ]
-    )
+    ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     return ctx
 
 
