@@ -38,14 +38,10 @@ SAMPLE_TOKENS = 500  # sampled in each run, from a 1-token prompt
 MiB = 2**20
 # GPT-2 small's shape, with its qkv bias: the size of published MFU figures (nanoGPT's)
 GPT2_124M_FLAG = "--gpt2-124m"
-GPT2_124M = [
-    "--model.n_layer=12",
-    "--model.n_head=12",
-    "--model.n_embd=768",
-    "--model.block_size=1024",
-    "--model.qkv_bias=true",
-    "--data.tokenizer=gpt2",
-]
+GPT2_124M = (
+    "--model.n_layer=12 --model.n_head=12 --model.n_embd=768 --model.block_size=1024 "
+    "--model.qkv_bias=true --data.tokenizer=gpt2"
+).split()
 
 
 def expand_gpt2_124m(argv: list[str]) -> list[str]:
@@ -69,18 +65,14 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     g = torch.Generator().manual_seed(cfg.train.seed)
     step_model = wrap_for_training(model, runtime)
 
-    def timed_step(micro_batches: list) -> tuple[float, float]:
-        """The seconds of forward + backward (and clip), and of the update."""
+    def step(batches: list | None = None) -> tuple[float, float]:
+        """The seconds of forward + backward (and clip), and of the update. Unless given, the batch
+        is drawn inside the timed step, as in train.py's loop."""
+        batches = batches or draw_micro_batches(ids, cfg, runtime, g)
         start = time.perf_counter()
-        _, middle = training_step(
-            step_model, optimizer, micro_batches, runtime, cfg.train.grad_clip
-        )
+        _, middle = training_step(step_model, optimizer, batches, runtime, cfg.train.grad_clip)
         sync(runtime.device)
         return middle - start, time.perf_counter() - middle
-
-    # the batch is drawn inside the timed step, as in train.py's loop
-    def step() -> tuple[float, float]:
-        return timed_step(draw_micro_batches(ids, cfg, runtime, g))
 
     compile_start = time.perf_counter()
     step()  # with torch.compile, the first step compiles, or fails and runs eagerly
@@ -92,25 +84,22 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     seconds = statistics.median(total for total, _ in runs)
     # not counted: parameters, optimizer state and the batch; gradients dropped count in full
     optimizer.zero_grad(set_to_none=True)
-    micro_batches = draw_micro_batches(ids, cfg, runtime, g)
-    peak = peak_memory_bytes(lambda: timed_step(micro_batches), runtime.device)
+    peak = peak_memory_bytes(
+        partial(step, draw_micro_batches(ids, cfg, runtime, g)), runtime.device
+    )
     state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-    baseline = sum(t.numel() * t.element_size() for t in [*model.parameters(), *state])
-    step_tokens = tokens_per_step(cfg, runtime)
-    tokens_per_s = step_tokens / seconds
-    token_flops = flops_per_token(model.cfg)
+    tokens_per_s = tokens_per_step(cfg, runtime) / seconds
     dtype = runtime.autocast_dtype or torch.float32
-    autocast = str(runtime.autocast_dtype).removeprefix("torch.")
     return {
         "params": model.num_params(),
-        "tokens_per_step": step_tokens,
+        "tokens_per_step": tokens_per_step(cfg, runtime),
         "batch_size": cfg.train.batch_size,
         "block_size": T,
         "vocab_size": V,
         "compiled": compiled,
         "compile_failed": runtime.use_compile and not compiled,
         "compile_s": compile_s,
-        "autocast": autocast if runtime.autocast_dtype else None,
+        "autocast": str(dtype).removeprefix("torch.") if runtime.autocast_dtype else None,
         "attention_kernel": attention_kernel(
             model.cfg, cfg.train.batch_size, runtime.device, dtype
         ),
@@ -119,10 +108,10 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         "optimizer_ms": statistics.median(update for _, (_, update) in runs) * 1e3,
         "optimizer": describe(optimizer),
         "tokens_per_s": tokens_per_s,
-        "flops_per_token": token_flops,
-        "model_flops_per_s": token_flops * tokens_per_s,
+        "flops_per_token": flops_per_token(model.cfg),
+        "model_flops_per_s": flops_per_token(model.cfg) * tokens_per_s,
         "train_peak_mem": peak,
-        "train_state_mem": baseline,
+        "train_state_mem": sum(t.numel() * t.element_size() for t in [*model.parameters(), *state]),
     }
 
 
@@ -136,8 +125,10 @@ def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKEN
         runs = []
         for _ in range(2):
             generator = torch.Generator(device=runtime.device).manual_seed(0)
-            run = partial(model.generate, prompt, new_tokens, generator=generator)
-            runs.append(timed(partial(run, use_cache=use_cache), runtime.device))
+            run = partial(
+                model.generate, prompt, new_tokens, generator=generator, use_cache=use_cache
+            )
+            runs.append(timed(run, runtime.device))
         seconds, outputs[name] = min(runs, key=lambda run: run[0])
         result[f"sample_tokens_per_s_{name}"] = new_tokens / seconds
     result["sample_cache_speedup"] = (
@@ -180,19 +171,21 @@ def mfu(r: dict) -> float:
 def measure_all(cfg: Config, runtime: Runtime) -> dict:
     """Every measurement, as one flat dict; progress on stderr."""
     start = time.perf_counter()
+    say = partial(print, file=sys.stderr)
     dtype = runtime.autocast_dtype or torch.float32
     result = {"config": cfg.name, **machine_facts(runtime.device)}
-    result |= {name: getattr(cfg.model, name) for name in ("n_layer", "n_head", "n_embd")}
-    result["attention"] = cfg.model.attention
-    print("the peak to divide by ...", file=sys.stderr)
+    result |= {
+        name: getattr(cfg.model, name) for name in ("n_layer", "n_head", "n_embd", "attention")
+    }
+    say("the peak to divide by ...")
     result["peak_flops"], result["peak_flops_source"] = peak_flops(runtime.device, dtype)
     result["peak_flops_dtype"] = str(dtype).removeprefix("torch.")
-    print("training ...", file=sys.stderr)
+    say("training ...")
     result.update(bench_training(cfg, runtime))
     result["mfu"] = mfu(result)
-    print("sampling ...", file=sys.stderr)
+    say("sampling ...")
     result.update(bench_sampling(cfg, runtime))
-    print("attention backends ...", file=sys.stderr)
+    say("attention backends ...")
     result.update(bench_attention(cfg.model.n_head, cfg.model.head_size, runtime.device))
     result["bench_s"] = time.perf_counter() - start
     return result
@@ -204,48 +197,46 @@ def rate(flops_per_s: float) -> str:
     return f"{flops_per_s / 1e9:.1f} GFLOP/s"
 
 
-def compile_cell(r: dict) -> str:
-    if r["compiled"]:
-        return f"on: {r['compile_s']:.0f} s to compile, once"
-    return "failed at the first step: the step ran eagerly" if r["compile_failed"] else "off"
-
-
 def format_tables(r: dict) -> str:
     """The results as a machine line and two markdown tables."""
     shape = f"{r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide"
     batch = f"{r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
     n = r["sample_new_tokens"]
-    flops = "model FLOPs per token (6N + 12LTC, N the weights that multiply)"
-    mfu_label = "MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
-    mfu_label += "counted)"
     state = f"above params + optimizer state, {r['train_state_mem'] / MiB:.1f} MiB"
-    same = "yes" if r["sample_tokens_match"] else "NO"
+    compiled = "failed at the first step: the step ran eagerly" if r["compile_failed"] else "off"
+    if r["compiled"]:
+        compiled = f"on: {r['compile_s']:.0f} s to compile, once"
     rows = {
         f"config {r['config']}: {shape}, attention {r['attention']}": "value",
         "parameters": f"{r['params'] / 1e6:.2f} M",
         f"training step ({batch})": f"{r['ms_per_step']:.1f} ms",
         "of which forward + backward (and clip)": f"{r['forward_backward_ms']:.1f} ms",
         f"of which the optimizer step: {r['optimizer']}": f"{r['optimizer_ms']:.1f} ms",
-        "torch.compile": compile_cell(r),
+        "torch.compile": compiled,
         "autocast": r["autocast"] or "off: float32",
         "attention kernel (sdpa: torch's pick for this step's shapes)": r["attention_kernel"],
         "training throughput": f"{r['tokens_per_s']:,.0f} tokens/s",
-        flops: f"{r['flops_per_token'] / 1e6:.2f} M",
+        "model FLOPs per token (6N + 12LTC, N the weights that multiply)": (
+            f"{r['flops_per_token'] / 1e6:.2f} M"
+        ),
         "model FLOP/s": rate(r["model_flops_per_s"]),
         f"{r['peak_flops_dtype']} peak: {r['peak_flops_source']}": rate(r["peak_flops"]),
-        mfu_label: f"{100 * r['mfu']:.1f} %",
+        "MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
+        "counted)": f"{100 * r['mfu']:.1f} %",
         f"peak memory of a training step ({state})": f"{r['train_peak_mem'] / MiB:.1f} MiB",
         f"sampling {n} tokens, KV cache": f"{r['sample_tokens_per_s_cached']:,.0f} tokens/s",
         f"sampling {n} tokens, no cache": f"{r['sample_tokens_per_s_uncached']:,.0f} tokens/s",
-        f"cache speedup (same tokens: {same})": f"{r['sample_cache_speedup']:.1f}x",
+        f"cache speedup (same tokens: {'yes' if r['sample_tokens_match'] else 'NO'})": (
+            f"{r['sample_cache_speedup']:.1f}x"
+        ),
     }
     lengths = sorted({int(key.rsplit("_", 1)[1]) for key in r if key.startswith("readable_ms_")})
     cores = [["causal attention forward, B=1: ms / peak memory", *(f"T={T}" for T in lengths)]]
     for name in ("readable", "sdpa", "tiled"):
-        cells = [
+        cells = (
             f"{r[f'{name}_ms_{T}']:.2f} ms / {r[f'{name}_peak_mem_{T}'] / MiB:.2f} MiB"
             for T in lengths
-        ]
+        )
         cores.append([name, *cells])
     T = lengths[-1]
     ratio = r[f"tiled_readable_mem_ratio_{T}"]

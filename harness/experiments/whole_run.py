@@ -3,72 +3,61 @@
 functions train.py calls (PHASES), runs train.py unchanged and writes REPORT as JSON. A phase
 entered inside another pauses the outer one's clock."""
 
+# ruff: noqa: E402 (the imports below the clock on purpose)
 import time
 
 # first thing: the interpreter's start lies before this line
 STARTED = (time.time(), time.perf_counter(), time.process_time())
 
-import functools  # noqa: E402 (below the clock on purpose)
-import importlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import resource  # noqa: E402
-import runpy  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
+import functools
+import importlib
+import json
+import os
+import resource
+import runpy
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-INTERPRETER, IMPORTS = "start-up: the interpreter", "start-up: imports"
-LOOP = "the rest: the loop's own work (schedule, progress bar)"
+IMPORTS, LOOP = "start-up: imports", "the rest: the loop's own work (schedule, progress bar)"
 EXIT = "the rest: the interpreter's exit"
-BACKWARD = "steps: backward and clip"
-UPDATE = "steps: the optimizer's update"
-LOGGING = "logging: scalars, TensorBoard, metrics.jsonl"
-# (module:attribute, phase, only inside this phase or None)
-PHASES = [
-    ("harness.cli:OneLineParser.parse_with_config", "start-up: the config", None),
-    ("harness.training.runtime:setup_runtime", "start-up: device and backend switches", None),
-    ("harness.training.starting_weights:initial_model", "start-up: the model built", None),
-    ("harness.training.optim:make_optimizer", "start-up: the optimizer", None),
-    ("harness.training.runlog:open_run_dir", "start-up: the run folder and config.json", None),
-    ("harness.training.runlog:RunLogger.__init__", "start-up: TensorBoard's writer", None),
-    ("harness.training.runtime:load_data", "data: corpus and tokenizer", None),
-    ("harness.training.evaluation:make_eval_set", "data: the evaluation batches", None),
-    ("harness.training.step:draw_micro_batches", "data: the training batches", None),
-    # the steps' own: an evaluation's forward passes are its own
-    ("model.gpt:GPT.forward", "steps: forward", LOOP),
-    ("torch:Tensor.backward", BACKWARD, LOOP),
-    ("torch.nn.utils:clip_grad_norm_", BACKWARD, LOOP),
-    ("harness.training.step:check_finite", UPDATE, LOOP),  # waits for the device
-    ("torch.optim:Adam.step", UPDATE, None),  # AdamW's, alone or under CombinedOptimizer's
-    ("harness.training.optim:CombinedOptimizer.step", UPDATE, None),
-    ("harness.training.evaluation:estimate_loss", "evaluations: losses", None),
-    (
-        "harness.training.evaluation:measure_breakage",
-        "evaluations: honest loss, attention statistics",
-        None,
-    ),
-    ("harness.training.evaluation:evaluate", "evaluations: heatmap weights, a sample", None),
-    (
-        "harness.training.probe:probe",
-        "probe: the story's signals between evaluations (train.probes)",
-        None,
-    ),
-    ("model.gradients:qk_grad_norm", LOGGING, None),
-    ("harness.training.runlog:RunLogger.log", LOGGING, None),
-    ("harness.training.runlog:RunLogger.close", LOGGING, None),
-    (
-        "harness.training.runlog:RunLogger.log_evaluation",
-        "logging: heatmap pictures, the sample",
-        None,
-    ),
-    (
-        "harness.training.checkpoints:Checkpointer.save",
-        "checkpoints: ckpt.pt and best.pt written",
-        None,
-    ),
-]
+# each phase's functions, as module:attribute
+PHASES = {
+    "start-up: the config": ["harness.cli:OneLineParser.parse_with_config"],
+    "start-up: device and backend switches": ["harness.training.runtime:setup_runtime"],
+    "start-up: the model built": ["harness.training.starting_weights:initial_model"],
+    "start-up: the optimizer": ["harness.training.optim:make_optimizer"],
+    "start-up: the run folder and config.json": ["harness.training.runlog:open_run_dir"],
+    "start-up: TensorBoard's writer": ["harness.training.runlog:RunLogger.__init__"],
+    "data: corpus and tokenizer": ["harness.training.runtime:load_data"],
+    "data: the evaluation batches": ["harness.training.evaluation:make_eval_set"],
+    "data: the training batches": ["harness.training.step:draw_micro_batches"],
+    "steps: forward": ["model.gpt:GPT.forward"],
+    "steps: backward and clip": ["torch:Tensor.backward", "torch.nn.utils:clip_grad_norm_"],
+    "steps: the optimizer's update": [
+        "harness.training.step:check_finite",  # waits for the device
+        "torch.optim:Adam.step",  # AdamW's, alone or under CombinedOptimizer's
+        "harness.training.optim:CombinedOptimizer.step",
+    ],
+    "evaluations: losses": ["harness.training.evaluation:estimate_loss"],
+    "evaluations: honest loss, attention statistics": [
+        "harness.training.evaluation:measure_breakage"
+    ],
+    "evaluations: heatmap weights, a sample": ["harness.training.evaluation:evaluate"],
+    "probe: the story's signals between evaluations (train.probes)": [
+        "harness.training.probe:probe"
+    ],
+    "logging: scalars, TensorBoard, metrics.jsonl": [
+        "model.gradients:qk_grad_norm",
+        "harness.training.runlog:RunLogger.log",
+        "harness.training.runlog:RunLogger.close",
+    ],
+    "logging: heatmap pictures, the sample": ["harness.training.runlog:RunLogger.log_evaluation"],
+    "checkpoints: ckpt.pt and best.pt written": ["harness.training.checkpoints:Checkpointer.save"],
+}
+# clocked only when the loop calls them: an evaluation's forward passes are its own
+IN_LOOP = ("steps: forward", "steps: backward and clip")
 GROUPS = ("start-up", "data", "steps", "evaluations", "probe", "logging", "checkpoints", "the rest")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,9 +65,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 class PhaseClock:
     """Wall and CPU seconds per phase, each counting only its own time."""
 
-    def __init__(self, first: str, mark: tuple[float, float]):
-        self.stack, self.wall, self.cpu, self.calls = [first], {}, {}, {}
-        self.mark = mark  # (wall, CPU) seconds when the clock last charged
+    def __init__(self):
+        self.stack, self.wall, self.cpu, self.calls = [IMPORTS], {}, {}, {}
+        self.mark = STARTED[1:]  # (wall, CPU) seconds when the clock last charged
 
     def charge(self) -> None:
         now, top = (time.perf_counter(), time.process_time()), self.stack[-1]
@@ -86,11 +75,12 @@ class PhaseClock:
         self.cpu[top] = self.cpu.get(top, 0.0) + now[1] - self.mark[1]
         self.mark = now
 
-    def timed(self, fn, phase: str, inside: str | None):
+    def timed(self, fn, phase: str):
         @functools.wraps(fn)
         def clocked(*args, **kwargs):
             # an evaluation's forward, or AdamW's step inside the combined optimizer's
-            if (inside is not None and self.stack[-1] != inside) or self.stack[-1] == phase:
+            top = self.stack[-1]
+            if (phase in IN_LOOP and top != LOOP) or top == phase:
                 return fn(*args, **kwargs)
             self.charge()
             self.stack.append(phase)
@@ -106,15 +96,16 @@ class PhaseClock:
 
 def child(report: str, script: str, argv: list[str]) -> None:
     """Run `python script argv...` under the clock, then write the report (also if it fails)."""
-    clock = PhaseClock(IMPORTS, STARTED[1:])
-    for where, phase, inside in PHASES:
-        module_name, name = where.split(":")
-        owner = importlib.import_module(module_name)
-        if "." in name:  # a method: wrap it on its class
-            class_name, name = name.split(".")
-            owner = getattr(owner, class_name)
-        # a renamed function fails here, loudly
-        setattr(owner, name, clock.timed(getattr(owner, name), phase, inside))
+    clock = PhaseClock()
+    for phase, functions in PHASES.items():
+        for where in functions:
+            module_name, name = where.split(":")
+            owner = importlib.import_module(module_name)
+            if "." in name:  # a method: wrap it on its class
+                class_name, name = name.split(".")
+                owner = getattr(owner, class_name)
+            # a renamed function fails here, loudly
+            setattr(owner, name, clock.timed(getattr(owner, name), phase))
     parser_class = importlib.import_module("harness.cli").OneLineParser
     parse = parser_class.parse_with_config  # clocked above
 
@@ -132,14 +123,13 @@ def child(report: str, script: str, argv: list[str]) -> None:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
     finally:
         clock.charge()
-        ended = {"started": STARTED[0], "ended": time.time(), "cpu_before": STARTED[2]}
-        report_json = {**ended, "code": code, "wall": clock.wall, "cpu": clock.cpu}
-        Path(report).write_text(json.dumps({**report_json, "calls": clock.calls}))
+        report_json = {"started": STARTED[0], "ended": time.time(), "cpu_before": STARTED[2]}
+        report_json |= {"code": code, "wall": clock.wall, "cpu": clock.cpu, "calls": clock.calls}
+        Path(report).write_text(json.dumps(report_json))
     sys.exit(code)
 
 
 def children_cpu_s() -> float:
-    """CPU seconds of this process's finished children."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -150,21 +140,17 @@ def profile_whole_run(argv: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         cpu_before, spawned = children_cpu_s(), time.time()
-        cmd = [sys.executable, "-m", "harness.experiments.whole_run", str(report), "train.py"]
+        cmd = [sys.executable, "-m", "harness.experiments.whole_run", report, "train.py", *argv]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        code = subprocess.run(
-            [*cmd, *argv], cwd=REPO_ROOT, stdout=sys.stderr.fileno(), env=env
-        ).returncode
-        exited, cpu_after = time.time(), children_cpu_s()
+        code = subprocess.run(cmd, cwd=REPO_ROOT, stdout=sys.stderr.fileno(), env=env).returncode
+        exited, cpu = time.time(), children_cpu_s() - cpu_before
         if not report.is_file():
             return {"code": code or 1, "phases": {}}
         r = json.loads(report.read_text())
-    phases = {INTERPRETER: {"calls": 1, "wall_s": r["started"] - spawned, "cpu_s": r["cpu_before"]}}
-    phases |= {
-        name: {"calls": r["calls"].get(name, 0), "wall_s": wall, "cpu_s": r["cpu"][name]}
-        for name, wall in r["wall"].items()
-    }
-    cpu = cpu_after - cpu_before
+    interpreter = {"calls": 1, "wall_s": r["started"] - spawned, "cpu_s": r["cpu_before"]}
+    phases = {"start-up: the interpreter": interpreter}
+    for name, wall in r["wall"].items():
+        phases[name] = {"calls": r["calls"].get(name, 0), "wall_s": wall, "cpu_s": r["cpu"][name]}
     exit_cpu = cpu - r["cpu_before"] - sum(r["cpu"].values())
     phases[EXIT] = {"calls": 1, "wall_s": exited - r["ended"], "cpu_s": exit_cpu}
     return {"code": r["code"], "phases": phases, "wall_s": exited - spawned, "cpu_s": cpu}
@@ -189,12 +175,10 @@ def format_whole_run(r: dict) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for group in sorted(groups, key=GROUPS.index):
-        rows = groups[group]
-        wall = sum(phase["wall_s"] for _, phase in rows)
-        cpu = sum(phase["cpu_s"] for _, phase in rows)
+        wall, cpu = (sum(phase[key] for _, phase in groups[group]) for key in ("wall_s", "cpu_s"))
         share = 100 * wall / r["wall_s"]
         lines.append(f"| **{group}** | | **{wall:.2f}** | **{share:.1f} %** | **{cpu:.2f}** |")
-        for detail, phase in rows:
+        for detail, phase in groups[group]:
             share = 100 * phase["wall_s"] / r["wall_s"]
             # the imports and the loop are no call
             calls = f"{phase['calls']:,}" if phase["calls"] else ""
