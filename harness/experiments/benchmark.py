@@ -15,7 +15,6 @@ from configs import Config
 from data.tokenizer import GPT2_VOCAB_SIZE
 from harness.experiments.profiling import (
     attention_kernel,
-    best_ms,
     machine_facts,
     machine_line,
     peak_flops,
@@ -115,6 +114,13 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     }
 
 
+def timed_sample(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True):
+    """The seconds and the tokens of generate() from a generator seeded 0."""
+    generator = torch.Generator(device=prompt.device).manual_seed(0)
+    run = partial(model.generate, prompt, new_tokens, generator=generator, use_cache=use_cache)
+    return timed(run, prompt.device)
+
+
 def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKENS) -> dict:
     """Tokens/s of generate() with and without the KV cache, the better of two runs."""
     model = build_model(cfg, runtime).eval()
@@ -122,13 +128,7 @@ def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKEN
     result, outputs = {"sample_new_tokens": new_tokens}, {}
     for name, use_cache in (("cached", True), ("uncached", False)):
         model.generate(prompt, 4, use_cache=use_cache)  # warm-up
-        runs = []
-        for _ in range(2):
-            generator = torch.Generator(device=runtime.device).manual_seed(0)
-            run = partial(
-                model.generate, prompt, new_tokens, generator=generator, use_cache=use_cache
-            )
-            runs.append(timed(run, runtime.device))
+        runs = [timed_sample(model, prompt, new_tokens, use_cache) for _ in range(2)]
         seconds, outputs[name] = min(runs, key=lambda run: run[0])
         result[f"sample_tokens_per_s_{name}"] = new_tokens / seconds
     result["sample_cache_speedup"] = (
@@ -154,7 +154,8 @@ def bench_attention(
         }
         with torch.no_grad():
             for name, core in cores.items():
-                result[f"{name}_ms_{T}"] = best_ms(core, device, repeats)
+                core()  # warm-up
+                result[f"{name}_ms_{T}"] = min(timed(core, device)[0] for _ in range(repeats)) * 1e3
                 result[f"{name}_peak_mem_{T}"] = peak_memory_bytes(core, device)
     T = max(lengths)
     result[f"tiled_readable_mem_ratio_{T}"] = (

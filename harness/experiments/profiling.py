@@ -13,28 +13,29 @@ from functools import partial
 import torch
 from torch.nn.attention import SDPBackend
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_leaves
 
 from harness.training.budget import sync, timed
 from harness.training.runtime import Runtime
 from harness.training.step import check_finite, micro_steps
 from model import ModelConfig
 
-# (pattern, dense bf16 TFLOP/s, source): MFU's denominator under bf16 autocast (training uses no
-# sparsity). The first pattern found in the device's name wins, so specific names come first.
+# (pattern, dense bf16 TFLOP/s, with sparsity, source): MFU's denominator under bf16 autocast
+# (training uses no sparsity). The first pattern found in the device's name wins, so specific names
+# come first.
 BF16_PEAKS = [
-    (r"H200 NVL", 835, "NVIDIA H200 NVL datasheet, 1,671 with sparsity"),
-    (r"H200", 989, "NVIDIA H200 datasheet (SXM), 1,979 with sparsity"),
-    (r"H100 NVL", 835, "NVIDIA H100 NVL datasheet, 1,671 with sparsity"),
-    (r"H100 PCIe", 756, "NVIDIA H100 datasheet (PCIe), 1,513 with sparsity"),
-    (r"H100", 989, "NVIDIA H100 datasheet (SXM), 1,979 with sparsity"),
-    (r"A100", 312, "NVIDIA A100 datasheet, 624 with sparsity"),
-    (r"L40S", 362, "NVIDIA L40S datasheet, 733 with sparsity"),
-    (r"L40\b", 181, "NVIDIA L40 datasheet, 362 with sparsity"),
-    (r"\bL4\b", 121, "NVIDIA L4 datasheet, 242 with sparsity"),
-    (r"\bA10\b", 125, "NVIDIA A10 datasheet, 250 with sparsity"),
-    (r"RTX 4090$", 165, "NVIDIA Ada architecture whitepaper, FP32 accumulate, 330 with sparsity"),
-    (r"RTX 3090$", 71, "NVIDIA GA102 (Ampere) whitepaper, FP32 accumulate, 142 with sparsity"),
+    (r"H200 NVL", 835, "1,671", "H200 NVL datasheet"),
+    (r"H200", 989, "1,979", "H200 datasheet (SXM)"),
+    (r"H100 NVL", 835, "1,671", "H100 NVL datasheet"),
+    (r"H100 PCIe", 756, "1,513", "H100 datasheet (PCIe)"),
+    (r"H100", 989, "1,979", "H100 datasheet (SXM)"),
+    (r"A100", 312, "624", "A100 datasheet"),
+    (r"L40S", 362, "733", "L40S datasheet"),
+    (r"L40\b", 181, "362", "L40 datasheet"),
+    (r"\bL4\b", 121, "242", "L4 datasheet"),
+    (r"\bA10\b", 125, "250", "A10 datasheet"),
+    (r"RTX 4090$", 165, "330", "Ada architecture whitepaper, FP32 accumulate"),
+    (r"RTX 3090$", 71, "142", "GA102 (Ampere) whitepaper, FP32 accumulate"),
 ]
 KERNELS = {
     SDPBackend.FLASH_ATTENTION: "flash",
@@ -58,12 +59,10 @@ class PeakMemory(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        inputs = {t.untyped_storage()._cdata for t in tensors}
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor):
-                continue
-            storage = t.untyped_storage()
+        inputs = {
+            t.untyped_storage()._cdata for t in tree_leaves((args, kwargs)) if torch.is_tensor(t)
+        }
+        for storage in (t.untyped_storage() for t in tree_leaves(out) if torch.is_tensor(t)):
             key, nbytes = storage._cdata, storage.nbytes()
             if key not in inputs and key not in self.counted:
                 self.counted.add(key)
@@ -111,12 +110,6 @@ def peak_memory_bytes(fn, device: torch.device) -> int:
     return tracker.peak
 
 
-def best_ms(fn, device: torch.device, repeats: int) -> float:
-    """The fastest of `repeats` timed runs of fn() in ms, after a warm-up."""
-    fn()
-    return min(timed(fn, device)[0] for _ in range(repeats)) * 1e3
-
-
 def machine_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -128,7 +121,6 @@ def machine_name(device: torch.device) -> str:
 
 
 def load_average() -> float | None:
-    """The 1-minute load average, where the OS reports one."""
     try:
         return os.getloadavg()[0]
     except OSError:
@@ -169,9 +161,9 @@ def matmul_peak_flops(
 
 
 def card_peak(name: str) -> tuple[float, str] | None:
-    for pattern, tflops, source in BF16_PEAKS:
+    for pattern, tflops, sparse, source in BF16_PEAKS:
         if re.search(pattern, name):
-            return tflops * 1e12, source
+            return tflops * 1e12, f"NVIDIA {source}, {sparse} with sparsity"
     return None
 
 
@@ -194,12 +186,12 @@ def attention_kernel(
     (B, H, T, D) inputs, asked of the private torch._fused_sdp_choice."""
     if cfg.attention != "sdpa":
         return f"none: model.attention = {cfg.attention}"
-    choose = getattr(torch, "_fused_sdp_choice", None)
     shape = (batch_size, cfg.n_head, cfg.block_size, cfg.head_size)
     q = torch.empty(*shape, device=device, dtype=dtype)
     scale = cfg.head_size**-0.5 if cfg.scaled else 1.0
     try:
-        picked = SDPBackend(choose(q, q, q, None, cfg.dropout, cfg.causal, scale=scale))
+        picked = torch._fused_sdp_choice(q, q, q, None, cfg.dropout, cfg.causal, scale=scale)
+        picked = SDPBackend(picked)
     except Exception:  # no such function, or one that takes other arguments
         return "unknown: this torch does not say"
     return KERNELS.get(picked, picked.name.lower())

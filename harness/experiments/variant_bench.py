@@ -6,15 +6,13 @@ own context policy, as sample.py's long samples run, and train.py's step in ms."
 import dataclasses
 import sys
 import time
-from functools import partial
 
 import torch
 
 from configs import Config, ConfigError
-from harness.experiments.benchmark import VOCAB_SIZES, bench_training
+from harness.experiments.benchmark import bench_training, build_model, timed_sample
 from harness.experiments.profiling import machine_facts, machine_line
 from harness.experiments.stats import markdown_table
-from harness.training.budget import timed
 from harness.training.runtime import Runtime
 from model import GPT
 from model.ablations import applied, variants
@@ -43,33 +41,26 @@ def bench_variants(
     tokens/s and train.py's step in ms, the best of `repeats` runs taken in turns."""
     T = cfg.model.block_size
     rows, runs = {}, {}
-    sized = dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
-    for suffix, model_cfg in variants(sized, names).items():
-        torch.manual_seed(cfg.train.seed)
-        model = GPT(model_cfg).to(runtime.device).eval()
+    for suffix, model_cfg in variants(cfg.model, names).items():
+        variant_cfg = dataclasses.replace(cfg, model=model_cfg)
+        model = build_model(variant_cfg, runtime).eval()
         g = torch.Generator().manual_seed(0)
-        prompt = torch.randint(0, model_cfg.vocab_size, (1, T), generator=g).to(runtime.device)
+        prompt = torch.randint(0, model.cfg.vocab_size, (1, T), generator=g).to(runtime.device)
         total = cache_bytes(model, prompt)
         model.generate(prompt, 4)  # warm-up
         name = f"{cfg.name}{suffix}"
-        rows[name] = {
-            "params": model.num_params(),
-            "cache_bytes": total,
-            "cache_bytes_per_token": total / T,
-        }
-        variant_cfg = dataclasses.replace(cfg, model=model_cfg)
+        rows[name] = {"params": model.num_params(), "cache_bytes": total}
+        rows[name]["cache_bytes_per_token"] = total / T
         runs[name] = (model, prompt, variant_cfg, [], [])
     # in turns, so that a burst of other work on the machine slows one run of each, not all of one
     for _ in range(repeats):
         for model, prompt, variant_cfg, seconds, steps_ms in runs.values():
-            generator = torch.Generator(device=runtime.device).manual_seed(0)
-            sample = partial(model.generate, prompt, new_tokens, generator=generator)
-            seconds.append(timed(sample, runtime.device)[0])
+            seconds.append(timed_sample(model, prompt, new_tokens)[0])
             step = bench_training(variant_cfg, runtime, warmup_steps=1, steps=train_steps)
             steps_ms.append(step["ms_per_step"])
-    for name, (_, _, _, seconds, steps_ms) in runs.items():
+    preset = rows[cfg.name]
+    for name, (*_, seconds, steps_ms) in runs.items():
         rows[name] |= {"sample_tokens_per_s": new_tokens / min(seconds), "step_ms": min(steps_ms)}
-    preset = next(iter(rows.values()))
     for row in rows.values():
         row["cache_fraction"] = row["cache_bytes"] / preset["cache_bytes"]
         row["sample_speedup"] = row["sample_tokens_per_s"] / preset["sample_tokens_per_s"]
