@@ -58,16 +58,15 @@ print(json.dumps({"seconds": seconds, "tokens": tokens}))
 """
 
 
-def write_text(path: Path, size_bytes: int, seed: int = 0) -> None:
+def write_text(path: Path, size_bytes: int) -> None:
     """English-like text: Zipf-distributed made-up words, lines of 4 to 20 words."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(0)
     freq = 1 / np.arange(1, 27)
     lengths = rng.integers(1, 10, size=20_000)
-    letters = "".join(
-        rng.choice(list("etaoinshrdlucmfwypvbgkjqxz"), size=lengths.sum(), p=freq / freq.sum())
+    letters = rng.choice(
+        list("etaoinshrdlucmfwypvbgkjqxz"), size=lengths.sum(), p=freq / freq.sum()
     )
-    ends = np.cumsum(lengths)
-    words = [letters[end - n : end] for n, end in zip(lengths, ends, strict=True)]
+    words = ["".join(word) for word in np.split(letters, np.cumsum(lengths)[:-1])]
     blocks = []
     for _ in range(min(DISTINCT_BLOCKS, -(-size_bytes // BLOCK_BYTES))):
         picks = np.minimum(rng.zipf(1.2, size=BLOCK_BYTES // 4), len(words)) - 1
@@ -96,32 +95,27 @@ def run_child(program: str, *args) -> dict:
 def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log=print) -> dict:
     """Each turn's figures, and their best."""
     threads = workers_to_use(workers)
-    result = {
-        "machine": machine_name(torch.device("cpu")),
-        "cores": os.cpu_count(),
-        "workers": threads,
-        "tokenizer": tokenizer,
-    }
+    result = {"machine": machine_name(torch.device("cpu")), "cores": os.cpu_count()}
+    result |= {"workers": threads, "tokenizer": tokenizer}
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         path = Path(tmp) / "corpus.txt"
         log(f"writing a {size_mb:g} MB text ...")
         write_text(path, int(size_mb * 1e6))
         size = path.stat().st_size
-        result["size_bytes"], result["turns"] = size, []
+        result |= {"size_bytes": size, "turns": []}
         for turn in range(turns):
             log(f"turn {turn + 1} of {turns}: preparing ...")
             ours = run_child(PREPARE, path, tokenizer, threads, Path(tmp) / f"prepared{turn}")
             log(f"turn {turn + 1} of {turns}: tiktoken's encode_ordinary_batch ...")
             theirs = run_child(TIKTOKEN, path, threads) if tokenizer == "gpt2" else None
-            load = load_average()
-            result["turns"].append({"ours": ours, "tiktoken": theirs, "load_avg_1min": load})
-    best = min(result["turns"], key=lambda t: t["ours"]["seconds"])["ours"]
-    result.update(
-        prepare_mb_per_s=size / 1e6 / best["seconds"],
-        prepare_tokens_per_s=best["tokens"] / best["seconds"],
-        peak_rss=max(t["ours"]["peak_rss"] for t in result["turns"]),
-        tokens=best["tokens"],
-    )
+            result["turns"].append(
+                {"ours": ours, "tiktoken": theirs, "load_avg_1min": load_average()}
+            )
+    best = min((t["ours"] for t in result["turns"]), key=lambda ours: ours["seconds"])
+    result["prepare_mb_per_s"] = size / 1e6 / best["seconds"]
+    result["prepare_tokens_per_s"] = best["tokens"] / best["seconds"]
+    result["peak_rss"] = max(t["ours"]["peak_rss"] for t in result["turns"])
+    result["tokens"] = best["tokens"]
     if tokenizer == "gpt2":
         theirs = [t["tiktoken"] for t in result["turns"]]
         result["tiktoken_mb_per_s"] = size / 1e6 / min(t["seconds"] for t in theirs)
@@ -133,21 +127,22 @@ def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log
 
 
 def format_data_table(r: dict) -> str:
-    peak = "peak resident memory of the preparing process (its threads included)"
     rows = {
         f"preparing a generated {r['size_bytes'] / 1e6:,.0f} MB text": "value",
         f"throughput (best of {len(r['turns'])})": f"{r['prepare_mb_per_s']:.1f} MB/s, "
         f"{r['prepare_tokens_per_s'] / 1e6:.2f} M tokens/s",
-        peak: f"{r['peak_rss'] / 2**20:,.0f} MiB",
+        "peak resident memory of the preparing process (its threads included)": (
+            f"{r['peak_rss'] / 2**20:,.0f} MiB"
+        ),
         "tokens (train + val)": f"{r['tokens']:,}",
     }
     if "ratios" in r:
-        each = zip(r["ratios"], r["turns"], strict=True)
         rows[f"tiktoken's encode_ordinary_batch, {r['workers']} threads (best)"] = (
             f"{r['tiktoken_mb_per_s']:.1f} MB/s, {r['tiktoken_tokens']:,} tokens"
         )
         rows["ours / tiktoken's throughput, each turn (load average then)"] = ", ".join(
-            f"{x:.2f} ({t['load_avg_1min']:.1f})" for x, t in each
+            f"{x:.2f} ({t['load_avg_1min']:.1f})"
+            for x, t in zip(r["ratios"], r["turns"], strict=True)
         )
     machine = f"**{r['machine']}**, {r['cores']} cores, {r['workers']} encoding threads"
     return f"{machine}, tokenizer {r['tokenizer']}\n\n{markdown_table(list(rows.items()))}"
