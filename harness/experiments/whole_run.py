@@ -18,6 +18,7 @@ import runpy
 import subprocess
 import sys
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 IMPORTS, LOOP = "start-up: imports", "the rest: the loop's own work (schedule, progress bar)"
@@ -63,16 +64,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PhaseClock:
-    """Wall and CPU seconds per phase, each counting only its own time."""
+    """Calls, wall and CPU seconds per phase, each counting only its own time."""
 
     def __init__(self):
-        self.stack, self.wall, self.cpu, self.calls = [IMPORTS], {}, {}, {}
+        self.stack = [IMPORTS]
+        self.phases = defaultdict(lambda: {"calls": 0, "wall_s": 0.0, "cpu_s": 0.0})
         self.mark = STARTED[1:]  # (wall, CPU) seconds when the clock last charged
 
     def charge(self) -> None:
-        now, top = (time.perf_counter(), time.process_time()), self.stack[-1]
-        self.wall[top] = self.wall.get(top, 0.0) + now[0] - self.mark[0]
-        self.cpu[top] = self.cpu.get(top, 0.0) + now[1] - self.mark[1]
+        now, top = (time.perf_counter(), time.process_time()), self.phases[self.stack[-1]]
+        top["wall_s"] = top["wall_s"] + now[0] - self.mark[0]
+        top["cpu_s"] = top["cpu_s"] + now[1] - self.mark[1]
         self.mark = now
 
     def timed(self, fn, phase: str):
@@ -84,7 +86,7 @@ class PhaseClock:
                 return fn(*args, **kwargs)
             self.charge()
             self.stack.append(phase)
-            self.calls[phase] = self.calls.get(phase, 0) + 1
+            self.phases[phase]["calls"] += 1
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -123,9 +125,8 @@ def child(report: str, script: str, argv: list[str]) -> None:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
     finally:
         clock.charge()
-        report_json = {"started": STARTED[0], "ended": time.time(), "cpu_before": STARTED[2]}
-        report_json |= {"code": code, "wall": clock.wall, "cpu": clock.cpu, "calls": clock.calls}
-        Path(report).write_text(json.dumps(report_json))
+        times = {"started": STARTED[0], "ended": time.time(), "cpu_before": STARTED[2]}
+        Path(report).write_text(json.dumps({**times, "code": code, "phases": clock.phases}))
     sys.exit(code)
 
 
@@ -148,10 +149,8 @@ def profile_whole_run(argv: list[str]) -> dict:
             return {"code": code or 1, "phases": {}}
         r = json.loads(report.read_text())
     interpreter = {"calls": 1, "wall_s": r["started"] - spawned, "cpu_s": r["cpu_before"]}
-    phases = {"start-up: the interpreter": interpreter}
-    for name, wall in r["wall"].items():
-        phases[name] = {"calls": r["calls"].get(name, 0), "wall_s": wall, "cpu_s": r["cpu"][name]}
-    exit_cpu = cpu - r["cpu_before"] - sum(r["cpu"].values())
+    phases = {"start-up: the interpreter": interpreter, **r["phases"]}
+    exit_cpu = cpu - r["cpu_before"] - sum(phase["cpu_s"] for phase in r["phases"].values())
     phases[EXIT] = {"calls": 1, "wall_s": exited - r["ended"], "cpu_s": exit_cpu}
     return {"code": r["code"], "phases": phases, "wall_s": exited - spawned, "cpu_s": cpu}
 
