@@ -89,29 +89,27 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     tokens_per_s = tokens_per_step(cfg, runtime) / seconds
     dtype = runtime.autocast_dtype or torch.float32
-    return {
-        "params": model.num_params(),
-        "tokens_per_step": tokens_per_step(cfg, runtime),
-        "batch_size": cfg.train.batch_size,
-        "block_size": T,
-        "vocab_size": V,
-        "compiled": compiled,
-        "compile_failed": runtime.use_compile and not compiled,
-        "compile_s": compile_s,
-        "autocast": str(dtype).removeprefix("torch.") if runtime.autocast_dtype else None,
-        "attention_kernel": attention_kernel(
-            model.cfg, cfg.train.batch_size, runtime.device, dtype
-        ),
-        "ms_per_step": seconds * 1e3,
-        "forward_backward_ms": statistics.median(fb for _, (fb, _) in runs) * 1e3,
-        "optimizer_ms": statistics.median(update for _, (_, update) in runs) * 1e3,
-        "optimizer": describe(optimizer),
-        "tokens_per_s": tokens_per_s,
-        "flops_per_token": flops_per_token(model.cfg),
-        "model_flops_per_s": flops_per_token(model.cfg) * tokens_per_s,
-        "train_peak_mem": peak,
-        "train_state_mem": sum(t.numel() * t.element_size() for t in [*model.parameters(), *state]),
-    }
+    return dict(
+        params=model.num_params(),
+        tokens_per_step=tokens_per_step(cfg, runtime),
+        batch_size=cfg.train.batch_size,
+        block_size=T,
+        vocab_size=V,
+        compiled=compiled,
+        compile_failed=runtime.use_compile and not compiled,
+        compile_s=compile_s,
+        autocast=str(dtype).removeprefix("torch.") if runtime.autocast_dtype else None,
+        attention_kernel=attention_kernel(model.cfg, cfg.train.batch_size, runtime.device, dtype),
+        ms_per_step=seconds * 1e3,
+        forward_backward_ms=statistics.median(fb for _, (fb, _) in runs) * 1e3,
+        optimizer_ms=statistics.median(update for _, (_, update) in runs) * 1e3,
+        optimizer=describe(optimizer),
+        tokens_per_s=tokens_per_s,
+        flops_per_token=flops_per_token(model.cfg),
+        model_flops_per_s=flops_per_token(model.cfg) * tokens_per_s,
+        train_peak_mem=peak,
+        train_state_mem=sum(t.numel() * t.element_size() for t in [*model.parameters(), *state]),
+    )
 
 
 def timed_sample(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True):

@@ -20,9 +20,8 @@ from harness.training.runtime import Runtime
 from harness.training.step import check_finite, micro_steps
 from model import ModelConfig
 
-# (pattern, dense bf16 TFLOP/s, with sparsity, source): MFU's denominator under bf16 autocast
-# (training uses no sparsity). The first pattern found in the device's name wins, so specific names
-# come first.
+# (pattern, dense bf16 TFLOP/s, with sparsity, source): MFU's denominator under bf16 autocast. The
+# first pattern found in the device's name wins, so specific names come first.
 BF16_PEAKS = [
     (r"H200 NVL", 835, "1,671", "H200 NVL datasheet"),
     (r"H200", 989, "1,979", "H200 datasheet (SXM)"),
@@ -48,14 +47,13 @@ PEAK_SECONDS = 3.0
 
 
 class PeakMemory(TorchDispatchMode):
-    """Peak bytes of tensor storage allocated while the mode is active: each op output with a new
-    storage (not an input's) adds its bytes, and a weakref.finalize takes them off when torch frees
-    it. A kernel's scratch space, allocated and freed inside one op, stays invisible."""
+    """Peak bytes of tensor storage allocated while active: each op output with a new storage (not
+    an input's) adds its bytes, a weakref.finalize takes them off when torch frees it. A kernel's
+    scratch space, allocated and freed inside one op, stays invisible."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.live, self.peak = 0, 0
-        self.counted: set[int] = set()  # storages counted and not yet freed
+        self.live, self.peak, self.counted = 0, 0, set()  # counted: storages not yet freed
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -68,7 +66,6 @@ class PeakMemory(TorchDispatchMode):
                 self.counted.add(key)
                 self.live += nbytes
                 self.peak = max(self.peak, self.live)
-                # storage objects live as long as the memory
                 weakref.finalize(storage, self.release, key, nbytes)
         return out
 
@@ -128,7 +125,6 @@ def load_average() -> float | None:
 
 
 def machine_facts(device: torch.device) -> dict:
-    """The machine under a table of timings: other work on it skews every timing."""
     return {
         "machine": machine_name(device),
         "device": str(device),
@@ -139,6 +135,7 @@ def machine_facts(device: torch.device) -> dict:
 
 
 def machine_line(r: dict) -> str:
+    """The machine under a table of timings: other work on it skews every timing."""
     line = f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, "
     line += f"torch {r['torch_version']}"
     if r.get("load_avg_1min") is not None:
@@ -168,8 +165,8 @@ def card_peak(name: str) -> tuple[float, str] | None:
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
-    """What MFU divides by, and its source: under bf16 on CUDA the card's datasheet peak, elsewhere
-    the best matmul measured here."""
+    """What MFU divides by, and its source: under bf16 on CUDA the card's datasheet peak, else the
+    best matmul measured here."""
     source = "measured here"
     if device.type == "cuda" and dtype == torch.bfloat16:
         name = machine_name(device)
@@ -182,8 +179,8 @@ def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
 def attention_kernel(
     cfg: ModelConfig, batch_size: int, device: torch.device, dtype: torch.dtype
 ) -> str:
-    """The attention kernel a training step runs: with "sdpa", the one torch picks for the step's
-    (B, H, T, D) inputs, asked of the private torch._fused_sdp_choice."""
+    """The attention kernel of a training step: with "sdpa", torch's pick for the step's inputs,
+    asked of the private torch._fused_sdp_choice."""
     if cfg.attention != "sdpa":
         return f"none: model.attention = {cfg.attention}"
     shape = (batch_size, cfg.n_head, cfg.block_size, cfg.head_size)

@@ -1,7 +1,6 @@
-"""bench.py --variants: what each change of attention buys when a model samples, at random init,
-batch 1: the KV cache's bytes after a block_size-token prompt (K key/value heads of H keep K/H of
-them; a window W keeps W - 1 positions), cached sampling's tokens/s from that prompt by generate()'s
-own context policy, as sample.py's long samples run, and train.py's step in ms."""
+"""bench.py --variants: what each change of attention buys a model sampling at random init, batch
+1: the KV cache's bytes after a block_size-token prompt (K key/value heads of H keep K/H of them; a
+window W keeps W - 1 positions), cached sampling's tokens/s from it, and train.py's step in ms."""
 
 import dataclasses
 import sys
@@ -14,19 +13,11 @@ from harness.experiments.benchmark import bench_training, build_model, timed_sam
 from harness.experiments.profiling import machine_facts, machine_line
 from harness.experiments.stats import markdown_table
 from harness.training.runtime import Runtime
-from model import GPT
 from model.ablations import applied, variants
 
 # sampled after the prompt in each timed run: four halvings of the char preset's 128-token window
 VARIANT_TOKENS = 256
 KiB = 2**10
-
-
-def cache_bytes(model: GPT, prompt: torch.Tensor) -> int:
-    caches = model.new_caches()
-    with torch.no_grad():
-        model.hidden(prompt, caches)
-    return sum(t.numel() * t.element_size() for cache in caches for t in (cache.k, cache.v))
 
 
 def bench_variants(
@@ -46,13 +37,16 @@ def bench_variants(
         model = build_model(variant_cfg, runtime).eval()
         g = torch.Generator().manual_seed(0)
         prompt = torch.randint(0, model.cfg.vocab_size, (1, T), generator=g).to(runtime.device)
-        total = cache_bytes(model, prompt)
+        caches = model.new_caches()
+        with torch.no_grad():
+            model.hidden(prompt, caches)
+        total = sum(t.numel() * t.element_size() for cache in caches for t in (cache.k, cache.v))
         model.generate(prompt, 4)  # warm-up
         name = f"{cfg.name}{suffix}"
         rows[name] = {"params": model.num_params(), "cache_bytes": total}
         rows[name]["cache_bytes_per_token"] = total / T
         runs[name] = (model, prompt, variant_cfg, [], [])
-    # in turns, so that a burst of other work on the machine slows one run of each, not all of one
+    # in turns: a burst of other work on the machine slows one run of each, not all of one
     for _ in range(repeats):
         for model, prompt, variant_cfg, seconds, steps_ms in runs.values():
             seconds.append(timed_sample(model, prompt, new_tokens)[0])
@@ -64,12 +58,10 @@ def bench_variants(
     for row in rows.values():
         row["cache_fraction"] = row["cache_bytes"] / preset["cache_bytes"]
         row["sample_speedup"] = row["sample_tokens_per_s"] / preset["sample_tokens_per_s"]
-    return {
-        "variant_context": T,
-        "variant_new_tokens": new_tokens,
-        "batch_size": cfg.train.batch_size,
-        "variants": rows,
-    }
+    batch_size = cfg.train.batch_size
+    return dict(
+        variant_context=T, variant_new_tokens=new_tokens, batch_size=batch_size, variants=rows
+    )
 
 
 def measure_variants(cfg: Config, runtime: Runtime, names: list[str]) -> dict:
