@@ -240,12 +240,6 @@ def format_tables(r: dict) -> str:
     T = lengths[-1]
     ratio = r[f"tiled_readable_mem_ratio_{T}"]
     verdict = "within" if ratio <= 1 / 8 else "OVER"
-    return "\n\n".join(
-        [
-            machine_line(r),
-            markdown_table(list(rows.items())),
-            markdown_table(cores),
-            f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), "
-            f"{verdict} the 1/8 budget",
-        ]
-    )
+    tables = f"{markdown_table(list(rows.items()))}\n\n{markdown_table(cores)}"
+    budget = f"tiled / readable peak memory at T={T}: {ratio:.4f} (1/{1 / ratio:.0f}), {verdict}"
+    return f"{machine_line(r)}\n\n{tables}\n\n{budget} the 1/8 budget"

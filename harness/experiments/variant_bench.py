@@ -72,10 +72,8 @@ def measure_variants(cfg: Config, runtime: Runtime, names: list[str]) -> dict:
             "leave those flags out"
         )
     start = time.perf_counter()
-    print(
-        f"variants at a context of {cfg.model.block_size} tokens: {', '.join(names)} ...",
-        file=sys.stderr,
-    )
+    listed = ", ".join(names)
+    print(f"variants at a context of {cfg.model.block_size} tokens: {listed} ...", file=sys.stderr)
     result = {"config": cfg.name, **machine_facts(runtime.device), "variant_names": names}
     result |= bench_variants(cfg, runtime, names)
     result["bench_s"] = time.perf_counter() - start
@@ -90,11 +88,11 @@ def format_variants(r: dict) -> str:
         + [f"sampling {n} tokens after a {T}-token prompt, KV cache", "of the preset's"]
         + ["training step"]
     ]
-    for name, v in r["variants"].items():
-        rows.append(
-            [name, f"{v['params'] / 1e6:.3f} M", f"{v['cache_bytes'] / KiB:,.1f} KiB"]
-            + [f"{v['cache_bytes_per_token']:,.0f}", f"{100 * v['cache_fraction']:.0f} %"]
-            + [f"{v['sample_tokens_per_s']:,.0f} tokens/s", f"{v['sample_speedup']:.2f}x"]
-            + [f"{v['step_ms']:.0f} ms"]
-        )
+    rows += [
+        [name, f"{v['params'] / 1e6:.3f} M", f"{v['cache_bytes'] / KiB:,.1f} KiB"]
+        + [f"{v['cache_bytes_per_token']:,.0f}", f"{100 * v['cache_fraction']:.0f} %"]
+        + [f"{v['sample_tokens_per_s']:,.0f} tokens/s", f"{v['sample_speedup']:.2f}x"]
+        + [f"{v['step_ms']:.0f} ms"]
+        for name, v in r["variants"].items()
+    ]
     return f"{machine_line(r)}\n\n{markdown_table(rows)}"
