@@ -65,8 +65,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     step_model = wrap_for_training(model, runtime)
 
     def step(batches: list | None = None) -> tuple[float, float]:
-        """The seconds of forward + backward (and clip), and of the update. Unless given, the batch
-        is drawn inside the timed step, as in train.py's loop."""
+        """Seconds of forward + backward (and clip), and of the update. Unless given, the batch is
+        drawn inside the timed step, as in train.py's loop."""
         batches = batches or draw_micro_batches(ids, cfg, runtime, g)
         start = time.perf_counter()
         _, middle = training_step(step_model, optimizer, batches, runtime, cfg.train.grad_clip)
@@ -113,7 +113,6 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
 
 
 def timed_sample(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True):
-    """The seconds and the tokens of generate() from a generator seeded 0."""
     generator = torch.Generator(device=prompt.device).manual_seed(0)
     run = partial(model.generate, prompt, new_tokens, generator=generator, use_cache=use_cache)
     return timed(run, prompt.device)

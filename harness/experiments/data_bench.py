@@ -1,7 +1,6 @@
-"""bench.py --data-mb MB: preparing a generated MB-megabyte text into .bin files (MB/s, tokens/s,
-peak memory) against tiktoken's encode_ordinary_batch on the same text. Each side runs in a fresh
-process, so its peak memory (VmHWM) is its own, and in turns, so each turn's ratio compares two
-measurements taken moments apart."""
+"""bench.py --data-mb MB: preparing a generated text into .bin files (MB/s, tokens/s, peak memory)
+against tiktoken's encode_ordinary_batch. Each side runs in a fresh process, its peak memory (VmHWM)
+its own, and in turns: each turn's ratio compares two measurements moments apart."""
 
 import json
 import os
@@ -21,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BLOCK_BYTES = 1 << 20
 # the text cycles through this many generated blocks: writing it stays fast at any size
 DISTINCT_BLOCKS = 16
-MIN_MB = 0.001  # the smallest text measured: a kilobyte (below a byte, the text would be empty)
+MIN_MB = 0.001  # a kilobyte: below a byte, the text would be empty
 
 PREPARE = """
 import json, sys, time
@@ -93,7 +92,6 @@ def run_child(program: str, *args) -> dict:
 
 
 def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log=print) -> dict:
-    """Each turn's figures, and their best."""
     threads = workers_to_use(workers)
     result = {"machine": machine_name(torch.device("cpu")), "cores": os.cpu_count()}
     result |= {"workers": threads, "tokenizer": tokenizer}

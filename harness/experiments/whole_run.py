@@ -22,10 +22,10 @@ from collections import defaultdict
 from pathlib import Path
 
 IMPORTS, LOOP = "start-up: imports", "the rest: the loop's own work (schedule, progress bar)"
-EXIT = "the rest: the interpreter's exit"
+EXIT, CONFIG = "the rest: the interpreter's exit", "start-up: the config"
 # each phase's functions, as module:attribute
 PHASES = {
-    "start-up: the config": ["harness.cli:OneLineParser.parse_with_config"],
+    CONFIG: ["harness.cli:OneLineParser.parse_with_config"],
     "start-up: device and backend switches": ["harness.training.runtime:setup_runtime"],
     "start-up: the model built": ["harness.training.starting_weights:initial_model"],
     "start-up: the optimizer": ["harness.training.optim:make_optimizer"],
@@ -80,11 +80,12 @@ class PhaseClock:
     def timed(self, fn, phase: str):
         @functools.wraps(fn)
         def clocked(*args, **kwargs):
-            # an evaluation's forward, or AdamW's step inside the combined optimizer's
-            top = self.stack[-1]
+            top = self.stack[-1]  # an evaluation's forward, AdamW's step in CombinedOptimizer's
             if (phase in IN_LOOP and top != LOOP) or top == phase:
                 return fn(*args, **kwargs)
             self.charge()
+            if phase == CONFIG:  # the imports end here; then what no phase claims is the loop's
+                self.stack[0] = LOOP
             self.stack.append(phase)
             self.phases[phase]["calls"] += 1
             try:
@@ -108,16 +109,6 @@ def child(report: str, script: str, argv: list[str]) -> None:
                 owner = getattr(owner, class_name)
             # a renamed function fails here, loudly
             setattr(owner, name, clock.timed(getattr(owner, name), phase))
-    parser_class = importlib.import_module("harness.cli").OneLineParser
-    parse = parser_class.parse_with_config  # clocked above
-
-    # the imports end where the config is read; then what no phase claims is the loop's
-    def parse_then_loop(self, argv):
-        clock.charge()
-        clock.stack[0] = LOOP
-        return parse(self, argv)
-
-    parser_class.parse_with_config = parse_then_loop
     sys.argv, code = [script, *argv], 0
     try:
         runpy.run_path(script, run_name="__main__")
@@ -136,7 +127,7 @@ def children_cpu_s() -> float:
 
 
 def profile_whole_run(argv: list[str]) -> dict:
-    """Run `python train.py argv...` under the phase clock, its output on stderr: its exit code and
+    """Run `python train.py argv...` under the phase clock, its output on stderr: its exit code,
     each phase's calls, wall and CPU seconds."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
