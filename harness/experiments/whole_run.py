@@ -155,15 +155,9 @@ def format_whole_run(r: dict) -> str:
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
         groups.setdefault(group, []).append((detail, phase))
-    lines = [
-        machine_line(r),
-        "",
-        f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {r['cpu_s']:.2f} s of CPU time, "
-        f"final val {r['val']}",
-        "",
-        "| phase | calls | wall s | share of wall | CPU s |",
-        "|---|---:|---:|---:|---:|",
-    ]
+    run = f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {r['cpu_s']:.2f} s of CPU time"
+    lines = [f"{machine_line(r)}\n\n{run}, final val {r['val']}\n"]
+    lines += ["| phase | calls | wall s | share of wall | CPU s |", "|---|---:|---:|---:|---:|"]
     for group in sorted(groups, key=GROUPS.index):
         wall, cpu = (sum(phase[key] for _, phase in groups[group]) for key in ("wall_s", "cpu_s"))
         share = 100 * wall / r["wall_s"]
