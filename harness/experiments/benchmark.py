@@ -1,5 +1,5 @@
-"""What bench.py measures for one preset, at random init on random tokens: train.py's step,
-sampling with and without the KV cache, and each attention backend's time and memory."""
+"""bench.py's measurements of one preset at random init on random tokens: train.py's step,
+sampling with and without the KV cache, each attention core's time and memory."""
 
 import dataclasses
 import statistics
@@ -35,7 +35,7 @@ VOCAB_SIZES = {"char": 65, "gpt2": GPT2_VOCAB_SIZE}
 ATTENTION_LENGTHS = (256, 1024, 4096)
 SAMPLE_TOKENS = 500  # sampled in each run, from a 1-token prompt
 MiB = 2**20
-# GPT-2 small's shape, with its qkv bias: the size of published MFU figures (nanoGPT's)
+# GPT-2 small's shape with its qkv bias: that of published MFU figures (nanoGPT's)
 GPT2_124M_FLAG = "--gpt2-124m"
 GPT2_124M = (
     "--model.n_layer=12 --model.n_head=12 --model.n_embd=768 --model.block_size=1024 "
@@ -44,7 +44,7 @@ GPT2_124M = (
 
 
 def expand_gpt2_124m(argv: list[str]) -> list[str]:
-    """argv with --gpt2-124m replaced where it stands by its overrides: later flags still win."""
+    """--gpt2-124m replaced where it stands by its overrides: later flags still win."""
     return [arg for given in argv for arg in (GPT2_124M if given == GPT2_124M_FLAG else [given])]
 
 
@@ -55,8 +55,8 @@ def build_model(cfg: Config, runtime: Runtime) -> GPT:
 
 
 def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: int = 8) -> dict:
-    """ms/step, tokens/s, model FLOP/s and the peak memory of a training step. Times are medians:
-    a burst of other work slows a step or two, not the median."""
+    """ms/step, tokens/s, model FLOP/s and peak memory of a training step. Times are medians: a
+    burst of other work slows a step or two, not the median."""
     model = build_model(cfg, runtime).train()
     optimizer = make_optimizer(model, cfg.train, runtime.device)
     T, V = cfg.model.block_size, model.cfg.vocab_size
@@ -65,8 +65,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     step_model = wrap_for_training(model, runtime)
 
     def step(batches: list | None = None) -> tuple[float, float]:
-        """Seconds of forward + backward (and clip), and of the update. Unless given, the batch is
-        drawn inside the timed step, as in train.py's loop."""
+        # seconds of forward + backward (and clip), of the update; the batch drawn as train.py does
         batches = batches or draw_micro_batches(ids, cfg, runtime, g)
         start = time.perf_counter()
         _, middle = training_step(step_model, optimizer, batches, runtime, cfg.train.grad_clip)
@@ -119,7 +118,6 @@ def timed_sample(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: b
 
 
 def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKENS) -> dict:
-    """Tokens/s of generate() with and without the KV cache, the better of two runs."""
     model = build_model(cfg, runtime).eval()
     prompt = torch.zeros((1, 1), dtype=torch.long, device=runtime.device)
     result, outputs = {"sample_new_tokens": new_tokens}, {}
@@ -138,13 +136,13 @@ def bench_sampling(cfg: Config, runtime: Runtime, new_tokens: int = SAMPLE_TOKEN
 def bench_attention(
     n_head: int, head_size: int, device: torch.device, lengths=ATTENTION_LENGTHS, repeats: int = 3
 ) -> dict:
-    """Causal forward ms and peak memory of each attention core on (1, H, T, D) inputs; q, k, v
-    and the readable path's (T, T) mask are the baseline, not counted."""
+    """Causal forward ms and peak memory of each core on (1, H, T, D) inputs; q, k, v and the
+    (T, T) mask are the baseline, not counted."""
     result, scale = {}, head_size**-0.5
     for T in lengths:
         q, k, v = (torch.randn(1, n_head, T, head_size, device=device) for _ in range(3))
         mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
-        cores = {  # each returns y (1, H, T, D); the readable one also its (1, H, T, T) weights
+        cores = {
             "readable": partial(attention, q, k, v, mask, scale),
             "sdpa": partial(F.scaled_dot_product_attention, q, k, v, is_causal=True, scale=scale),
             "tiled": partial(tiled_attention, q, k, v, mask, scale),
@@ -162,12 +160,11 @@ def bench_attention(
 
 
 def mfu(r: dict) -> float:
-    """Model FLOPs utilisation: model FLOPs per token x tokens/s, over the device's peak."""
+    """Model FLOPs utilisation: model FLOP/s over the device's peak."""
     return r["flops_per_token"] * r["tokens_per_s"] / r["peak_flops"]
 
 
 def measure_all(cfg: Config, runtime: Runtime) -> dict:
-    """Every measurement, as one flat dict; progress on stderr."""
     start = time.perf_counter()
     say = partial(print, file=sys.stderr)
     dtype = runtime.autocast_dtype or torch.float32
@@ -196,7 +193,6 @@ def rate(flops_per_s: float) -> str:
 
 
 def format_tables(r: dict) -> str:
-    """The results as a machine line and two markdown tables."""
     shape = f"{r['n_layer']} layers, {r['n_head']} heads, {r['n_embd']} wide"
     batch = f"{r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
     n = r["sample_new_tokens"]

@@ -1,6 +1,6 @@
-"""bench.py --data-mb MB: preparing a generated text into .bin files (MB/s, tokens/s, peak memory)
-against tiktoken's encode_ordinary_batch. Each side runs in a fresh process, its peak memory (VmHWM)
-its own, and in turns: each turn's ratio compares two measurements moments apart."""
+"""bench.py --data-mb MB: preparing a generated text (MB/s, tokens/s, peak memory) against
+tiktoken's encode_ordinary_batch, each in a fresh process (its own VmHWM), in turns: each turn's
+ratio compares two measurements moments apart."""
 
 import json
 import os
@@ -18,8 +18,7 @@ from harness.experiments.stats import markdown_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BLOCK_BYTES = 1 << 20
-# the text cycles through this many generated blocks: writing it stays fast at any size
-DISTINCT_BLOCKS = 16
+DISTINCT_BLOCKS = 16  # the text cycles through them: writing it stays fast at any size
 MIN_MB = 0.001  # a kilobyte: below a byte, the text would be empty
 
 PREPARE = """
@@ -47,7 +46,6 @@ while start < len(text):  # pieces of about 1 MB, each ending at a newline
 del text
 enc = tiktoken.get_encoding("gpt2")
 seconds, tokens = 0.0, 0
-# a few pieces per thread a call: its lists of ids stay small
 for i in range(0, len(pieces), 4 * threads):
     begin = time.perf_counter()
     ids = enc.encode_ordinary_batch(pieces[i : i + 4 * threads], num_threads=threads)
@@ -58,7 +56,7 @@ print(json.dumps({"seconds": seconds, "tokens": tokens}))
 
 
 def write_text(path: Path, size_bytes: int) -> None:
-    """English-like text: Zipf-distributed made-up words, lines of 4 to 20 words."""
+    """English-like: Zipf-distributed made-up words, lines of 4 to 20 words."""
     rng = np.random.default_rng(0)
     freq = 1 / np.arange(1, 27)
     lengths = rng.integers(1, 10, size=20_000)
@@ -92,34 +90,32 @@ def run_child(program: str, *args) -> dict:
 
 
 def bench_data(size_mb: float, tokenizer: str, workers: int, turns: int = 2, log=print) -> dict:
-    threads = workers_to_use(workers)
-    result = {"machine": machine_name(torch.device("cpu")), "cores": os.cpu_count()}
-    result |= {"workers": threads, "tokenizer": tokenizer}
+    threads, runs = workers_to_use(workers), []
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         path = Path(tmp) / "corpus.txt"
         log(f"writing a {size_mb:g} MB text ...")
         write_text(path, int(size_mb * 1e6))
         size = path.stat().st_size
-        result |= {"size_bytes": size, "turns": []}
         for turn in range(turns):
             log(f"turn {turn + 1} of {turns}: preparing ...")
             ours = run_child(PREPARE, path, tokenizer, threads, Path(tmp) / f"prepared{turn}")
             log(f"turn {turn + 1} of {turns}: tiktoken's encode_ordinary_batch ...")
             theirs = run_child(TIKTOKEN, path, threads) if tokenizer == "gpt2" else None
-            result["turns"].append(
-                {"ours": ours, "tiktoken": theirs, "load_avg_1min": load_average()}
-            )
-    best = min((t["ours"] for t in result["turns"]), key=lambda ours: ours["seconds"])
-    result["prepare_mb_per_s"] = size / 1e6 / best["seconds"]
-    result["prepare_tokens_per_s"] = best["tokens"] / best["seconds"]
-    result["peak_rss"] = max(t["ours"]["peak_rss"] for t in result["turns"])
-    result["tokens"] = best["tokens"]
+            runs.append({"ours": ours, "tiktoken": theirs, "load_avg_1min": load_average()})
+    ours = [run["ours"] for run in runs]
+    best = min(ours, key=lambda run: run["seconds"])
+    result = dict(machine=machine_name(torch.device("cpu")), cores=os.cpu_count(), workers=threads)
+    result |= dict(tokenizer=tokenizer, size_bytes=size, turns=runs)
+    result |= dict(
+        prepare_mb_per_s=size / 1e6 / best["seconds"],
+        prepare_tokens_per_s=best["tokens"] / best["seconds"],
+        peak_rss=max(run["peak_rss"] for run in ours),
+        tokens=best["tokens"],
+    )
     if tokenizer == "gpt2":
-        theirs = [t["tiktoken"] for t in result["turns"]]
-        result["tiktoken_mb_per_s"] = size / 1e6 / min(t["seconds"] for t in theirs)
-        result["ratios"] = [
-            t["tiktoken"]["seconds"] / t["ours"]["seconds"] for t in result["turns"]
-        ]
+        theirs = [run["tiktoken"] for run in runs]
+        result["tiktoken_mb_per_s"] = size / 1e6 / min(run["seconds"] for run in theirs)
+        result["ratios"] = [t["seconds"] / o["seconds"] for t, o in zip(theirs, ours, strict=True)]
         result["tiktoken_tokens"] = theirs[0]["tokens"]
     return result
 

@@ -1,5 +1,5 @@
-"""bench.py's measuring tools: train.py's step, timers, peak memory (CUDA's allocator, or on the
-CPU, where torch keeps no statistics, a tracker of tensor storage), the machine, MFU's peak."""
+"""bench.py's measuring tools: train.py's step, peak memory (on the CPU, where torch keeps no
+statistics, a tracker of tensor storage), the machine, MFU's peak."""
 
 import contextlib
 import math
@@ -21,7 +21,7 @@ from harness.training.step import check_finite, micro_steps
 from model import ModelConfig
 
 # (pattern, dense bf16 TFLOP/s, with sparsity, source): MFU's denominator under bf16 autocast. The
-# first pattern found in the device's name wins, so specific names come first.
+# first pattern found in the device's name wins: specific names first.
 BF16_PEAKS = [
     (r"H200 NVL", 835, "1,671", "H200 NVL datasheet"),
     (r"H200", 989, "1,979", "H200 datasheet (SXM)"),
@@ -42,18 +42,16 @@ KERNELS = {
     SDPBackend.CUDNN_ATTENTION: "cuDNN",
     SDPBackend.MATH: "math (the (T, T) weights held in memory)",
 }
-# seconds of square matmuls timed for MFU's denominator, where no datasheet gives it
-PEAK_SECONDS = 3.0
+PEAK_SECONDS = 3.0  # of square matmuls timed for MFU's denominator, where no datasheet gives it
 
 
 class PeakMemory(TorchDispatchMode):
-    """Peak bytes of tensor storage allocated while active: each op output with a new storage (not
-    an input's) adds its bytes, a weakref.finalize takes them off when torch frees it. A kernel's
-    scratch space, allocated and freed inside one op, stays invisible."""
+    """Peak bytes of tensor storage allocated while active: an op's output with a new storage adds
+    its bytes until torch frees it. A kernel's scratch space inside one op stays invisible."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.live, self.peak, self.counted = 0, 0, set()  # counted: storages not yet freed
+        self.live, self.peak, self.counted = 0, 0, set()  # storages not yet freed
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -135,7 +133,6 @@ def machine_facts(device: torch.device) -> dict:
 
 
 def machine_line(r: dict) -> str:
-    """The machine under a table of timings: other work on it skews every timing."""
     line = f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, "
     line += f"torch {r['torch_version']}"
     if r.get("load_avg_1min") is not None:
@@ -146,7 +143,6 @@ def machine_line(r: dict) -> str:
 def matmul_peak_flops(
     device: torch.device, dtype: torch.dtype, sizes=(512, 1024, 2048), seconds: float = PEAK_SECONDS
 ) -> float:
-    """The best FLOP/s of square matmuls (2 n^3 FLOPs each)."""
     best = 0.0
     for n in sizes:
         a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
@@ -165,8 +161,7 @@ def card_peak(name: str) -> tuple[float, str] | None:
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
-    """What MFU divides by, and its source: under bf16 on CUDA the card's datasheet peak, else the
-    best matmul measured here."""
+    """MFU's denominator and its source: under bf16 on CUDA the card's datasheet, else measured."""
     source = "measured here"
     if device.type == "cuda" and dtype == torch.bfloat16:
         name = machine_name(device)
@@ -179,8 +174,7 @@ def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
 def attention_kernel(
     cfg: ModelConfig, batch_size: int, device: torch.device, dtype: torch.dtype
 ) -> str:
-    """The attention kernel of a training step: with "sdpa", torch's pick for the step's inputs,
-    asked of the private torch._fused_sdp_choice."""
+    """With "sdpa", torch's pick for the step's inputs, from the private torch._fused_sdp_choice."""
     if cfg.attention != "sdpa":
         return f"none: model.attention = {cfg.attention}"
     shape = (batch_size, cfg.n_head, cfg.block_size, cfg.head_size)

@@ -1,6 +1,5 @@
-"""bench.py --variants: what each change of attention buys a model sampling at random init, batch
-1: the KV cache's bytes after a block_size-token prompt (K key/value heads of H keep K/H of them; a
-window W keeps W - 1 positions), cached sampling's tokens/s from it, and train.py's step in ms."""
+"""bench.py --variants: what each change of attention buys a model at random init, batch 1: the KV
+cache after a block_size-token prompt, cached sampling's tokens/s, train.py's step in ms."""
 
 import dataclasses
 import sys
@@ -15,7 +14,7 @@ from harness.experiments.stats import markdown_table
 from harness.training.runtime import Runtime
 from model.ablations import applied, variants
 
-# sampled after the prompt in each timed run: four halvings of the char preset's 128-token window
+# sampled after the prompt: four halvings of the char preset's 128-token window
 VARIANT_TOKENS = 256
 KiB = 2**10
 
@@ -28,8 +27,8 @@ def bench_variants(
     repeats: int = 3,
     train_steps: int = 3,
 ) -> dict:
-    """Per variant by run name, the preset first: parameters, KV cache bytes, cached sampling's
-    tokens/s and train.py's step in ms, the best of `repeats` runs taken in turns."""
+    """Per variant, the preset first: parameters, KV cache bytes, cached sampling's tokens/s and
+    train.py's step in ms, the best of `repeats` runs taken in turns."""
     T = cfg.model.block_size
     rows, runs = {}, {}
     for suffix, model_cfg in variants(cfg.model, names).items():
@@ -43,8 +42,9 @@ def bench_variants(
         total = sum(t.numel() * t.element_size() for cache in caches for t in (cache.k, cache.v))
         model.generate(prompt, 4)  # warm-up
         name = f"{cfg.name}{suffix}"
-        rows[name] = {"params": model.num_params(), "cache_bytes": total}
-        rows[name]["cache_bytes_per_token"] = total / T
+        rows[name] = dict(
+            params=model.num_params(), cache_bytes=total, cache_bytes_per_token=total / T
+        )
         runs[name] = (model, prompt, variant_cfg, [], [])
     # in turns: a burst of other work on the machine slows one run of each, not all of one
     for _ in range(repeats):
@@ -52,25 +52,23 @@ def bench_variants(
             seconds.append(timed_sample(model, prompt, new_tokens)[0])
             step = bench_training(variant_cfg, runtime, warmup_steps=1, steps=train_steps)
             steps_ms.append(step["ms_per_step"])
-    preset = rows[cfg.name]
-    for name, (*_, seconds, steps_ms) in runs.items():
-        rows[name] |= {"sample_tokens_per_s": new_tokens / min(seconds), "step_ms": min(steps_ms)}
-    for row in rows.values():
+    preset = rows[cfg.name]  # the first filled
+    for (*_, seconds, steps_ms), row in zip(runs.values(), rows.values(), strict=True):
+        row |= {"sample_tokens_per_s": new_tokens / min(seconds), "step_ms": min(steps_ms)}
         row["cache_fraction"] = row["cache_bytes"] / preset["cache_bytes"]
         row["sample_speedup"] = row["sample_tokens_per_s"] / preset["sample_tokens_per_s"]
-    batch_size = cfg.train.batch_size
     return dict(
-        variant_context=T, variant_new_tokens=new_tokens, batch_size=batch_size, variants=rows
+        variant_context=T,
+        variant_new_tokens=new_tokens,
+        batch_size=cfg.train.batch_size,
+        variants=rows,
     )
 
 
 def measure_variants(cfg: Config, runtime: Runtime, names: list[str]) -> dict:
     if changed := applied(cfg.model):
         flags = ", ".join(c.flag for c in changed)
-        raise ConfigError(
-            f"bench.py --variants builds the changed variants itself ({flags} given); "
-            "leave those flags out"
-        )
+        raise ConfigError(f"--variants sets {flags} itself: leave those flags out")
     start = time.perf_counter()
     listed = ", ".join(names)
     print(f"variants at a context of {cfg.model.block_size} tokens: {listed} ...", file=sys.stderr)

@@ -1,6 +1,5 @@
-"""Where the time of one whole training run goes (bench.py --whole-run): run as
-`python -m harness.experiments.whole_run REPORT train.py ARGS...`, it puts a clock around the
-functions train.py calls (PHASES), runs train.py unchanged and writes REPORT as JSON. A phase
+"""bench.py --whole-run: `python -m harness.experiments.whole_run REPORT train.py ARGS...` clocks
+the functions train.py calls (PHASES), runs train.py unchanged and writes REPORT as JSON. A phase
 entered inside another pauses the outer one's clock."""
 
 # ruff: noqa: E402 (the imports below the clock on purpose)
@@ -23,7 +22,6 @@ from pathlib import Path
 
 IMPORTS, LOOP = "start-up: imports", "the rest: the loop's own work (schedule, progress bar)"
 EXIT, CONFIG = "the rest: the interpreter's exit", "start-up: the config"
-# each phase's functions, as module:attribute
 PHASES = {
     CONFIG: ["harness.cli:OneLineParser.parse_with_config"],
     "start-up: device and backend switches": ["harness.training.runtime:setup_runtime"],
@@ -98,13 +96,13 @@ class PhaseClock:
 
 
 def child(report: str, script: str, argv: list[str]) -> None:
-    """Run `python script argv...` under the clock, then write the report (also if it fails)."""
+    """Run the script under the clock, then write the report (also if it fails)."""
     clock = PhaseClock()
     for phase, functions in PHASES.items():
         for where in functions:
             module_name, name = where.split(":")
             owner = importlib.import_module(module_name)
-            if "." in name:  # a method: wrap it on its class
+            if "." in name:  # a method
                 class_name, name = name.split(".")
                 owner = getattr(owner, class_name)
             # a renamed function fails here, loudly
@@ -127,8 +125,8 @@ def children_cpu_s() -> float:
 
 
 def profile_whole_run(argv: list[str]) -> dict:
-    """Run `python train.py argv...` under the phase clock, its output on stderr: its exit code,
-    each phase's calls, wall and CPU seconds."""
+    """Run `python train.py argv...` under the clock, its output on stderr: its exit code, each
+    phase's calls, wall and CPU seconds."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         cpu_before, spawned = children_cpu_s(), time.time()
@@ -147,32 +145,30 @@ def profile_whole_run(argv: list[str]) -> dict:
 
 
 def format_whole_run(r: dict) -> str:
-    """The phases grouped as the run goes, each group's total in bold."""
     # here: the child process imports nothing before its clock
     from harness.experiments.profiling import machine_line
+    from harness.experiments.stats import markdown_table
 
     groups = {}
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
         groups.setdefault(group, []).append((detail, phase))
-    run = f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {r['cpu_s']:.2f} s of CPU time"
-    lines = [f"{machine_line(r)}\n\n{run}, final val {r['val']}\n"]
-    lines += ["| phase | calls | wall s | share of wall | CPU s |", "|---|---:|---:|---:|---:|"]
+
+    def row(label: str, calls: str, wall: float, cpu: float, bold: str = "") -> list[str]:
+        cells = (f"{wall:.2f}", f"{100 * wall / r['wall_s']:.1f} %", f"{cpu:.2f}")
+        return [label, calls, *(f"{bold}{cell}{bold}" for cell in cells)]
+
+    rows = [["phase", "calls", "wall s", "share of wall", "CPU s"]]
     for group in sorted(groups, key=GROUPS.index):
         wall, cpu = (sum(phase[key] for _, phase in groups[group]) for key in ("wall_s", "cpu_s"))
-        share = 100 * wall / r["wall_s"]
-        lines.append(f"| **{group}** | | **{wall:.2f}** | **{share:.1f} %** | **{cpu:.2f}** |")
+        rows.append(row(f"**{group}**", "", wall, cpu, "**"))
         for detail, phase in groups[group]:
-            share = 100 * phase["wall_s"] / r["wall_s"]
-            # the imports and the loop are no call
-            calls = f"{phase['calls']:,}" if phase["calls"] else ""
-            lines.append(
-                f"| &nbsp; {detail} | {calls} | {phase['wall_s']:.2f} | {share:.1f} % "
-                f"| {phase['cpu_s']:.2f} |"
-            )
-    total = f"**{r['wall_s']:.2f}** | **100 %** | **{r['cpu_s']:.2f}**"
-    lines.append(f"| **the whole run** | | {total} |")
-    return "\n".join(lines)
+            calls = f"{phase['calls']:,}" if phase["calls"] else ""  # the imports, the loop: none
+            rows.append(row(f"&nbsp; {detail}", calls, phase["wall_s"], phase["cpu_s"]))
+    total = [f"**{r['wall_s']:.2f}**", "**100 %**", f"**{r['cpu_s']:.2f}**"]
+    rows.append(["**the whole run**", "", *total])
+    run = f"`{r['command']}`: {r['wall_s']:.1f} s of wall time, {r['cpu_s']:.2f} s of CPU time"
+    return f"{machine_line(r)}\n\n{run}, final val {r['val']}\n\n{markdown_table(rows)}"
 
 
 if __name__ == "__main__":
