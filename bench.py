@@ -33,7 +33,7 @@ from harness.experiments.benchmark import (
 from harness.experiments.comparison import add_variants
 from harness.experiments.data_bench import MIN_MB, bench_data, format_data_table
 from harness.experiments.profiling import machine_facts
-from harness.experiments.variant_bench import format_variants, measure_variants
+from harness.experiments.variant_bench import bench_variants, format_variants
 from harness.experiments.whole_run import format_whole_run, profile_whole_run
 from harness.training.budget import duration
 from harness.training.runlog import evaluations
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> dict | int:
         result |= machine_facts(runtime.device)
         tables = format_whole_run(result)
     elif args.variants:
-        result = measure_variants(cfg, runtime, args.variants)
+        result = bench_variants(cfg, runtime, args.variants)
         tables = format_variants(result)
     else:
         print(

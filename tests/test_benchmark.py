@@ -307,6 +307,7 @@ def test_bench_variants_measures_each_cache_by_hand_and_refuses_in_one_line(caps
     assert "| tiny-window32 | 0.029 M | 15.5 KiB | 248 | 48 % |" in table
     assert "sampling 4 tokens after a 64-token prompt, KV cache" in table
 
+    assert capsys.readouterr().err.startswith("variants at a context of 64 tokens: kv-heads, ")
     tiny = ["--config", "tiny", "--device", "cpu"]
     assert_one_line_error(
         error_of(bench.main, [*tiny, "--variants", "gate", "--model.gate=true"], capsys),

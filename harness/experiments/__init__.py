@@ -1,2 +1,1 @@
-"""What the experiment scripts run: compare.py's variants over seeds, sweep.py's rates, their
-statistics (stats.py), and bench.py's measurements."""
+"""What compare.py, sweep.py and bench.py run, and their statistics."""

@@ -55,8 +55,7 @@ def build_model(cfg: Config, runtime: Runtime) -> GPT:
 
 
 def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: int = 8) -> dict:
-    """ms/step, tokens/s, model FLOP/s and peak memory of a training step. Times are medians: a
-    burst of other work slows a step or two, not the median."""
+    """Times are medians: a burst of other work slows a step or two, not the median."""
     model = build_model(cfg, runtime).train()
     optimizer = make_optimizer(model, cfg.train, runtime.device)
     T, V = cfg.model.block_size, model.cfg.vocab_size
@@ -86,11 +85,12 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         partial(step, draw_micro_batches(ids, cfg, runtime, g)), runtime.device
     )
     state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-    tokens_per_s = tokens_per_step(cfg, runtime) / seconds
+    tokens = tokens_per_step(cfg, runtime)
+    tokens_per_s = tokens / seconds
     dtype = runtime.autocast_dtype or torch.float32
     return dict(
         params=model.num_params(),
-        tokens_per_step=tokens_per_step(cfg, runtime),
+        tokens_per_step=tokens,
         batch_size=cfg.train.batch_size,
         block_size=T,
         vocab_size=V,

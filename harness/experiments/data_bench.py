@@ -1,6 +1,5 @@
-"""bench.py --data-mb MB: preparing a generated text (MB/s, tokens/s, peak memory) against
-tiktoken's encode_ordinary_batch, each in a fresh process (its own VmHWM), in turns: each turn's
-ratio compares two measurements moments apart."""
+"""bench.py --data-mb MB: preparing a generated text against tiktoken's encode_ordinary_batch, each
+in a fresh process (its own VmHWM), in turns: a turn's ratio compares measurements moments apart."""
 
 import json
 import os
@@ -35,14 +34,11 @@ print(json.dumps({"seconds": seconds, "tokens": sum(meta["tokens"].values()), "p
 """
 
 TIKTOKEN = """
-import json, sys, time
+import json, re, sys, time
 import tiktoken
 text, threads = open(sys.argv[1], encoding="utf-8").read(), int(sys.argv[2])
-pieces, start = [], 0
-while start < len(text):  # pieces of about 1 MB, each ending at a newline
-    end = text.find("\\n", start + 1_000_000) + 1 or len(text)
-    pieces.append(text[start:end])
-    start = end
+# pieces of a megabyte and up to the next newline
+pieces = re.findall(r"(?s).{1,1000000}[^\\n]*\\n?", text)
 del text
 enc = tiktoken.get_encoding("gpt2")
 seconds, tokens = 0.0, 0
@@ -125,9 +121,7 @@ def format_data_table(r: dict) -> str:
         f"preparing a generated {r['size_bytes'] / 1e6:,.0f} MB text": "value",
         f"throughput (best of {len(r['turns'])})": f"{r['prepare_mb_per_s']:.1f} MB/s, "
         f"{r['prepare_tokens_per_s'] / 1e6:.2f} M tokens/s",
-        "peak resident memory of the preparing process (its threads included)": (
-            f"{r['peak_rss'] / 2**20:,.0f} MiB"
-        ),
+        "peak resident memory, preparing (threads included)": f"{r['peak_rss'] / 2**20:,.0f} MiB",
         "tokens (train + val)": f"{r['tokens']:,}",
     }
     if "ratios" in r:

@@ -27,9 +27,13 @@ def bench_variants(
     repeats: int = 3,
     train_steps: int = 3,
 ) -> dict:
-    """Per variant, the preset first: parameters, KV cache bytes, cached sampling's tokens/s and
-    train.py's step in ms, the best of `repeats` runs taken in turns."""
-    T = cfg.model.block_size
+    """Each variant's row, the preset's first; times the best of `repeats` runs taken in turns."""
+    if changed := applied(cfg.model):
+        flags = ", ".join(c.flag for c in changed)
+        raise ConfigError(f"--variants sets {flags} itself: leave those flags out")
+    start, T = time.perf_counter(), cfg.model.block_size
+    print(f"variants at a context of {T} tokens: {', '.join(names)} ...", file=sys.stderr)
+    result = {"config": cfg.name, **machine_facts(runtime.device), "variant_names": names}
     rows, runs = {}, {}
     for suffix, model_cfg in variants(cfg.model, names).items():
         variant_cfg = dataclasses.replace(cfg, model=model_cfg)
@@ -57,25 +61,13 @@ def bench_variants(
         row |= {"sample_tokens_per_s": new_tokens / min(seconds), "step_ms": min(steps_ms)}
         row["cache_fraction"] = row["cache_bytes"] / preset["cache_bytes"]
         row["sample_speedup"] = row["sample_tokens_per_s"] / preset["sample_tokens_per_s"]
-    return dict(
+    return result | dict(
         variant_context=T,
         variant_new_tokens=new_tokens,
         batch_size=cfg.train.batch_size,
         variants=rows,
+        bench_s=time.perf_counter() - start,
     )
-
-
-def measure_variants(cfg: Config, runtime: Runtime, names: list[str]) -> dict:
-    if changed := applied(cfg.model):
-        flags = ", ".join(c.flag for c in changed)
-        raise ConfigError(f"--variants sets {flags} itself: leave those flags out")
-    start = time.perf_counter()
-    listed = ", ".join(names)
-    print(f"variants at a context of {cfg.model.block_size} tokens: {listed} ...", file=sys.stderr)
-    result = {"config": cfg.name, **machine_facts(runtime.device), "variant_names": names}
-    result |= bench_variants(cfg, runtime, names)
-    result["bench_s"] = time.perf_counter() - start
-    return result
 
 
 def format_variants(r: dict) -> str:

@@ -57,12 +57,12 @@ PHASES = {
 }
 # clocked only when the loop calls them: an evaluation's forward passes are its own
 IN_LOOP = ("steps: forward", "steps: backward and clip")
-GROUPS = ("start-up", "data", "steps", "evaluations", "probe", "logging", "checkpoints", "the rest")
+GROUPS = [*dict.fromkeys(name.partition(":")[0] for name in PHASES), "the rest"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PhaseClock:
-    """Calls, wall and CPU seconds per phase, each counting only its own time."""
+    """Calls, wall and CPU seconds per phase, each its own time only."""
 
     def __init__(self):
         self.stack = [IMPORTS]
@@ -105,7 +105,6 @@ def child(report: str, script: str, argv: list[str]) -> None:
             if "." in name:  # a method
                 class_name, name = name.split(".")
                 owner = getattr(owner, class_name)
-            # a renamed function fails here, loudly
             setattr(owner, name, clock.timed(getattr(owner, name), phase))
     sys.argv, code = [script, *argv], 0
     try:
@@ -125,8 +124,7 @@ def children_cpu_s() -> float:
 
 
 def profile_whole_run(argv: list[str]) -> dict:
-    """Run `python train.py argv...` under the clock, its output on stderr: its exit code, each
-    phase's calls, wall and CPU seconds."""
+    """`python train.py argv...` run under the clock, its output on stderr."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         cpu_before, spawned = children_cpu_s(), time.time()
@@ -163,7 +161,7 @@ def format_whole_run(r: dict) -> str:
         wall, cpu = (sum(phase[key] for _, phase in groups[group]) for key in ("wall_s", "cpu_s"))
         rows.append(row(f"**{group}**", "", wall, cpu, "**"))
         for detail, phase in groups[group]:
-            calls = f"{phase['calls']:,}" if phase["calls"] else ""  # the imports, the loop: none
+            calls = f"{phase['calls']:,}" if phase["calls"] else ""
             rows.append(row(f"&nbsp; {detail}", calls, phase["wall_s"], phase["cpu_s"]))
     total = [f"**{r['wall_s']:.2f}**", "**100 %**", f"**{r['cpu_s']:.2f}**"]
     rows.append(["**the whole run**", "", *total])
