@@ -45,7 +45,7 @@ def number(text: str) -> float:
 
 def non_negative_float(text: str) -> float:
     value = number(text)
-    if not value >= 0 or value == float("inf"):
+    if not 0 <= value < math.inf:
         raise Invalid(f"must be 0 or a positive number, got {text}")
     return value
 
@@ -135,7 +135,7 @@ def context_factors(text: str) -> list[float]:
             factor = float(part)
         except ValueError:
             raise Invalid(wanted) from None
-        if not 0 < factor < float("inf"):
+        if not 0 < factor < math.inf:
             raise Invalid(f"{wanted}, and {part.strip()} is not above 0 and finite")
         factors.append(factor)
     if len(set(factors)) < len(factors):

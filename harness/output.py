@@ -16,9 +16,7 @@ class GuardedStream:
     Stopped if `stops`. Characters the encoding lacks are replaced."""
 
     def __init__(self, stream, stops: bool = True):
-        self.stream = stream
-        self.stops = stops
-        self.lost = False
+        self.stream, self.stops, self.lost = stream, stops, False
 
     def write(self, text: str) -> int:
         if not self.lost:

@@ -1,7 +1,6 @@
 """One stop flag that Ctrl-C, SIGTERM, SIGHUP and lost output set, and every long loop polls at
 its safe points (so training saves a checkpoint). A second signal aborts at once, in one line. A
-signal the process was started ignoring (nohup's SIGHUP) stays ignored.
-"""
+signal the process was started ignoring (nohup's SIGHUP) stays ignored."""
 
 import contextlib
 import os
@@ -86,7 +85,6 @@ class StopFlag:
         self.previous_hook(unraisable)
 
     def poll(self) -> None:
-        """A safe point: raise Stopped if a stop was asked for."""
         if self.signum is not None:
             raise Stopped(self.signum)
 
@@ -117,7 +115,7 @@ class StopFlag:
 
 
 def answered_signals() -> list[int]:
-    """The stop signals, but those the launcher made this process ignore (nohup)."""
+    """The stop signals but those the launcher made this process ignore (nohup)."""
     return [sig for sig in StopFlag.SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
 
 
