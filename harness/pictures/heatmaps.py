@@ -17,9 +17,10 @@ TITLE_HEIGHT = 0.3  # inches
 COLORBAR_WIDTH = 0.12  # inches
 
 
-def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, pad: float = 0.08) -> None:
+def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, bar, pad=0.08) -> None:
     """Size fig and place the axes so that each square panel of `panel` inches keeps its labels in
-    full: each column gets the room its widest labels need, each row its tallest."""
+    full: each column gets the room its widest labels need, each row its tallest; then the colour
+    bar, beside the first row."""
     placed = set(fig.axes)
     renderer = fig.canvas.get_renderer()
     dpi = fig.dpi
@@ -42,12 +43,17 @@ def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, pad: fl
     # a title wider than the panels: widen both sides
     extra = max(0.0, title_box.width / dpi + 2 * pad - width)
     x0, width = x0 + extra / 2, width + extra
-    fig.set_size_inches(width, height)
+    box, tight = bar.get_window_extent(renderer), bar.get_tightbbox(renderer)
+    # inches: a gap, the bar, its ticks and label, the margin
+    wide = width + (0.1 + COLORBAR_WIDTH + (tight.width - box.width) / dpi + 0.08)
+    fig.set_size_inches(wide, height)
     for (r, c), ax in np.ndenumerate(axes):
         if ax in placed:
             y0 = 1 - (top[r] + panel) / height
-            ax.set_position([x0[c] / width, y0, panel / width, panel / height])
-    title.set_y(1 - pad / height)
+            ax.set_position([x0[c] / wide, y0, panel / wide, panel / height])
+    y0 = 1 - (top[0] + panel) / height
+    bar.set_position([(width + 0.1) / wide, y0, COLORBAR_WIDTH / wide, panel / height])
+    title.set_position((0.5 * width / wide, 1 - pad / height))  # centred over the panels
 
 
 class HeatmapGrid:
@@ -91,30 +97,15 @@ class HeatmapGrid:
             if h + cols >= n_heads:  # the lowest panel of each column
                 ax.set_xlabel("keys (columns): attended to", fontsize=8)
         self.title = self.fig.suptitle(title, va="top")
-        fit_panels(self.fig, axes, panel, self.title)
-        frames = [spine for ax in self.fig.axes for spine in ax.spines.values()]
-        self.add_colorbar("weight; red: " + ("t, the diagonal" if causal else "t+1, the answer"))
+        bar = self.fig.add_axes([0, 0, 0.02, 0.5])
+        label = "weight; red: " + ("t, the diagonal" if causal else "t+1, the answer")
+        self.fig.colorbar(self.images[0], cax=bar).set_label(label, fontsize=8)
+        bar.tick_params(labelsize=7)
+        fit_panels(self.fig, axes, panel, self.title, bar)
+        frames = [spine for ax in axes.flat[:n_heads] for spine in ax.spines.values()]
         # what pixels() repaints, in the order of a full draw
         self.on_top = [*self.images, *outlines, *frames, self.title]
         self.background = None
-
-    def add_colorbar(self, label: str) -> None:
-        renderer = self.canvas.get_renderer()
-        width, height = self.fig.get_size_inches()
-        top = self.fig.axes[0].get_position()
-        cax = self.fig.add_axes([0, top.y0, COLORBAR_WIDTH / width, top.height])
-        self.fig.colorbar(self.images[0], cax=cax).set_label(label, fontsize=8)
-        cax.tick_params(labelsize=7)
-        box, tight = cax.get_window_extent(renderer), cax.get_tightbbox(renderer)
-        # inches: a gap, the bar, its ticks and label, the margin
-        extra = 0.1 + COLORBAR_WIDTH + (tight.width - box.width) / self.fig.dpi + 0.08
-        wide = width + extra
-        for ax in self.fig.axes:  # every panel keeps its size and place in inches
-            box = ax.get_position()
-            ax.set_position([box.x0 * width / wide, box.y0, box.width * width / wide, box.height])
-        cax.set_position([(width + 0.1) / wide, top.y0, COLORBAR_WIDTH / wide, top.height])
-        self.title.set_x(0.5 * width / wide)  # centred over the panels
-        self.fig.set_size_inches(wide, height)
 
     def draw(self, weights: torch.Tensor, title: str) -> Figure:
         for image, head_weights in zip(self.images, weights, strict=True):
@@ -166,8 +157,7 @@ def save_layer_heatmaps(
     for layer, weights in enumerate(bar):
         fig = heatmap_figure(weights[0], labels, f"{title}: layer {layer} ({flags})", causal=causal)
         fig.savefig(folder / f"attn_L{layer}.png", dpi=dpi)
-    for layer, weights in enumerate(weights_per_layer if per_head else []):
-        for head in range(weights.shape[1]):
+        for head in range(weights.shape[1] if per_head else 0):
             named = [head_name(layer, head)]
             one = weights[0, head : head + 1]
             fig = heatmap_figure(one, labels, f"{title}: layer {layer}, head {head}", named, causal)
@@ -194,8 +184,7 @@ def attention_page(
     the heatmaps outline go in negated, so that CircuitsVis shows them in red."""
     import circuitsvis.attention
 
-    # n_layer x (H, T, T) -> (n_layer * H, T, T)
-    heads = torch.cat([w.float().cpu() for w in weights_per_layer])
+    heads = torch.cat([w.float().cpu() for w in weights_per_layer])  # (n_layer * H, T, T)
     offset = 0 if causal else 1  # as HeatmapGrid outlines
     t = torch.arange(heads.shape[-1] - offset)
     heads[:, t, t + offset] *= -1
