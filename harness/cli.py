@@ -1,5 +1,5 @@
-"""The one command-line parser, the model a script reads, and each failure as one line: "error:
-..." with exit code 2 for a mistake in what was typed, 1 for a run that cannot go on."""
+"""The command-line parser, the model a script reads, and each failure as one line: exit code 2
+for a mistake in what was typed, 1 for a run that cannot go on."""
 
 import argparse
 import contextlib
@@ -31,8 +31,8 @@ Command = Callable[[list[str]], object]  # returns an exit code, or anything els
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line. With `config` (a default preset), parse_with_config
-    hands the flags the script does not declare to the config loader; its own are spelled whole."""
+    """argparse with one-line mistakes; with a default preset `config`, the flags it does not
+    declare go to the config loader, so its own must be spelled whole."""
 
     def __init__(self, description: str, config: str | None = None, **kwargs):
         if config is not None:
@@ -51,7 +51,6 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_checkpoint_source(parser: argparse.ArgumentParser):
-    """--run (with --runs-dir and --best) or --checkpoint; returns their group."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--run", default="base", help="a run folder in --runs-dir (default: base)")
     where.add_argument("--checkpoint", type=Path, help="path to a ckpt.pt")
@@ -77,8 +76,7 @@ def add_model_source(parser: argparse.ArgumentParser) -> None:
 def load_model_source(
     args: argparse.Namespace, device
 ) -> tuple[GPT, Tokenizer, str, Path, dict | None]:
-    """(model in eval mode, tokenizer, a line saying what it is, the folder for outputs, the
-    checkpoint or None for a GPT-2)."""
+    """(model in eval mode, tokenizer, what it is, its output folder, checkpoint or None)."""
     if args.pretrained:
         from harness.gpt2 import load_pretrained  # the hub's client is slow to import
 
@@ -96,7 +94,6 @@ def load_model_source(
 
 
 def device_of(name: str) -> torch.device:
-    """The device --device names, set up as for training but with freed memory given back."""
     try:
         return setup_runtime(TrainConfig(device=name), reuse_memory=False).device
     except ValueError as e:
@@ -104,8 +101,7 @@ def device_of(name: str) -> torch.device:
 
 
 def run_command(command: Command, argv: list[str], interrupted: str = NOTHING_SAVED) -> int:
-    """Run a script's command on argv and return its exit code; every expected failure becomes one
-    line, a stop `interrupted`."""
+    """The command's exit code; each expected failure is one line, a stop `interrupted`."""
     try:
         with guarded_output():
             return one_line_failures(command, argv, interrupted)
@@ -118,7 +114,7 @@ def run_command(command: Command, argv: list[str], interrupted: str = NOTHING_SA
 
 def one_line_failures(command: Command, argv: list[str], interrupted: str) -> int:
     try:
-        interrupt_on_signal()  # from here a signal raises KeyboardInterrupt, answered below
+        interrupt_on_signal()
         code = command(argv)
         sys.stdout.flush()
     except (*USER_ERRORS, TrainingError) as e:
@@ -159,7 +155,7 @@ def is_out_of_memory(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def out_of_memory_advice(advice: str):
-    """In the block, a failed allocation's line gives `advice` in place of training's."""
+    """A failed allocation in the block advises `advice` in place of training's."""
     try:
         yield
     except MEMORY_ERRORS as e:
@@ -169,7 +165,6 @@ def out_of_memory_advice(advice: str):
 
 
 def out_of_memory_message(e: BaseException) -> str:
-    """How much was asked for, and which flags make it smaller (the (T, T) weights come first)."""
     asked = re.search(r"allocate (\d+) bytes|Tried to allocate ([\d.]+ [KMGT]iB)", str(e))
     size = ""
     if asked:

@@ -1,5 +1,5 @@
-"""Folders the scripts write into: checked before any work, a run's folder locked while a process
-trains in it, and an earlier run moved aside (never a folder that is not a run's)."""
+"""Folders the scripts write into: checked before any work, a run's folder locked while it trains,
+an earlier run moved aside (never a folder that is not a run's)."""
 
 import fcntl
 import json
@@ -18,19 +18,14 @@ class OutputError(Exception):
 
 
 def writable_folder(path: Path, flag: str, create: bool = True) -> Path:
-    """`path`, once a file can be written there (without create, in its nearest existing folder)."""
+    """`path`, once a file can be written there (without create: in its nearest existing folder)."""
     path = Path(path)
-    use = "give a folder to write into"
     try:
         if path.exists() and not path.is_dir():
-            raise OutputError(f"{flag} {path} is a file, not a folder; {use}")
+            raise OutputError(f"{flag} {path} is a file, not a folder; give a folder to write into")
         if create:
             path.mkdir(parents=True, exist_ok=True)
         nearest = next(folder for folder in (path, *path.parents) if folder.exists())
-        if not nearest.is_dir():
-            raise OutputError(
-                f"{flag} {path} lies inside {nearest}, which is a file, not a folder; {use}"
-            )
         with tempfile.TemporaryFile(dir=nearest):
             pass
     except OSError as e:
@@ -103,7 +98,6 @@ def is_run_folder(folder: Path) -> bool:
 
 
 def move_aside(folder: Path) -> Path:
-    """To the first free <name>.old-<its time>[-n]."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(folder.stat().st_mtime))
     target, n = folder.with_name(f"{folder.name}.old-{stamp}"), 1
     while target.exists():
@@ -120,7 +114,7 @@ def move_aside(folder: Path) -> Path:
 def claim_run_folder(
     folder: Path, resume: bool, choose: str = "--run-name"
 ) -> tuple[FolderLock, Path | None]:
-    """Take `folder`: (its lock, where an earlier run there was moved aside, or None)."""
+    """(the folder's lock, where an earlier run there was moved aside or None)."""
     other = " or ".join(dict.fromkeys((choose, "--runs-dir")))
     folder = Path(folder)
     writable_folder(folder.parent, "--runs-dir")
@@ -130,10 +124,10 @@ def claim_run_folder(
     if folder.is_dir() and not resume and any(folder.iterdir()):
         if not is_run_folder(folder):
             raise OutputError(
-                f"{folder} exists and is not a run folder (no metrics, checkpoint or run config "
-                f"in it), so it is left alone; choose another {other}"
+                f"{folder} exists and is not a run folder, so it is left alone; "
+                f"choose another {other}"
             )
-        held = FolderLock(folder, choose)  # refuses a folder that a live run holds
+        held = FolderLock(folder, choose)  # refuses a live run's folder
         moved = move_aside(folder)
         held.release()
     writable_folder(folder, "the run folder")

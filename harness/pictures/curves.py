@@ -64,7 +64,7 @@ def curve(rows: list[dict], tag: str) -> tuple[list[int], list[float]]:
 def mean_band(
     curves: list[tuple[list[int], list[float]]],
 ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
-    """Steps logged by every run, and the mean, min and max over the runs at each."""
+    """Steps every run logged, and the mean, min and max over the runs at each."""
     by_step = [dict(zip(steps, values, strict=True)) for steps, values in curves]
     steps = sorted(set.intersection(*(set(d) for d in by_step)))
     values = np.array([[d[step] for step in steps] for d in by_step])  # (runs, steps)
@@ -82,8 +82,8 @@ def save_figure(fig, path: Path) -> None:
 
 
 def panel_data(metrics: dict[str, list[list[dict]]]) -> dict[str, dict[str, list[dict]]]:
-    """Per panel and variant, the lines plot_runs draws: the probe's curve (the evaluations' where
-    a run logged no probe), and the final evaluation's (step, mean) or None."""
+    """Per panel and variant, the lines: the probe's curve (the evaluations' where a run logged no
+    probe), and the final evaluation's (step, mean) or None."""
     panels = {}
     for title, lines in PANELS:
         panels[title] = {name: [] for name in metrics}
@@ -129,8 +129,8 @@ def plot_sweep(summary: dict, path: Path, title: str) -> None:
 
 
 def sweep_figure(summary: dict, title: str):
-    """Each quantity against the learning rate (95% intervals, an x where a run diverged), then the
-    largest score during training at the highest rate."""
+    """Each quantity against the learning rate (an x where a run diverged), then the largest score
+    during training at the highest rate."""
     fig, axes = pyplot().subplots(1, 4, figsize=(21, 5))
     colors = dict(zip(summary["aggregate"], itertools.cycle(COLORS)))
     rates = {lr: float(lr) for lr in summary["lrs"]}
@@ -139,7 +139,7 @@ def sweep_figure(summary: dict, title: str):
         across = ax.get_xaxis_transform()  # x in data, y in the panel's height
         for i, (name, by_lr) in enumerate(summary["aggregate"].items()):
             color = colors[name]
-            # each variant a little to the side, so that the bars do not hide each other
+            # each variant a little aside, so that the bars do not hide each other
             apart = 1 + 0.03 * (i - (len(colors) - 1) / 2)
             lrs = [lr for lr in summary["lrs"] if tag in by_lr.get(lr, {})]
             cells = [by_lr[lr][tag] for lr in lrs]
