@@ -105,7 +105,7 @@ def run_command(command: Command, argv: list[str], interrupted: str = NOTHING_SA
     try:
         with guarded_output():
             return one_line_failures(command, argv, interrupted)
-    except Aborted as e:  # a second signal
+    except Aborted as e:
         shut_down()
         with guarded_output():
             print(e, file=sys.stderr)
@@ -130,9 +130,9 @@ def one_line_failures(command: Command, argv: list[str], interrupted: str) -> in
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
             raise
-        advice = (
-            "write elsewhere" if e.errno == errno.EROFS else "free some space or write elsewhere"
-        )
+        advice = "write elsewhere"
+        if e.errno != errno.EROFS:
+            advice = f"free some space or {advice}"
         name = os.fsdecode(e.filename or "a file")
         print(f"error: could not save {name}: {e.strerror}; {advice}", file=sys.stderr)
         return 1

@@ -93,9 +93,9 @@ def panel_data(metrics: dict[str, list[list[dict]]]) -> dict[str, dict[str, list
                 if not all(curve(rows, probe_tag)[0] for rows in runs):
                     tag = final_tag or probe_tag
                 steps, mean, low, high = mean_band([curve(rows, tag) for rows in runs])
-                ends = [curve(rows, final_tag) for rows in runs] if final_tag else []
+                ends = [curve(rows, final_tag) for rows in runs]
                 final = None
-                if ends and all(v for _, v in ends):
+                if all(v for _, v in ends):
                     final = (ends[0][0][-1], float(np.mean([v[-1] for _, v in ends])))
                 line = dict(tag=tag, style=style, steps=steps, mean=mean, low=low, high=high)
                 panels[title][name].append(line | {"final": final})
@@ -170,16 +170,15 @@ def sweep_figure(summary: dict, title: str):
         ax.set_xticks(list(rates.values()), list(rates))
         ax.set_xticks([], minor=True)
         label_axes(ax, panel, "learning rate")
-    last = axes[-1]
-    score = "no run logged the probe's largest score"
+    last, score = axes[-1], ""
     for name, line in summary["over_time"].items():
         last.plot(line["steps"], line["mean"], color=colors[name], label=name)
         band(last, line["steps"], line["low"], line["high"], colors[name])
         last.set_yscale("log")
         score = f"largest attention score during training, lr {line['lr']} (log scale)"
-    if not summary["over_time"]:
-        last.text(0.5, 0.5, score, ha="center", va="center", transform=last.transAxes)
-        score = ""
+    if not score:
+        none = "no run logged the probe's largest score"
+        last.text(0.5, 0.5, none, ha="center", va="center", transform=last.transAxes)
     label_axes(last, score, "step")
     axes[0].legend()
     fig.suptitle(title)
