@@ -1,4 +1,4 @@
-"""The scripts' own command-line values: argparse `type=` functions saying what is valid."""
+"""argparse `type=` functions for the scripts' own flags."""
 
 import argparse
 import math
@@ -32,7 +32,7 @@ def positive_int(text: str) -> int:
 
 
 def typed_text(arg: str) -> str:
-    """Typed text as UTF-8 whatever the locale (the C locale's surrogates decoded)."""
+    """UTF-8 whatever the locale (the C locale's surrogates decoded)."""
     return os.fsencode(arg).decode("utf-8", errors="replace")
 
 
@@ -45,7 +45,7 @@ def number(text: str) -> float:
 
 def non_negative_float(text: str) -> float:
     value = number(text)
-    if not value >= 0 or value == float("inf"):
+    if not 0 <= value < math.inf:
         raise Invalid(f"must be 0 or a positive number, got {text}")
     return value
 
@@ -106,38 +106,27 @@ def rate_name(lr: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
-def learning_rates(text: str) -> list[float]:
-    """--lrs 1.2e-2,4e-3 -> [0.004, 0.012]: positive, finite, each once."""
-    rates = []
+def positive_numbers(text: str, wanted: str, key=float) -> list[float]:
+    """Comma-separated numbers above 0 and finite, sorted; two with the same `key` are refused."""
+    numbers = []
     for part in text.split(","):
-        got = f"got {part.strip()!r} in {text!r}"
         try:
-            lr = float(part)
+            value = float(part)
         except ValueError:
-            raise Invalid(f"takes learning rates, comma-separated (4e-3,1.2e-2), {got}") from None
-        if not 0 < lr < math.inf:
-            raise Invalid(f"takes learning rates above 0, comma-separated, {got}")
-        if rate_name(lr) in map(rate_name, rates):
-            raise Invalid(f"takes each learning rate once, got {rate_name(lr)} twice in {text!r}")
-        rates.append(lr)
-    return sorted(rates)
+            value = math.nan
+        if not 0 < value < math.inf:
+            raise Invalid(f"{wanted}; got {part.strip()!r} in {text!r}")
+        if key(value) in map(key, numbers):
+            raise Invalid(f"{wanted}, each once; got {key(value)} twice in {text!r}")
+        numbers.append(value)
+    return sorted(numbers)
+
+
+def learning_rates(text: str) -> list[float]:
+    wanted = "takes learning rates above 0, comma-separated (4e-3,1.2e-2)"
+    return positive_numbers(text, wanted, rate_name)
 
 
 def context_factors(text: str) -> list[float]:
-    """Multiples of a model's block_size ("0.5,1,2,4"): positive, finite, each once."""
-    wanted = (
-        "takes positive multiples of the model's block_size, comma-separated (0.5,1,2,4); "
-        f"got {text!r}"
-    )
-    factors = []
-    for part in text.split(","):
-        try:
-            factor = float(part)
-        except ValueError:
-            raise Invalid(wanted) from None
-        if not 0 < factor < float("inf"):
-            raise Invalid(f"{wanted}, and {part.strip()} is not above 0 and finite")
-        factors.append(factor)
-    if len(set(factors)) < len(factors):
-        raise Invalid(f"names a context twice in {text!r}; give each once")
-    return sorted(factors)
+    wanted = "takes multiples of the model's block_size above 0, comma-separated (0.5,1,2,4)"
+    return positive_numbers(text, wanted)

@@ -1,6 +1,5 @@
-"""The one command-line parser, the model a script reads, and each failure as one line: "error:
-..." with exit code 2 for a mistake in what was typed, 1 for a run that cannot go on.
-"""
+"""The command-line parser, the model a script reads, and each failure as one line: exit code 2
+for a mistake in what was typed, 1 for a run that cannot go on."""
 
 import argparse
 import contextlib
@@ -32,15 +31,13 @@ Command = Callable[[list[str]], object]  # returns an exit code, or anything els
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line. With `config` (a default preset), parse_with_config
-    hands the flags the script does not declare to the config loader; its own are spelled whole
-    (--seed is never --seeds)."""
+    """argparse with one-line mistakes; with a default preset `config`, the flags it does not
+    declare go to the config loader, so its own must be spelled whole."""
 
     def __init__(self, description: str, config: str | None = None, **kwargs):
         if config is not None:
-            kwargs["epilog"] = usage(config)
-            kwargs["formatter_class"] = argparse.RawDescriptionHelpFormatter
-            kwargs["allow_abbrev"] = False
+            raw = argparse.RawDescriptionHelpFormatter
+            kwargs |= dict(epilog=usage(config), formatter_class=raw, allow_abbrev=False)
         super().__init__(description=description, **kwargs)
         self.config = config
 
@@ -54,18 +51,11 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_checkpoint_source(parser: argparse.ArgumentParser):
-    """--run (with --runs-dir and --best) or --checkpoint; returns their group."""
     where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--run", default="base", help="run folder name under --runs-dir (default: base)"
-    )
-    where.add_argument("--checkpoint", type=Path, help="path to a ckpt.pt (overrides --run)")
+    where.add_argument("--run", default="base", help="a run folder in --runs-dir (default: base)")
+    where.add_argument("--checkpoint", type=Path, help="path to a ckpt.pt")
     parser.add_argument("--runs-dir", default="runs", help="where run folders live (default: runs)")
-    parser.add_argument(
-        "--best",
-        action="store_true",
-        help="use the run's best-by-val checkpoint (best.pt) instead of the latest",
-    )
+    parser.add_argument("--best", action="store_true", help="the run's best.pt (lowest val loss)")
     return where
 
 
@@ -75,21 +65,18 @@ def checkpoint_path(args: argparse.Namespace) -> Path:
 
 
 def add_model_source(parser: argparse.ArgumentParser) -> None:
-    """The flags that say which model a script reads: a checkpoint of ours, or a GPT-2."""
     add_checkpoint_source(parser).add_argument(
         "--pretrained",
         metavar="NAME_OR_FOLDER",
-        help="a GPT-2: gpt2, gpt2-medium, gpt2-large, gpt2-xl (from the Hugging Face hub or its "
-        "cache), or a folder with config.json and model.safetensors (python export_gpt2.py writes "
-        "one)",
+        help="a GPT-2: gpt2, gpt2-medium, gpt2-large, gpt2-xl (from the Hugging Face hub), or a "
+        "folder export_gpt2.py wrote",
     )
 
 
 def load_model_source(
     args: argparse.Namespace, device
 ) -> tuple[GPT, Tokenizer, str, Path, dict | None]:
-    """(model in eval mode, tokenizer, a line saying what it is, the folder for outputs, the
-    checkpoint or None for a GPT-2)."""
+    """(model in eval mode, tokenizer, what it is, its output folder, checkpoint or None)."""
     if args.pretrained:
         from harness.gpt2 import load_pretrained  # the hub's client is slow to import
 
@@ -107,7 +94,6 @@ def load_model_source(
 
 
 def device_of(name: str) -> torch.device:
-    """The device --device names, set up as for training but with freed memory given back."""
     try:
         return setup_runtime(TrainConfig(device=name), reuse_memory=False).device
     except ValueError as e:
@@ -115,12 +101,11 @@ def device_of(name: str) -> torch.device:
 
 
 def run_command(command: Command, argv: list[str], interrupted: str = NOTHING_SAVED) -> int:
-    """Run a script's command on argv and return its exit code; every expected failure becomes one
-    line, a stop `interrupted`."""
+    """The command's exit code; each expected failure is one line, a stop `interrupted`."""
     try:
         with guarded_output():
             return one_line_failures(command, argv, interrupted)
-    except Aborted as e:  # a second signal
+    except Aborted as e:
         shut_down()
         with guarded_output():
             print(e, file=sys.stderr)
@@ -129,15 +114,12 @@ def run_command(command: Command, argv: list[str], interrupted: str = NOTHING_SA
 
 def one_line_failures(command: Command, argv: list[str], interrupted: str) -> int:
     try:
-        interrupt_on_signal()  # from here a signal raises KeyboardInterrupt, answered below
+        interrupt_on_signal()
         code = command(argv)
         sys.stdout.flush()
-    except USER_ERRORS as e:
+    except (*USER_ERRORS, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    except TrainingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(e, TrainingError) else 2
     except Stopped as e:
         if e.signum != LOST_OUTPUT:
             print(interrupted, file=sys.stderr)
@@ -148,9 +130,9 @@ def one_line_failures(command: Command, argv: list[str], interrupted: str) -> in
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
             raise
-        advice = "free some space or write elsewhere"
-        if e.errno == errno.EROFS:
-            advice = "write elsewhere"
+        advice = "write elsewhere"
+        if e.errno != errno.EROFS:
+            advice = f"free some space or {advice}"
         name = os.fsdecode(e.filename or "a file")
         print(f"error: could not save {name}: {e.strerror}; {advice}", file=sys.stderr)
         return 1
@@ -165,7 +147,7 @@ def one_line_failures(command: Command, argv: list[str], interrupted: str) -> in
 
 
 def is_out_of_memory(e: BaseException) -> bool:
-    """torch reports a failed CPU allocation as a RuntimeError."""
+    # torch reports a failed CPU allocation as a RuntimeError
     return isinstance(e, torch.OutOfMemoryError | MemoryError) or any(
         s in str(e) for s in ("can't allocate memory", "std::bad_alloc")
     )
@@ -173,7 +155,7 @@ def is_out_of_memory(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def out_of_memory_advice(advice: str):
-    """In the block, a failed allocation's line gives `advice` in place of training's."""
+    """A failed allocation in the block advises `advice` in place of training's."""
     try:
         yield
     except MEMORY_ERRORS as e:
@@ -183,13 +165,10 @@ def out_of_memory_advice(advice: str):
 
 
 def out_of_memory_message(e: BaseException) -> str:
-    """How much was asked for, and which flags make it smaller (the (T, T) weights come first)."""
     asked = re.search(r"allocate (\d+) bytes|Tried to allocate ([\d.]+ [KMGT]iB)", str(e))
     size = ""
-    if asked and asked[1]:
-        size = f" ({int(asked[1]) / 2**30:.1f} GiB asked for at once)"
-    elif asked:
-        size = f" ({asked[2]} asked for at once)"
+    if asked:
+        size = f" ({asked[2] or f'{int(asked[1]) / 2**30:.1f} GiB'} asked for at once)"
     default = (
         "lower --model.block_size (attention weights grow with its square), "
         "--train.batch_size or the model's size"

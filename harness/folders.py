@@ -1,17 +1,12 @@
-"""Folders the scripts write into: checked before any work, a run's folder locked while a process
-trains in it, and an earlier run moved aside (never a folder that is not a run's).
-"""
+"""Folders the scripts write into: checked before any work, a run's folder locked while it trains,
+an earlier run moved aside (never a folder that is not a run's)."""
 
+import fcntl
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
-
-try:
-    import fcntl
-except ImportError:  # Windows: no POSIX locks, so run folders go unguarded there
-    fcntl = None
 
 LOCK_NAME = ".lock"
 RUN_FILES = ("metrics.jsonl", "ckpt.pt", "best.pt", "compare.json", "sweep.json", LOCK_NAME)
@@ -19,31 +14,28 @@ EXPORT_FILES = {"config.json", "model.safetensors"}  # what export_gpt2.py write
 
 
 class OutputError(Exception):
-    """An output folder that cannot be used."""
+    pass
 
 
 def writable_folder(path: Path, flag: str, create: bool = True) -> Path:
-    """`path`, once a file can be written there (without create, in its nearest existing folder)."""
+    """`path`, once a file can be written there (without create: in its nearest existing folder)."""
     path = Path(path)
-    use = "give a folder to write into"
     try:
         if path.exists() and not path.is_dir():
-            raise OutputError(f"{flag} {path} is a file, not a folder; {use}")
+            raise OutputError(f"{flag} {path} is a file, not a folder; give a folder to write into")
         if create:
             path.mkdir(parents=True, exist_ok=True)
         nearest = next(folder for folder in (path, *path.parents) if folder.exists())
-        if not nearest.is_dir():
-            raise OutputError(
-                f"{flag} {path} lies inside {nearest}, which is a file, not a folder; {use}"
-            )
         with tempfile.TemporaryFile(dir=nearest):
             pass
     except OSError as e:
-        raise OutputError(
-            f"cannot write into {flag} {path}: {e.strerror or type(e).__name__}; "
-            "choose a folder you can write to"
-        ) from None
+        raise cannot_write(f"{flag} {path}", e) from None
     return path
+
+
+def cannot_write(where: str, e: OSError) -> OutputError:
+    why = e.strerror or type(e).__name__
+    return OutputError(f"cannot write into {where}: {why}; choose a folder you can write to")
 
 
 class FolderLock:
@@ -51,15 +43,10 @@ class FolderLock:
 
     def __init__(self, folder: Path, choose: str = "--run-name"):
         self.folder = Path(folder)
-        self.file = None
-        if fcntl is None:
-            return
         try:
             self.file = open(self.folder / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115
         except OSError as e:
-            raise OutputError(
-                f"cannot write into {self.folder}: {e.strerror}; choose a folder you can write to"
-            ) from None
+            raise cannot_write(str(self.folder), e) from None
         try:
             fcntl.lockf(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -100,7 +87,7 @@ def holds_run_files(folder: Path) -> bool:
 
 
 def is_run_folder(folder: Path) -> bool:
-    """Whether `folder` holds a run of ours or a comparison of runs."""
+    """A run of ours or a comparison of runs."""
     config = read_json(folder / "config.json")
     return (
         holds_run_files(folder)
@@ -111,7 +98,6 @@ def is_run_folder(folder: Path) -> bool:
 
 
 def move_aside(folder: Path) -> Path:
-    """Rename `folder` to the first free <name>.old-<its time>[-n]."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(folder.stat().st_mtime))
     target, n = folder.with_name(f"{folder.name}.old-{stamp}"), 1
     while target.exists():
@@ -128,7 +114,7 @@ def move_aside(folder: Path) -> Path:
 def claim_run_folder(
     folder: Path, resume: bool, choose: str = "--run-name"
 ) -> tuple[FolderLock, Path | None]:
-    """Take `folder`: (its lock, where an earlier run there was moved aside, or None)."""
+    """(the folder's lock, where an earlier run there was moved aside or None)."""
     other = " or ".join(dict.fromkeys((choose, "--runs-dir")))
     folder = Path(folder)
     writable_folder(folder.parent, "--runs-dir")
@@ -138,10 +124,10 @@ def claim_run_folder(
     if folder.is_dir() and not resume and any(folder.iterdir()):
         if not is_run_folder(folder):
             raise OutputError(
-                f"{folder} exists and is not a run folder (no metrics, checkpoint or run config "
-                f"in it), so it is left alone; choose another {other}"
+                f"{folder} exists and is not a run folder, so it is left alone; "
+                f"choose another {other}"
             )
-        held = FolderLock(folder, choose)  # refuses a folder that a live run holds
+        held = FolderLock(folder, choose)  # refuses a live run's folder
         moved = move_aside(folder)
         held.release()
     writable_folder(folder, "the run folder")
@@ -149,7 +135,7 @@ def claim_run_folder(
 
 
 def moved_aside(folder: Path) -> list[Path]:
-    """The earlier runs of `folder` moved aside, newest first."""
+    """Newest first."""
     return sorted(
         folder.parent.glob(f"{folder.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True
     )

@@ -1,7 +1,5 @@
-"""Past the training length: `score.py --contexts 0.5,1,2,4` reads a text in separate windows of
-those multiples of block_size. A longer context only adds positions, so losses are also told per
-bucket of positions, whose edges are the contexts: past 1x the model never trained.
-"""
+"""Past the training length: `score.py --contexts 0.5,1,2,4` reads a text in windows of those
+multiples of block_size, and tells the losses per bucket of positions cut at the contexts."""
 
 import math
 from collections.abc import Callable
@@ -26,7 +24,6 @@ from model import GPT, ModelConfig
 
 
 def context_lengths(factors: list[float], model_cfg: ModelConfig, n_tokens: int) -> list[int]:
-    """The tokens per window of each factor x block_size, rounded."""
     block_size, lengths = model_cfg.block_size, []
     for factor in factors:
         length = round(factor * block_size)
@@ -38,16 +35,14 @@ def context_lengths(factors: list[float], model_cfg: ModelConfig, n_tokens: int)
         if model_cfg.max_length is not None and length > model_cfg.max_length:
             raise ConfigError(
                 f"--contexts {factor:g} is {length} tokens, past this model's block_size "
-                f"{block_size}: its positions are a learned table, which has no row past "
-                "block_size (model.positions = learned); give contexts up to "
-                f"{model_cfg.max_length / block_size:g}, "
-                "or score a run trained with positions rope or none"
+                f"{block_size}: its learned table has no row past block_size (model.positions = "
+                f"learned); give contexts up to {model_cfg.max_length / block_size:g}, or score a "
+                "run trained with positions rope or none"
             )
         if length > n_tokens - 1:
             raise DataError(
                 f"--contexts {factor:g} is {length} tokens, and the text has {n_tokens}: not one "
-                f"whole window of {length} inputs and the token after them; "
-                "give shorter contexts or a longer text"
+                "whole window and its next token; give shorter contexts or a longer text"
             )
         if length in lengths:
             raise ConfigError(
@@ -65,8 +60,8 @@ def buckets(lengths: list[int]) -> list[tuple[int, int]]:
 
 
 def pass_memory_bytes(m: ModelConfig, B: int, length: int) -> float:
-    """A pass's peak memory, roughly: the weights, a layer's activations, the manual path's
-    (B, H, T, T) scores and weights, and the logits with cross-entropy's copies."""
+    """Roughly: weights, a layer's activations, the manual path's (B, H, T, T) scores and weights,
+    the logits and cross-entropy's copies."""
     T = float(length)
     attention = (3 if m.softcap else 2) * B * m.n_head * T * T if m.attention == "manual" else 0
     return 4.0 * (weight_count(m) + 8 * B * T * m.n_embd + attention + 3 * B * T * m.vocab_size)
@@ -81,8 +76,8 @@ def contexts_cost(model: GPT, lengths: list[int], n_tokens: int) -> PassCost:
 def check_contexts(
     model_cfg: ModelConfig, lengths: list[int], n_tokens: int, device: torch.device, cost: PassCost
 ) -> float:
-    """Refuse a context whose pass the device cannot hold or that would outlast a stop's patience;
-    return the seconds the whole scoring should take at `cost`."""
+    """The seconds scoring should take; refuses a pass the device cannot hold or that would outlast
+    a stop's patience."""
     seconds = 0.0
     for length in lengths:
         n_windows = math.ceil((n_tokens - 1) / length)
@@ -108,32 +103,28 @@ def check_contexts(
 def score_contexts(
     model: GPT, ids: list[int], factors: list[float], poll: Callable[[], None] | None = None
 ) -> dict:
-    """The loss at each context (factors x block_size), overall, per bucket and per position."""
     lengths = context_lengths(factors, model.cfg, len(ids))
     text = torch.tensor(ids, dtype=torch.long)
     out = {"block_size": model.cfg.block_size, "positions": model.cfg.positions, "contexts": {}}
+    honest = not model.cfg.causal
     with progress(len(lengths) * (len(ids) - 1), poll) as between:
         for factor, length in zip(factors, lengths, strict=True):
-            losses = token_losses(
-                model, text, length, not model.cfg.causal, between, context=length
-            )
+            losses = token_losses(model, text, length, honest, between, context=length).double()
             # windows in text order put losses[i] at position i % length of its window
             position = torch.arange(len(losses)) % length
-            sums = torch.bincount(position, weights=losses.double(), minlength=length)
+            sums = torch.bincount(position, weights=losses, minlength=length)
             counts = torch.bincount(position, minlength=length)
             parts = {}
             for first, last in buckets(lengths):
                 if first < length:
-                    n = int(counts[first : last + 1].sum())
-                    parts[f"{first}-{last}"] = {
-                        "tokens": n,
-                        "loss": sums[first : last + 1].sum().item() / n,
-                    }
+                    part = slice(first, last + 1)
+                    n = int(counts[part].sum())
+                    parts[f"{first}-{last}"] = {"tokens": n, "loss": sums[part].sum().item() / n}
             out["contexts"][f"{factor:g}x"] = {
                 "factor": factor,
                 "length": length,
                 "tokens": len(losses),
-                "loss": losses.double().mean().item(),
+                "loss": losses.mean().item(),
                 "buckets": parts,
                 "by_position": (sums / counts).tolist(),
             }
@@ -141,7 +132,6 @@ def score_contexts(
 
 
 def contexts_table(result: dict, lengths: list[int], header: str, model_cfg: ModelConfig) -> str:
-    """The table score.py --contexts prints: per context its loss, then per position bucket."""
     names = [f"{first}-{last}" for first, last in buckets(lengths)]
     lines = [
         f"{header}: separate windows of each context; trained at {model_cfg.block_size} tokens, "

@@ -1,5 +1,5 @@
-"""Standard output and error that a closed pipe or a full disk cannot crash: a failed write becomes
-a stop that ends the process quietly with exit code 141."""
+"""Standard output and error that a closed pipe or a full disk cannot crash: a failed write stops
+the process quietly with exit code 141."""
 
 import contextlib
 import errno
@@ -12,13 +12,11 @@ from harness.stopping import LOST_OUTPUT, Stopped
 
 
 class GuardedStream:
-    """A text stream whose first failed write sends SIGPIPE to a listening StopFlag, else raises
-    Stopped if `stops`. Characters the encoding lacks are replaced."""
+    """A text stream whose first failed write signals a listening StopFlag, else raises Stopped if
+    `stops`."""
 
     def __init__(self, stream, stops: bool = True):
-        self.stream = stream
-        self.stops = stops
-        self.lost = False
+        self.stream, self.stops, self.lost = stream, stops, False
 
     def write(self, text: str) -> int:
         if not self.lost:
@@ -27,7 +25,7 @@ class GuardedStream:
             except UnicodeEncodeError:
                 encoding = self.stream.encoding or "ascii"
                 self.write(text.encode(encoding, errors="replace").decode(encoding))
-            except (OSError, ValueError):  # EPIPE, ENOSPC, EIO, EBADF; ValueError: closed
+            except (OSError, ValueError):  # ValueError: closed
                 self.lose()
         return len(text)
 
@@ -45,25 +43,25 @@ class GuardedStream:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self.stream.fileno())
             os.close(devnull)
-        if callable(signal.getsignal(LOST_OUTPUT)):  # a StopFlag is listening
+        if callable(signal.getsignal(LOST_OUTPUT)):  # a StopFlag
             signal.raise_signal(LOST_OUTPUT)
         elif self.stops:
-            raise Stopped(LOST_OUTPUT)  # nothing to save yet: the command ends here
+            raise Stopped(LOST_OUTPUT)
 
     def isatty(self) -> bool:
         return not self.lost and self.stream.isatty()
 
-    def __getattr__(self, name):  # encoding, fileno, buffer...: the stream's own
+    def __getattr__(self, name):
         return getattr(self.stream, name)
 
 
 def writable(stream) -> bool:
-    """Whether a standard stream is open for writing (> /dev/full is)."""
+    """Open for writing (> /dev/full is)."""
     if stream is None:
         return False
     try:
         os.write(stream.fileno(), b"")
-    except (AttributeError, io.UnsupportedOperation):  # a stream in memory (a test's capture)
+    except (AttributeError, io.UnsupportedOperation):  # in memory
         return True
     except OSError as e:
         return e.errno not in (errno.EBADF, errno.EINVAL)

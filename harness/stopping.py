@@ -1,7 +1,5 @@
-"""One stop flag that Ctrl-C, SIGTERM, SIGHUP and lost output set, and every long loop polls at
-its safe points (so training saves a checkpoint). A second signal aborts at once, in one line. A
-signal the process was started ignoring (nohup's SIGHUP) stays ignored.
-"""
+"""A stop flag that Ctrl-C, SIGTERM, SIGHUP and lost output set and long loops poll at safe points
+(so training saves a checkpoint); a second signal aborts at once."""
 
 import contextlib
 import os
@@ -20,7 +18,7 @@ BEFORE_TRAINING = "interrupted before training started; nothing was saved"
 
 
 class Stopped(Exception):
-    """Raised at a safe point once a stop was asked for (signum None: another torchrun process)."""
+    """signum None: another torchrun process stopped."""
 
     def __init__(self, signum: int | None):
         name = signal.Signals(signum).name if signum else "another process of the job"
@@ -29,7 +27,7 @@ class Stopped(Exception):
 
 
 class Aborted(BaseException):
-    """A second signal, raised wherever the code is; no `except Exception` catches it."""
+    """A second signal, raised wherever the code is: no `except Exception` may catch it."""
 
     def __init__(self, signum: int, saved: str | None):
         name = signal.Signals(signum).name
@@ -38,8 +36,7 @@ class Aborted(BaseException):
 
 
 class StopFlag:
-    """In the block, the first signal records a stop and the second aborts. announce: the first
-    signal's line; on_signal: called with each; saved: for the abort line."""
+    """In the block the first signal records a stop and the second aborts."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -52,14 +49,14 @@ class StopFlag:
         self.previous, self.previous_hook = {}, None
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():  # where signal handlers live
+        if threading.current_thread() is threading.main_thread():
             signals = (*answered_signals(), LOST_OUTPUT)
             self.previous = {sig: signal.signal(sig, self.handle) for sig in signals}
             self.previous_hook, sys.unraisablehook = sys.unraisablehook, self.unraisable
         return self
 
     def handle(self, signum, frame) -> None:
-        if signum == LOST_OUTPUT:  # output is gone: stop quietly, never abort
+        if signum == LOST_OUTPUT:  # stop quietly, never abort
             self.signum = self.signum or signum
             return
         if self.on_signal is not None:
@@ -86,13 +83,12 @@ class StopFlag:
         self.previous_hook(unraisable)
 
     def poll(self) -> None:
-        """A safe point: raise Stopped if a stop was asked for."""
         if self.signum is not None:
             raise Stopped(self.signum)
 
     @contextlib.contextmanager
     def writing(self):
-        """A block (a checkpoint save) a second signal does not cut short; the abort follows."""
+        """A block (a checkpoint save) that a second signal does not cut short."""
         self.in_write = True
         try:
             yield
@@ -117,13 +113,13 @@ class StopFlag:
 
 
 def answered_signals() -> list[int]:
-    """The stop signals, but those the launcher made this process ignore (nohup)."""
+    """The stop signals but those this process was started ignoring (nohup's SIGHUP)."""
     return [sig for sig in StopFlag.SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
 
 
 def exit_on_signal(message: str = NOTHING_SAVED) -> None:
-    """A script's first act, before its slow imports: a stop signal exits at once with `message`.
-    compare.py starts train.py with SIGINT blocked, so a Ctrl-C passed on waits for this."""
+    """Before a script's slow imports, a stop signal exits at once. compare.py starts train.py with
+    SIGINT blocked, so a Ctrl-C passed on waits for this."""
     for sig in answered_signals():
         signal.signal(sig, lambda signum, frame: exit_now(message, 128 + signum))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, StopFlag.SIGNALS)
@@ -139,8 +135,8 @@ def exit_now(line: str, code: int) -> None:
 
 
 def interrupt_on_signal() -> None:
-    """Until a StopFlag takes over, the first stop signal raises KeyboardInterrupt with its number;
-    later ones are ignored, not to cut the clean-up short."""
+    """Until a StopFlag takes over, the first stop signal raises KeyboardInterrupt; later ones are
+    ignored, not to cut the clean-up short."""
     if threading.current_thread() is not threading.main_thread():
         return
     raised = []

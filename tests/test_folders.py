@@ -87,7 +87,7 @@ def test_only_a_run_is_moved_aside(tmp_path):
     (package / "__init__.py").write_text("x = 1\n")
     with pytest.raises(
         OutputError,
-        match=rf"{package} exists and is not a run folder .* choose another --run-name or "
+        match=rf"{package} exists and is not a run folder, .* choose another --run-name or "
         r"--runs-dir",
     ):
         claim_run_folder(package, resume=False)

@@ -100,10 +100,10 @@ def test_rates_are_read_smallest_first_and_default_to_the_presets_around_its_own
         (["--lrs", "0"], "argument --lrs: takes learning rates above 0"),
         (["--lrs=-1e-3"], "above 0"),
         (["--lrs", "1e-2,,3e-2"], "got '' in '1e-2,,3e-2'"),
-        (["--lrs", "fast"], "comma-separated (4e-3,1.2e-2), got 'fast'"),
+        (["--lrs", "fast"], "comma-separated (4e-3,1.2e-2); got 'fast'"),
         (["--lrs", "inf"], "above 0"),
         (["--lrs", "nan"], "above 0"),
-        (["--lrs", "1e-2,0.01"], "each learning rate once, got 1e-2 twice"),
+        (["--lrs", "1e-2,0.01"], "each once; got 1e-2 twice"),
         (
             ["--lrs", "1e-5,1e-2"],
             "--lrs 1e-5: train.min_lr must be between 0 and train.lr (1e-05), got 0.0003; lower "

@@ -9,34 +9,24 @@ import numpy as np
 from data.files import write_atomically
 from harness.training.runlog import read_metrics
 
+
+def probed(*tags: str) -> list[tuple[str, str, str]]:
+    return [(f"Probe_{tag}", tag, style) for tag, style in zip(tags, "-:", strict=False)]
+
+
 # (title, [(the probe's tag, the final evaluation's, line style)])
 PANELS = [
     (
         "val loss on the probe's 2 texts (solid: honest, dotted: forced)",
-        [
-            ("Probe_loss/val_honest", "loss/val_honest", "-"),
-            ("Probe_loss/val_forced", "loss/val_forced", ":"),
-        ],
+        probed("loss/val_honest", "loss/val_forced"),
     ),
     ("training loss (every log_interval steps)", [("loss/train_step", None, "-")]),
-    (
-        "attention entropy on the probe's texts (1 = uniform)",
-        [("Probe_attn/entropy", "attn/entropy", "-")],
-    ),
-    (
-        "share of saturated rows (max > 0.99), probe",
-        [("Probe_attn/saturated_frac", "attn/saturated_frac", "-")],
-    ),
-    ("attention mass on the future, probe", [("Probe_attn/future_mass", "attn/future_mass", "-")]),
+    ("attention entropy on the probe's texts (1 = uniform)", probed("attn/entropy")),
+    ("share of saturated rows (max > 0.99), probe", probed("attn/saturated_frac")),
+    ("attention mass on the future, probe", probed("attn/future_mass")),
     ("grad norm reaching query and key (every log_interval steps)", [("grad/qk_norm", None, "-")]),
-    (
-        "leak gap: honest - forced (0 under the mask), probe",
-        [("Probe_loss/leak_gap", "loss/leak_gap", "-")],
-    ),
-    (
-        "order use (recent tokens shuffled), probe; no-mask: evaluations",
-        [("Probe_loss/order_use", "loss/order_use", "-")],
-    ),
+    ("leak gap: honest - forced (0 under the mask), probe", probed("loss/leak_gap")),
+    ("order use (recent tokens shuffled), probe; no-mask: evaluations", probed("loss/order_use")),
 ]
 FINAL = "o: the final evaluation (the table's figure)"
 COLORS = "tab:blue tab:red tab:orange tab:green tab:purple tab:brown tab:pink tab:gray".split()
@@ -68,14 +58,13 @@ def band(ax, steps, low, high, color) -> None:
 
 
 def curve(rows: list[dict], tag: str) -> tuple[list[int], list[float]]:
-    points = [(r["step"], r[tag]) for r in rows if tag in r]
-    return [s for s, _ in points], [v for _, v in points]
+    return [r["step"] for r in rows if tag in r], [r[tag] for r in rows if tag in r]
 
 
 def mean_band(
     curves: list[tuple[list[int], list[float]]],
 ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
-    """Steps logged by every run, and the mean, min and max over the runs at each."""
+    """Steps every run logged, and the mean, min and max over the runs at each."""
     by_step = [dict(zip(steps, values, strict=True)) for steps, values in curves]
     steps = sorted(set.intersection(*(set(d) for d in by_step)))
     values = np.array([[d[step] for step in steps] for d in by_step])  # (runs, steps)
@@ -85,6 +74,7 @@ def mean_band(
 def save_figure(fig, path: Path) -> None:
     buffer = io.BytesIO()
     try:
+        fig.tight_layout()
         fig.savefig(buffer, format="png", dpi=100)
     finally:
         pyplot().close(fig)
@@ -92,8 +82,8 @@ def save_figure(fig, path: Path) -> None:
 
 
 def panel_data(metrics: dict[str, list[list[dict]]]) -> dict[str, dict[str, list[dict]]]:
-    """Per panel and variant, the lines plot_runs draws: the probe's curve (the evaluations' where
-    a run logged no probe), and the final evaluation's (step, mean) or None."""
+    """Per panel and variant, the lines: the probe's curve (the evaluations' where a run logged no
+    probe), and the final evaluation's (step, mean) or None."""
     panels = {}
     for title, lines in PANELS:
         panels[title] = {name: [] for name in metrics}
@@ -103,9 +93,9 @@ def panel_data(metrics: dict[str, list[list[dict]]]) -> dict[str, dict[str, list
                 if not all(curve(rows, probe_tag)[0] for rows in runs):
                     tag = final_tag or probe_tag
                 steps, mean, low, high = mean_band([curve(rows, tag) for rows in runs])
-                ends = [curve(rows, final_tag) for rows in runs] if final_tag else []
+                ends = [curve(rows, final_tag) for rows in runs]
                 final = None
-                if ends and all(v for _, v in ends):
+                if all(v for _, v in ends):
                     final = (ends[0][0][-1], float(np.mean([v[-1] for _, v in ends])))
                 line = dict(tag=tag, style=style, steps=steps, mean=mean, low=low, high=high)
                 panels[title][name].append(line | {"final": final})
@@ -131,7 +121,6 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
         label_axes(ax, panel, "step")
     axes.flat[0].legend()
     fig.suptitle(f"{title}\n{FINAL}")
-    fig.tight_layout()
     save_figure(fig, path)
 
 
@@ -140,8 +129,8 @@ def plot_sweep(summary: dict, path: Path, title: str) -> None:
 
 
 def sweep_figure(summary: dict, title: str):
-    """Each quantity against the learning rate (95% intervals, an x where a run diverged), then the
-    largest score during training at the highest rate."""
+    """Each quantity against the learning rate (an x where a run diverged), then the largest score
+    during training at the highest rate."""
     fig, axes = pyplot().subplots(1, 4, figsize=(21, 5))
     colors = dict(zip(summary["aggregate"], itertools.cycle(COLORS)))
     rates = {lr: float(lr) for lr in summary["lrs"]}
@@ -150,7 +139,7 @@ def sweep_figure(summary: dict, title: str):
         across = ax.get_xaxis_transform()  # x in data, y in the panel's height
         for i, (name, by_lr) in enumerate(summary["aggregate"].items()):
             color = colors[name]
-            # each variant a little to the side, so that the bars do not hide each other
+            # each variant a little aside, so that the bars do not hide each other
             apart = 1 + 0.03 * (i - (len(colors) - 1) / 2)
             lrs = [lr for lr in summary["lrs"] if tag in by_lr.get(lr, {})]
             cells = [by_lr[lr][tag] for lr in lrs]
@@ -176,27 +165,23 @@ def sweep_figure(summary: dict, title: str):
                 )
                 marked = True
         ax.set_xscale("log")
-        ax.set_yscale("log" if log and plotted else "linear")
+        if log and plotted:
+            ax.set_yscale("log")
         ax.set_xticks(list(rates.values()), list(rates))
         ax.set_xticks([], minor=True)
         label_axes(ax, panel, "learning rate")
-    last = axes[len(SWEEP_PANELS)]
+    last, score = axes[-1], ""
     for name, line in summary["over_time"].items():
-        color = colors[name]
-        last.plot(line["steps"], line["mean"], color=color, label=name)
-        band(last, line["steps"], line["low"], line["high"], color)
-        score = f"largest attention score during training, lr {line['lr']} (log scale)"
-        last.set_title(score, fontsize=10)
-    if summary["over_time"]:
+        last.plot(line["steps"], line["mean"], color=colors[name], label=name)
+        band(last, line["steps"], line["low"], line["high"], colors[name])
         last.set_yscale("log")
-    else:
+        score = f"largest attention score during training, lr {line['lr']} (log scale)"
+    if not score:
         none = "no run logged the probe's largest score"
         last.text(0.5, 0.5, none, ha="center", va="center", transform=last.transAxes)
-    last.set_xlabel("step")
-    last.grid(alpha=0.3)
+    label_axes(last, score, "step")
     axes[0].legend()
     fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
@@ -235,7 +220,6 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
     ax.set_ylabel("loss, nats per token")
     ax.set_xlim(0, max(lengths))
     ax.legend()
-    fig.tight_layout()
     save_figure(fig, path)
 
 
@@ -252,5 +236,4 @@ def plot_tradeoff(
     ax.set_xlim(0, 1.15 * max(x for _, x, _, _ in points))  # from 0: read against no cache
     label_axes(ax, title, xlabel)
     ax.set_ylabel(ylabel)
-    fig.tight_layout()
     save_figure(fig, path)

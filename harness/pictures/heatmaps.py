@@ -1,5 +1,5 @@
 """Heatmaps of attention weights, one panel per head, built without pyplot so that nothing global
-is kept; and one interactive HTML page of every head."""
+is kept; and an interactive HTML page of every head."""
 
 import html
 from pathlib import Path
@@ -17,43 +17,52 @@ TITLE_HEIGHT = 0.3  # inches
 COLORBAR_WIDTH = 0.12  # inches
 
 
-def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, pad: float = 0.08) -> None:
-    """Size fig and place the axes so that each square panel of `panel` inches keeps its labels in
-    full: each column gets the room its widest labels need, each row its tallest."""
+def fit_panels(fig: Figure, axes: np.ndarray, panel: float, title: Text, bar, pad=0.08) -> None:
+    """Size fig so that square panels of `panel` inches keep their labels whole (each column as wide
+    as its widest labels need, each row as tall as its tallest); the colour bar by the first row."""
     placed = set(fig.axes)
     renderer = fig.canvas.get_renderer()
-    dpi = fig.dpi
-    rows, cols = axes.shape
-    left, right, below, above = (np.zeros(cols), np.zeros(cols), np.zeros(rows), np.zeros(rows))
+    margins = np.zeros((*axes.shape, 4))  # pixels: left, right, below, above
     for (r, c), ax in np.ndenumerate(axes):
         if ax in placed:
-            box, tight = ax.get_window_extent(renderer), ax.get_tightbbox(renderer)  # pixels
-            left[c] = max(left[c], (box.x0 - tight.x0) / dpi)
-            right[c] = max(right[c], (tight.x1 - box.x1) / dpi)
-            below[r] = max(below[r], (box.y0 - tight.y0) / dpi)
-            above[r] = max(above[r], (tight.y1 - box.y1) / dpi)
+            box, tight = ax.get_window_extent(renderer), ax.get_tightbbox(renderer)
+            margins[r, c] = (
+                box.x0 - tight.x0,
+                tight.x1 - box.x1,
+                box.y0 - tight.y0,
+                tight.y1 - box.y1,
+            )
+    left, right = margins[..., :2].max(0).T / fig.dpi
+    below, above = margins[..., 2:].max(1).T / fig.dpi
     # inches from the left edge, and from the top
-    x0 = pad + np.concatenate([[0.0], np.cumsum(left + panel + right + pad)[:-1]]) + left
+    x0 = pad + starts(left + panel + right + pad) + left
     title_box = title.get_window_extent(renderer)
-    title_height = max(title_box.height / dpi, TITLE_HEIGHT)
-    rows_above = np.concatenate([[0.0], np.cumsum(above + panel + below + pad)[:-1]])
-    top = pad + title_height + rows_above + above
+    title_height = max(title_box.height / fig.dpi, TITLE_HEIGHT)
+    top = pad + title_height + starts(above + panel + below + pad) + above
     width, height = x0[-1] + panel + right[-1] + pad, top[-1] + panel + below[-1] + pad
     # a title wider than the panels: widen both sides
-    extra = max(0.0, title_box.width / dpi + 2 * pad - width)
+    extra = max(0.0, title_box.width / fig.dpi + 2 * pad - width)
     x0, width = x0 + extra / 2, width + extra
-    fig.set_size_inches(width, height)
+    box, tight = bar.get_window_extent(renderer), bar.get_tightbbox(renderer)
+    # inches: a gap, the bar, its ticks and label, the margin
+    wide = width + (0.1 + COLORBAR_WIDTH + (tight.width - box.width) / fig.dpi + 0.08)
+    fig.set_size_inches(wide, height)
     for (r, c), ax in np.ndenumerate(axes):
         if ax in placed:
             y0 = 1 - (top[r] + panel) / height
-            ax.set_position([x0[c] / width, y0, panel / width, panel / height])
-    title.set_y(1 - pad / height)
+            ax.set_position([x0[c] / wide, y0, panel / wide, panel / height])
+    y0 = 1 - (top[0] + panel) / height
+    bar.set_position([(width + 0.1) / wide, y0, COLORBAR_WIDTH / wide, panel / height])
+    title.set_position((0.5 * width / wide, 1 - pad / height))  # centred over the panels
+
+
+def starts(sizes: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0.0], np.cumsum(sizes)[:-1]])
 
 
 class HeatmapGrid:
-    """Heatmaps of weights (H, T, T), laid out once: the labels are most of the cost, so pixels()
-    paints just the heatmaps and title over a saved copy ("blitting"). Each panel outlines one cell
-    per row, so that a line one off the diagonal cannot be misread: t under the mask, else t+1."""
+    """Heatmaps of weights (H, T, T), laid out once: pixels() paints only heatmaps and title over a
+    saved copy (blitting). A red outline, t or without the mask t+1, marks each row's cell."""
 
     def __init__(
         self,
@@ -91,30 +100,15 @@ class HeatmapGrid:
             if h + cols >= n_heads:  # the lowest panel of each column
                 ax.set_xlabel("keys (columns): attended to", fontsize=8)
         self.title = self.fig.suptitle(title, va="top")
-        fit_panels(self.fig, axes, panel, self.title)
-        frames = [spine for ax in self.fig.axes for spine in ax.spines.values()]
-        self.add_colorbar("weight; red: " + ("t, the diagonal" if causal else "t+1, the answer"))
+        bar = self.fig.add_axes([0, 0, 0.02, 0.5])
+        label = "weight; red: " + ("t, the diagonal" if causal else "t+1, the answer")
+        self.fig.colorbar(self.images[0], cax=bar).set_label(label, fontsize=8)
+        bar.tick_params(labelsize=7)
+        fit_panels(self.fig, axes, panel, self.title, bar)
+        frames = [spine for ax in axes.flat[:n_heads] for spine in ax.spines.values()]
         # what pixels() repaints, in the order of a full draw
         self.on_top = [*self.images, *outlines, *frames, self.title]
         self.background = None
-
-    def add_colorbar(self, label: str) -> None:
-        renderer = self.canvas.get_renderer()
-        width, height = self.fig.get_size_inches()
-        top = self.fig.axes[0].get_position()
-        cax = self.fig.add_axes([0, top.y0, COLORBAR_WIDTH / width, top.height])
-        self.fig.colorbar(self.images[0], cax=cax).set_label(label, fontsize=8)
-        cax.tick_params(labelsize=7)
-        box, tight = cax.get_window_extent(renderer), cax.get_tightbbox(renderer)
-        # inches: a gap, the bar, its ticks and label, the margin
-        extra = 0.1 + COLORBAR_WIDTH + (tight.width - box.width) / self.fig.dpi + 0.08
-        wide = width + extra
-        for ax in self.fig.axes:  # every panel keeps its size and place in inches
-            box = ax.get_position()
-            ax.set_position([box.x0 * width / wide, box.y0, box.width * width / wide, box.height])
-        cax.set_position([(width + 0.1) / wide, top.y0, COLORBAR_WIDTH / wide, top.height])
-        self.title.set_x(0.5 * width / wide)  # centred over the panels
-        self.fig.set_size_inches(wide, height)
 
     def draw(self, weights: torch.Tensor, title: str) -> Figure:
         for image, head_weights in zip(self.images, weights, strict=True):
@@ -158,16 +152,14 @@ def save_layer_heatmaps(
     causal: bool = True,
     per_head: bool = False,
 ) -> None:
-    """attn_L<layer>.png per layer of weights (1, H, T, T), and attn_L<layer>_H<head>.png with
-    per_head."""
+    """attn_L<layer>.png per layer of weights (1, H, T, T), and with per_head each head's."""
     from tqdm import tqdm
 
     bar = tqdm(weights_per_layer, desc="drawing layers", leave=False, disable=None)
     for layer, weights in enumerate(bar):
         fig = heatmap_figure(weights[0], labels, f"{title}: layer {layer} ({flags})", causal=causal)
         fig.savefig(folder / f"attn_L{layer}.png", dpi=dpi)
-    for layer, weights in enumerate(weights_per_layer if per_head else []):
-        for head in range(weights.shape[1]):
+        for head in range(weights.shape[1] if per_head else 0):
             named = [head_name(layer, head)]
             one = weights[0, head : head + 1]
             fig = heatmap_figure(one, labels, f"{title}: layer {layer}, head {head}", named, causal)
@@ -190,12 +182,11 @@ UNMASKED_LEGEND = (
 def attention_page(
     weights_per_layer: list[torch.Tensor], tokens: list[str], title: str, causal: bool, path: Path
 ) -> Path:
-    """One offline page, one widget (each inlines CircuitsVis's 1.3 MB of JavaScript). The cells
-    the heatmaps outline go in negated, so that CircuitsVis shows them in red."""
+    """One widget (each inlines CircuitsVis's 1.3 MB of JavaScript); the outlined cells negated, so
+    that CircuitsVis shows them in red."""
     import circuitsvis.attention
 
-    # n_layer x (H, T, T) -> (n_layer * H, T, T)
-    heads = torch.cat([w.float().cpu() for w in weights_per_layer])
+    heads = torch.cat([w.float().cpu() for w in weights_per_layer])  # (n_layer * H, T, T)
     offset = 0 if causal else 1  # as HeatmapGrid outlines
     t = torch.arange(heads.shape[-1] - offset)
     heads[:, t, t + offset] *= -1
