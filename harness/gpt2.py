@@ -1,7 +1,5 @@
-"""GPT-2's weights in our GPT, and our GPT out in the hub's layout (config.json and
-model.safetensors, whose reading never runs code). GPT-2 is our GPT with a qkv bias and the tanh
-GELU, so loading is a renaming.
-"""
+"""GPT-2's weights in our GPT, and ours out in the hub's layout (config.json, model.safetensors).
+GPT-2 is our GPT with a qkv bias and the tanh GELU, so loading is a renaming."""
 
 import json
 import re
@@ -26,12 +24,7 @@ HUB_FILES = ("config.json", "model.safetensors")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as in openai-community/gpt2
 
 # The hub's names -> ours: outside the blocks, and the layers inside block N (the hub's h.N)
-TOP_NAMES = {
-    "wte.weight": "tok_emb.weight",
-    "wpe.weight": "pos_emb.weight",
-    "ln_f.weight": "ln_f.weight",
-    "ln_f.bias": "ln_f.bias",
-}
+TOP_NAMES = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
 BLOCK_LAYERS = {
     "ln_1": "ln1",
     "attn.c_attn": "attn.qkv",
@@ -55,7 +48,7 @@ GELU_NAMES = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
 
 
 def gpt2_names(n_layer: int) -> dict[str, str]:
-    names = dict(TOP_NAMES)
+    names = TOP_NAMES | {f"ln_f.{kind}": f"ln_f.{kind}" for kind in ("weight", "bias")}
     for n in range(n_layer):
         for hub, ours in BLOCK_LAYERS.items():
             for kind in ("weight", "bias"):
@@ -69,9 +62,7 @@ def count_layers(names, pattern: str) -> int:
 
 
 def conv1d(hub: str, tensor: torch.Tensor) -> torch.Tensor:
-    if CONV1D_WEIGHT.fullmatch(hub):
-        return tensor.t()
-    return tensor
+    return tensor.t() if CONV1D_WEIGHT.fullmatch(hub) else tensor
 
 
 def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -83,8 +74,7 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     unexpected = [name for name in state if name not in names and not MASK_BUFFER.fullmatch(name)]
     if unexpected:
         raise CheckpointError(
-            f"unexpected tensor {prefix}{unexpected[0]} in the GPT-2 weights: "
-            "it has no place in our GPT"
+            f"unexpected tensor {prefix}{unexpected[0]} in the GPT-2 weights: our GPT has none"
         )
     missing = [name for name in names if name not in state]
     if missing:
@@ -92,16 +82,13 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             f"the GPT-2 weights lack {prefix}{missing[0]} ({len(missing)} tensors missing in all)"
         )
     if lm_head is not None and not torch.equal(lm_head, state["wte.weight"]):
-        raise CheckpointError(
-            "lm_head.weight differs from wte.weight: "
-            "that output head is untied, and ours is always tied"
-        )
+        raise CheckpointError("lm_head.weight differs from wte.weight: untied, and ours is tied")
     return {ours: conv1d(hub, state[hub]).float().contiguous() for hub, ours in names.items()}
 
 
 def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our state dict under the hub's names, as save_pretrained writes them (the tied head left out,
-    a zero c_attn.bias without our qkv_bias)."""
+    """Our state dict under the hub's names, as save_pretrained writes them (no tied head, a zero
+    c_attn.bias without our qkv_bias)."""
     state = {name: tensor.detach().to("cpu", torch.float32) for name, tensor in state.items()}
     state.pop("lm_head.weight", None)
     n_layer = count_layers(state, r"blocks\.(\d+)\.")
@@ -116,15 +103,12 @@ def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         )
     # fresh copies: safetensors refuses tensors that share storage, as the tied embedding and head
     hf = {hub_names[name]: tensor for name, tensor in state.items()}
-    return {
-        "transformer." + hub: conv1d(hub, t).clone(memory_format=torch.contiguous_format)
-        for hub, t in hf.items()
-    }
+    return {"transformer." + hub: conv1d(hub, t).contiguous().clone() for hub, t in hf.items()}
 
 
 def config_from_hf(hf: dict, source: str) -> ModelConfig:
-    """Our ModelConfig for a GPT-2 config.json, refusing what our GPT cannot run exactly. Missing
-    keys take GPT2Config's defaults; dropout is 0."""
+    """Our ModelConfig for a GPT-2 config.json, refusing what ours cannot run exactly (missing keys:
+    GPT2Config's defaults)."""
 
     def refuse(why: str):
         raise CheckpointError(f"{source}: {why}; only plain GPT-2 configs load here")
@@ -158,15 +142,13 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
 
 
 def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
-    """(config.json, model.safetensors, info) of a folder, or of a hub model: cached, else
-    downloaded."""
+    """(config.json, model.safetensors, info) of a folder or a hub model (cached or downloaded)."""
     folder = Path(name_or_folder).expanduser()
     if folder.is_dir():
         missing = " and ".join(name for name in HUB_FILES if not (folder / name).is_file())
         if missing:
             raise CheckpointError(
-                f"{folder} lacks {missing}; "
-                "pretrained weights load from config.json and model.safetensors only"
+                f"{folder} lacks {missing}; weights load from config.json and model.safetensors"
             )
         info = {"name": str(name_or_folder), "source": str(folder)}
         return folder / "config.json", folder / "model.safetensors", info
@@ -180,39 +162,33 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     def download(**options) -> list[Path]:
         return [Path(hf_hub_download(repo_id=name, filename=f, **options)) for f in HUB_FILES]
 
-    not_reachable = CheckpointError(
-        f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot be "
-        f"reached: on a connected machine run `hf download {name} config.json model.safetensors` "
-        "into that cache, or pass a local folder holding config.json and model.safetensors"
-    )
     try:
         try:
             config_path, weights_path = download(local_files_only=True)
-        except (
-            errors.LocalEntryNotFoundError
-        ):  # one name lookup: offline, the hub retries at length
+        except errors.LocalEntryNotFoundError:  # one name lookup: offline, the hub retries long
             socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
             config_path, weights_path = download()
-    except errors.RepositoryNotFoundError:
+    except (errors.RepositoryNotFoundError, errors.HFValidationError):
         raise CheckpointError(
             f"no model {name} on the Hugging Face hub (or it is private); try one of {sizes}"
         ) from None
-    except errors.EntryNotFoundError as e:
-        if not isinstance(e, errors.LocalEntryNotFoundError):
+    except (errors.EntryNotFoundError, OSError) as e:  # OSError: a network error
+        local = isinstance(e, errors.LocalEntryNotFoundError)
+        if isinstance(e, errors.EntryNotFoundError) and not local:
             raise CheckpointError(
                 f"{name} on the hub lacks config.json or model.safetensors "
                 "(.bin pickles are never read)"
             ) from None
-        raise not_reachable from None
-    except errors.HFValidationError:
-        raise CheckpointError(f"{name} is not a valid hub model id; try one of {sizes}") from None
-    except OSError:  # a network error
-        raise not_reachable from None
+        raise CheckpointError(
+            f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot "
+            f"be reached: run `hf download {name} config.json model.safetensors` into that cache "
+            "on a connected machine, or pass a folder holding these two files"
+        ) from None
     return config_path, weights_path, {"name": name, "source": str(weights_path.parent)}
 
 
 def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
-    """Our GPT holding `state`, built on the meta device: no time spent on a random init."""
+    """Our GPT holding `state`, built on the meta device: no random init."""
     with torch.device("meta"):
         model = GPT(cfg)
     try:
@@ -243,7 +219,7 @@ def load_pretrained(
     name_or_folder: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[GPT, Tokenizer, dict]:
     """A GPT-2 from the hub (gpt2, gpt2-medium, ...) or a folder: (model in eval mode, tokenizer,
-    info with "name" and "source")."""
+    info)."""
     config_path, weights_path, info = find_files(name_or_folder)
     try:
         hf_config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -264,8 +240,7 @@ def load_pretrained(
 
 
 def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
-    """Write model as a GPT-2 in the hub's layout: only a plain GPT on the gpt2 tokenizer (or
-    --no-scale, which GPT-2's config can say)."""
+    """Write model as a GPT-2 in the hub's layout: a plain GPT (or --no-scale) on gpt2's tokens."""
     cfg, changed = model.cfg, [c.flag for c in applied(model.cfg) if c.field != "scaled"]
     if changed:
         raise CheckpointError(
@@ -274,8 +249,7 @@ def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
         )
     if tokenizer_name != "gpt2" or cfg.vocab_size != GPT2_VOCAB_SIZE:
         raise CheckpointError(
-            f"cannot export a model on the {tokenizer_name} tokenizer: "
-            "GPT-2 reads the gpt2 tokenizer's ids"
+            f"cannot export a model on the {tokenizer_name} tokenizer: GPT-2 reads gpt2's ids"
         )
     config = {
         "architectures": ["GPT2LMHeadModel"],
