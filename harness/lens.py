@@ -1,9 +1,6 @@
-"""Our GPT opened in TransformerLens with the same logits, from a run's own config and weights: a
-HookedTransformer under 3.x, a TransformerBridge around its NativeModel under 4.x.
-
-Two tables hold the correspondence: FIELDS (config) and harness/lens_weights.py (tensors). What
-either cannot express is refused in one line, never opened computing something else.
-"""
+"""Our GPT in TransformerLens with the same logits: a HookedTransformer under 3.x, a
+TransformerBridge around its NativeModel under 4.x. FIELDS (config) and harness/lens_weights.py
+(tensors) map ours; what they cannot express is refused in one line, never opened as another."""
 
 import warnings
 from collections.abc import Callable
@@ -30,7 +27,6 @@ def anything(value) -> dict:
 
 
 def no_gate(value) -> dict:
-    """Neither TransformerLens config has a gate: off changes nothing, on is refused."""
     if value:
         raise LensError(
             f"model.gate = {value!r}: TransformerLens has no sigmoid gate on the attention output "
@@ -51,31 +47,30 @@ POSITIONS = {
     },
 }
 
-# Each field of our ModelConfig -> the config fields it sets, named alike in 3.x's
-# HookedTransformerConfig and 4.x's TransformerBridgeConfig. A field missing here, or a value its
-# table lacks, is refused.
+# Each field of our ModelConfig -> the fields it sets, named alike in 3.x's HookedTransformerConfig
+# and 4.x's TransformerBridgeConfig; a field missing here, or a value giving None, is refused
 FIELDS: dict[str, Callable] = {
     "n_layer": lambda n: {"n_layers": n},
     "n_head": lambda n: {"n_heads": n},
     "n_embd": lambda n: {"d_model": n},
     "block_size": anything,  # n_ctx is the context, set by lens_config
     "vocab_size": lambda n: {"d_vocab": n, "d_vocab_out": n},
-    "causal": {True: {"attention_dir": "causal"}, False: {"attention_dir": "bidirectional"}}.get,
-    "scaled": {True: {"use_attn_scale": True}, False: {"use_attn_scale": False}}.get,
+    "causal": lambda causal: {"attention_dir": "causal" if causal else "bidirectional"},
+    "scaled": lambda scaled: {"use_attn_scale": scaled},
     "positions": POSITIONS.get,
-    "qk_norm": {True: {"use_qk_norm": True}, False: {}}.get,
+    "qk_norm": lambda on: {"use_qk_norm": True} if on else {},
     # cap * tanh(score / cap), after the scale, before the mask
     "softcap": lambda cap: {"attn_scores_soft_cap": cap} if cap else {},
-    "qkv_bias": {True: {}, False: {}}.get,  # without one, b_Q, b_K and b_V are zeros
+    "qkv_bias": anything,  # without one, b_Q, b_K and b_V are zeros
     "gelu": {"exact": {"act_fn": "gelu"}, "tanh": {"act_fn": "gelu_pytorch_tanh"}}.get,
-    "mlp": {True: {"attn_only": False}, False: {"attn_only": True}}.get,
+    "mlp": lambda mlp: {"attn_only": not mlp},
     # each key/value head shared by n_heads / K query heads in order; 0 is n_head
     "kv_heads": lambda k: {"n_key_value_heads": k} if k else {},
     # the query and the W - 1 positions before it, as its "local" layers see
     "window": lambda w: {"use_local_attn": True, "window_size": w} if w else {},
     "window_layers": anything,  # read with window, by lens_config
     "gate": no_gate,
-    "sink": {True: {"use_attention_sinks": True}, False: {}}.get,  # 3.x's, from 3.7
+    "sink": lambda on: {"use_attention_sinks": True} if on else {},  # 3.x's, from 3.7
     "attention": anything,  # every backend computes the same attention
     "qk_init_std": anything,  # the weights come from the run
     "dropout": anything,  # both models run in eval mode
@@ -83,7 +78,6 @@ FIELDS: dict[str, Callable] = {
 
 
 def import_lens():
-    """The transformer_lens module, or a LensError saying how to install it."""
     try:
         import transformer_lens
     except ImportError:
@@ -97,8 +91,8 @@ def has_bridge(lens) -> bool:
 
 
 def lens_config(model: GPT, context: int | None = None) -> dict:
-    """Our model's config fields, as both TransformerLens configs name them; context: the longest
-    input (n_ctx), block_size unless given, longer only for rope and none."""
+    """Our config as both TransformerLens configs name it; context: the longest input (n_ctx),
+    block_size unless given, longer only for rope and none."""
     cfg = model.cfg
     limit = cfg.max_length  # block_size for a learned table, None for rope and none
     if context is not None and not 1 <= context <= (limit or context):
@@ -115,18 +109,11 @@ def lens_config(model: GPT, context: int | None = None) -> dict:
     mapped = {"d_head": cfg.head_size, "d_mlp": 4 * cfg.n_embd, "normalization_type": "LN"}
     mapped["eps"] = norms.pop()
     for field in fields(cfg):
-        value = getattr(cfg, field.name)
-        if field.name not in FIELDS:
-            raise LensError(
-                f"model.{field.name} has no TransformerLens counterpart in harness/lens.py yet, "
-                "so this run cannot open there"
-            )
-        lens = FIELDS[field.name](value)
+        name, value = field.name, getattr(cfg, field.name)
+        lens = FIELDS[name](value) if name in FIELDS else None
         if lens is None:
-            raise LensError(
-                f"model.{field.name} = {value!r} has no TransformerLens counterpart "
-                "in harness/lens.py yet"
-            )
+            named = f"model.{name} = {value!r}" if name in FIELDS else f"model.{name}"
+            raise LensError(f"{named} has no TransformerLens counterpart in harness/lens.py yet")
         mapped |= lens
     mapped["n_ctx"] = context or cfg.block_size
     if cfg.window and not cfg.causal:
@@ -153,7 +140,6 @@ NATIVE_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_new"}
 
 
 def transformer_bridge(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
-    """TransformerLens 4.x: a TransformerBridge around its NativeModel, with our weights."""
     from transformer_lens.model_bridge.sources import build_bridge_from_module
     from transformer_lens.model_bridge.sources.native import NativeModel
 
@@ -172,16 +158,11 @@ def transformer_bridge(lens, model: GPT, config: dict, context: int | None, toke
     if model.cfg.positions == "none":
         native.pos.weight.requires_grad_(False)  # the table stays at zero when trained there
     return build_bridge_from_module(
-        native,
-        "TransformerLensNative",
-        tl_config=bridge_config,
-        tokenizer=tokenizer,
-        device=device,
+        native, "TransformerLensNative", tl_config=bridge_config, tokenizer=tokenizer, device=device
     )
 
 
 def hooked_transformer(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
-    """TransformerLens 3.x: a HookedTransformer with our weights."""
     unknown = set(config) - {f.name for f in fields(lens.HookedTransformerConfig)}
     if unknown:
         raise LensError(
@@ -207,8 +188,8 @@ def hooked_transformer(lens, model: GPT, config: dict, context: int | None, toke
 
 
 def to_hooked(model: GPT, tokenizer: Tokenizer | None = None, context: int | None = None):
-    """Our model in TransformerLens, in eval mode on model's device; given the tokenizer, it reads
-    strings too. context: the longest input, as lens_config's."""
+    """Our model in TransformerLens, in eval mode on its device, reading strings given the
+    tokenizer; context as lens_config's."""
     lens = import_lens()
     build = transformer_bridge if has_bridge(lens) else hooked_transformer
     hf = hf_tokenizer(tokenizer) if tokenizer is not None else None
