@@ -1,8 +1,7 @@
-"""How well a model predicts a text: loss per token, perplexity and bits per byte, over sliding
-windows. A window starts every `stride` tokens and scores only targets no earlier window scored, so
-each token after the first counts once: Hugging Face's "Perplexity of fixed-length models" counted
-exactly (the page weights each window by its labels minus one).
-"""
+"""How well a model predicts a text: loss per token, perplexity and bits per byte, over windows
+starting every `stride` tokens, each scoring only targets no earlier one scored: Hugging Face's
+"Perplexity of fixed-length models" counted exactly (the page weights each window by its labels
+minus one)."""
 
 import math
 from collections.abc import Callable
@@ -42,7 +41,7 @@ class Window:
 
 
 def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
-    """The windows that score each of tokens 1 .. n_tokens - 1 once (1 <= stride <= block_size)."""
+    """The windows that score each of tokens 1 .. n_tokens - 1 once."""
     out, scored_to = [], 1  # tokens before scored_to are scored; token 0 never is
     for begin in range(0, n_tokens - 1, stride):
         end = min(begin + block_size + 1, n_tokens)
@@ -67,23 +66,21 @@ def token_losses(
     between: Callable[[int], None] | None = None,
     context: int | None = None,
 ) -> torch.Tensor:
-    """The loss in nats of each token after the first of ids (N,): (N - 1,), [i] for ids[i + 1].
-    honest: each target from its prefix alone (no causal mask); `between(n)` is called before each
-    pass; `context`: the windows' inputs, else block_size."""
+    """The loss in nats of each token after the first of ids (N,): (N - 1,). honest: each target
+    from its prefix alone (no causal mask); `between(n)` is called before each pass; `context`: the
+    windows' inputs, else block_size."""
     between = between or (lambda n: None)
     model.eval()
     device = model.lm_head.weight.device
-    out = torch.empty(len(ids) - 1)
-    done = 0
+    out, done = torch.empty(len(ids) - 1), 0
     todo = windows(len(ids), context or model.cfg.block_size, stride)
     # windows of one shape go through the model together
     for (length, first), group in groupby(todo, lambda w: (w.end - w.begin, w.first)):
         group = list(group)
         most = windows_per_pass(model.cfg, length - 1, len(group))
         for start in range(0, len(group), most):
-            rows = torch.stack([ids[w.begin : w.end] for w in group[start : start + most]]).to(
-                device
-            )
+            rows = torch.stack([ids[w.begin : w.end] for w in group[start : start + most]])
+            rows = rows.to(device)
             x, y = rows[:, :-1], rows[:, first + 1 :]  # (B, L) -> inputs (B, L - 1), targets (B, P)
             if honest:  # (B, P, V)
                 targets = list(range(first, length - 1))
