@@ -20,13 +20,13 @@ def our_tensors(model: GPT) -> dict[str, torch.Tensor]:
     return {name: p.detach() for name, p in model.named_parameters()}
 
 
-def position_table(cfg: ModelConfig, take, embedding: torch.Tensor, context: int | None):
+def position_table(cfg: ModelConfig, take, context: int | None):
     """(n_ctx, C): our learned table's first rows, zeros for none, None for rope."""
     n_ctx = context or cfg.block_size
     if cfg.positions == "learned":
         return take("pos_emb.weight")[:n_ctx]
     if cfg.positions == "none":
-        return embedding.new_zeros(n_ctx, cfg.n_embd)
+        return torch.zeros(n_ctx, cfg.n_embd)
     return None
 
 
@@ -61,7 +61,7 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
     out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)
     out["unembed.W_U"] = out["embed.W_E"].T  # (C, V): tied
     out["unembed.b_U"] = torch.zeros_like(out["embed.W_E"][:, 0])
-    table = position_table(cfg, take, out["embed.W_E"], context)
+    table = position_table(cfg, take, context)
     if table is not None:
         out["pos_embed.W_pos"] = table
     # its grouped-query attention names the K heads' tensors _W_K and _W_V
@@ -98,7 +98,7 @@ def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Te
     take = ours.pop
     out = {"tok_embed.weight": take("tok_emb.weight")}  # (V, C)
     out["head.weight"] = out["tok_embed.weight"]
-    table = position_table(cfg, take, out["tok_embed.weight"], context)
+    table = position_table(cfg, take, context)
     if table is not None:
         out["pos.weight"] = table
     for i in range(cfg.n_layer):
