@@ -247,6 +247,10 @@ def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
             f"cannot export a model with {' and '.join(changed)}: "
             "GPT-2's format has no way to say it"
         )
+    if not cfg.mlp:
+        raise CheckpointError(
+            "cannot export an attention-only model: GPT-2 has an MLP in every block"
+        )
     if tokenizer_name != "gpt2" or cfg.vocab_size != GPT2_VOCAB_SIZE:
         raise CheckpointError(
             f"cannot export a model on the {tokenizer_name} tokenizer: GPT-2 reads gpt2's ids"
