@@ -11,8 +11,8 @@ GPT2_FILES = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
 
 
 def hf_tokenizer(tokenizer: Tokenizer):
-    """Our tokenizer as a PreTrainedTokenizerFast (gpt2's from tiktoken's cache). A char run pads
-    with the id after its vocabulary: a padded batch fails instead of reading a real character."""
+    """gpt2's reads tiktoken's cache. A char run pads with the id after its vocabulary: a padded
+    batch fails instead of reading a real character."""
     from tokenizers import Regex, decoders, pre_tokenizers
     from tokenizers import Tokenizer as Fast
     from tokenizers.models import BPE, WordLevel

@@ -14,24 +14,20 @@ class LensError(ValueError):
 
 
 def our_tensors(model: GPT) -> dict[str, torch.Tensor]:
-    """Our tensors by name, the tied head once: each is popped as it is placed."""
-    if model.lm_head.weight is not model.tok_emb.weight:
-        raise LensError("the output head is not tied to the token embedding, as lens_weights needs")
+    """The tied head once; each is popped as it is placed."""
     return {name: p.detach() for name, p in model.named_parameters()}
 
 
-def position_table(cfg: ModelConfig, take, context: int | None):
-    """(n_ctx, C): our learned table's first rows, zeros for none, None for rope."""
+def place_positions(out: dict, name: str, cfg: ModelConfig, take, context: int | None) -> None:
     n_ctx = context or cfg.block_size
     if cfg.positions == "learned":
-        return take("pos_emb.weight")[:n_ctx]
+        out[name] = take("pos_emb.weight")[:n_ctx]
     if cfg.positions == "none":
-        return torch.zeros(n_ctx, cfg.n_embd)
-    return None
+        out[name] = torch.zeros(n_ctx, cfg.n_embd)
 
 
 def split_qkv(take, block: str, cfg: ModelConfig):
-    """(weight, bias) of q (C, C), k and v (KD, C), cut from our (C + 2KD, C) qkv matrix."""
+    """(weight, bias) of q (C, C), k and v (KD, C)."""
     weight = take(block + "attn.qkv.weight")
     bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else torch.zeros_like(weight[:, 0])
     sizes = [cfg.n_embd] + 2 * [(cfg.kv_heads or cfg.n_head) * cfg.head_size]
@@ -53,17 +49,14 @@ def finished(ours: dict, out: dict) -> dict:
 
 
 def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under HookedTransformer's names and shapes (context: the table's rows): it
-    multiplies from the right."""
+    """Under HookedTransformer's names and shapes: it multiplies from the right."""
     cfg, C, D = model.cfg, model.cfg.n_embd, model.cfg.head_size
     ours = our_tensors(model)
     take = ours.pop
     out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)
     out["unembed.W_U"] = out["embed.W_E"].T  # (C, V): tied
     out["unembed.b_U"] = torch.zeros_like(out["embed.W_E"][:, 0])
-    table = position_table(cfg, take, context)
-    if table is not None:
-        out["pos_embed.W_pos"] = table
+    place_positions(out, "pos_embed.W_pos", cfg, take, context)
     # its grouped-query attention names the K heads' tensors _W_K and _W_V
     grouped = "_" if cfg.kv_heads else ""
     for i in range(cfg.n_layer):
@@ -92,15 +85,13 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
 
 
 def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under 4.x's NativeModel's names: its layers are nn.Linear, as ours."""
+    """Under 4.x's NativeModel's names: its layers are nn.Linear, as ours."""
     cfg = model.cfg
     ours = our_tensors(model)
     take = ours.pop
     out = {"tok_embed.weight": take("tok_emb.weight")}  # (V, C)
     out["head.weight"] = out["tok_embed.weight"]
-    table = position_table(cfg, take, context)
-    if table is not None:
-        out["pos.weight"] = table
+    place_positions(out, "pos.weight", cfg, take, context)
     for i in range(cfg.n_layer):
         block, layer = f"blocks.{i}.", f"layers.{i}."
         move(out, take, block + "ln1", layer + "ln1")
@@ -117,11 +108,11 @@ def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Te
 
 
 def add_ours(native: nn.Module, cfg: ModelConfig) -> None:
-    """Give 4.x's NativeModel, in place, what its attention lacks: an unscaled score, QK-norm
-    (hook_q and hook_k hold the normalised vectors), and the window (its mask ignores it)."""
+    """What 4.x's native attention lacks: an unscaled score, QK-norm (hook_q and hook_k hold the
+    normalised vectors), and the window (its mask ignores it)."""
 
     def qk_norm(linear: nn.Linear, x, out: torch.Tensor) -> torch.Tensor:
-        # each head's vector divided by its RMS: (B, T, C) -> (B, T, H, D) -> (B, T, C)
+        # (B, T, C) -> (B, T, H, D) -> (B, T, C)
         return rms_norm(out.unflatten(-1, (-1, cfg.head_size))).flatten(-2)
 
     for i, layer in enumerate(native.layers):
