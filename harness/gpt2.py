@@ -1,7 +1,5 @@
-"""GPT-2's weights in our GPT, and our GPT out in the hub's layout (config.json and
-model.safetensors, whose reading never runs code). GPT-2 is our GPT with a qkv bias and the tanh
-GELU, so loading is a renaming.
-"""
+"""GPT-2's weights in our GPT, and ours out in the hub's layout (config.json, model.safetensors).
+GPT-2 is our GPT with a qkv bias and the tanh GELU, so loading is a renaming."""
 
 import json
 import re
@@ -26,12 +24,7 @@ HUB_FILES = ("config.json", "model.safetensors")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as in openai-community/gpt2
 
 # The hub's names -> ours: outside the blocks, and the layers inside block N (the hub's h.N)
-TOP_NAMES = {
-    "wte.weight": "tok_emb.weight",
-    "wpe.weight": "pos_emb.weight",
-    "ln_f.weight": "ln_f.weight",
-    "ln_f.bias": "ln_f.bias",
-}
+TOP_NAMES = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
 BLOCK_LAYERS = {
     "ln_1": "ln1",
     "attn.c_attn": "attn.qkv",
@@ -55,7 +48,7 @@ GELU_NAMES = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
 
 
 def gpt2_names(n_layer: int) -> dict[str, str]:
-    names = dict(TOP_NAMES)
+    names = TOP_NAMES | {f"ln_f.{kind}": f"ln_f.{kind}" for kind in ("weight", "bias")}
     for n in range(n_layer):
         for hub, ours in BLOCK_LAYERS.items():
             for kind in ("weight", "bias"):
@@ -69,13 +62,10 @@ def count_layers(names, pattern: str) -> int:
 
 
 def conv1d(hub: str, tensor: torch.Tensor) -> torch.Tensor:
-    if CONV1D_WEIGHT.fullmatch(hub):
-        return tensor.t()
-    return tensor
+    return tensor.t() if CONV1D_WEIGHT.fullmatch(hub) else tensor
 
 
 def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A GPT-2 state dict under our names; lm_head.weight must equal the embedding (tied)."""
     prefix = "transformer." if any(name.startswith("transformer.") for name in state) else ""
     state = {name.removeprefix("transformer."): tensor for name, tensor in state.items()}
     lm_head = state.pop("lm_head.weight", None)
@@ -83,8 +73,7 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     unexpected = [name for name in state if name not in names and not MASK_BUFFER.fullmatch(name)]
     if unexpected:
         raise CheckpointError(
-            f"unexpected tensor {prefix}{unexpected[0]} in the GPT-2 weights: "
-            "it has no place in our GPT"
+            f"unexpected tensor {prefix}{unexpected[0]}: our GPT has no such layer"
         )
     missing = [name for name in names if name not in state]
     if missing:
@@ -92,39 +81,25 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             f"the GPT-2 weights lack {prefix}{missing[0]} ({len(missing)} tensors missing in all)"
         )
     if lm_head is not None and not torch.equal(lm_head, state["wte.weight"]):
-        raise CheckpointError(
-            "lm_head.weight differs from wte.weight: "
-            "that output head is untied, and ours is always tied"
-        )
+        raise CheckpointError("lm_head.weight differs from wte.weight: untied, and ours is tied")
     return {ours: conv1d(hub, state[hub]).float().contiguous() for hub, ours in names.items()}
 
 
 def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our state dict under the hub's names, as save_pretrained writes them (the tied head left out,
-    a zero c_attn.bias without our qkv_bias)."""
     state = {name: tensor.detach().to("cpu", torch.float32) for name, tensor in state.items()}
     state.pop("lm_head.weight", None)
     n_layer = count_layers(state, r"blocks\.(\d+)\.")
     for n in range(n_layer):
         qkv = f"blocks.{n}.attn.qkv."
-        state.setdefault(qkv + "bias", torch.zeros(len(state[qkv + "weight"])))  # (3C,)
+        state.setdefault(qkv + "bias", torch.zeros(len(state[qkv + "weight"])))
     hub_names = {ours: hub for hub, ours in gpt2_names(n_layer).items()}
-    unknown = [name for name in state if name not in hub_names]
-    if unknown:
-        raise CheckpointError(
-            f"our tensor {unknown[0]} has no GPT-2 counterpart; only plain GPT models export"
-        )
     # fresh copies: safetensors refuses tensors that share storage, as the tied embedding and head
     hf = {hub_names[name]: tensor for name, tensor in state.items()}
-    return {
-        "transformer." + hub: conv1d(hub, t).clone(memory_format=torch.contiguous_format)
-        for hub, t in hf.items()
-    }
+    return {"transformer." + hub: conv1d(hub, t).contiguous().clone() for hub, t in hf.items()}
 
 
 def config_from_hf(hf: dict, source: str) -> ModelConfig:
-    """Our ModelConfig for a GPT-2 config.json, refusing what our GPT cannot run exactly. Missing
-    keys take GPT2Config's defaults; dropout is 0."""
+    """Refuses what ours cannot run exactly; a missing key takes GPT2Config's default."""
 
     def refuse(why: str):
         raise CheckpointError(f"{source}: {why}; only plain GPT-2 configs load here")
@@ -133,7 +108,7 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
         refuse(f"model_type is {hf.get('model_type')!r}, not 'gpt2'")
     for switch in UNKNOWN_SWITCHES:
         if hf.get(switch):
-            refuse(f"{switch} is set, and our attention has no such switch")
+            refuse(f"{switch} is set, and ours has no such switch")
     activation = hf.get("activation_function", "gelu_new")
     if activation not in GELU_NAMES:
         refuse(f"activation_function {activation!r} is none of {', '.join(GELU_NAMES)}")
@@ -158,16 +133,11 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
 
 
 def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
-    """(config.json, model.safetensors, info) of a folder, or of a hub model: cached, else
-    downloaded."""
     folder = Path(name_or_folder).expanduser()
     if folder.is_dir():
         missing = " and ".join(name for name in HUB_FILES if not (folder / name).is_file())
         if missing:
-            raise CheckpointError(
-                f"{folder} lacks {missing}; "
-                "pretrained weights load from config.json and model.safetensors only"
-            )
+            raise CheckpointError(f"{folder} lacks {missing}; give a folder with both")
         info = {"name": str(name_or_folder), "source": str(folder)}
         return folder / "config.json", folder / "model.safetensors", info
     name, sizes = str(name_or_folder), ", ".join(GPT2_SIZES)
@@ -180,39 +150,31 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     def download(**options) -> list[Path]:
         return [Path(hf_hub_download(repo_id=name, filename=f, **options)) for f in HUB_FILES]
 
-    not_reachable = CheckpointError(
-        f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot be "
-        f"reached: on a connected machine run `hf download {name} config.json model.safetensors` "
-        "into that cache, or pass a local folder holding config.json and model.safetensors"
-    )
     try:
         try:
             config_path, weights_path = download(local_files_only=True)
-        except (
-            errors.LocalEntryNotFoundError
-        ):  # one name lookup: offline, the hub retries at length
+        except errors.LocalEntryNotFoundError:  # one name lookup: offline, the hub retries long
             socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
             config_path, weights_path = download()
-    except errors.RepositoryNotFoundError:
+    except (errors.RepositoryNotFoundError, errors.HFValidationError):
         raise CheckpointError(
-            f"no model {name} on the Hugging Face hub (or it is private); try one of {sizes}"
+            f"no model {name} on the Hugging Face hub (or it is private); try {sizes}"
         ) from None
-    except errors.EntryNotFoundError as e:
-        if not isinstance(e, errors.LocalEntryNotFoundError):
+    except (errors.EntryNotFoundError, OSError) as e:  # OSError: a network error
+        local = isinstance(e, errors.LocalEntryNotFoundError)
+        if isinstance(e, errors.EntryNotFoundError) and not local:
             raise CheckpointError(
-                f"{name} on the hub lacks config.json or model.safetensors "
-                "(.bin pickles are never read)"
+                f"{name} on the hub lacks config.json or model.safetensors (.bin is never read)"
             ) from None
-        raise not_reachable from None
-    except errors.HFValidationError:
-        raise CheckpointError(f"{name} is not a valid hub model id; try one of {sizes}") from None
-    except OSError:  # a network error
-        raise not_reachable from None
+        raise CheckpointError(
+            f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot "
+            f"be reached: run `hf download {name} config.json model.safetensors` online, "
+            "or pass a folder with both files"
+        ) from None
     return config_path, weights_path, {"name": name, "source": str(weights_path.parent)}
 
 
 def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
-    """Our GPT holding `state`, built on the meta device: no time spent on a random init."""
     with torch.device("meta"):
         model = GPT(cfg)
     try:
@@ -223,7 +185,7 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
             f"({str(e).strip().splitlines()[-1].strip()[:200]})"
         ) from None
     missing = [name for name in missing if name != "lm_head.weight"]
-    # only on purpose: break_gpt2.py leaves them out, to show GPT-2 with its positions zeroed
+    # break_gpt2.py leaves them out on purpose, to show GPT-2 with its positions zeroed
     if "pos_emb.weight" in unexpected:
         raise CheckpointError(
             f"{source}: these weights were trained with learned positions, "
@@ -242,40 +204,40 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
 def load_pretrained(
     name_or_folder: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[GPT, Tokenizer, dict]:
-    """A GPT-2 from the hub (gpt2, gpt2-medium, ...) or a folder: (model in eval mode, tokenizer,
-    info with "name" and "source")."""
+    """From the hub (gpt2, gpt2-medium, ...) or a folder: (model in eval mode, tokenizer, info)."""
     config_path, weights_path, info = find_files(name_or_folder)
     try:
         hf_config = json.loads(config_path.read_text(encoding="utf-8"))
         state = load_file(weights_path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError) as e:
         raise CheckpointError(
-            f"cannot read {info['source']}: "
-            f"config.json or model.safetensors is damaged ({type(e).__name__})"
+            f"cannot read {info['source']}: a damaged config.json or model.safetensors "
+            f"({type(e).__name__})"
         ) from None
     cfg = config_from_hf(hf_config if isinstance(hf_config, dict) else {}, info["source"])
     if cfg.vocab_size != GPT2_VOCAB_SIZE:
         raise CheckpointError(
-            f"{info['source']}: {cfg.vocab_size} tokens, "
-            f"and only GPT-2's {GPT2_VOCAB_SIZE} have a tokenizer here"
+            f"{info['source']}: {cfg.vocab_size} tokens, and only GPT-2's {GPT2_VOCAB_SIZE} have "
+            "a tokenizer here"
         )
     model = build(cfg, hf_to_ours(state), info["source"])
     return model.to(device).eval(), GPT2Tokenizer(), info
 
 
 def export_hf(model: GPT, tokenizer_name: str, folder: Path) -> Path:
-    """Write model as a GPT-2 in the hub's layout: only a plain GPT on the gpt2 tokenizer (or
-    --no-scale, which GPT-2's config can say)."""
     cfg, changed = model.cfg, [c.flag for c in applied(model.cfg) if c.field != "scaled"]
     if changed:
         raise CheckpointError(
             f"cannot export a model with {' and '.join(changed)}: "
             "GPT-2's format has no way to say it"
         )
+    if not cfg.mlp:
+        raise CheckpointError(
+            "cannot export an attention-only model: GPT-2 has an MLP in every block"
+        )
     if tokenizer_name != "gpt2" or cfg.vocab_size != GPT2_VOCAB_SIZE:
         raise CheckpointError(
-            f"cannot export a model on the {tokenizer_name} tokenizer: "
-            "GPT-2 reads the gpt2 tokenizer's ids"
+            f"cannot export a model on the {tokenizer_name} tokenizer: GPT-2 reads gpt2's ids"
         )
     config = {
         "architectures": ["GPT2LMHeadModel"],

@@ -66,8 +66,7 @@ def next_token_heads(rows: list[dict]) -> list[tuple[int, int]]:
 
 
 def ablate(model, tokenizer, checkpoint: dict, heads, args, out: Path, rows: list[dict]) -> None:
-    """--ablate: the heads switched off, against as many random others, printed and written to
-    ablation.json with each head's weight on t+1."""
+    """The heads switched off, against as many random others."""
     batches = run_batches(model, checkpoint, tokenizer)
     try:
         result = measure(model, batches, heads, args.draws, args.seed, args.mean_ablation)
@@ -79,7 +78,6 @@ def ablate(model, tokenizer, checkpoint: dict, heads, args, out: Path, rows: lis
 
 
 def print_heads(rows: list[dict]) -> None:
-    """The table of heads (model.roles.head_roles's rows), then a line per role."""
     for row in rows:
         print(ROW.format(**row | {"roles": ", ".join(row["roles"])}))
     for role, key, threshold in ROLES:

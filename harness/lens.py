@@ -1,9 +1,6 @@
-"""Our GPT opened in TransformerLens with the same logits, from a run's own config and weights: a
-HookedTransformer under 3.x, a TransformerBridge around its NativeModel under 4.x.
-
-Two tables hold the correspondence: FIELDS (config) and harness/lens_weights.py (tensors). What
-either cannot express is refused in one line, never opened computing something else.
-"""
+"""Our GPT in TransformerLens with the same logits: a HookedTransformer under 3.x, a
+TransformerBridge around its NativeModel under 4.x. What cannot be mapped exactly is refused in one
+line, never opened as another model."""
 
 import warnings
 from collections.abc import Callable
@@ -24,18 +21,15 @@ from model.qk import QK_NORM_EPS, ROPE_BASE
 INSTALL = "pip install -r requirements-dev.txt (or pip install transformer-lens)"
 
 
-def anything(value) -> dict:
-    """A field that changes nothing TransformerLens computes."""
+def anything(value) -> dict:  # a field that changes nothing TransformerLens computes
     return {}
 
 
 def no_gate(value) -> dict:
-    """Neither TransformerLens config has a gate: off changes nothing, on is refused."""
     if value:
         raise LensError(
-            f"model.gate = {value!r}: TransformerLens has no sigmoid gate on the attention output "
-            "(no field of 3.x's HookedTransformerConfig or 4.x's TransformerBridgeConfig), so this "
-            "run cannot open there; a run trained without it can"
+            f"model.gate = {value!r}: TransformerLens (3.x or 4.x) has no sigmoid gate on the "
+            "attention output; open a run trained without it"
         )
     return {}
 
@@ -43,7 +37,7 @@ def no_gate(value) -> dict:
 POSITIONS = {
     "learned": {"positional_embedding_type": "standard"},
     "none": {"positional_embedding_type": "standard"},  # a table of zeros
-    # adjacent pairs turned as ours, over the whole head (rotary_dim = d_head), after the QK-norm
+    # adjacent pairs turned as ours, over the whole head (rotary_dim = d_head)
     "rope": {
         "positional_embedding_type": "rotary",
         "rotary_adjacent_pairs": True,
@@ -51,31 +45,30 @@ POSITIONS = {
     },
 }
 
-# Each field of our ModelConfig -> the config fields it sets, named alike in 3.x's
-# HookedTransformerConfig and 4.x's TransformerBridgeConfig. A field missing here, or a value its
-# table lacks, is refused.
+# Our ModelConfig's fields -> the fields set, named alike in 3.x's HookedTransformerConfig and 4.x's
+# TransformerBridgeConfig; a field missing here, or a value giving None, is refused
 FIELDS: dict[str, Callable] = {
     "n_layer": lambda n: {"n_layers": n},
     "n_head": lambda n: {"n_heads": n},
     "n_embd": lambda n: {"d_model": n},
-    "block_size": anything,  # n_ctx is the context, set by lens_config
+    "block_size": anything,  # n_ctx is set by lens_config
     "vocab_size": lambda n: {"d_vocab": n, "d_vocab_out": n},
-    "causal": {True: {"attention_dir": "causal"}, False: {"attention_dir": "bidirectional"}}.get,
-    "scaled": {True: {"use_attn_scale": True}, False: {"use_attn_scale": False}}.get,
+    "causal": lambda causal: {"attention_dir": "causal" if causal else "bidirectional"},
+    "scaled": lambda scaled: {"use_attn_scale": scaled},
     "positions": POSITIONS.get,
-    "qk_norm": {True: {"use_qk_norm": True}, False: {}}.get,
+    "qk_norm": lambda on: {"use_qk_norm": True} if on else {},
     # cap * tanh(score / cap), after the scale, before the mask
     "softcap": lambda cap: {"attn_scores_soft_cap": cap} if cap else {},
-    "qkv_bias": {True: {}, False: {}}.get,  # without one, b_Q, b_K and b_V are zeros
+    "qkv_bias": anything,  # without one, b_Q, b_K and b_V are zeros
     "gelu": {"exact": {"act_fn": "gelu"}, "tanh": {"act_fn": "gelu_pytorch_tanh"}}.get,
-    "mlp": {True: {"attn_only": False}, False: {"attn_only": True}}.get,
-    # each key/value head shared by n_heads / K query heads in order; 0 is n_head
+    "mlp": lambda mlp: {"attn_only": not mlp},
+    # each key/value head shared by n_heads / K query heads in order
     "kv_heads": lambda k: {"n_key_value_heads": k} if k else {},
     # the query and the W - 1 positions before it, as its "local" layers see
     "window": lambda w: {"use_local_attn": True, "window_size": w} if w else {},
-    "window_layers": anything,  # read with window, by lens_config
+    "window_layers": anything,  # read by lens_config
     "gate": no_gate,
-    "sink": {True: {"use_attention_sinks": True}, False: {}}.get,  # 3.x's, from 3.7
+    "sink": lambda on: {"use_attention_sinks": True} if on else {},  # 3.x's, from 3.7
     "attention": anything,  # every backend computes the same attention
     "qk_init_std": anything,  # the weights come from the run
     "dropout": anything,  # both models run in eval mode
@@ -83,7 +76,6 @@ FIELDS: dict[str, Callable] = {
 
 
 def import_lens():
-    """The transformer_lens module, or a LensError saying how to install it."""
     try:
         import transformer_lens
     except ImportError:
@@ -91,14 +83,13 @@ def import_lens():
     return transformer_lens
 
 
-def has_bridge(lens) -> bool:
-    """4.0 removed HookedTransformer: models open as a TransformerBridge."""
+def has_bridge(lens) -> bool:  # 4.0 removed HookedTransformer
     return int(version("transformer-lens").split(".")[0]) >= 4
 
 
 def lens_config(model: GPT, context: int | None = None) -> dict:
-    """Our model's config fields, as both TransformerLens configs name them; context: the longest
-    input (n_ctx), block_size unless given, longer only for rope and none."""
+    """Both TransformerLens configs' fields; context: the longest input (n_ctx), block_size
+    unless given, longer only for rope and none."""
     cfg = model.cfg
     limit = cfg.max_length  # block_size for a learned table, None for rope and none
     if context is not None and not 1 <= context <= (limit or context):
@@ -110,32 +101,23 @@ def lens_config(model: GPT, context: int | None = None) -> dict:
     if len(norms) != 1:
         raise LensError(
             f"the model's LayerNorms and QK-norm use eps {sorted(norms)}, "
-            "and TransformerLens takes one eps for all of them"
+            "and TransformerLens takes one for all"
         )
     mapped = {"d_head": cfg.head_size, "d_mlp": 4 * cfg.n_embd, "normalization_type": "LN"}
-    mapped["eps"] = norms.pop()
+    mapped |= {"eps": norms.pop(), "n_ctx": context or cfg.block_size}
     for field in fields(cfg):
-        value = getattr(cfg, field.name)
-        if field.name not in FIELDS:
-            raise LensError(
-                f"model.{field.name} has no TransformerLens counterpart in harness/lens.py yet, "
-                "so this run cannot open there"
-            )
-        lens = FIELDS[field.name](value)
+        name, value = field.name, getattr(cfg, field.name)
+        lens = FIELDS[name](value) if name in FIELDS else None
         if lens is None:
-            raise LensError(
-                f"model.{field.name} = {value!r} has no TransformerLens counterpart "
-                "in harness/lens.py yet"
-            )
+            named = f"model.{name} = {value!r}" if name in FIELDS else f"model.{name}"
+            raise LensError(f"{named} has no TransformerLens counterpart in harness/lens.py yet")
         mapped |= lens
-    mapped["n_ctx"] = context or cfg.block_size
-    if cfg.window and not cfg.causal:
-        raise LensError(
-            "model.window without the causal mask sees W positions on either side, and "
-            "TransformerLens's local attention only the W - 1 before; a window opens there with "
-            "the causal mask on"
-        )
     if cfg.window:
+        if not cfg.causal:
+            raise LensError(
+                "model.window without the causal mask sees W positions on either side, and "
+                "TransformerLens's local attention only the W - 1 before; keep the mask on"
+            )
         mapped["attn_types"] = ["local" if cfg.local(i) else "global" for i in range(cfg.n_layer)]
     if cfg.positions == "rope":
         mapped["rotary_dim"] = cfg.head_size
@@ -153,35 +135,28 @@ NATIVE_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_new"}
 
 
 def transformer_bridge(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
-    """TransformerLens 4.x: a TransformerBridge around its NativeModel, with our weights."""
     from transformer_lens.model_bridge.sources import build_bridge_from_module
     from transformer_lens.model_bridge.sources.native import NativeModel
 
     if config.pop("use_attention_sinks", False):
         raise LensError(
-            "model.sink = True: TransformerLens 4.x's native model has no sink logit, and 3.x's "
-            "HookedTransformer has one (use_attention_sinks, from 3.7): open this run under "
+            "model.sink = True: TransformerLens 4.x has no sink logit (3.x has one from 3.7): "
             "pip install 'transformer-lens>=3.7,<4'"
         )
     config |= {"act_fn": NATIVE_ACTIVATIONS[config["act_fn"]], "tokenizer_prepends_bos": False}
     device = config.pop("device")
     bridge_config = lens.TransformerBridgeConfig(**config)
     native = NativeModel(bridge_config).to(device=device, dtype=config["dtype"])
-    native.load_state_dict(native_weights(model, context))  # strict: each tensor gets one of ours
+    native.load_state_dict(native_weights(model, context))
     add_ours(native, model.cfg)
     if model.cfg.positions == "none":
         native.pos.weight.requires_grad_(False)  # the table stays at zero when trained there
     return build_bridge_from_module(
-        native,
-        "TransformerLensNative",
-        tl_config=bridge_config,
-        tokenizer=tokenizer,
-        device=device,
+        native, "TransformerLensNative", tl_config=bridge_config, tokenizer=tokenizer, device=device
     )
 
 
 def hooked_transformer(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
-    """TransformerLens 3.x: a HookedTransformer with our weights."""
     unknown = set(config) - {f.name for f in fields(lens.HookedTransformerConfig)}
     if unknown:
         raise LensError(
@@ -194,7 +169,7 @@ def hooked_transformer(lens, model: GPT, config: dict, context: int | None, toke
         hooked = lens.HookedTransformer(lens.HookedTransformerConfig(**config))
     # its buffers (the IGNORE value, mask caches) stay its own
     hooked.load_state_dict(hooked.state_dict() | lens_weights(model, context))
-    # what ours does not learn stays as it is when the model is trained there
+    # frozen where ours has no parameter, for training there
     if model.cfg.positions == "none":
         hooked.pos_embed.W_pos.requires_grad_(False)
     if model.cfg.qk_norm:
@@ -207,8 +182,8 @@ def hooked_transformer(lens, model: GPT, config: dict, context: int | None, toke
 
 
 def to_hooked(model: GPT, tokenizer: Tokenizer | None = None, context: int | None = None):
-    """Our model in TransformerLens, in eval mode on model's device; given the tokenizer, it reads
-    strings too. context: the longest input, as lens_config's."""
+    """In eval mode on the model's device, reading strings given the tokenizer; context as
+    lens_config's."""
     lens = import_lens()
     build = transformer_bridge if has_bridge(lens) else hooked_transformer
     hf = hf_tokenizer(tokenizer) if tokenizer is not None else None
@@ -216,6 +191,5 @@ def to_hooked(model: GPT, tokenizer: Tokenizer | None = None, context: int | Non
 
 
 def load_hooked(path: str | Path, device: str | torch.device = "cpu", context: int | None = None):
-    """A run's checkpoint in TransformerLens, as to_hooked, reading strings with its tokenizer."""
     model, tokenizer, _ = load_model(Path(path), device)
     return to_hooked(model, tokenizer, context)

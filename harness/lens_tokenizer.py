@@ -1,5 +1,4 @@
-"""Our tokenizer as a Hugging Face one with the same ids, built offline: what TransformerLens reads
-strings with."""
+"""Our tokenizer as a Hugging Face one with the same ids, for TransformerLens to read strings."""
 
 import json
 from collections.abc import Callable
@@ -12,9 +11,8 @@ GPT2_FILES = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
 
 
 def hf_tokenizer(tokenizer: Tokenizer):
-    """Our tokenizer as a Hugging Face PreTrainedTokenizerFast with the same ids (gpt2's from
-    tiktoken's cache). A char run pads with the id after its vocabulary, so a padded batch fails
-    instead of reading a real character."""
+    """gpt2's reads tiktoken's cache. A char run pads with the id after its vocabulary: a padded
+    batch fails instead of reading a real character."""
     from tokenizers import Regex, decoders, pre_tokenizers
     from tokenizers import Tokenizer as Fast
     from tokenizers.models import BPE, WordLevel
@@ -57,9 +55,8 @@ def hf_tokenizer(tokenizer: Tokenizer):
 
 
 def reading_first(base: type, read: Callable[[str], object]) -> type:
-    """base, a Hugging Face tokenizer class, whose entry points read each text with `read` first:
-    it names the characters outside the vocabulary, where Hugging Face says "Missing [UNK] token"
-    """
+    """base whose entry points read each text with `read` first: it names the characters outside
+    the vocabulary, where Hugging Face says "Missing [UNK] token"."""
 
     def first(method: Callable) -> Callable:
         def entry(self, text=None, *args, **kwargs):

@@ -1,6 +1,5 @@
-"""Our tensors under the names of each TransformerLens model (lens_weights for 3.x, native_weights
-for 4.x), and add_ours for what 4.x's native attention lacks.
-"""
+"""Our tensors under TransformerLens's names: lens_weights for 3.x, native_weights for 4.x (and
+add_ours for what 4.x's native attention lacks)."""
 
 import torch
 import torch.nn as nn
@@ -14,39 +13,21 @@ class LensError(ValueError):
     """A model that TransformerLens cannot take as it is, or TransformerLens missing."""
 
 
-def our_tensors(model: GPT):
-    """Our tensors by name (the tied head once), and take(name), which hands each out once: what is
-    left at the end has no place in that model."""
-    if model.lm_head.weight is not model.tok_emb.weight:
-        raise LensError(
-            "the output head is not tied to the token embedding, "
-            "and harness/lens_weights.py maps only a tied one"
-        )
-    ours = {name: p.detach() for name, p in model.named_parameters()}
-
-    def take(name: str) -> torch.Tensor:
-        if name not in ours:
-            raise LensError(
-                f"our model has no tensor {name}, which harness/lens_weights.py maps: "
-                "map the model as it is now"
-            )
-        return ours.pop(name)
-
-    return ours, take
+def our_tensors(model: GPT) -> dict[str, torch.Tensor]:
+    """The tied head once; each is popped as it is placed."""
+    return {name: p.detach() for name, p in model.named_parameters()}
 
 
-def position_table(cfg: ModelConfig, take, embedding: torch.Tensor, context: int | None):
-    """(n_ctx, C): our learned table's first rows, zeros without positions, None for rope."""
+def place_positions(out: dict, name: str, cfg: ModelConfig, take, context: int | None) -> None:
     n_ctx = context or cfg.block_size
     if cfg.positions == "learned":
-        return take("pos_emb.weight")[:n_ctx]
+        out[name] = take("pos_emb.weight")[:n_ctx]
     if cfg.positions == "none":
-        return embedding.new_zeros(n_ctx, cfg.n_embd)
-    return None
+        out[name] = torch.zeros(n_ctx, cfg.n_embd)
 
 
 def split_qkv(take, block: str, cfg: ModelConfig):
-    """(weight, bias) of q (C, C), k and v (KD, C), cut from our (C + 2KD, C) qkv matrix."""
+    """(weight, bias) of q (C, C), k and v (KD, C)."""
     weight = take(block + "attn.qkv.weight")
     bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else torch.zeros_like(weight[:, 0])
     sizes = [cfg.n_embd] + 2 * [(cfg.kv_heads or cfg.n_head) * cfg.head_size]
@@ -68,16 +49,14 @@ def finished(ours: dict, out: dict) -> dict:
 
 
 def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under HookedTransformer's names and shapes (context: the table's rows). Its
-    W_Q is (H, C, D), W_K and W_V (K, C, D), W_O (H, D, C): it multiplies from the right."""
+    """Under HookedTransformer's names and shapes: it multiplies from the right."""
     cfg, C, D = model.cfg, model.cfg.n_embd, model.cfg.head_size
-    ours, take = our_tensors(model)
+    ours = our_tensors(model)
+    take = ours.pop
     out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)
     out["unembed.W_U"] = out["embed.W_E"].T  # (C, V): tied
     out["unembed.b_U"] = torch.zeros_like(out["embed.W_E"][:, 0])
-    table = position_table(cfg, take, out["embed.W_E"], context)
-    if table is not None:
-        out["pos_embed.W_pos"] = table
+    place_positions(out, "pos_embed.W_pos", cfg, take, context)
     # its grouped-query attention names the K heads' tensors _W_K and _W_V
     grouped = "_" if cfg.kv_heads else ""
     for i in range(cfg.n_layer):
@@ -91,8 +70,7 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
             out[block + "attn.sinks"] = take(block + "attn.sink")  # (H,)
         if cfg.qk_norm:
             # ours divides by the RMS alone; its RMSNorm then multiplies by gains, ones here
-            out[block + "attn.q_norm.w"] = out[block + "ln1.w"].new_ones(D)
-            out[block + "attn.k_norm.w"] = out[block + "ln1.w"].new_ones(D)
+            out[block + "attn.q_norm.w"] = out[block + "attn.k_norm.w"] = torch.ones(D)
         # (C, HD) -> (H, D, C)
         out[block + "attn.W_O"] = take(block + "attn.proj.weight").view(C, -1, D).permute(1, 2, 0)
         out[block + "attn.b_O"] = take(block + "attn.proj.bias")
@@ -107,15 +85,13 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
 
 
 def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Our tensors under 4.x's NativeModel's names: its layers are nn.Linear and its head tied, as
-    ours."""
+    """Under 4.x's NativeModel's names: its layers are nn.Linear, as ours."""
     cfg = model.cfg
-    ours, take = our_tensors(model)
+    ours = our_tensors(model)
+    take = ours.pop
     out = {"tok_embed.weight": take("tok_emb.weight")}  # (V, C)
     out["head.weight"] = out["tok_embed.weight"]
-    table = position_table(cfg, take, out["tok_embed.weight"], context)
-    if table is not None:
-        out["pos.weight"] = table
+    place_positions(out, "pos.weight", cfg, take, context)
     for i in range(cfg.n_layer):
         block, layer = f"blocks.{i}.", f"layers.{i}."
         move(out, take, block + "ln1", layer + "ln1")
@@ -131,30 +107,20 @@ def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Te
     return finished(ours, out)
 
 
-class HeadRMSNorm(nn.Linear):
-    """A query or key projection that divides each head's vector by its RMS, as our QK-norm does
-    (4.x's native attention has none); hook_q and hook_k hold the normalised vectors."""
-
-    def __init__(self, linear: nn.Linear, head_size: int):
-        weight = linear.weight
-        super().__init__(*weight.shape[::-1], device=weight.device, dtype=weight.dtype)
-        self.load_state_dict(linear.state_dict())
-        self.head_size = head_size
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # (B, T, C) -> (B, T, H, D) -> (B, T, C)
-        return rms_norm(super().forward(x).unflatten(-1, (-1, self.head_size))).flatten(-2)
-
-
 def add_ours(native: nn.Module, cfg: ModelConfig) -> None:
-    """Give 4.x's NativeModel, in place, what its attention lacks: an unscaled score, QK-norm, and
-    the window (its mask ignores window_size and attn_types)."""
+    """What 4.x's native attention lacks: an unscaled score, QK-norm (hook_q and hook_k hold the
+    normalised vectors), and the window (its mask ignores it)."""
+
+    def qk_norm(linear: nn.Linear, x, out: torch.Tensor) -> torch.Tensor:
+        # (B, T, C) -> (B, T, H, D) -> (B, T, C)
+        return rms_norm(out.unflatten(-1, (-1, cfg.head_size))).flatten(-2)
+
     for i, layer in enumerate(native.layers):
         if not cfg.scaled:
             layer.attn.scale = 1.0  # its divisor, sqrt(d_head) whatever use_attn_scale says
         if cfg.qk_norm:
-            layer.attn.q = HeadRMSNorm(layer.attn.q, cfg.head_size)
-            layer.attn.k = HeadRMSNorm(layer.attn.k, cfg.head_size)
+            layer.attn.q.register_forward_hook(qk_norm)
+            layer.attn.k.register_forward_hook(qk_norm)
         if cfg.local(i):
             mask = layer.attn.causal_mask  # (n_ctx, n_ctx), True where a query may not look
             n_ctx = mask.shape[0]

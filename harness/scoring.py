@@ -1,8 +1,6 @@
-"""How well a model predicts a text: loss per token, perplexity and bits per byte, over sliding
-windows. A window starts every `stride` tokens and scores only targets no earlier window scored, so
-each token after the first counts once: Hugging Face's "Perplexity of fixed-length models" counted
-exactly (the page weights each window by its labels minus one).
-"""
+"""How well a model predicts a text (loss per token, perplexity, bits per byte), over windows every
+`stride` tokens, each scoring only targets no earlier one scored: Hugging Face's "Perplexity of
+fixed-length models" counted exactly (the page weights each window by its labels minus one)."""
 
 import math
 from collections.abc import Callable
@@ -38,11 +36,11 @@ class Window:
 
     begin: int
     end: int
-    first: int  # index into the window's targets of the first one that no earlier window scored
+    first: int
 
 
 def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
-    """The windows that score each of tokens 1 .. n_tokens - 1 once (1 <= stride <= block_size)."""
+    """The windows that score each of tokens 1 .. n_tokens - 1 once."""
     out, scored_to = [], 1  # tokens before scored_to are scored; token 0 never is
     for begin in range(0, n_tokens - 1, stride):
         end = min(begin + block_size + 1, n_tokens)
@@ -67,23 +65,19 @@ def token_losses(
     between: Callable[[int], None] | None = None,
     context: int | None = None,
 ) -> torch.Tensor:
-    """The loss in nats of each token after the first of ids (N,): (N - 1,), [i] for ids[i + 1].
-    honest: each target from its prefix alone (no causal mask); `between(n)` is called before each
-    pass; `context`: the windows' inputs, else block_size."""
+    """(N - 1,) nats: each token's loss after the first. honest: each target from its prefix alone
+    (for a model without the causal mask); `between(n)` is called before each pass."""
     between = between or (lambda n: None)
     model.eval()
     device = model.lm_head.weight.device
-    out = torch.empty(len(ids) - 1)
-    done = 0
+    out, done = torch.empty(len(ids) - 1), 0
     todo = windows(len(ids), context or model.cfg.block_size, stride)
-    # windows of one shape go through the model together
     for (length, first), group in groupby(todo, lambda w: (w.end - w.begin, w.first)):
         group = list(group)
         most = windows_per_pass(model.cfg, length - 1, len(group))
         for start in range(0, len(group), most):
-            rows = torch.stack([ids[w.begin : w.end] for w in group[start : start + most]]).to(
-                device
-            )
+            rows = torch.stack([ids[w.begin : w.end] for w in group[start : start + most]])
+            rows = rows.to(device)
             x, y = rows[:, :-1], rows[:, first + 1 :]  # (B, L) -> inputs (B, L - 1), targets (B, P)
             if honest:  # (B, P, V)
                 targets = list(range(first, length - 1))
@@ -128,8 +122,7 @@ class Score:
 def score_ids(
     model: GPT, tokenizer: Tokenizer, ids: list[int], stride: int, poll: Callable | None = None
 ) -> Score:
-    """Score token ids in `windows` of the model's context (honestly without the causal mask);
-    `poll` is called before every pass and raises to stop."""
+    """`poll` is called before every pass and raises to stop."""
     block_size = model.cfg.block_size
     if not 1 <= stride <= block_size:
         raise ConfigError(
@@ -151,7 +144,6 @@ def score_ids(
 
 
 def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int) -> list[dict]:
-    """The n tokens of highest loss, worst first: loss, text, line number and the text before."""
     top = losses.topk(min(n, len(losses)))
     newlines = {token: tokenizer.decode([token]).count("\n") for token in set(ids)}
     lines_before = np.cumsum([0, *(newlines[token] for token in ids)])
@@ -165,8 +157,8 @@ def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int
 
 
 def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[int], str]:
-    """The ids to score and what they are: the file's text, or the val split of the run's corpus
-    (Tiny Shakespeare on gpt2 for a GPT-2: checkpoint None)."""
+    """The file's text, or the val split of the run's corpus (Tiny Shakespeare on gpt2 for a GPT-2:
+    checkpoint None), and what it is."""
     if file is not None:
         text = read_text(file, flag="--file")
         try:

@@ -319,6 +319,13 @@ def test_export_refuses_what_gpt2_cannot_be(tmp_path, changes, flags):
     assert not (tmp_path / "out").exists() and not (tmp_path / "char").exists()
 
 
+def test_export_refuses_an_attention_only_model(tmp_path):
+    with pytest.raises(CheckpointError, match="attention-only.*an MLP in every block") as refused:
+        export_hf(random_ours(mlp=False), "gpt2", tmp_path / "out")
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_gpt2_weights_lose_their_positions_only_on_purpose(saved_gpt2, gpt2_tokenizer_files):
     """Refused with one line (fine-tuning, loading); break_gpt2.py drops them on purpose: GPT-2 with
     its positions zeroed.
