@@ -1,10 +1,9 @@
 """Every measured figure, table and output of README.md and docs/ from docs/figures.json: --record
 stores what the runs hold there first, --check changes nothing and names each difference.
 
-A page marks a figure with an HTML comment holding its placeholder {name:format} just before the
-number ("pct.1f": the value x 100 as .1f); before a code block, where a comment would show, the
-comment holds the words around the figure too and stands for the first place after it that reads
-so. A comment "table: NAME" stands before the table that tools/tables.py's NAME renders.
+A comment {name:format} stands just before its number ("pct.1f": the value x 100 as .1f), or holds
+the words around it and stands for the first place after it that reads so (before a code block); a
+comment "table: NAME" stands before the table tools/tables.py's NAME renders.
 """
 
 import dataclasses
@@ -24,11 +23,10 @@ from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
 from model import GPT
 from tools import tables
 from tools.figures import FIGURES, read_figures, record, record_runs
-from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs
+from tools.outputs import OUTPUTS, ROOT, check_outputs, described, record_output, render_outputs
 from tools.probe_cost import record_probe_cost
 from tools.tables import COMPARISONS, REMOVES
 
-ROOT = FIGURES.parent.parent
 NUMBER = r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?"  # how a figure looks in a doc
 PLACEHOLDER = re.compile(r"\{([\w./-]+):([^{}\s]*)\}")
 MARKER = re.compile(r"<!-- (.+?) -->")
@@ -40,7 +38,7 @@ def flatten(value, name: str, out: dict[str, float]) -> None:
     if isinstance(value, dict):
         for key, inner in value.items():
             flatten(inner, f"{name}.{key.replace(' − ', '-minus-')}", out)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
+    elif type(value) in (int, float):  # not bool
         out[name] = float(value)
 
 
@@ -53,25 +51,26 @@ def code_values() -> dict[str, float]:
         for name, cfg, v in (("char", char, n_char), ("base", base, 50257))
     }
     train = char.train
-    return {
-        "code.char_params_m": sizes["char"] / 1e6,
-        "code.base_params_m": sizes["base"] / 1e6,
-        "code.base_embedding_m": 50257 * base.model.n_embd / 1e6,
-        "code.char_vocab": n_char,
-        "code.ln_char_vocab": math.log(n_char),
-        "code.char_sqrt_head_size": math.sqrt(char.model.n_embd // char.model.n_head),
-        "code.honest_positions": HONEST_POSITIONS,
-        "code.char_batch": train.batch_size,
-        "code.char_honest_batches": train.honest_batches,
-        "code.char_honest_predictions": train.honest_batches * train.batch_size * HONEST_POSITIONS,
-        "code.char_val_predictions": train.eval_batches * train.batch_size * char.model.block_size,
-        "code.sample_tokens": SAMPLE_TOKENS,
-        "code.sample_tokens_shown": SAMPLE_TOKENS + 1,  # after the one-token prompt, a newline
-        "code.task_chars": CHUNK_CHARS,
-        "code.force_after": FORCE_AFTER,
-        "code.forced_chars": FORCED_CHARS,
-        "code.whole_chars": CHUNK_CHARS + FORCE_AFTER,
-    }
+    values = dict(
+        char_params_m=sizes["char"] / 1e6,
+        base_params_m=sizes["base"] / 1e6,
+        base_embedding_m=50257 * base.model.n_embd / 1e6,
+        char_vocab=n_char,
+        ln_char_vocab=math.log(n_char),
+        char_sqrt_head_size=math.sqrt(char.model.n_embd // char.model.n_head),
+        honest_positions=HONEST_POSITIONS,
+        char_batch=train.batch_size,
+        char_honest_batches=train.honest_batches,
+        char_honest_predictions=train.honest_batches * train.batch_size * HONEST_POSITIONS,
+        char_val_predictions=train.eval_batches * train.batch_size * char.model.block_size,
+        sample_tokens=SAMPLE_TOKENS,
+        sample_tokens_shown=SAMPLE_TOKENS + 1,  # after the one-token prompt, a newline
+        task_chars=CHUNK_CHARS,
+        force_after=FORCE_AFTER,
+        forced_chars=FORCED_CHARS,
+        whole_chars=CHUNK_CHARS + FORCE_AFTER,
+    )
+    return {f"code.{name}": value for name, value in values.items()}
 
 
 def named_values(figures: dict) -> dict[str, float]:
@@ -93,16 +92,14 @@ def named_values(figures: dict) -> dict[str, float]:
     for key, entry in figures.items():
         if key.startswith("score-gradient-"):
             for when, lines in entry["value"].items():
-                for line, short in zip(lines, ("score", "qk", "saturated"), strict=True):
-                    for end in ("mean", "low", "high"):
-                        out[f"{key}.{when}.{short}.{end}"] = line[end]
+                named = dict(zip(("score", "qk", "saturated"), lines, strict=True))
+                flatten(named, f"{key}.{when}", out)
     return out
 
 
 def figure(name: str, fmt: str, values: dict[str, float]) -> str:
-    if fmt.startswith("pct"):
-        return format(values[name] * 100, fmt[3:])
-    return format(values[name], fmt)
+    scale = 100 if fmt.startswith("pct") else 1
+    return format(values[name] * scale, fmt.removeprefix("pct"))
 
 
 def fill(sentence: str, figures: list[str]) -> str:
@@ -146,12 +143,10 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
         if not names:
             continue
         wanted = [figure(name, fmt, values) for name, fmt in names]
+        find = pattern(template).search
         if template.startswith("{"):  # just before its number, perhaps across a line break
-            found = re.compile(r"[ \t]*\n?[ \t]*" + pattern(template).pattern).match(
-                text, marker.end()
-            )
-        else:
-            found = pattern(template).search(text, marker.end())
+            find = re.compile(r"[ \t]*\n?[ \t]*" + pattern(template).pattern).match
+        found = find(text, marker.end())
         if found is None:
             problems.append(f"{doc}: no {fill(template, wanted)!r} after {marker.group(0)}")
             continue
@@ -171,8 +166,8 @@ def sync(figures: dict, write: bool) -> list[str]:
     """What differs between the docs and figures; with write, the docs brought in line."""
     values, problems, texts = named_values(figures), [], {}
     read = {doc: (ROOT / doc).read_text(encoding="utf-8") for doc in DOCS}
-    for doc in DOCS:
-        texts[doc], found = sync_doc(doc, read[doc], figures, values)
+    for doc, text in read.items():
+        texts[doc], found = sync_doc(doc, text, figures, values)
         problems += found
     problems += render_outputs(figures, texts)
     for doc, text in texts.items():
@@ -182,9 +177,8 @@ def sync(figures: dict, write: bool) -> list[str]:
 
 
 def quoted_runs() -> set[str]:
-    texts = [(ROOT / doc).read_text(encoding="utf-8") for doc in DOCS]
-    markers = [marker for text in texts for marker in MARKER.findall(text)]
-    names = {name for marker in markers for name, _ in PLACEHOLDER.findall(marker)}
+    text = "\n".join((ROOT / doc).read_text(encoding="utf-8") for doc in DOCS)
+    names = {n for marker in MARKER.findall(text) for n, _ in PLACEHOLDER.findall(marker)}
     return {name.split(".")[0] for name in names} - set(COMPARISONS)
 
 
@@ -199,16 +193,12 @@ def main(argv: list[str]) -> int:
     switch("--check-outputs", help="change nothing; exit 1 if a command now prints another output")
     split = functools.partial(str.split, sep=",")
     add("--outputs", type=split, metavar="KEYS", help="only these outputs (default: all)")
-    add(
-        "--probe-cost",
-        nargs="+",
-        metavar=("KEY", "REPORT"),
-        help="record bench.py --whole-run --json reports under KEY",
-    )
+    add("--probe-cost", nargs="+", metavar=("KEY", "REPORT"), help="record bench.py reports")
     args = parser.parse_args(argv)
     keys = [o.key for o in OUTPUTS]
     if unknown := set(args.outputs or ()) - set(keys):
         parser.error(f"--outputs: no output {sorted(unknown)[0]}; choose from {', '.join(keys)}")
+    args.outputs = args.outputs or keys
     torch.set_num_threads(1)  # as each recorded output's machine line says
     if args.check_outputs:
         problems = check_outputs(read_figures(), args.runs_dir, args.outputs)
@@ -221,7 +211,7 @@ def main(argv: list[str]) -> int:
         recorded = record_runs(args.runs_dir, quoted_runs())
         print(f"recorded {', '.join(recorded) or 'nothing'} in {FIGURES}")
     for output in OUTPUTS:
-        if args.record_outputs and (args.outputs is None or output.key in args.outputs):
+        if args.record_outputs and output.key in args.outputs:
             record(output.key, described(output), record_output(output, args.runs_dir))
             print(f"recorded {output.key}: {output.command}", flush=True)
     problems = sync(read_figures(), write=not args.check)

@@ -1,4 +1,4 @@
-"""docs/figures.json, each entry one command's result with its command, machine and date; and the
+"""docs/figures.json (each entry a command's result, its command, machine and date), and the
 readers that turn what runs leave behind into entries."""
 
 import json
@@ -45,7 +45,7 @@ def read_figures(path: Path = FIGURES) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def record(key: str, command: str, value, path: Path = FIGURES, ran_on: str | None = None) -> Path:
+def record(key: str, command: str, value, path: Path = FIGURES, ran_on: str | None = None) -> None:
     figures = read_figures(path) if path.is_file() else {}
     figures[key] = {
         "command": command,
@@ -54,11 +54,11 @@ def record(key: str, command: str, value, path: Path = FIGURES, ran_on: str | No
         "value": value,
     }
     write_atomically(path, (json.dumps(figures, indent=1, sort_keys=True) + "\n").encode())
-    return path
 
 
 def record_result(key: str, module: str, argv: list[str], value) -> None:
-    print(f"recorded in {record(key, ' '.join(['python -m', module, *argv]), value)}")
+    record(key, " ".join(["python -m", module, *argv]), value)
+    print(f"recorded in {FIGURES}")
 
 
 def spans(values: list[float]) -> dict:
@@ -159,7 +159,7 @@ def losses(context: dict) -> dict[str, float]:
 
 def context_figures(folder: Path, config: str) -> dict | None:
     """score.py --contexts's results per variant over its seeds: at each context the loss and each
-    bucket's; along its longest context the loss per CURVE_BIN positions, mean, min and max; under
+    bucket's; along the longest the loss per CURVE_BIN positions, mean, min and max; under
     "differences", each variant minus each one before it, paired by seed."""
     found: dict[str, dict[str, dict]] = {}  # variant -> seed -> contexts.json
     for path in sorted(folder.glob("*/contexts.json")):
@@ -172,30 +172,21 @@ def context_figures(folder: Path, config: str) -> dict | None:
     out: dict = {"block_size": first_run["block_size"], "differences": {}}
     for variant in order:
         runs = list(found[variant].values())
+        contexts = runs[0]["contexts"]
         entry = out[variant] = {"positions": runs[0]["positions"], "seeds": len(runs)}
-        for label, first in runs[0]["contexts"].items():
+        for label, first in contexts.items():
             scored = [losses(r["contexts"][label]) for r in runs]
-            entry[label] = {"length": first["length"]}
-            entry[label] |= {name: interval([s[name] for s in scored]) for name in scored[0]}
-        longest = list(runs[0]["contexts"])[-1]
+            entry[label] = {name: interval([s[name] for s in scored]) for name in scored[0]}
+            entry[label]["length"] = first["length"]
+        longest = list(contexts)[-1]
         by_position = [r["contexts"][longest]["by_position"] for r in runs]
-        bins = np.array(  # (seeds, bins)
-            [
-                [np.mean(p[i : i + CURVE_BIN]) for i in range(0, len(p), CURVE_BIN)]
-                for p in by_position
-            ]
-        )
-        entry["curve"] = {
-            "context": longest,
-            "bin": CURVE_BIN,
-            "first": list(range(0, bins.shape[1] * CURVE_BIN, CURVE_BIN)),
-            "mean": bins.mean(0).tolist(),
-            "min": bins.min(0).tolist(),
-            "max": bins.max(0).tolist(),
-        }
+        starts = range(0, len(by_position[0]), CURVE_BIN)
+        bins = np.array([[np.mean(p[i : i + CURVE_BIN]) for i in starts] for p in by_position])
+        entry["curve"] = {"context": longest, "bin": CURVE_BIN, "first": list(starts)}
+        entry["curve"] |= {end: getattr(bins, end)(0).tolist() for end in ("mean", "min", "max")}
         for reference in order[: order.index(variant)]:
             seeds = sorted(set(found[variant]) & set(found[reference]))
-            for label in runs[0]["contexts"]:
+            for label in contexts:
                 if not seeds or label not in found[reference][seeds[0]]["contexts"]:
                     continue
                 mine, theirs = (
@@ -232,9 +223,7 @@ def positions_title(config: str, contexts: dict) -> str:
 
 def holds(folder: Path, name: str) -> bool:
     path = folder / name
-    if not path.is_file():
-        return False
-    saved = read_json(path)
+    saved = read_json(path) if path.is_file() else {}
     if not isinstance(saved, dict):
         raise OutputError(f"{path} is not a JSON object; run its command again or move the folder")
     return "aggregate" in saved

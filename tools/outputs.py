@@ -24,7 +24,7 @@ class Output:
     key: str  # its entry in docs/figures.json
     doc: str | None  # the page that shows it; None: only figures of it are quoted (--json)
     command: str  # as the page writes it
-    run: str  # the run it reads, under runs/
+    run: str = "char"  # the run it reads, under runs/
     lines: int = 0  # the page shows the command stopped early (Ctrl-C): its first lines only
     body: bool = False  # the text without its "# <checkpoint> ..." line and the newlines after it
     stderr: bool = False  # stderr first: a note the command prints there
@@ -32,38 +32,27 @@ class Output:
 
 
 SAMPLE, SAMPLING = "python sample.py --run char", "docs/sampling.md"
+ROMEO = f'{SAMPLE} --prompt "ROMEO:" --max-new-tokens 150'
 OUTPUTS = [
-    Output("output-char-sample", "README.md", f"{SAMPLE} --max-new-tokens 300", "char", body=True),
+    Output("output-char-sample", "README.md", f"{SAMPLE} --max-new-tokens 300", body=True),
     Output(
         "output-char-stopped",
         SAMPLING,
         f'{SAMPLE} --prompt "JULIET:" --max-new-tokens 100000',
-        "char",
         lines=6,
     ),
-    Output(
-        "output-char-greedy",
-        SAMPLING,
-        f'{SAMPLE} --prompt "ROMEO:" --max-new-tokens 150 --temperature 0',
-        "char",
-    ),
-    Output(
-        "output-char-top-p",
-        SAMPLING,
-        f'{SAMPLE} --prompt "ROMEO:" --max-new-tokens 150 --top-p 0.9 --num-samples 2',
-        "char",
-    ),
+    Output("output-char-greedy", SAMPLING, f"{ROMEO} --temperature 0"),
+    Output("output-char-top-p", SAMPLING, f"{ROMEO} --top-p 0.9 --num-samples 2"),
     Output(
         "output-char-prompt-file",
         SAMPLING,
         f"{SAMPLE} --prompt-file prompt.txt --max-new-tokens 80 --temperature 0.6",
-        "char",
         files=(("prompt.txt", "KING RICHARD II:\nNow is the"),),
     ),
     Output(
         "output-base-sample", SAMPLING, "python sample.py --max-new-tokens 100", "base", body=True
     ),
-    Output("output-char-score", SAMPLING, "python score.py --run char --top 5", "char"),
+    Output("output-char-score", SAMPLING, "python score.py --run char --top 5"),
     Output(
         "output-char-no-mask-score",
         SAMPLING,
@@ -71,9 +60,7 @@ OUTPUTS = [
         "char-no-mask",
         stderr=True,
     ),
-    Output(
-        "output-char-score-stride", None, "python score.py --run char --stride 128 --json", "char"
-    ),
+    Output("output-char-score-stride", None, "python score.py --run char --stride 128 --json"),
 ]
 
 
@@ -90,14 +77,14 @@ def described(output: Output) -> str:
 
 
 def run_output(output: Output, runs_dir: Path, timeout: float = 7200) -> str:
-    argv = shlex.split(output.command)
+    argv = shlex.split(output.command)[1:]
     with tempfile.TemporaryDirectory() as scratch:
         for name, text in output.files:
             (Path(scratch) / name).write_text(text, encoding="utf-8")
             argv = [str(Path(scratch) / name) if arg == name else arg for arg in argv]
         if runs_dir.resolve() != (ROOT / "runs").resolve():
             argv += ["--runs-dir", str(runs_dir)]
-        command = [sys.executable, *argv[1:]]
+        command = [sys.executable, *argv]
         how = {"cwd": ROOT, "env": {**os.environ, "OMP_NUM_THREADS": "1"}, "text": True}
         if output.lines:  # read its first lines, then stop it as Ctrl-C would
             pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
@@ -132,36 +119,32 @@ def runs_folder(runs_dir: Path) -> Path:
     return runs_dir
 
 
-def run_state(run: str, runs_dir: Path) -> dict:
-    rows = evaluations(runs_folder(runs_dir) / run)
-    if not rows:
-        raise ConfigError(
-            f"--runs-dir {runs_dir} holds no run {run} with an evaluation in its metrics.jsonl; "
-            "train it there first"
-        )
-    return {"step": rows[-1]["step"], "loss/val": rows[-1]["loss/val"]}
-
-
 def record_output(output: Output, runs_dir: Path) -> dict:
     """The run's state, the text, the CPU seconds (what a loaded machine stretches least), and the
     object a --json command prints."""
     import resource  # Unix only
 
-    state = run_state(output.run, runs_dir)  # first: a run not there is one line
+    rows = evaluations(runs_folder(runs_dir) / output.run)  # first: a run not there is one line
+    if not rows:
+        raise ConfigError(
+            f"--runs-dir {runs_dir} holds no run {output.run} with an evaluation in its "
+            "metrics.jsonl; train it there first"
+        )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = run_output(output, runs_dir)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    state = {"step": rows[-1]["step"], "loss/val": rows[-1]["loss/val"]}
     value = {"run": output.run, **state, "text": text, "cpu_s": cpu_s}
     if "--json" in shlex.split(output.command):
         value["json"] = json.loads(text)
     return value
 
 
-def check_outputs(figures: dict, runs_dir: Path, keys: list[str] | None = None) -> list[str]:
+def check_outputs(figures: dict, runs_dir: Path, keys: list[str]) -> list[str]:
     """Each output that the commands no longer print as docs/figures.json holds it."""
     problems = []
-    for output in [o for o in OUTPUTS if keys is None or o.key in keys]:
+    for output in [o for o in OUTPUTS if o.key in keys]:
         recorded, now = figures[output.key]["value"], record_output(output, runs_dir)
         if differs := [k for k in ("run", "step", "loss/val", "text") if recorded[k] != now[k]]:
             problems.append(

@@ -1,7 +1,5 @@
 """What the probe costs a whole run, from `bench.py --whole-run --json` reports (python -m
-tools.docs_figures --probe-cost KEY REPORT...). Each report is checked whole first, so a bad one is
-one line naming the file and the field, never a traceback.
-"""
+tools.docs_figures --probe-cost KEY REPORT...), each checked whole first: a bad one is one line."""
 
 import math
 import statistics
@@ -16,13 +14,12 @@ TIMES = ("calls", "wall_s", "cpu_s")  # each phase's
 
 
 def is_number(value, least: float = 0.0) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and least <= value < math.inf
-    )
+    return type(value) in (int, float) and least <= value < math.inf  # JSON's numbers, no bool
 
 
-def what_is_wrong(report) -> str | None:
-    """Why report is not a whole report; None when it is one."""
+def what_is_wrong(path: Path, report) -> str | None:
+    if not path.is_file():
+        return "is a folder" if path.is_dir() else "is not there"
     if report is None:
         return "is not JSON (or cannot be read)"
     if not isinstance(report, dict):
@@ -42,19 +39,13 @@ def what_is_wrong(report) -> str | None:
         isinstance(p, dict) and all(is_number(p.get(key)) for key in TIMES) for p in phases.values()
     ):
         return f"has no 'phases', each with its {', '.join(TIMES)}"
-    return None
 
 
 def read_report(path: str) -> dict:
-    where = Path(path)
-    if not where.is_file():
-        kind = "a folder" if where.is_dir() else "not there"
-        raise ConfigError(f"--probe-cost: {path} is {kind}, not a report; {WRITE_ONE}")
-    report = read_json(where)
-    if wrong := what_is_wrong(report):
+    report = read_json(path)
+    if wrong := what_is_wrong(Path(path), report):
         raise ConfigError(
-            f"--probe-cost: {path} {wrong}, so it is not a bench.py --whole-run --json report; "
-            + WRITE_ONE
+            f"--probe-cost: {path} {wrong}, not a report of bench.py --whole-run; {WRITE_ONE}"
         )
     return report
 
@@ -71,10 +62,10 @@ def record_probe_cost(key: str, *reports: str) -> str:
         f"{r['machine']}, {r['torch_threads']} torch threads, torch {r['torch_version']}"
         for r in runs
     }
+    commands = "; ".join(value["commands"])
     record(
         key,
-        "bench.py --whole-run --json, with the probe and without, in turns: "
-        + "; ".join(value["commands"]),
+        f"bench.py --whole-run --json, with the probe and without, in turns: {commands}",
         value,
         ran_on="; ".join(sorted(ran_on)),
     )
@@ -84,8 +75,7 @@ def record_probe_cost(key: str, *reports: str) -> str:
 
 def probe_cost(reports: list[dict]) -> dict:
     """Per run with the probe, its "probe: ..." phase's share of the run's wall and CPU time; the
-    median times with it and without (--train.probes=0), their ratio, and each run's final val.
-    """
+    median times with it and without (--train.probes=0), their ratio, and each run's final val."""
     probed = [
         r
         for r in reports

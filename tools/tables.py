@@ -1,9 +1,9 @@
-"""The Markdown tables of README.md and docs/, rendered from docs/figures.json alone; a doc names
-its table's function here in a comment `table: NAME` above it."""
+"""The Markdown tables of README.md and docs/, from docs/figures.json; a comment `table: NAME`
+above a table names its function here."""
 
 import re
 
-from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table
+from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table, markdown_table
 from harness.experiments.sweep import COLUMNS as SWEEP_COLUMNS
 from harness.experiments.sweep import format_sweep
 from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_changes, variant_order
@@ -13,7 +13,7 @@ SWEEPS = ("char-sweep",)  # their cures at the preset's rate join the tables of 
 MORE_ROWS = ("char-3seeds-rope",)  # comparisons whose other variants README's table shows too
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
-ORDER_HEADER = " | ".join(HEADERS[tag] for tag in ORDER_COLUMNS)
+ORDER_HEADERS = [HEADERS[tag] for tag in ORDER_COLUMNS]
 # a change's value as a run name spells it ({:g}: 50, 1.5, 1e+06)
 NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 # the ablation that turns each switch off: REMOVES["causal"] is no-mask
@@ -47,20 +47,10 @@ def in_table_order(names, config: str) -> list[str]:
     return sorted(names, key=key)
 
 
-def markdown(header: str, rows: list, left: int = 1) -> str:
-    """A table under header ("a | b | c"), its first `left` columns left-aligned, the others
-    right-aligned numbers."""
-    rule = "|" + "---|" * left + "---:|" * (header.count(" | ") + 1 - left)
-    return "\n".join([f"| {header} |", rule, *(f"| {' | '.join(cells)} |" for cells in rows)])
-
-
-def config_of(key: str) -> str:
-    """The preset of a comparison: char for char-3seeds and char-3seeds-rope."""
-    return re.fullmatch(r"(.+?)-\d+seeds(?:-.+)?", key)[1]
-
-
 def comparisons(figures: dict, more: tuple = ()) -> list[tuple[str, dict]]:
-    return [(config_of(key), figures[key]["value"]) for key in COMPARISONS + more]
+    """(preset, value) per comparison: char for char-3seeds and char-3seeds-rope."""
+    keys = COMPARISONS + more
+    return [(re.fullmatch(r"(.+?)-\d+seeds(-.+)?", k)[1], figures[k]["value"]) for k in keys]
 
 
 def sweep_of(figures: dict, config: str) -> dict:
@@ -77,15 +67,11 @@ def cured(figures: dict, config: str) -> dict[str, str]:
     }
 
 
-def cell(difference: dict) -> str:
-    half = difference.get("half_width") or 0.0
-    low = difference.get("low", difference["mean"] - half)
-    high = difference.get("high", difference["mean"] + half)
-    return f"{difference['mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
-
-
-def interval_cell(s: dict) -> str:
-    return f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
+def cell(d: dict, sign: str = "+") -> str:
+    """mean [low, high], from the ends or the half width (None: one seed)."""
+    half = d.get("half_width") or 0.0
+    low, high = d.get("low", d["mean"] - half), d.get("high", d["mean"] + half)
+    return f"{d['mean']:{sign}.3f} [{low:{sign}.3f}, {high:{sign}.3f}]"
 
 
 def spread_cell(s: dict) -> str:
@@ -93,8 +79,8 @@ def spread_cell(s: dict) -> str:
 
 
 def readme_table(figures: dict) -> str:
-    """README's table: the preset and each change alone, mean ± sd over seeds (no wall time: it is
-    the machine's); a cure alone comes from the sweep's runs at the preset's rate."""
+    """The preset and each change alone, mean ± sd over seeds (no wall time: it is the machine's); a
+    cure alone from the sweep's runs at the preset's rate."""
     shown: dict[str, dict[str, dict]] = {}  # config -> variant -> its aggregate, the first found
     for config, value in comparisons(figures, MORE_ROWS):
         for variant, stats in value["aggregate"].items():
@@ -104,13 +90,11 @@ def readme_table(figures: dict) -> str:
             if JOIN not in spelled:
                 preset = sweep_of(figures, config)["preset"]["aggregate"]
                 shown[config].setdefault(variant, preset[variant])
-    rows = {}
-    for config, variants in shown.items():
-        for variant in in_table_order(variants, config):
-            rows[variant] = {
-                tag: None if s is None else Spread(s["mean"], s["std"], s["n"])
-                for tag, s in variants[variant].items()
-            }
+    rows = {
+        variant: {tag: None if s is None else Spread(**s) for tag, s in variants[variant].items()}
+        for config, variants in shown.items()
+        for variant in in_table_order(variants, config)
+    }
     measured = [c for c in COLUMNS if c[1] != "wall_s" and any(r.get(c[1]) for r in rows.values())]
     return format_table(rows, measured)
 
@@ -119,7 +103,7 @@ def differences_table(figures: dict) -> str:
     """No mask and no scale minus the preset, then the sweep's cures at the preset's rate, paired by
     seed, mean [95% interval]."""
     tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
-    lines = []
+    lines = [["variant", "val", "val honest", "entropy", "saturated"]]
     alone = ((REMOVES["causal"],), (REMOVES["scaled"],))
     for config, value in comparisons(figures):
         rows = [
@@ -135,7 +119,7 @@ def differences_table(figures: dict) -> str:
         ]
         for label, source in rows:
             lines.append([label, *(cell(source["differences"][label][t]) for t in tags)])
-    return markdown("variant | val | val honest | entropy | saturated", lines)
+    return markdown_table(lines)
 
 
 def sweep_table(figures: dict) -> str:
@@ -160,12 +144,12 @@ def order_table(figures: dict) -> str:
         for config, value in comparisons(figures)
         for variant in order_variants(config)
     ]
-    return markdown(f"run | {ORDER_HEADER}", rows)
+    return markdown_table([["run", *ORDER_HEADERS], *rows])
 
 
 def order_differences_table(figures: dict) -> str:
     """What the positions change, with the mask and without it, paired by seed."""
-    rows = []
+    rows = [["difference", *ORDER_HEADERS]]
     for config, value in comparisons(figures):
         base, no_pos, no_mask, neither = order_variants(config)
         for label, shown in (
@@ -174,23 +158,23 @@ def order_differences_table(figures: dict) -> str:
         ):
             differences = value["differences"][label]
             rows.append([shown, *(cell(differences[t]) for t in ORDER_COLUMNS)])
-    return markdown(f"difference | {ORDER_HEADER}", rows)
+    return markdown_table(rows)
 
 
 def ablation_table(figures: dict) -> str:
     """Per no-mask run: the heads named, the leak gap before and after, random heads, layer 0."""
-    rows = []
+    header = (
+        "run | heads named (t+1 above 0.5 on the probe text) | leak gap before | after | closed "
+        "| as many random heads: closed, mean ± sd of the draws | layer 0 whole"
+    )
+    rows = [header.split(" | ")]
     for config, _ in comparisons(figures):
         for run, r in figures[f"{config}-ablation"]["value"]["runs"].items():
             random = f"{r['random_closed_fraction']:.1%} ± {r['random_closed_fraction_sd']:.1%}"
             before, after = f"{r['leak_gap_before']:.3f}", f"{r['leak_gap_after']:.3f}"
             closed, layer0 = f"{r['closed_fraction']:.1%}", f"{r['each_layer']['L0']:.1%}"
             rows.append([run, ", ".join(r["heads"]), before, after, closed, random, layer0])
-    header = (
-        "run | heads named (t+1 above 0.5 on the probe text) | leak gap before | after | closed "
-        "| as many random heads: closed, mean ± sd of the draws | layer 0 whole"
-    )
-    return markdown(header, rows, left=2)
+    return markdown_table(rows, "llrrrrr")
 
 
 def first_steps_table(figures: dict) -> str:
@@ -201,12 +185,12 @@ def first_steps_table(figures: dict) -> str:
         "ours_adamw": "ours, nanoGPT's AdamW and schedule",
         "ours_muon": "ours, char-gpu (Muon)",
     }
-    rows = [
-        [step, *(f"{runs[k]['train'][step]:.3f} / {runs[k]['val'][step]:.3f}" for k in columns)]
-        for step in sorted(runs["nanogpt"]["val"], key=int)
-    ]
-    header = " | ".join(["step", *(f"{label}: train / val" for label in columns.values())])
-    return markdown(header, rows, left=0)
+    rows = [["step", *(f"{label}: train / val" for label in columns.values())]]
+    for step in sorted(runs["nanogpt"]["val"], key=int):
+        rows.append(
+            [step, *(f"{runs[k]['train'][step]:.3f} / {runs[k]['val'][step]:.3f}" for k in columns)]
+        )
+    return markdown_table(rows, "rrrr")
 
 
 def curves(contexts: dict) -> dict[str, dict]:
@@ -215,10 +199,8 @@ def curves(contexts: dict) -> dict[str, dict]:
 
 
 def lengths_of(variant: dict) -> dict[str, int]:
-    """A variant's contexts: {"1x": 256, ...}, in tokens."""
-    return {
-        label: c["length"] for label, c in variant.items() if isinstance(c, dict) and "length" in c
-    }
+    """A variant's contexts in tokens: {"1x": 256, ...}."""
+    return {k: c["length"] for k, c in variant.items() if isinstance(c, dict) and "length" in c}
 
 
 def scored_variants(value: dict, config: str) -> dict[str, list[str]]:
@@ -235,14 +217,12 @@ def contexts_table(figures: dict, key: str = "char-contexts") -> str:
     variants = scored_variants(value, key.removesuffix("-contexts"))
     labels = max(variants.values(), key=len)
     lengths = {label: n for name in variants for label, n in lengths_of(value[name]).items()}
-    rows = []
+    rows = [["run", "positions", *(f"{label}: {lengths[label]} tokens" for label in labels)]]
     for name, scored in variants.items():
-        loss = {label: interval_cell(value[name][label]["loss"]) for label in scored}
+        loss = {label: cell(value[name][label]["loss"], "") for label in scored}
         cells = (loss.get(label, "no row past 1x") for label in labels)
         rows.append([name, value[name]["positions"], *cells])
-    said = (f"{label}: {lengths[label]} tokens" for label in labels)
-    header = " | ".join(["run", "positions", *said])
-    return markdown(header, rows, left=2)
+    return markdown_table(rows, "ll" + "r" * len(labels))
 
 
 def buckets_table(figures: dict, key: str = "char-contexts") -> str:
@@ -255,12 +235,12 @@ def buckets_table(figures: dict, key: str = "char-contexts") -> str:
     # the buckets ("0-15", "16-31", ...) of the variant cut into the most, in order along the window
     cut = [[n for n in entry if n[0].isdigit()] for _, entry in longest.values()]
     names = sorted(max(cut, key=len), key=lambda n: int(n.split("-")[0]))
-    rows = [
-        [f"{name} ({label})", *(interval_cell(entry[n]) if n in entry else "" for n in names)]
+    rows = [["run, along its longest context", *(f"positions {n}" for n in names)]]
+    rows += [
+        [f"{name} ({label})", *(cell(entry[n], "") if n in entry else "" for n in names)]
         for name, (label, entry) in longest.items()
     ]
-    header = " | ".join(["run, along its longest context", *(f"positions {n}" for n in names)])
-    return markdown(header, rows)
+    return markdown_table(rows)
 
 
 def shipped_key(config: str) -> str:
@@ -273,7 +253,11 @@ def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
     compared = figures[key or shipped_key(config)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]["variants"]
     weights = figures[f"{config}-variants-weights"]["value"]
-    rows = []
+    header = (
+        f"run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s "
+        "| training step | first-token weight / uniform share (largest head) | sink's weight"
+    )
+    rows = [header.split(" | ")]
     for name in in_table_order(compared["aggregate"], config):
         b, w = bench[name], weights[name]
         d = compared["differences"].get(name, {}).get("loss/val")
@@ -283,8 +267,4 @@ def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
         first, sink = f"{w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f})", w["sink"]["mean"]
         cells = [val, cell(d) if d else "(the preset)", cache, speed, step, first, f"{sink:.3f}"]
         rows.append([name, *cells])
-    header = (
-        f"run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s "
-        "| training step | first-token weight / uniform share (largest head) | sink's weight"
-    )
-    return markdown(header, rows)
+    return markdown_table(rows)

@@ -1,9 +1,8 @@
-"""Attention as shipped models have it, side by side.
-
-On the finished runs of `python compare.py --variants kv-heads,window,gate,sink`: each head's
-weight on the first token against uniform attention's, the sink's weight and the step time; from
-`bench.py --variants --json` reports (--bench), the KV cache's bytes per token and sampling speed.
-Recorded in docs/figures.json and drawn in docs/variants-<config>.png.
+"""Attention as shipped models have it, side by side: on the finished runs of `python compare.py
+--variants kv-heads,window,gate,sink`, each head's weight on the first token against uniform
+attention's, the sink's weight and the step time; from `bench.py --variants --json` reports
+(--bench), the KV cache's bytes per token and sampling speed. Into docs/figures.json and
+docs/variants-<config>.png.
 """
 
 import json
@@ -31,32 +30,30 @@ VAL_WINDOWS = 8  # val windows a checkpoint is measured on, the same for every r
 
 def checkpoint_weights(run: Path, val_ids) -> dict:
     """The first-token weight, its ratio to the uniform share and the sink's weight, over heads."""
-    model, _, _ = load_model(run / "ckpt.pt")
+    model = load_model(run / "ckpt.pt")[0]
     T = model.cfg.block_size
     x, _ = get_batch(val_ids, VAL_WINDOWS, T, torch.Generator().manual_seed(0))  # (B, T)
     first, ratio, sink = [], [], []
-    # (B, H, T, T) per layer
-    for block, weights in zip(model.blocks, model.attention_weights(x), strict=True):
+    for block, weights in zip(model.blocks, model.attention_weights(x), strict=True):  # (B,H,T,T)
         uniform = uniform_first_token_weight(T, block.attn.window)
-        for h in range(weights.shape[1]):
-            first.append(first_token_weight(weights[:, h]))
+        for head in weights.unbind(1):
+            first.append(first_token_weight(head))
             ratio.append(first[-1] / uniform)
             # without a sink, 1 - the row's sum is float rounding: +-1e-8
-            sink.append(max(0.0, sink_weight(weights[:, h])))
-    return {
-        "first": statistics.mean(first),
-        "first_max": max(first),
-        "uniform": uniform_first_token_weight(T, model.cfg.window),
-        "ratio": statistics.mean(ratio),
-        "ratio_max": max(ratio),
-        "sink": statistics.mean(sink),
-    }
+            sink.append(max(0.0, sink_weight(head)))
+    return dict(
+        first=statistics.mean(first),
+        first_max=max(first),
+        uniform=uniform_first_token_weight(T, model.cfg.window),
+        ratio=statistics.mean(ratio),
+        ratio_max=max(ratio),
+        sink=statistics.mean(sink),
+    )
 
 
 def measure_runs(folder: Path) -> dict:
     """Per variant (run name less its seed): each measure's interval over its finished runs."""
-    corpora = {}  # val ids by data config, read once
-    found = {}
+    corpora, found = {}, {}  # val ids by data config, read once; variant -> seed -> measures
     for run in sorted(p for p in folder.iterdir() if (p / "ckpt.pt").is_file()):
         cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
         rows = evaluations(run)
@@ -67,11 +64,9 @@ def measure_runs(folder: Path) -> dict:
         data = DataConfig(**cfg["data"])
         if repr(data) not in corpora:
             corpora[repr(data)] = load_corpus(data).val
-        tokens = cfg["train"]["batch_size"] * cfg["train"]["grad_accum_steps"]
-        tokens *= cfg["model"]["block_size"]
-        rates = [
-            row["perf/tokens_per_s"] for row in read_metrics(run) if "perf/tokens_per_s" in row
-        ]
+        train = cfg["train"]
+        tokens = train["batch_size"] * train["grad_accum_steps"] * cfg["model"]["block_size"]
+        rates = [r["perf/tokens_per_s"] for r in read_metrics(run) if "perf/tokens_per_s" in r]
         measured = checkpoint_weights(run, corpora[repr(data)])
         measured["step_ms"] = 1e3 * tokens / statistics.median(rates)
         found.setdefault(variant, {})[seed or ""] = measured
@@ -112,20 +107,8 @@ def main(argv: list[str]) -> int:
     parser = OneLineParser(__doc__)
     add = parser.add_argument
     add("--config", default="char", help="the preset the comparison trained (default char)")
-    add(
-        "--runs-dir",
-        type=Path,
-        default=Path("runs"),
-        help="where compare-<config>/ is (default runs)",
-    )
-    add(
-        "--bench",
-        nargs="+",
-        type=Path,
-        default=[],
-        metavar="REPORT",
-        help="bench.py --variants --json reports",
-    )
+    add("--runs-dir", type=Path, default="runs", help="holds compare-<config>/ (default runs)")
+    add("--bench", nargs="+", default=[], metavar="REPORT", help="bench.py --variants --json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     folder = args.runs_dir / f"compare-{args.config}"
@@ -137,10 +120,7 @@ def main(argv: list[str]) -> int:
     reports = [read_json(path) for path in args.bench]  # None: missing, or not JSON
     for path, report in zip(args.bench, reports, strict=True):  # refused before any measuring
         if not isinstance(report, dict) or "variants" not in report:
-            parser.error(
-                f"--bench {path}: not a bench.py --variants --json report; "
-                "make it with that command"
-            )
+            parser.error(f"--bench {path}: not a bench.py --variants --json report; make one")
     command = (
         f"python -m tools.variants --config {args.config} --runs-dir {args.runs_dir} "
         f"(the runs of compare.py in {folder})"
