@@ -215,9 +215,8 @@ def positions_title(config: str, contexts: dict) -> str:
     seeds = max(e["seeds"] for e in curves(contexts).values())
     return (
         f"{config}: the loss at each position of a window, trained at {contexts['block_size']} "
-        "tokens (score.py --contexts)\n"
-        f"mean over {seeds} seeds, band from the lowest to the highest, {CURVE_BIN} positions a "
-        "point"
+        f"tokens (score.py --contexts)\nmean over {seeds} seeds, band from the lowest to the "
+        f"highest, {CURVE_BIN} positions a point"
     )
 
 
