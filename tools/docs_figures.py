@@ -1,10 +1,6 @@
-"""Every measured figure, table and output of README.md and docs/ from docs/figures.json: --record
-stores what the runs hold there first, --check changes nothing and names each difference.
-
-A comment {name:format} stands just before its number ("pct.1f": the value x 100 as .1f), or holds
-the words around it and stands for the first place after it that reads so (before a code block); a
-comment "table: NAME" stands before the table tools/tables.py's NAME renders.
-"""
+"""Every measured figure, table and output of README.md and docs/ (marked as docs/tests.md says)
+from docs/figures.json: --record stores what the runs hold there first, --check changes nothing
+and names each difference."""
 
 import dataclasses
 import functools
@@ -34,7 +30,7 @@ DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.m
 
 
 def flatten(value, name: str, out: dict[str, float]) -> None:
-    """Every number inside value under its dotted path ("a − b" becomes a-minus-b)."""
+    # a placeholder holds no spaces: "a − b" becomes a-minus-b
     if isinstance(value, dict):
         for key, inner in value.items():
             flatten(inner, f"{name}.{key.replace(' − ', '-minus-')}", out)
@@ -43,7 +39,6 @@ def flatten(value, name: str, out: dict[str, float]) -> None:
 
 
 def code_values() -> dict[str, float]:
-    """The figures the code itself gives (code.*), computed in a second."""
     char, base = load_config(["--config", "char"]), load_config(["--config", "base"])
     n_char = 65  # Tiny Shakespeare's characters (tests/test_data.py)
     sizes = {
@@ -74,8 +69,8 @@ def code_values() -> dict[str, float]:
 
 
 def named_values(figures: dict) -> dict[str, float]:
-    """Every figure by its dotted name, with the derived: intervals' .low and .high, score_spread
-    (the unscaled variant's score std over the preset's), the score-gradient ratios."""
+    """Every figure by its dotted name, with intervals' .low and .high, score_spread (the unscaled
+    variant's score std over the preset's) and the score-gradient ratios."""
     out = code_values()
     for key, entry in figures.items():
         flatten(entry["value"], key, out)
@@ -109,8 +104,8 @@ def fill(sentence: str, figures: list[str]) -> str:
 
 
 def pattern(sentence: str) -> re.Pattern:
-    """The sentence with a group wherever a figure stands (a number, or the placeholder not yet
-    filled in); any whitespace matches any other, so a sentence may wrap anywhere."""
+    """A group wherever a figure (or its placeholder, unfilled) stands; any whitespace matches any
+    other, so a sentence may wrap anywhere."""
     regex = ""
     for i, part in enumerate(PLACEHOLDER.split(sentence)):  # literal, name, format, literal, ...
         if i % 3 == 0:
@@ -121,7 +116,6 @@ def pattern(sentence: str) -> re.Pattern:
 
 
 def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, list[str]]:
-    """The doc with each marker's figures and tables as figures gives them, and what differed."""
     problems, edits = [], []
     for marker in MARKER.finditer(text):
         template = marker.group(1)
@@ -163,7 +157,6 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
 
 
 def sync(figures: dict, write: bool) -> list[str]:
-    """What differs between the docs and figures; with write, the docs brought in line."""
     values, problems, texts = named_values(figures), [], {}
     read = {doc: (ROOT / doc).read_text(encoding="utf-8") for doc in DOCS}
     for doc, text in read.items():

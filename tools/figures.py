@@ -1,5 +1,5 @@
-"""docs/figures.json (each entry a command's result, its command, machine and date), and the
-readers that turn what runs leave behind into entries."""
+"""docs/figures.json (each entry a command's result, command, machine and date), and the readers
+that turn what runs leave into entries."""
 
 import json
 import os
@@ -27,7 +27,6 @@ CURVE_BIN = 16  # positions per point of the loss-against-position picture
 
 
 def machine(facts: dict | None = None) -> str:
-    """This machine, or the one a report's machine_facts describe."""
     facts = facts or machine_facts(torch.device("cpu"))
     said = f"{facts['machine']}, {os.cpu_count()} cores, {facts['torch_threads']} torch threads"
     said += f", torch {facts['torch_version']}"
@@ -66,8 +65,8 @@ def spans(values: list[float]) -> dict:
 
 
 def comparison_figures(folder: Path) -> dict:
-    """compare.json's figures; from the runs' logs, each variant's first evaluation over seeds and
-    the range of steps where its training loss fell below 0.5."""
+    """compare.json's figures, each variant's first evaluation over seeds and the steps where its
+    training loss fell below 0.5."""
     saved = read_figures(folder / "compare.json")
     logs = {name: read_metrics(folder / name) for name in saved["runs"]}
     step0, collapse = {}, {}
@@ -105,8 +104,6 @@ def comparison_command(config: str, value: dict) -> str:
 
 
 def ablation_figures(folder: Path) -> dict | None:
-    """Each run's inspect/ablation.json, and over the runs the closed fractions' intervals and the
-    range of each head alone and each layer whole."""
     runs = {}
     for path in sorted(folder.glob("*/inspect/ablation.json")):
         result = read_figures(path)
@@ -133,7 +130,7 @@ def sweep_figures(folder: Path) -> dict:
 
 
 def sweep_command(config: str, value: dict) -> str:
-    """The sweep.py command (--jobs aside: it changes no figure)."""
+    # --jobs aside: it changes no figure
     return (
         f"python sweep.py --config {config} --seeds {len(value['seeds'])} "
         f"--lrs {','.join(value['lrs'])} --variants {','.join(value['variants'].values())}"
@@ -141,7 +138,6 @@ def sweep_command(config: str, value: dict) -> str:
 
 
 def interval(values: list[float]) -> dict:
-    """Mean, sd, count and the 95% interval's ends (the mean itself with one value)."""
     s = half_interval(values)
     half = s.pop("half_width") or 0.0
     return s | {"low": s["mean"] - half, "high": s["mean"] + half}
@@ -158,9 +154,8 @@ def losses(context: dict) -> dict[str, float]:
 
 
 def context_figures(folder: Path, config: str) -> dict | None:
-    """score.py --contexts's results per variant over its seeds: at each context the loss and each
-    bucket's; along the longest the loss per CURVE_BIN positions, mean, min and max; under
-    "differences", each variant minus each one before it, paired by seed."""
+    """score.py --contexts's results per variant over seeds: each context's loss and buckets, the
+    longest's curve, and under "differences" each variant minus each before it, paired by seed."""
     found: dict[str, dict[str, dict]] = {}  # variant -> seed -> contexts.json
     for path in sorted(folder.glob("*/contexts.json")):
         variant, seed = run_and_seed(path.parent.name)
@@ -202,7 +197,7 @@ def context_figures(folder: Path, config: str) -> dict | None:
 
 
 def factors_said(contexts: dict) -> str:
-    """The --contexts each variant was scored at: "0.5,1 for char; 0.5,1,2,4 for char-rope"."""
+    """The --contexts of each variant: "0.5,1 for char; 0.5,1,2,4 for char-rope"."""
     by_factors: dict[str, list[str]] = {}
     for name, entry in curves(contexts).items():
         lengths = lengths_of(entry).values()
@@ -229,8 +224,8 @@ def holds(folder: Path, name: str) -> bool:
 
 
 def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
-    """Store what runs_dir holds (comparisons, sweeps, the single runs named in quoted) and draw
-    their pictures into docs/; returns the keys recorded."""
+    """Stores the comparisons, sweeps and quoted runs of runs_dir and draws their pictures into
+    docs/; returns the keys recorded."""
     recorded = []
     for folder in sorted(runs_folder(runs_dir).iterdir()):
         if not folder.is_dir() or ".old-" in folder.name:
@@ -253,7 +248,6 @@ def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
         elif holds(folder, "sweep.json"):
             key, value = f"{folder.name.removeprefix('sweep-')}-sweep", sweep_figures(folder)
             record(key, sweep_command(key.removesuffix("-sweep"), value), value)
-            # the picture docs/experiment.md shows
             shutil.copyfile(folder / "sweep.png", FIGURES.parent / f"{folder.name}.png")
         elif folder.name in quoted and (rows := evaluations(folder)):
             key = folder.name

@@ -1,7 +1,6 @@
-"""How many GPT-2 ids the forced cuts of data/chunks.py change: texts with no safe place to cut
-(Tiny Shakespeare without whitespace as CJK prose, its base64, its letters lower-cased as DNA,
-random ACGT) cut as make_tasks cuts them, each piece encoded alone and compared with the whole's.
-"""
+"""How many GPT-2 ids data/chunks.py's forced cuts change, on texts with no safe place to cut
+(Tiny Shakespeare without whitespace, as base64, as lower-case letters only; random ACGT): each
+piece encoded alone against the whole's ids."""
 
 import base64
 import random
@@ -35,7 +34,6 @@ def texts() -> dict[str, str]:
 
 
 def placed(ids: list[int], lengths: np.ndarray) -> set[tuple[int, int]]:
-    """Each token as (its byte offset, its id)."""
     ends = np.cumsum(lengths[ids])
     return set(zip((ends - lengths[ids]).tolist(), ids, strict=True))
 
@@ -48,8 +46,7 @@ def measure(text: str, chunk_chars: int, tokenizer: GPT2Tokenizer, lengths: np.n
     cut = [i for piece in pieces for i in tokenizer.encode(piece)]
     a, b = placed(whole, lengths), placed(cut, lengths)
     cuts = np.cumsum([len(piece.encode()) for piece in pieces])[:-1]
-    # the cut nearest each differing token
-    changing = {int(np.abs(cuts - offset).argmin()) for offset, _ in a ^ b}
+    changing = {int(np.abs(cuts - offset).argmin()) for offset, _ in a ^ b}  # nearest cuts
     return dict(
         chars=len(text),
         cuts=len(cuts),

@@ -1,5 +1,5 @@
-"""docs/transformer-lens.md's Python blocks, run in order in one namespace from the repository
-root on runs/char-no-mask; the figures the page quotes are recorded in docs/figures.json."""
+"""Runs docs/transformer-lens.md's Python blocks in order on runs/char-no-mask and records the
+figures the page quotes in docs/figures.json."""
 
 import contextlib
 import re
@@ -20,7 +20,6 @@ RUN, TRAIN = "runs/char-no-mask", "python train.py --config char --no-mask"
 
 
 def run_page(folder: Path) -> dict:
-    """The namespace the page's ```python blocks leave, run in folder (which holds runs/)."""
     text = PAGE.read_text(encoding="utf-8")
     code = "\n\n".join(re.findall(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL))
     namespace = {"__name__": "__page__"}
@@ -44,9 +43,7 @@ def figures_of(namespace: dict) -> dict:
 def main(argv: list[str]) -> int:
     OneLineParser(__doc__).parse_args(argv)
     if not (ROOT / RUN / "ckpt.pt").is_file():  # the page names its run: no --run to give
-        raise ConfigError(
-            f"no checkpoint at {RUN}/ckpt.pt, which the page reads; train it: {TRAIN}"
-        )
+        raise ConfigError(f"no {RUN}/ckpt.pt, which the page reads; train it: {TRAIN}")
     try:
         import_lens()
     except LensError as e:

@@ -1,5 +1,5 @@
-"""The outputs the docs show: what each command prints on a recorded run (one torch thread), kept in
-docs/figures.json and shown in the first ```text fence after the command on its page."""
+"""What the docs show each command print on a recorded run (one torch thread): kept in
+docs/figures.json, shown in the first ```text fence after the command."""
 
 import json
 import os
@@ -84,26 +84,28 @@ def run_output(output: Output, runs_dir: Path, timeout: float = 7200) -> str:
             argv = [str(Path(scratch) / name) if arg == name else arg for arg in argv]
         if runs_dir.resolve() != (ROOT / "runs").resolve():
             argv += ["--runs-dir", str(runs_dir)]
-        command = [sys.executable, *argv]
-        how = {"cwd": ROOT, "env": {**os.environ, "OMP_NUM_THREADS": "1"}, "text": True}
-        if output.lines:  # read its first lines, then stop it as Ctrl-C would
-            pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-            with subprocess.Popen(command, **pipes, **how) as proc:
-                shown = [proc.stdout.readline() for _ in range(output.lines)]
-                proc.send_signal(signal.SIGINT)
-                proc.communicate(timeout=timeout)
-            if not shown[-1].endswith("\n"):
-                raise RuntimeError(
-                    f"{output.command} printed fewer than {output.lines} lines "
-                    f"(exit code {proc.returncode})"
-                )
-            return "".join(shown).removesuffix("\n")
-        proc = subprocess.run(command, capture_output=True, timeout=timeout, **how)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        pipe = subprocess.PIPE
+        with subprocess.Popen(
+            [sys.executable, *argv], cwd=ROOT, env=env, text=True, stdout=pipe, stderr=pipe
+        ) as proc:
+            shown = [proc.stdout.readline() for _ in range(output.lines)]
+            if output.lines:
+                proc.send_signal(signal.SIGINT)  # as Ctrl-C stops it
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+    if output.lines:
+        if not shown[-1].endswith("\n"):
+            raise RuntimeError(
+                f"{output.command} printed under {output.lines} lines (exit {proc.returncode})"
+            )
+        return "".join(shown).removesuffix("\n")
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"{output.command} exits with {proc.returncode}: {proc.stderr.strip()[-500:]}"
-        )
-    text = (proc.stderr if output.stderr else "") + proc.stdout.removesuffix("\n")
+        raise RuntimeError(f"{output.command} exits with {proc.returncode}: {err.strip()[-500:]}")
+    text = (err if output.stderr else "") + out.removesuffix("\n")
     if output.body:
         text = text.split("\n", 1)[1].lstrip("\n")
     return text
@@ -112,23 +114,19 @@ def run_output(output: Output, runs_dir: Path, timeout: float = 7200) -> str:
 def runs_folder(runs_dir: Path) -> Path:
     if not runs_dir.is_dir():
         what = "a file" if runs_dir.exists() else "not there"
-        raise ConfigError(
-            f"--runs-dir {runs_dir} is {what}; give the folder that holds the runs "
-            "(python train.py writes them in runs/)"
-        )
+        raise ConfigError(f"--runs-dir {runs_dir} is {what}; give the runs' folder (runs/)")
     return runs_dir
 
 
 def record_output(output: Output, runs_dir: Path) -> dict:
-    """The run's state, the text, the CPU seconds (what a loaded machine stretches least), and the
-    object a --json command prints."""
+    """The run's step and val, the text, its CPU seconds (what load stretches least), and a --json
+    command's object."""
     import resource  # Unix only
 
     rows = evaluations(runs_folder(runs_dir) / output.run)  # first: a run not there is one line
     if not rows:
         raise ConfigError(
-            f"--runs-dir {runs_dir} holds no run {output.run} with an evaluation in its "
-            "metrics.jsonl; train it there first"
+            f"--runs-dir {runs_dir} holds no run {output.run} with an evaluation; train it first"
         )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = run_output(output, runs_dir)
@@ -142,7 +140,6 @@ def record_output(output: Output, runs_dir: Path) -> dict:
 
 
 def check_outputs(figures: dict, runs_dir: Path, keys: list[str]) -> list[str]:
-    """Each output that the commands no longer print as docs/figures.json holds it."""
     problems = []
     for output in [o for o in OUTPUTS if o.key in keys]:
         recorded, now = figures[output.key]["value"], record_output(output, runs_dir)
@@ -155,43 +152,34 @@ def check_outputs(figures: dict, runs_dir: Path, keys: list[str]) -> list[str]:
 
 
 def fence_after(text: str, command: str) -> tuple[int, int] | None:
-    """Where the first ```text fence after command holds its text, (start, end); None without."""
     found = re.search(r"\s+".join(re.escape(word) for word in command.split()), text)
     fence = found and FENCE.search(text, found.end())
     return (fence.start(1), fence.end(1)) if fence else None
 
 
 def render_outputs(figures: dict, texts: dict[str, str]) -> list[str]:
-    """Put each recorded output into its page (texts, changed in place); returns what differed and
-    each output recorded on another run than the one the pages' figures come from."""
+    """Puts each output into its page in texts; returns what differed, and each output recorded
+    on another run than the pages' figures."""
     problems = []
     for output in OUTPUTS:
         if output.key not in figures:
-            problems.append(
-                f"docs/figures.json holds no {output.key}: "
-                f"record it (--record-outputs --outputs {output.key})"
-            )
+            problems.append(f"docs/figures.json holds no {output.key}: --record-outputs it")
             continue
         value = figures[output.key]["value"]
         run = figures.get(output.run, {}).get("value", {}).get("last", {})
         if (value["step"], value["loss/val"]) != (run.get("step"), run.get("loss/val")):
             problems.append(
                 f"{output.key} was recorded on a {output.run} run (step {value['step']}, "
-                f"val {value['loss/val']:.4f}) other than the one docs/figures.json's {output.run} "
-                "holds; record the outputs again (--record-outputs)"
+                f"val {value['loss/val']:.4f}) other than"
+                " docs/figures.json's; --record-outputs again"
             )
         if output.doc is None:
             continue
         text = texts[output.doc]
         where = fence_after(text, output.command)
         if where is None:
-            problems.append(
-                f"{output.doc} no longer shows `{output.command}` followed by a ```text fence"
-            )
+            problems.append(f"{output.doc} shows no `{output.command}` then a ```text fence")
         elif text[where[0] : where[1]] != value["text"]:
-            problems.append(
-                f"{output.doc}: the output of `{output.command}` differs from "
-                f"docs/figures.json's {output.key}"
-            )
+            problems.append(f"{output.doc}: `{output.command}` differs from {output.key}")
             texts[output.doc] = text[: where[0]] + value["text"] + text[where[1] :]
     return problems

@@ -1,5 +1,5 @@
 """What the probe costs a whole run, from `bench.py --whole-run --json` reports (python -m
-tools.docs_figures --probe-cost KEY REPORT...), each checked whole first: a bad one is one line."""
+tools.docs_figures --probe-cost KEY REPORT...)."""
 
 import math
 import statistics
@@ -74,8 +74,8 @@ def record_probe_cost(key: str, *reports: str) -> str:
 
 
 def probe_cost(reports: list[dict]) -> dict:
-    """Per run with the probe, its "probe: ..." phase's share of the run's wall and CPU time; the
-    median times with it and without (--train.probes=0), their ratio, and each run's final val."""
+    """The probe phase's share of each probed run's wall and CPU time; the median times with it and
+    without (--train.probes=0), their ratio, and each run's final val."""
     probed = [
         r
         for r in reports

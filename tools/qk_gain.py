@@ -1,8 +1,6 @@
-"""QK-norm with and without a learned gain (OLMo 2 and Qwen 3 multiply normalised queries and keys
-by a weight per head dimension, starting at 1; ours has none), over seeds: at each rate and seed,
-`python train.py --qk-norm` and the same with the gain, paired, into <runs-dir>/qk-gain-<config>/;
-prints each one's final val loss, score spread and largest score.
-"""
+"""QK-norm with and without the learned gain per head dimension of OLMo 2 and Qwen 3 (ours has
+none): `train.py --qk-norm` both ways at each rate and seed, into <runs-dir>/qk-gain-<config>/;
+prints the final val loss, score spread and largest score, paired by seed."""
 
 import contextlib
 import runpy
@@ -30,7 +28,7 @@ QK_NORM = next(c for c in CURES if c.field == "qk_norm")
 
 @contextlib.contextmanager
 def learned_gain():
-    """Every MultiHead built inside multiplies its normalised q and k by q_gain and k_gain (D,)."""
+    """Every MultiHead built inside multiplies its normalised q and k by q_gain and k_gain."""
     build, split = MultiHead.__init__, MultiHead.split_heads
 
     def __init__(self, n_embd, n_head, *args, **kwargs):
@@ -52,8 +50,7 @@ def learned_gain():
 
 
 def measure(cfg, config_name: str, overrides: list, n_seeds: int, lrs: list[float]) -> dict | int:
-    """{rate: {"none": intervals, "gain": intervals, "gain_minus_none": differences}}, or the exit
-    code of a run that failed or was stopped."""
+    """{rate: {"none": ..., "gain": ..., "gain_minus_none": ...}}, or a failed run's exit code."""
     folder = Path(cfg.train.runs_dir) / f"qk-gain-{cfg.name}"
     programs = {"none": [str(TRAIN_PY)], "gain": ["-m", "tools.qk_gain", "--train"]}
     given = ["--config", config_name, *(f"--{k}={v}" for k, v in overrides), QK_NORM.flag]

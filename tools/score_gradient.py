@@ -1,8 +1,5 @@
-"""What the softmax passes back to the attention scores, with and without the scale, over seeds:
-model.gradients.score_gradients on the preset's model at step 0 on the same batches, and on
-compare.py's checkpoints in <runs-dir>/compare-<config>/ where they exist. Each line is a ratio's
-mean over seeds.
-"""
+"""What the softmax passes back to the attention scores, with and without the scale: the ratios'
+means over seeds at step 0 and on compare.py's checkpoints in <runs-dir>/compare-<config>/."""
 
 import dataclasses
 import math
@@ -27,7 +24,6 @@ from tools.tables import REMOVES
 
 
 def parse_seeded(doc: str, argv: list[str], flag: str, **kwargs):
-    """--seeds, `flag`, --record and the preset, for this tool and tools/qk_gain.py."""
     parser = OneLineParser(doc, config="char")
     add_seeds(parser, 3, "variant (an interval needs 2)")
     parser.add_argument(flag, **kwargs)
@@ -38,15 +34,13 @@ def parse_seeded(doc: str, argv: list[str], flag: str, **kwargs):
 
 
 def mean_gradients(model: GPT, batches: list) -> dict[str, float]:
-    """score_gradients averaged over batches, NaN (no saturated row) left out."""
+    # NaN: a batch with no saturated row
     rows = [score_gradients(model, x, y) for x, y in batches]
     kept = {key: [row[key] for row in rows if not math.isnan(row[key])] for key in rows[0]}
     return {key: statistics.fmean(values) if values else math.nan for key, values in kept.items()}
 
 
 def lines(scaled: list[dict], unscaled: list[dict]) -> list[dict]:
-    """Each ratio per seed, its mean and 95% interval (None with one seed); NaN when a seed has no
-    saturated rows."""
     saturated = "saturated/other row's score_grad, without the scale"
     wanted = (
         ("score_grad without/with the scale", "score_grad", scaled, "score_grad"),
@@ -67,7 +61,6 @@ def lines(scaled: list[dict], unscaled: list[dict]) -> list[dict]:
 
 
 def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
-    """{"init": ratio lines, "end": the same of compare.py's checkpoints where they exist}."""
     corpus = load_corpus(cfg.data)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size)
     cfg = dataclasses.replace(cfg, model=model_cfg)

@@ -1,4 +1,4 @@
-"""The Markdown tables of README.md and docs/, from docs/figures.json; a comment `table: NAME`
+"""The Markdown tables of README.md and docs/ from docs/figures.json: a comment `table: NAME`
 above a table names its function here."""
 
 import re
@@ -14,10 +14,8 @@ MORE_ROWS = ("char-3seeds-rope",)  # comparisons whose other variants README's t
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
 ORDER_HEADERS = [HEADERS[tag] for tag in ORDER_COLUMNS]
-# a change's value as a run name spells it ({:g}: 50, 1.5, 1e+06)
-NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"
-# the ablation that turns each switch off: REMOVES["causal"] is no-mask
-REMOVES = {a.field: a.name for a in ABLATIONS}
+NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"  # as {:g} spells a change's value
+REMOVES = {a.field: a.name for a in ABLATIONS}  # REMOVES["causal"] is no-mask
 
 
 def removed(variant: str, config: str) -> tuple[str, ...]:
@@ -36,8 +34,7 @@ def removed(variant: str, config: str) -> tuple[str, ...]:
 
 
 def in_table_order(names, config: str) -> list[str]:
-    """Variant names (or differences' labels, "a − b" after a) as compare.py orders them, not as
-    docs/figures.json sorts its keys."""
+    """Variant names (or "a − b" labels, after a) as compare.py orders them."""
 
     def key(label: str) -> tuple:
         variant, _, reference = label.partition(f" {MINUS} ")
@@ -48,7 +45,6 @@ def in_table_order(names, config: str) -> list[str]:
 
 
 def comparisons(figures: dict, more: tuple = ()) -> list[tuple[str, dict]]:
-    """(preset, value) per comparison: char for char-3seeds and char-3seeds-rope."""
     keys = COMPARISONS + more
     return [(re.fullmatch(r"(.+?)-\d+seeds(-.+)?", k)[1], figures[k]["value"]) for k in keys]
 
@@ -58,7 +54,7 @@ def sweep_of(figures: dict, config: str) -> dict:
 
 
 def cured(figures: dict, config: str) -> dict[str, str]:
-    """The sweep's variants that apply a cure, with their --variants spelling ("qk-norm")."""
+    """The sweep's variants that apply a cure, with their --variants spelling."""
     spelled = sweep_of(figures, config).get("variants", {})
     return {
         variant: name
@@ -68,7 +64,6 @@ def cured(figures: dict, config: str) -> dict[str, str]:
 
 
 def cell(d: dict, sign: str = "+") -> str:
-    """mean [low, high], from the ends or the half width (None: one seed)."""
     half = d.get("half_width") or 0.0
     low, high = d.get("low", d["mean"] - half), d.get("high", d["mean"] + half)
     return f"{d['mean']:{sign}.3f} [{low:{sign}.3f}, {high:{sign}.3f}]"
@@ -79,9 +74,9 @@ def spread_cell(s: dict) -> str:
 
 
 def readme_table(figures: dict) -> str:
-    """The preset and each change alone, mean ± sd over seeds (no wall time: it is the machine's); a
-    cure alone from the sweep's runs at the preset's rate."""
-    shown: dict[str, dict[str, dict]] = {}  # config -> variant -> its aggregate, the first found
+    """The preset and each change alone, mean ± sd over seeds (no wall time: it is the machine's);
+    a cure alone from the sweep at the preset's rate."""
+    shown: dict[str, dict[str, dict]] = {}  # config -> variant -> the first aggregate found
     for config, value in comparisons(figures, MORE_ROWS):
         for variant, stats in value["aggregate"].items():
             if len(removed(variant, config)) <= 1:
@@ -100,8 +95,7 @@ def readme_table(figures: dict) -> str:
 
 
 def differences_table(figures: dict) -> str:
-    """No mask and no scale minus the preset, then the sweep's cures at the preset's rate, paired by
-    seed, mean [95% interval]."""
+    """No mask and no scale minus the preset, then the sweep's cures at the preset's rate."""
     tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
     lines = [["variant", "val", "val honest", "entropy", "saturated"]]
     alone = ((REMOVES["causal"],), (REMOVES["scaled"],))
@@ -123,7 +117,6 @@ def differences_table(figures: dict) -> str:
 
 
 def sweep_table(figures: dict) -> str:
-    """Per learning rate and variant, at the end of training, mean ± the 95% half width."""
     value, config = figures[SWEEPS[0]]["value"], SWEEPS[0].rsplit("-", 1)[0]
     return format_sweep(
         value,
@@ -138,7 +131,6 @@ def order_variants(config: str) -> list[str]:
 
 
 def order_table(figures: dict) -> str:
-    """With and without positions and the mask, mean ± sd."""
     rows = [
         [variant, *(spread_cell(value["aggregate"][variant][t]) for t in ORDER_COLUMNS)]
         for config, value in comparisons(figures)
@@ -148,7 +140,6 @@ def order_table(figures: dict) -> str:
 
 
 def order_differences_table(figures: dict) -> str:
-    """What the positions change, with the mask and without it, paired by seed."""
     rows = [["difference", *ORDER_HEADERS]]
     for config, value in comparisons(figures):
         base, no_pos, no_mask, neither = order_variants(config)
@@ -162,7 +153,6 @@ def order_differences_table(figures: dict) -> str:
 
 
 def ablation_table(figures: dict) -> str:
-    """Per no-mask run: the heads named, the leak gap before and after, random heads, layer 0."""
     header = (
         "run | heads named (t+1 above 0.5 on the probe text) | leak gap before | after | closed "
         "| as many random heads: closed, mean ± sd of the draws | layer 0 whole"
@@ -178,7 +168,6 @@ def ablation_table(figures: dict) -> str:
 
 
 def first_steps_table(figures: dict) -> str:
-    """char-gpu's first CPU steps at a reduced shape beside nanoGPT's recipe, train / val."""
     runs = figures["char-gpu-first-steps-cpu"]["value"]
     columns = {
         "nanogpt": "nanoGPT (AdamW)",
@@ -194,17 +183,14 @@ def first_steps_table(figures: dict) -> str:
 
 
 def curves(contexts: dict) -> dict[str, dict]:
-    """A contexts entry's variants (its other entries hold no curve)."""
     return {name: e for name, e in contexts.items() if isinstance(e, dict) and "curve" in e}
 
 
 def lengths_of(variant: dict) -> dict[str, int]:
-    """A variant's contexts in tokens: {"1x": 256, ...}."""
     return {k: c["length"] for k, c in variant.items() if isinstance(c, dict) and "length" in c}
 
 
 def scored_variants(value: dict, config: str) -> dict[str, list[str]]:
-    """A contexts entry's variants, each with the contexts it was scored at, shortest first."""
     return {
         name: sorted(lengths_of(value[name]), key=lengths_of(value[name]).get)
         for name in in_table_order(curves(value), config)
@@ -212,7 +198,6 @@ def scored_variants(value: dict, config: str) -> dict[str, list[str]]:
 
 
 def contexts_table(figures: dict, key: str = "char-contexts") -> str:
-    """Each variant's val loss at each context, mean [95% interval] over seeds."""
     value = figures[key]["value"]
     variants = scored_variants(value, key.removesuffix("-contexts"))
     labels = max(variants.values(), key=len)
@@ -226,13 +211,12 @@ def contexts_table(figures: dict, key: str = "char-contexts") -> str:
 
 
 def buckets_table(figures: dict, key: str = "char-contexts") -> str:
-    """Each variant's loss per bucket of positions along its longest context, mean [95% CI]."""
     value = figures[key]["value"]
     longest = {
         name: (scored[-1], value[name][scored[-1]])
         for name, scored in scored_variants(value, key.removesuffix("-contexts")).items()
     }
-    # the buckets ("0-15", "16-31", ...) of the variant cut into the most, in order along the window
+    # the buckets ("0-15", ...) of the variant cut into the most
     cut = [[n for n in entry if n[0].isdigit()] for _, entry in longest.values()]
     names = sorted(max(cut, key=len), key=lambda n: int(n.split("-")[0]))
     rows = [["run, along its longest context", *(f"positions {n}" for n in names)]]
@@ -244,12 +228,10 @@ def buckets_table(figures: dict, key: str = "char-contexts") -> str:
 
 
 def shipped_key(config: str) -> str:
-    """The shipped variants' comparison: char-3seeds-kv-heads-window-gate-sink."""
     return f"{config}-3seeds" + "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)
 
 
 def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
-    """The shipped variants: val, bench.py --variants's costs, tools/variants.py's weights."""
     compared = figures[key or shipped_key(config)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]["variants"]
     weights = figures[f"{config}-variants-weights"]["value"]

@@ -1,9 +1,6 @@
-"""Attention as shipped models have it, side by side: on the finished runs of `python compare.py
---variants kv-heads,window,gate,sink`, each head's weight on the first token against uniform
-attention's, the sink's weight and the step time; from `bench.py --variants --json` reports
-(--bench), the KV cache's bytes per token and sampling speed. Into docs/figures.json and
-docs/variants-<config>.png.
-"""
+"""Shipped attention variants side by side, into docs/figures.json and docs/variants-<config>.png:
+from compare.py's finished runs, the first token's and the sink's weight and the step time; from
+--bench reports, the KV cache's bytes per token and sampling speed."""
 
 import json
 import statistics
@@ -25,11 +22,10 @@ from model.roles import first_token_weight, sink_weight, uniform_first_token_wei
 from tools.figures import FIGURES, interval, machine, read_figures, record, run_and_seed
 from tools.tables import in_table_order, shipped_key
 
-VAL_WINDOWS = 8  # val windows a checkpoint is measured on, the same for every run
+VAL_WINDOWS = 8  # the same for every run
 
 
 def checkpoint_weights(run: Path, val_ids) -> dict:
-    """The first-token weight, its ratio to the uniform share and the sink's weight, over heads."""
     model = load_model(run / "ckpt.pt")[0]
     T = model.cfg.block_size
     x, _ = get_batch(val_ids, VAL_WINDOWS, T, torch.Generator().manual_seed(0))  # (B, T)
@@ -52,8 +48,8 @@ def checkpoint_weights(run: Path, val_ids) -> dict:
 
 
 def measure_runs(folder: Path) -> dict:
-    """Per variant (run name less its seed): each measure's interval over its finished runs."""
-    corpora, found = {}, {}  # val ids by data config, read once; variant -> seed -> measures
+    """Per variant, each measure's interval over its finished runs."""
+    corpora, found = {}, {}  # val ids by data config; variant -> seed -> measures
     for run in sorted(p for p in folder.iterdir() if (p / "ckpt.pt").is_file()):
         cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
         rows = evaluations(run)
@@ -71,17 +67,14 @@ def measure_runs(folder: Path) -> dict:
         measured["step_ms"] = 1e3 * tokens / statistics.median(rates)
         found.setdefault(variant, {})[seed or ""] = measured
         print(f"{run.name}: {measured}", flush=True)
-    return {
-        variant: {
-            key: interval([r[key] for r in runs.values()]) for key in next(iter(runs.values()))
-        }
-        | {"runs": runs}
-        for variant, runs in found.items()
-    }
+    out = {}
+    for variant, runs in found.items():
+        each = list(runs.values())
+        out[variant] = {key: interval([r[key] for r in each]) for key in each[0]} | {"runs": runs}
+    return out
 
 
 def plot_variants(figures: dict, config: str) -> Path:
-    """docs/variants-<config>.png: each variant's val against its KV cache's bytes per token."""
     compared = figures[shipped_key(config)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]
     points = []
@@ -114,13 +107,12 @@ def main(argv: list[str]) -> int:
     folder = args.runs_dir / f"compare-{args.config}"
     if not folder.is_dir():
         parser.error(
-            f"no comparison at {folder}; run python compare.py --config {args.config} --seeds 3 "
-            "--variants ... first"
+            f"no {folder}; run python compare.py --config {args.config} --seeds 3 --variants ..."
         )
     reports = [read_json(path) for path in args.bench]  # None: missing, or not JSON
-    for path, report in zip(args.bench, reports, strict=True):  # refused before any measuring
+    for path, report in zip(args.bench, reports, strict=True):  # before any measuring
         if not isinstance(report, dict) or "variants" not in report:
-            parser.error(f"--bench {path}: not a bench.py --variants --json report; make one")
+            parser.error(f"--bench {path} is no bench.py --variants --json report")
     command = (
         f"python -m tools.variants --config {args.config} --runs-dir {args.runs_dir} "
         f"(the runs of compare.py in {folder})"
@@ -140,10 +132,7 @@ def main(argv: list[str]) -> int:
     try:
         print(f"recorded in {FIGURES}; drew {plot_variants(read_figures(FIGURES), args.config)}")
     except KeyError as e:
-        print(
-            f"recorded in {FIGURES}; no picture yet: docs/figures.json holds no {e}; "
-            "python -m tools.docs_figures --record stores the comparison"
-        )
+        print(f"recorded in {FIGURES}; no picture: no {e} (python -m tools.docs_figures --record)")
     return 0
 
 
