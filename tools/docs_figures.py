@@ -69,8 +69,6 @@ def code_values() -> dict[str, float]:
 
 
 def named_values(figures: dict) -> dict[str, float]:
-    """Every figure by its dotted name, with intervals' .low and .high, score_spread (the unscaled
-    variant's score std over the preset's) and the score-gradient ratios."""
     out = code_values()
     for key, entry in figures.items():
         flatten(entry["value"], key, out)
@@ -80,7 +78,7 @@ def named_values(figures: dict) -> dict[str, float]:
         out.setdefault(f"{stem}.high", out[f"{stem}.mean"] + out[name])
     for key in COMPARISONS:
         stats = f"{key}.aggregate.{key.split('-')[0]}"
-        out[f"{key}.score_spread"] = (
+        out[f"{key}.score_spread"] = (  # the unscaled variant's score std over the preset's
             out[f"{stats}-{REMOVES['scaled']}.attn/score_std.mean"]
             / out[f"{stats}.attn/score_std.mean"]
         )
@@ -104,10 +102,9 @@ def fill(sentence: str, figures: list[str]) -> str:
 
 
 def pattern(sentence: str) -> re.Pattern:
-    """A group wherever a figure (or its placeholder, unfilled) stands; any whitespace matches any
-    other, so a sentence may wrap anywhere."""
+    """A group wherever a figure (or its placeholder) stands; any whitespace matches any other."""
     regex = ""
-    for i, part in enumerate(PLACEHOLDER.split(sentence)):  # literal, name, format, literal, ...
+    for i, part in enumerate(PLACEHOLDER.split(sentence)):
         if i % 3 == 0:
             regex += r"\s+".join(re.escape(word) for word in re.split(r"\s+", part))
         elif i % 3 == 1:
@@ -169,12 +166,6 @@ def sync(figures: dict, write: bool) -> list[str]:
     return problems
 
 
-def quoted_runs() -> set[str]:
-    text = "\n".join((ROOT / doc).read_text(encoding="utf-8") for doc in DOCS)
-    names = {n for marker in MARKER.findall(text) for n, _ in PLACEHOLDER.findall(marker)}
-    return {name.split(".")[0] for name in names} - set(COMPARISONS)
-
-
 def main(argv: list[str]) -> int:
     parser = OneLineParser(__doc__)
     add = parser.add_argument
@@ -192,7 +183,7 @@ def main(argv: list[str]) -> int:
     if unknown := set(args.outputs or ()) - set(keys):
         parser.error(f"--outputs: no output {sorted(unknown)[0]}; choose from {', '.join(keys)}")
     args.outputs = args.outputs or keys
-    torch.set_num_threads(1)  # as each recorded output's machine line says
+    torch.set_num_threads(1)
     if args.check_outputs:
         problems = check_outputs(read_figures(), args.runs_dir, args.outputs)
         said = "every output the docs show is what its command prints on the runs under"
@@ -201,7 +192,10 @@ def main(argv: list[str]) -> int:
     if args.probe_cost:
         print(record_probe_cost(*args.probe_cost))
     if args.record:
-        recorded = record_runs(args.runs_dir, quoted_runs())
+        text = "\n".join((ROOT / doc).read_text(encoding="utf-8") for doc in DOCS)
+        names = {n for marker in MARKER.findall(text) for n, _ in PLACEHOLDER.findall(marker)}
+        quoted = {name.split(".")[0] for name in names} - set(COMPARISONS)
+        recorded = record_runs(args.runs_dir, quoted)
         print(f"recorded {', '.join(recorded) or 'nothing'} in {FIGURES}")
     for output in OUTPUTS:
         if args.record_outputs and output.key in args.outputs:

@@ -65,8 +65,6 @@ def spans(values: list[float]) -> dict:
 
 
 def comparison_figures(folder: Path) -> dict:
-    """compare.json's figures, each variant's first evaluation over seeds and the steps where its
-    training loss fell below 0.5."""
     saved = read_figures(folder / "compare.json")
     logs = {name: read_metrics(folder / name) for name in saved["runs"]}
     step0, collapse = {}, {}
@@ -88,7 +86,7 @@ def comparison_figures(folder: Path) -> dict:
 
 
 def comparison_key(config: str, value: dict) -> str:
-    """<config>-<N>seeds, then any changes other than ablations it trains ("char-3seeds-rope")."""
+    """<config>-<N>seeds, then its changes other than ablations: "char-3seeds-rope"."""
     trained = {name for variant in value["aggregate"] for name in removed(variant, config)}
     others = "".join(f"-{c.name}" for c in CHANGES if c.name in trained and c not in ABLATIONS)
     return f"{config}-{len(value['seeds'])}seeds{others}"
@@ -154,9 +152,7 @@ def losses(context: dict) -> dict[str, float]:
 
 
 def context_figures(folder: Path, config: str) -> dict | None:
-    """score.py --contexts's results per variant over seeds: each context's loss and buckets, the
-    longest's curve, and under "differences" each variant minus each before it, paired by seed."""
-    found: dict[str, dict[str, dict]] = {}  # variant -> seed -> contexts.json
+    found = {}  # variant -> seed -> contexts.json
     for path in sorted(folder.glob("*/contexts.json")):
         variant, seed = run_and_seed(path.parent.name)
         found.setdefault(variant, {})[seed] = read_figures(path)
@@ -224,8 +220,6 @@ def holds(folder: Path, name: str) -> bool:
 
 
 def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
-    """Stores the comparisons, sweeps and quoted runs of runs_dir and draws their pictures into
-    docs/; returns the keys recorded."""
     recorded = []
     for folder in sorted(runs_folder(runs_dir).iterdir()):
         if not folder.is_dir() or ".old-" in folder.name:

@@ -21,13 +21,13 @@ FENCE = re.compile(r"^```text\n(.*?)\n?^```", re.MULTILINE | re.DOTALL)
 
 @dataclass(frozen=True)
 class Output:
-    key: str  # its entry in docs/figures.json
-    doc: str | None  # the page that shows it; None: only figures of it are quoted (--json)
+    key: str  # in docs/figures.json
+    doc: str | None  # the page showing it; None: only its figures are quoted
     command: str  # as the page writes it
-    run: str = "char"  # the run it reads, under runs/
-    lines: int = 0  # the page shows the command stopped early (Ctrl-C): its first lines only
-    body: bool = False  # the text without its "# <checkpoint> ..." line and the newlines after it
-    stderr: bool = False  # stderr first: a note the command prints there
+    run: str = "char"  # under runs/
+    lines: int = 0  # stopped as by Ctrl-C after this many lines
+    body: bool = False  # less its "# <checkpoint> ..." line and the newlines after it
+    stderr: bool = False  # stderr first
     files: tuple[tuple[str, str], ...] = ()  # (name, text): files it reads, named as the page does
 
 
@@ -119,8 +119,6 @@ def runs_folder(runs_dir: Path) -> Path:
 
 
 def record_output(output: Output, runs_dir: Path) -> dict:
-    """The run's step and val, the text, its CPU seconds (what load stretches least), and a --json
-    command's object."""
     import resource  # Unix only
 
     rows = evaluations(runs_folder(runs_dir) / output.run)  # first: a run not there is one line
@@ -158,8 +156,7 @@ def fence_after(text: str, command: str) -> tuple[int, int] | None:
 
 
 def render_outputs(figures: dict, texts: dict[str, str]) -> list[str]:
-    """Puts each output into its page in texts; returns what differed, and each output recorded
-    on another run than the pages' figures."""
+    """Puts each output into its page in texts; returns what differed."""
     problems = []
     for output in OUTPUTS:
         if output.key not in figures:

@@ -9,7 +9,6 @@ from configs import ConfigError
 from harness.folders import read_json
 from tools.figures import FIGURES, record
 
-WRITE_ONE = "python bench.py --config char --whole-run --json > REPORT writes one"
 TIMES = ("calls", "wall_s", "cpu_s")  # each phase's
 
 
@@ -41,41 +40,32 @@ def what_is_wrong(path: Path, report) -> str | None:
         return f"has no 'phases', each with its {', '.join(TIMES)}"
 
 
-def read_report(path: str) -> dict:
-    report = read_json(path)
-    if wrong := what_is_wrong(Path(path), report):
-        raise ConfigError(
-            f"--probe-cost: {path} {wrong}, not a report of bench.py --whole-run; {WRITE_ONE}"
-        )
-    return report
-
-
 def record_probe_cost(key: str, *reports: str) -> str:
     if key.endswith(".json") or Path(key).is_file():
         raise ConfigError(
             "--probe-cost takes the name to record under first (probe-cost-char), then the "
             f"reports; got the file {key}"
         )
-    runs = [read_report(path) for path in reports]
+    runs = [read_json(path) for path in reports]
+    for path, report in zip(reports, runs, strict=True):
+        if wrong := what_is_wrong(Path(path), report):
+            raise ConfigError(
+                f"--probe-cost: {path} {wrong}, not a report of python bench.py --config char "
+                "--whole-run --json > REPORT"
+            )
     value = probe_cost(runs)
     ran_on = {
         f"{r['machine']}, {r['torch_threads']} torch threads, torch {r['torch_version']}"
         for r in runs
     }
     commands = "; ".join(value["commands"])
-    record(
-        key,
-        f"bench.py --whole-run --json, with the probe and without, in turns: {commands}",
-        value,
-        ran_on="; ".join(sorted(ran_on)),
-    )
+    said = f"bench.py --whole-run --json, with the probe and without, in turns: {commands}"
+    record(key, said, value, ran_on="; ".join(sorted(ran_on)))
     most = max(value["wall_share"])
     return f"recorded {key} in {FIGURES}: the probe took {most:.1%} of a run's wall time at most"
 
 
 def probe_cost(reports: list[dict]) -> dict:
-    """The probe phase's share of each probed run's wall and CPU time; the median times with it and
-    without (--train.probes=0), their ratio, and each run's final val."""
     probed = [
         r
         for r in reports

@@ -64,14 +64,13 @@ def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
     corpus = load_corpus(cfg.data)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size)
     cfg = dataclasses.replace(cfg, model=model_cfg)
-    # (with the scale, without) per seed; the val batches the same for every run
     runs = plan_runs(cfg, runs_dir / f"compare-{cfg.name}", n_seeds, [REMOVES["scaled"]]).values()
     B, T = cfg.train.batch_size, cfg.model.block_size
-    found = {"init": ([], []), "end": ([], [])}  # each seed's means, with the scale and without
+    found = {"init": ([], []), "end": ([], [])}  # with the scale, without
     val_gen = torch.Generator().manual_seed(0)
     val_batches = [get_batch(corpus.val, B, T, val_gen) for _ in range(n_batches)]
     for pair in zip(*runs, strict=True):
-        gen = torch.Generator().manual_seed(pair[0].train.seed)  # this seed's first batches
+        gen = torch.Generator().manual_seed(pair[0].train.seed)
         batches = [get_batch(corpus.train, B, T, gen) for _ in range(n_batches)]
         ends = [run.run_dir / "ckpt.pt" for run in pair]
         for side, run in enumerate(pair):

@@ -54,7 +54,6 @@ def sweep_of(figures: dict, config: str) -> dict:
 
 
 def cured(figures: dict, config: str) -> dict[str, str]:
-    """The sweep's variants that apply a cure, with their --variants spelling."""
     spelled = sweep_of(figures, config).get("variants", {})
     return {
         variant: name
@@ -74,9 +73,9 @@ def spread_cell(s: dict) -> str:
 
 
 def readme_table(figures: dict) -> str:
-    """The preset and each change alone, mean ± sd over seeds (no wall time: it is the machine's);
-    a cure alone from the sweep at the preset's rate."""
-    shown: dict[str, dict[str, dict]] = {}  # config -> variant -> the first aggregate found
+    """The preset and each change alone (no wall time: it is the machine's), a cure alone from the
+    sweep at the preset's rate."""
+    shown = {}  # config -> variant -> the first aggregate found
     for config, value in comparisons(figures, MORE_ROWS):
         for variant, stats in value["aggregate"].items():
             if len(removed(variant, config)) <= 1:
@@ -95,7 +94,6 @@ def readme_table(figures: dict) -> str:
 
 
 def differences_table(figures: dict) -> str:
-    """No mask and no scale minus the preset, then the sweep's cures at the preset's rate."""
     tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
     lines = [["variant", "val", "val honest", "entropy", "saturated"]]
     alone = ((REMOVES["causal"],), (REMOVES["scaled"],))

@@ -48,7 +48,6 @@ def checkpoint_weights(run: Path, val_ids) -> dict:
 
 
 def measure_runs(folder: Path) -> dict:
-    """Per variant, each measure's interval over its finished runs."""
     corpora, found = {}, {}  # val ids by data config; variant -> seed -> measures
     for run in sorted(p for p in folder.iterdir() if (p / "ckpt.pt").is_file()):
         cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
@@ -110,7 +109,7 @@ def main(argv: list[str]) -> int:
             f"no {folder}; run python compare.py --config {args.config} --seeds 3 --variants ..."
         )
     reports = [read_json(path) for path in args.bench]  # None: missing, or not JSON
-    for path, report in zip(args.bench, reports, strict=True):  # before any measuring
+    for path, report in zip(args.bench, reports, strict=True):
         if not isinstance(report, dict) or "variants" not in report:
             parser.error(f"--bench {path} is no bench.py --variants --json report")
     command = (
