@@ -23,7 +23,7 @@ from tools.outputs import runs_folder
 from tools.tables import curves, in_table_order, lengths_of, removed
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures.json"
-CURVE_BIN = 16  # positions per point of the loss-against-position picture
+CURVE_BIN = 16  # positions a point of the loss-by-position picture
 
 
 def machine(facts: dict | None = None) -> str:

@@ -105,7 +105,7 @@ def main(argv: list[str]) -> dict | int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--train"]:  # one run with the gain, started by measure()
+    if sys.argv[1:2] == ["--train"]:  # measure() starts each run with the gain so
         sys.argv = [str(TRAIN_PY), *sys.argv[2:]]
         with learned_gain():  # train.py ends the process with its exit code
             runpy.run_path(str(TRAIN_PY), run_name="__main__")

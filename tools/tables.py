@@ -8,9 +8,9 @@ from harness.experiments.sweep import COLUMNS as SWEEP_COLUMNS
 from harness.experiments.sweep import format_sweep
 from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_changes, variant_order
 
-COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
-SWEEPS = ("char-sweep",)  # their cures at the preset's rate join the tables of their config
-MORE_ROWS = ("char-3seeds-rope",)  # comparisons whose other variants README's table shows too
+COMPARISONS = ("char-3seeds", "base-3seeds")  # README's table's, in its order
+SWEEPS = ("char-sweep",)  # their cures at the preset's rate join their config's tables
+MORE_ROWS = ("char-3seeds-rope",)  # whose other variants README's table shows too
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
 ORDER_HEADERS = [HEADERS[tag] for tag in ORDER_COLUMNS]
