@@ -114,8 +114,8 @@ def test_an_output_that_drifts_or_comes_from_another_run_is_caught():
     figures["base"]["value"]["last"]["loss/val"] += 0.01
     problems = sync(figures, write=False)
     assert any(
-        'the output of `python sample.py --run char --prompt "ROMEO:" --max-new-tokens 150 '
-        "--temperature 0` differs" in p
+        p == 'docs/sampling.md: `python sample.py --run char --prompt "ROMEO:" --max-new-tokens '
+        "150 --temperature 0` differs from output-char-greedy"
         for p in problems
     ), problems
     assert any(p.startswith("output-base-sample was recorded on a base run") for p in problems), (

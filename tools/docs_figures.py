@@ -1,11 +1,6 @@
-"""Every measured figure, table and output of README.md and docs/ from docs/figures.json: --record
-stores what the runs hold there first, --check changes nothing and names each difference.
-
-A page marks a figure with an HTML comment holding its placeholder {name:format} just before the
-number ("pct.1f": the value x 100 as .1f); before a code block, where a comment would show, the
-comment holds the words around the figure too and stands for the first place after it that reads
-so. A comment "table: NAME" stands before the table that tools/tables.py's NAME renders.
-"""
+"""Every measured figure, table and output of README.md and docs/ (marked as docs/tests.md says)
+from docs/figures.json: --record stores what the runs hold there first, --check changes nothing
+and names each difference."""
 
 import dataclasses
 import functools
@@ -24,11 +19,10 @@ from harness.training.evaluation import HONEST_POSITIONS, SAMPLE_TOKENS
 from model import GPT
 from tools import tables
 from tools.figures import FIGURES, read_figures, record, record_runs
-from tools.outputs import OUTPUTS, check_outputs, described, record_output, render_outputs
+from tools.outputs import OUTPUTS, ROOT, check_outputs, described, record_output, render_outputs
 from tools.probe_cost import record_probe_cost
 from tools.tables import COMPARISONS, REMOVES
 
-ROOT = FIGURES.parent.parent
 NUMBER = r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?"  # how a figure looks in a doc
 PLACEHOLDER = re.compile(r"\{([\w./-]+):([^{}\s]*)\}")
 MARKER = re.compile(r"<!-- (.+?) -->")
@@ -36,16 +30,15 @@ DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.m
 
 
 def flatten(value, name: str, out: dict[str, float]) -> None:
-    """Every number inside value under its dotted path ("a − b" becomes a-minus-b)."""
+    # a placeholder holds no spaces: "a − b" becomes a-minus-b
     if isinstance(value, dict):
         for key, inner in value.items():
             flatten(inner, f"{name}.{key.replace(' − ', '-minus-')}", out)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
+    elif type(value) in (int, float):  # not bool
         out[name] = float(value)
 
 
 def code_values() -> dict[str, float]:
-    """The figures the code itself gives (code.*), computed in a second."""
     char, base = load_config(["--config", "char"]), load_config(["--config", "base"])
     n_char = 65  # Tiny Shakespeare's characters (tests/test_data.py)
     sizes = {
@@ -53,30 +46,29 @@ def code_values() -> dict[str, float]:
         for name, cfg, v in (("char", char, n_char), ("base", base, 50257))
     }
     train = char.train
-    return {
-        "code.char_params_m": sizes["char"] / 1e6,
-        "code.base_params_m": sizes["base"] / 1e6,
-        "code.base_embedding_m": 50257 * base.model.n_embd / 1e6,
-        "code.char_vocab": n_char,
-        "code.ln_char_vocab": math.log(n_char),
-        "code.char_sqrt_head_size": math.sqrt(char.model.n_embd // char.model.n_head),
-        "code.honest_positions": HONEST_POSITIONS,
-        "code.char_batch": train.batch_size,
-        "code.char_honest_batches": train.honest_batches,
-        "code.char_honest_predictions": train.honest_batches * train.batch_size * HONEST_POSITIONS,
-        "code.char_val_predictions": train.eval_batches * train.batch_size * char.model.block_size,
-        "code.sample_tokens": SAMPLE_TOKENS,
-        "code.sample_tokens_shown": SAMPLE_TOKENS + 1,  # after the one-token prompt, a newline
-        "code.task_chars": CHUNK_CHARS,
-        "code.force_after": FORCE_AFTER,
-        "code.forced_chars": FORCED_CHARS,
-        "code.whole_chars": CHUNK_CHARS + FORCE_AFTER,
-    }
+    values = dict(
+        char_params_m=sizes["char"] / 1e6,
+        base_params_m=sizes["base"] / 1e6,
+        base_embedding_m=50257 * base.model.n_embd / 1e6,
+        char_vocab=n_char,
+        ln_char_vocab=math.log(n_char),
+        char_sqrt_head_size=math.sqrt(char.model.n_embd // char.model.n_head),
+        honest_positions=HONEST_POSITIONS,
+        char_batch=train.batch_size,
+        char_honest_batches=train.honest_batches,
+        char_honest_predictions=train.honest_batches * train.batch_size * HONEST_POSITIONS,
+        char_val_predictions=train.eval_batches * train.batch_size * char.model.block_size,
+        sample_tokens=SAMPLE_TOKENS,
+        sample_tokens_shown=SAMPLE_TOKENS + 1,  # after the one-token prompt, a newline
+        task_chars=CHUNK_CHARS,
+        force_after=FORCE_AFTER,
+        forced_chars=FORCED_CHARS,
+        whole_chars=CHUNK_CHARS + FORCE_AFTER,
+    )
+    return {f"code.{name}": value for name, value in values.items()}
 
 
 def named_values(figures: dict) -> dict[str, float]:
-    """Every figure by its dotted name, with the derived: intervals' .low and .high, score_spread
-    (the unscaled variant's score std over the preset's), the score-gradient ratios."""
     out = code_values()
     for key, entry in figures.items():
         flatten(entry["value"], key, out)
@@ -86,23 +78,21 @@ def named_values(figures: dict) -> dict[str, float]:
         out.setdefault(f"{stem}.high", out[f"{stem}.mean"] + out[name])
     for key in COMPARISONS:
         stats = f"{key}.aggregate.{key.split('-')[0]}"
-        out[f"{key}.score_spread"] = (
+        out[f"{key}.score_spread"] = (  # the unscaled variant's score std over the preset's
             out[f"{stats}-{REMOVES['scaled']}.attn/score_std.mean"]
             / out[f"{stats}.attn/score_std.mean"]
         )
     for key, entry in figures.items():
         if key.startswith("score-gradient-"):
             for when, lines in entry["value"].items():
-                for line, short in zip(lines, ("score", "qk", "saturated"), strict=True):
-                    for end in ("mean", "low", "high"):
-                        out[f"{key}.{when}.{short}.{end}"] = line[end]
+                named = dict(zip(("score", "qk", "saturated"), lines, strict=True))
+                flatten(named, f"{key}.{when}", out)
     return out
 
 
 def figure(name: str, fmt: str, values: dict[str, float]) -> str:
-    if fmt.startswith("pct"):
-        return format(values[name] * 100, fmt[3:])
-    return format(values[name], fmt)
+    scale = 100 if fmt.startswith("pct") else 1
+    return format(values[name] * scale, fmt.removeprefix("pct"))
 
 
 def fill(sentence: str, figures: list[str]) -> str:
@@ -112,10 +102,9 @@ def fill(sentence: str, figures: list[str]) -> str:
 
 
 def pattern(sentence: str) -> re.Pattern:
-    """The sentence with a group wherever a figure stands (a number, or the placeholder not yet
-    filled in); any whitespace matches any other, so a sentence may wrap anywhere."""
+    """A group wherever a figure (or its placeholder) stands; any whitespace matches any other."""
     regex = ""
-    for i, part in enumerate(PLACEHOLDER.split(sentence)):  # literal, name, format, literal, ...
+    for i, part in enumerate(PLACEHOLDER.split(sentence)):
         if i % 3 == 0:
             regex += r"\s+".join(re.escape(word) for word in re.split(r"\s+", part))
         elif i % 3 == 1:
@@ -124,7 +113,6 @@ def pattern(sentence: str) -> re.Pattern:
 
 
 def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, list[str]]:
-    """The doc with each marker's figures and tables as figures gives them, and what differed."""
     problems, edits = [], []
     for marker in MARKER.finditer(text):
         template = marker.group(1)
@@ -146,12 +134,10 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
         if not names:
             continue
         wanted = [figure(name, fmt, values) for name, fmt in names]
+        find = pattern(template).search
         if template.startswith("{"):  # just before its number, perhaps across a line break
-            found = re.compile(r"[ \t]*\n?[ \t]*" + pattern(template).pattern).match(
-                text, marker.end()
-            )
-        else:
-            found = pattern(template).search(text, marker.end())
+            find = re.compile(r"[ \t]*\n?[ \t]*" + pattern(template).pattern).match
+        found = find(text, marker.end())
         if found is None:
             problems.append(f"{doc}: no {fill(template, wanted)!r} after {marker.group(0)}")
             continue
@@ -168,24 +154,16 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
 
 
 def sync(figures: dict, write: bool) -> list[str]:
-    """What differs between the docs and figures; with write, the docs brought in line."""
     values, problems, texts = named_values(figures), [], {}
     read = {doc: (ROOT / doc).read_text(encoding="utf-8") for doc in DOCS}
-    for doc in DOCS:
-        texts[doc], found = sync_doc(doc, read[doc], figures, values)
+    for doc, text in read.items():
+        texts[doc], found = sync_doc(doc, text, figures, values)
         problems += found
     problems += render_outputs(figures, texts)
     for doc, text in texts.items():
         if write and text != read[doc]:
             (ROOT / doc).write_text(text, encoding="utf-8")
     return problems
-
-
-def quoted_runs() -> set[str]:
-    texts = [(ROOT / doc).read_text(encoding="utf-8") for doc in DOCS]
-    markers = [marker for text in texts for marker in MARKER.findall(text)]
-    names = {name for marker in markers for name, _ in PLACEHOLDER.findall(marker)}
-    return {name.split(".")[0] for name in names} - set(COMPARISONS)
 
 
 def main(argv: list[str]) -> int:
@@ -199,17 +177,13 @@ def main(argv: list[str]) -> int:
     switch("--check-outputs", help="change nothing; exit 1 if a command now prints another output")
     split = functools.partial(str.split, sep=",")
     add("--outputs", type=split, metavar="KEYS", help="only these outputs (default: all)")
-    add(
-        "--probe-cost",
-        nargs="+",
-        metavar=("KEY", "REPORT"),
-        help="record bench.py --whole-run --json reports under KEY",
-    )
+    add("--probe-cost", nargs="+", metavar=("KEY", "REPORT"), help="record bench.py reports")
     args = parser.parse_args(argv)
     keys = [o.key for o in OUTPUTS]
     if unknown := set(args.outputs or ()) - set(keys):
         parser.error(f"--outputs: no output {sorted(unknown)[0]}; choose from {', '.join(keys)}")
-    torch.set_num_threads(1)  # as each recorded output's machine line says
+    args.outputs = args.outputs or keys
+    torch.set_num_threads(1)
     if args.check_outputs:
         problems = check_outputs(read_figures(), args.runs_dir, args.outputs)
         said = "every output the docs show is what its command prints on the runs under"
@@ -218,10 +192,13 @@ def main(argv: list[str]) -> int:
     if args.probe_cost:
         print(record_probe_cost(*args.probe_cost))
     if args.record:
-        recorded = record_runs(args.runs_dir, quoted_runs())
+        text = "\n".join((ROOT / doc).read_text(encoding="utf-8") for doc in DOCS)
+        names = {n for marker in MARKER.findall(text) for n, _ in PLACEHOLDER.findall(marker)}
+        quoted = {name.split(".")[0] for name in names} - set(COMPARISONS)
+        recorded = record_runs(args.runs_dir, quoted)
         print(f"recorded {', '.join(recorded) or 'nothing'} in {FIGURES}")
     for output in OUTPUTS:
-        if args.record_outputs and (args.outputs is None or output.key in args.outputs):
+        if args.record_outputs and output.key in args.outputs:
             record(output.key, described(output), record_output(output, args.runs_dir))
             print(f"recorded {output.key}: {output.command}", flush=True)
     problems = sync(read_figures(), write=not args.check)

@@ -1,5 +1,5 @@
-"""docs/figures.json, each entry one command's result with its command, machine and date; and the
-readers that turn what runs leave behind into entries."""
+"""docs/figures.json (each entry a command's result, command, machine and date), and the readers
+that turn what runs leave into entries."""
 
 import json
 import os
@@ -23,11 +23,10 @@ from tools.outputs import runs_folder
 from tools.tables import curves, in_table_order, lengths_of, removed
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures.json"
-CURVE_BIN = 16  # positions per point of the loss-against-position picture
+CURVE_BIN = 16  # positions a point of the loss-by-position picture
 
 
 def machine(facts: dict | None = None) -> str:
-    """This machine, or the one a report's machine_facts describe."""
     facts = facts or machine_facts(torch.device("cpu"))
     said = f"{facts['machine']}, {os.cpu_count()} cores, {facts['torch_threads']} torch threads"
     said += f", torch {facts['torch_version']}"
@@ -45,7 +44,7 @@ def read_figures(path: Path = FIGURES) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def record(key: str, command: str, value, path: Path = FIGURES, ran_on: str | None = None) -> Path:
+def record(key: str, command: str, value, path: Path = FIGURES, ran_on: str | None = None) -> None:
     figures = read_figures(path) if path.is_file() else {}
     figures[key] = {
         "command": command,
@@ -54,11 +53,11 @@ def record(key: str, command: str, value, path: Path = FIGURES, ran_on: str | No
         "value": value,
     }
     write_atomically(path, (json.dumps(figures, indent=1, sort_keys=True) + "\n").encode())
-    return path
 
 
 def record_result(key: str, module: str, argv: list[str], value) -> None:
-    print(f"recorded in {record(key, ' '.join(['python -m', module, *argv]), value)}")
+    record(key, " ".join(["python -m", module, *argv]), value)
+    print(f"recorded in {FIGURES}")
 
 
 def spans(values: list[float]) -> dict:
@@ -66,8 +65,6 @@ def spans(values: list[float]) -> dict:
 
 
 def comparison_figures(folder: Path) -> dict:
-    """compare.json's figures; from the runs' logs, each variant's first evaluation over seeds and
-    the range of steps where its training loss fell below 0.5."""
     saved = read_figures(folder / "compare.json")
     logs = {name: read_metrics(folder / name) for name in saved["runs"]}
     step0, collapse = {}, {}
@@ -89,7 +86,7 @@ def comparison_figures(folder: Path) -> dict:
 
 
 def comparison_key(config: str, value: dict) -> str:
-    """<config>-<N>seeds, then any changes other than ablations it trains ("char-3seeds-rope")."""
+    """<config>-<N>seeds, then its changes other than ablations: "char-3seeds-rope"."""
     trained = {name for variant in value["aggregate"] for name in removed(variant, config)}
     others = "".join(f"-{c.name}" for c in CHANGES if c.name in trained and c not in ABLATIONS)
     return f"{config}-{len(value['seeds'])}seeds{others}"
@@ -105,8 +102,6 @@ def comparison_command(config: str, value: dict) -> str:
 
 
 def ablation_figures(folder: Path) -> dict | None:
-    """Each run's inspect/ablation.json, and over the runs the closed fractions' intervals and the
-    range of each head alone and each layer whole."""
     runs = {}
     for path in sorted(folder.glob("*/inspect/ablation.json")):
         result = read_figures(path)
@@ -133,7 +128,7 @@ def sweep_figures(folder: Path) -> dict:
 
 
 def sweep_command(config: str, value: dict) -> str:
-    """The sweep.py command (--jobs aside: it changes no figure)."""
+    # --jobs aside: it changes no figure
     return (
         f"python sweep.py --config {config} --seeds {len(value['seeds'])} "
         f"--lrs {','.join(value['lrs'])} --variants {','.join(value['variants'].values())}"
@@ -141,7 +136,6 @@ def sweep_command(config: str, value: dict) -> str:
 
 
 def interval(values: list[float]) -> dict:
-    """Mean, sd, count and the 95% interval's ends (the mean itself with one value)."""
     s = half_interval(values)
     half = s.pop("half_width") or 0.0
     return s | {"low": s["mean"] - half, "high": s["mean"] + half}
@@ -158,10 +152,7 @@ def losses(context: dict) -> dict[str, float]:
 
 
 def context_figures(folder: Path, config: str) -> dict | None:
-    """score.py --contexts's results per variant over its seeds: at each context the loss and each
-    bucket's; along its longest context the loss per CURVE_BIN positions, mean, min and max; under
-    "differences", each variant minus each one before it, paired by seed."""
-    found: dict[str, dict[str, dict]] = {}  # variant -> seed -> contexts.json
+    found = {}  # variant -> seed -> contexts.json
     for path in sorted(folder.glob("*/contexts.json")):
         variant, seed = run_and_seed(path.parent.name)
         found.setdefault(variant, {})[seed] = read_figures(path)
@@ -172,30 +163,21 @@ def context_figures(folder: Path, config: str) -> dict | None:
     out: dict = {"block_size": first_run["block_size"], "differences": {}}
     for variant in order:
         runs = list(found[variant].values())
+        contexts = runs[0]["contexts"]
         entry = out[variant] = {"positions": runs[0]["positions"], "seeds": len(runs)}
-        for label, first in runs[0]["contexts"].items():
+        for label, first in contexts.items():
             scored = [losses(r["contexts"][label]) for r in runs]
-            entry[label] = {"length": first["length"]}
-            entry[label] |= {name: interval([s[name] for s in scored]) for name in scored[0]}
-        longest = list(runs[0]["contexts"])[-1]
+            entry[label] = {name: interval([s[name] for s in scored]) for name in scored[0]}
+            entry[label]["length"] = first["length"]
+        longest = list(contexts)[-1]
         by_position = [r["contexts"][longest]["by_position"] for r in runs]
-        bins = np.array(  # (seeds, bins)
-            [
-                [np.mean(p[i : i + CURVE_BIN]) for i in range(0, len(p), CURVE_BIN)]
-                for p in by_position
-            ]
-        )
-        entry["curve"] = {
-            "context": longest,
-            "bin": CURVE_BIN,
-            "first": list(range(0, bins.shape[1] * CURVE_BIN, CURVE_BIN)),
-            "mean": bins.mean(0).tolist(),
-            "min": bins.min(0).tolist(),
-            "max": bins.max(0).tolist(),
-        }
+        starts = range(0, len(by_position[0]), CURVE_BIN)
+        bins = np.array([[np.mean(p[i : i + CURVE_BIN]) for i in starts] for p in by_position])
+        entry["curve"] = {"context": longest, "bin": CURVE_BIN, "first": list(starts)}
+        entry["curve"] |= {end: getattr(bins, end)(0).tolist() for end in ("mean", "min", "max")}
         for reference in order[: order.index(variant)]:
             seeds = sorted(set(found[variant]) & set(found[reference]))
-            for label in runs[0]["contexts"]:
+            for label in contexts:
                 if not seeds or label not in found[reference][seeds[0]]["contexts"]:
                     continue
                 mine, theirs = (
@@ -211,7 +193,7 @@ def context_figures(folder: Path, config: str) -> dict | None:
 
 
 def factors_said(contexts: dict) -> str:
-    """The --contexts each variant was scored at: "0.5,1 for char; 0.5,1,2,4 for char-rope"."""
+    """The --contexts of each variant: "0.5,1 for char; 0.5,1,2,4 for char-rope"."""
     by_factors: dict[str, list[str]] = {}
     for name, entry in curves(contexts).items():
         lengths = lengths_of(entry).values()
@@ -224,25 +206,20 @@ def positions_title(config: str, contexts: dict) -> str:
     seeds = max(e["seeds"] for e in curves(contexts).values())
     return (
         f"{config}: the loss at each position of a window, trained at {contexts['block_size']} "
-        "tokens (score.py --contexts)\n"
-        f"mean over {seeds} seeds, band from the lowest to the highest, {CURVE_BIN} positions a "
-        "point"
+        f"tokens (score.py --contexts)\nmean over {seeds} seeds, band from the lowest to the "
+        f"highest, {CURVE_BIN} positions a point"
     )
 
 
 def holds(folder: Path, name: str) -> bool:
     path = folder / name
-    if not path.is_file():
-        return False
-    saved = read_json(path)
+    saved = read_json(path) if path.is_file() else {}
     if not isinstance(saved, dict):
         raise OutputError(f"{path} is not a JSON object; run its command again or move the folder")
     return "aggregate" in saved
 
 
 def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
-    """Store what runs_dir holds (comparisons, sweeps, the single runs named in quoted) and draw
-    their pictures into docs/; returns the keys recorded."""
     recorded = []
     for folder in sorted(runs_folder(runs_dir).iterdir()):
         if not folder.is_dir() or ".old-" in folder.name:
@@ -265,7 +242,6 @@ def record_runs(runs_dir: Path, quoted: set[str]) -> list[str]:
         elif holds(folder, "sweep.json"):
             key, value = f"{folder.name.removeprefix('sweep-')}-sweep", sweep_figures(folder)
             record(key, sweep_command(key.removesuffix("-sweep"), value), value)
-            # the picture docs/experiment.md shows
             shutil.copyfile(folder / "sweep.png", FIGURES.parent / f"{folder.name}.png")
         elif folder.name in quoted and (rows := evaluations(folder)):
             key = folder.name

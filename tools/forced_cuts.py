@@ -1,10 +1,6 @@
-"""How many GPT-2 ids the forced cuts of data/chunks.py change.
-
-Texts from Tiny Shakespeare with no safe place to cut are cut as preparation cuts them (make_tasks,
-`--chunk-chars` a task), each piece encoded alone, and the ids compared with the whole text's: a
-token of one not in the other at the same place differs. The texts: the play without whitespace (as
-CJK prose), its base64, its letters alone lower-cased (one pre-token, as DNA) and random ACGT.
-"""
+"""How many GPT-2 ids data/chunks.py's forced cuts change, on texts with no safe place to cut
+(Tiny Shakespeare without whitespace, as base64, as lower-case letters only; random ACGT): each
+piece encoded alone against the whole's ids."""
 
 import base64
 import random
@@ -29,55 +25,45 @@ LINE = (
 
 def texts() -> dict[str, str]:
     play = download_tiny_shakespeare(DEFAULT_CACHE_DIR).read_text(encoding="utf-8")
-    return {
-        "no_whitespace": re.sub(r"\s+", "", play),
-        "base64": base64.b64encode(play.encode()).decode(),
-        "letters_only": re.sub(r"[^a-z]", "", play.lower()),
-        "acgt": "".join(random.Random(0).choices("ACGT", k=len(play))),
-    }
+    return dict(
+        no_whitespace=re.sub(r"\s+", "", play),
+        base64=base64.b64encode(play.encode()).decode(),
+        letters_only=re.sub(r"[^a-z]", "", play.lower()),
+        acgt="".join(random.Random(0).choices("ACGT", k=len(play))),
+    )
 
 
 def placed(ids: list[int], lengths: np.ndarray) -> set[tuple[int, int]]:
-    """Each token as (its byte offset, its id)."""
     ends = np.cumsum(lengths[ids])
     return set(zip((ends - lengths[ids]).tolist(), ids, strict=True))
 
 
 def measure(text: str, chunk_chars: int, tokenizer: GPT2Tokenizer, lengths: np.ndarray) -> dict:
-    stream = (
-        ("train", text[i : i + chunk_chars], i == 0, False)
-        for i in range(0, len(text), chunk_chars)
-    )
+    starts = range(0, len(text), chunk_chars)
+    stream = (("train", text[i : i + chunk_chars], i == 0, False) for i in starts)
     pieces = [piece for _, task, _ in make_tasks(stream, chunk_chars) for piece, _ in task]
     whole = tokenizer.encode(text)
     cut = [i for piece in pieces for i in tokenizer.encode(piece)]
     a, b = placed(whole, lengths), placed(cut, lengths)
     cuts = np.cumsum([len(piece.encode()) for piece in pieces])[:-1]
-    # the cut nearest each differing token
-    changing = {int(np.abs(cuts - offset).argmin()) for offset, _ in a ^ b}
-    return {
-        "chars": len(text),
-        "cuts": len(cuts),
-        "cuts_changing_ids": len(changing),
-        "tokens_whole": len(whole),
-        "tokens_cut": len(cut),
-        "differ_whole": len(a - b),
-        "differ_cut": len(b - a),
-        "differ_per_cut": len(b - a) / max(1, len(cuts)),
-    }
+    changing = {int(np.abs(cuts - offset).argmin()) for offset, _ in a ^ b}  # nearest cuts
+    return dict(
+        chars=len(text),
+        cuts=len(cuts),
+        cuts_changing_ids=len(changing),
+        tokens_whole=len(whole),
+        tokens_cut=len(cut),
+        differ_whole=len(a - b),
+        differ_cut=len(b - a),
+        differ_per_cut=len(b - a) / max(1, len(cuts)),
+    )
 
 
 def main(argv: list[str]) -> dict:
     parser = OneLineParser(__doc__)
-    parser.add_argument(
-        "--chunk-chars",
-        type=positive_int,
-        default=FORCED_CHARS,
-        help="characters a task (default: a forced piece)",
-    )
-    parser.add_argument(
-        "--record", action="store_true", help="write the result into docs/figures.json"
-    )
+    add = parser.add_argument
+    add("--chunk-chars", type=positive_int, default=FORCED_CHARS, help="(default: a forced piece)")
+    add("--record", action="store_true", help="write it into docs/figures.json")
     args = parser.parse_args(argv)
     tokenizer = GPT2Tokenizer()
     lengths = np.array(

@@ -1,9 +1,5 @@
-"""docs/transformer-lens.md's Python, run as the page shows it: python -m tools.lens_page
-
-The page's Python blocks run in order, in one namespace, from the repository root, on
-runs/char-no-mask. What they print is printed, and the figures the page quotes are recorded in
-docs/figures.json (lens-char-no-mask); `python -m tools.docs_figures` writes them into the page.
-"""
+"""Runs docs/transformer-lens.md's Python blocks in order on runs/char-no-mask and records the
+figures the page quotes in docs/figures.json."""
 
 import contextlib
 import re
@@ -24,7 +20,6 @@ RUN, TRAIN = "runs/char-no-mask", "python train.py --config char --no-mask"
 
 
 def run_page(folder: Path) -> dict:
-    """The namespace the page's ```python blocks leave, run in folder (where its runs/ is)."""
     text = PAGE.read_text(encoding="utf-8")
     code = "\n\n".join(re.findall(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL))
     namespace = {"__name__": "__page__"}
@@ -47,11 +42,8 @@ def figures_of(namespace: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     OneLineParser(__doc__).parse_args(argv)
-    if not (ROOT / RUN / "ckpt.pt").is_file():  # the page names its run itself: no --run to give
-        raise ConfigError(
-            f"no checkpoint at {RUN}/ckpt.pt, the run the page's Python reads; train it first: "
-            + TRAIN
-        )
+    if not (ROOT / RUN / "ckpt.pt").is_file():  # the page names its run: no --run to give
+        raise ConfigError(f"no {RUN}/ckpt.pt, which the page reads; train it: {TRAIN}")
     try:
         import_lens()
     except LensError as e:
@@ -61,9 +53,7 @@ def main(argv: list[str]) -> int:
         f"python -m tools.lens_page (the page's Python on {RUN}: {TRAIN})",
         figures_of(run_page(ROOT)),
     )
-    print(
-        f"recorded {KEY} in {FIGURES}; python -m tools.docs_figures writes it into docs/{PAGE.name}"
-    )
+    print(f"recorded {KEY} in {FIGURES}; python -m tools.docs_figures writes it into the page")
     return 0
 
 

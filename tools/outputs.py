@@ -1,5 +1,5 @@
-"""The outputs the docs show: what each command prints on a recorded run (one torch thread), kept in
-docs/figures.json and shown in the first ```text fence after the command on its page."""
+"""What the docs show each command print on a recorded run (one torch thread): kept in
+docs/figures.json, shown in the first ```text fence after the command."""
 
 import json
 import os
@@ -21,49 +21,38 @@ FENCE = re.compile(r"^```text\n(.*?)\n?^```", re.MULTILINE | re.DOTALL)
 
 @dataclass(frozen=True)
 class Output:
-    key: str  # its entry in docs/figures.json
-    doc: str | None  # the page that shows it; None: only figures of it are quoted (--json)
+    key: str  # in docs/figures.json
+    doc: str | None  # the page showing it; None: only its figures are quoted
     command: str  # as the page writes it
-    run: str  # the run it reads, under runs/
-    lines: int = 0  # the page shows the command stopped early (Ctrl-C): its first lines only
-    body: bool = False  # the text without its "# <checkpoint> ..." line and the newlines after it
-    stderr: bool = False  # stderr first: a note the command prints there
+    run: str = "char"  # under runs/
+    lines: int = 0  # stopped as by Ctrl-C after this many lines
+    body: bool = False  # less its "# <checkpoint> ..." line and the newlines after it
+    stderr: bool = False  # stderr first
     files: tuple[tuple[str, str], ...] = ()  # (name, text): files it reads, named as the page does
 
 
 SAMPLE, SAMPLING = "python sample.py --run char", "docs/sampling.md"
+ROMEO = f'{SAMPLE} --prompt "ROMEO:" --max-new-tokens 150'
 OUTPUTS = [
-    Output("output-char-sample", "README.md", f"{SAMPLE} --max-new-tokens 300", "char", body=True),
+    Output("output-char-sample", "README.md", f"{SAMPLE} --max-new-tokens 300", body=True),
     Output(
         "output-char-stopped",
         SAMPLING,
         f'{SAMPLE} --prompt "JULIET:" --max-new-tokens 100000',
-        "char",
         lines=6,
     ),
-    Output(
-        "output-char-greedy",
-        SAMPLING,
-        f'{SAMPLE} --prompt "ROMEO:" --max-new-tokens 150 --temperature 0',
-        "char",
-    ),
-    Output(
-        "output-char-top-p",
-        SAMPLING,
-        f'{SAMPLE} --prompt "ROMEO:" --max-new-tokens 150 --top-p 0.9 --num-samples 2',
-        "char",
-    ),
+    Output("output-char-greedy", SAMPLING, f"{ROMEO} --temperature 0"),
+    Output("output-char-top-p", SAMPLING, f"{ROMEO} --top-p 0.9 --num-samples 2"),
     Output(
         "output-char-prompt-file",
         SAMPLING,
         f"{SAMPLE} --prompt-file prompt.txt --max-new-tokens 80 --temperature 0.6",
-        "char",
         files=(("prompt.txt", "KING RICHARD II:\nNow is the"),),
     ),
     Output(
         "output-base-sample", SAMPLING, "python sample.py --max-new-tokens 100", "base", body=True
     ),
-    Output("output-char-score", SAMPLING, "python score.py --run char --top 5", "char"),
+    Output("output-char-score", SAMPLING, "python score.py --run char --top 5"),
     Output(
         "output-char-no-mask-score",
         SAMPLING,
@@ -71,9 +60,7 @@ OUTPUTS = [
         "char-no-mask",
         stderr=True,
     ),
-    Output(
-        "output-char-score-stride", None, "python score.py --run char --stride 128 --json", "char"
-    ),
+    Output("output-char-score-stride", None, "python score.py --run char --stride 128 --json"),
 ]
 
 
@@ -90,33 +77,35 @@ def described(output: Output) -> str:
 
 
 def run_output(output: Output, runs_dir: Path, timeout: float = 7200) -> str:
-    argv = shlex.split(output.command)
+    argv = shlex.split(output.command)[1:]
     with tempfile.TemporaryDirectory() as scratch:
         for name, text in output.files:
             (Path(scratch) / name).write_text(text, encoding="utf-8")
             argv = [str(Path(scratch) / name) if arg == name else arg for arg in argv]
         if runs_dir.resolve() != (ROOT / "runs").resolve():
             argv += ["--runs-dir", str(runs_dir)]
-        command = [sys.executable, *argv[1:]]
-        how = {"cwd": ROOT, "env": {**os.environ, "OMP_NUM_THREADS": "1"}, "text": True}
-        if output.lines:  # read its first lines, then stop it as Ctrl-C would
-            pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-            with subprocess.Popen(command, **pipes, **how) as proc:
-                shown = [proc.stdout.readline() for _ in range(output.lines)]
-                proc.send_signal(signal.SIGINT)
-                proc.communicate(timeout=timeout)
-            if not shown[-1].endswith("\n"):
-                raise RuntimeError(
-                    f"{output.command} printed fewer than {output.lines} lines "
-                    f"(exit code {proc.returncode})"
-                )
-            return "".join(shown).removesuffix("\n")
-        proc = subprocess.run(command, capture_output=True, timeout=timeout, **how)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        pipe = subprocess.PIPE
+        with subprocess.Popen(
+            [sys.executable, *argv], cwd=ROOT, env=env, text=True, stdout=pipe, stderr=pipe
+        ) as proc:
+            shown = [proc.stdout.readline() for _ in range(output.lines)]
+            if output.lines:
+                proc.send_signal(signal.SIGINT)  # as Ctrl-C stops it
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+    if output.lines:
+        if not shown[-1].endswith("\n"):
+            raise RuntimeError(
+                f"{output.command} printed under {output.lines} lines (exit {proc.returncode})"
+            )
+        return "".join(shown).removesuffix("\n")
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"{output.command} exits with {proc.returncode}: {proc.stderr.strip()[-500:]}"
-        )
-    text = (proc.stderr if output.stderr else "") + proc.stdout.removesuffix("\n")
+        raise RuntimeError(f"{output.command} exits with {proc.returncode}: {err.strip()[-500:]}")
+    text = (err if output.stderr else "") + out.removesuffix("\n")
     if output.body:
         text = text.split("\n", 1)[1].lstrip("\n")
     return text
@@ -125,43 +114,32 @@ def run_output(output: Output, runs_dir: Path, timeout: float = 7200) -> str:
 def runs_folder(runs_dir: Path) -> Path:
     if not runs_dir.is_dir():
         what = "a file" if runs_dir.exists() else "not there"
-        raise ConfigError(
-            f"--runs-dir {runs_dir} is {what}; give the folder that holds the runs "
-            "(python train.py writes them in runs/)"
-        )
+        raise ConfigError(f"--runs-dir {runs_dir} is {what}; give the runs' folder (runs/)")
     return runs_dir
 
 
-def run_state(run: str, runs_dir: Path) -> dict:
-    rows = evaluations(runs_folder(runs_dir) / run)
-    if not rows:
-        raise ConfigError(
-            f"--runs-dir {runs_dir} holds no run {run} with an evaluation in its metrics.jsonl; "
-            "train it there first"
-        )
-    return {"step": rows[-1]["step"], "loss/val": rows[-1]["loss/val"]}
-
-
 def record_output(output: Output, runs_dir: Path) -> dict:
-    """The run's state, the text, the CPU seconds (what a loaded machine stretches least), and the
-    object a --json command prints."""
     import resource  # Unix only
 
-    state = run_state(output.run, runs_dir)  # first: a run not there is one line
+    rows = evaluations(runs_folder(runs_dir) / output.run)  # first: a run not there is one line
+    if not rows:
+        raise ConfigError(
+            f"--runs-dir {runs_dir} holds no run {output.run} with an evaluation; train it first"
+        )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = run_output(output, runs_dir)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    state = {"step": rows[-1]["step"], "loss/val": rows[-1]["loss/val"]}
     value = {"run": output.run, **state, "text": text, "cpu_s": cpu_s}
     if "--json" in shlex.split(output.command):
         value["json"] = json.loads(text)
     return value
 
 
-def check_outputs(figures: dict, runs_dir: Path, keys: list[str] | None = None) -> list[str]:
-    """Each output that the commands no longer print as docs/figures.json holds it."""
+def check_outputs(figures: dict, runs_dir: Path, keys: list[str]) -> list[str]:
     problems = []
-    for output in [o for o in OUTPUTS if keys is None or o.key in keys]:
+    for output in [o for o in OUTPUTS if o.key in keys]:
         recorded, now = figures[output.key]["value"], record_output(output, runs_dir)
         if differs := [k for k in ("run", "step", "loss/val", "text") if recorded[k] != now[k]]:
             problems.append(
@@ -172,43 +150,33 @@ def check_outputs(figures: dict, runs_dir: Path, keys: list[str] | None = None) 
 
 
 def fence_after(text: str, command: str) -> tuple[int, int] | None:
-    """Where the first ```text fence after command holds its text, (start, end); None without."""
     found = re.search(r"\s+".join(re.escape(word) for word in command.split()), text)
     fence = found and FENCE.search(text, found.end())
     return (fence.start(1), fence.end(1)) if fence else None
 
 
 def render_outputs(figures: dict, texts: dict[str, str]) -> list[str]:
-    """Put each recorded output into its page (texts, changed in place); returns what differed and
-    each output recorded on another run than the one the pages' figures come from."""
+    """Puts each output into its page in texts; returns what differed."""
     problems = []
     for output in OUTPUTS:
         if output.key not in figures:
-            problems.append(
-                f"docs/figures.json holds no {output.key}: "
-                f"record it (--record-outputs --outputs {output.key})"
-            )
+            problems.append(f"docs/figures.json holds no {output.key}: --record-outputs it")
             continue
         value = figures[output.key]["value"]
         run = figures.get(output.run, {}).get("value", {}).get("last", {})
         if (value["step"], value["loss/val"]) != (run.get("step"), run.get("loss/val")):
             problems.append(
                 f"{output.key} was recorded on a {output.run} run (step {value['step']}, "
-                f"val {value['loss/val']:.4f}) other than the one docs/figures.json's {output.run} "
-                "holds; record the outputs again (--record-outputs)"
+                f"val {value['loss/val']:.4f}) other than"
+                " docs/figures.json's; --record-outputs again"
             )
         if output.doc is None:
             continue
         text = texts[output.doc]
         where = fence_after(text, output.command)
         if where is None:
-            problems.append(
-                f"{output.doc} no longer shows `{output.command}` followed by a ```text fence"
-            )
+            problems.append(f"{output.doc} shows no `{output.command}` then a ```text fence")
         elif text[where[0] : where[1]] != value["text"]:
-            problems.append(
-                f"{output.doc}: the output of `{output.command}` differs from "
-                f"docs/figures.json's {output.key}"
-            )
+            problems.append(f"{output.doc}: `{output.command}` differs from {output.key}")
             texts[output.doc] = text[: where[0]] + value["text"] + text[where[1] :]
     return problems

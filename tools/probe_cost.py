@@ -1,7 +1,5 @@
 """What the probe costs a whole run, from `bench.py --whole-run --json` reports (python -m
-tools.docs_figures --probe-cost KEY REPORT...). Each report is checked whole first, so a bad one is
-one line naming the file and the field, never a traceback.
-"""
+tools.docs_figures --probe-cost KEY REPORT...)."""
 
 import math
 import statistics
@@ -11,18 +9,16 @@ from configs import ConfigError
 from harness.folders import read_json
 from tools.figures import FIGURES, record
 
-WRITE_ONE = "python bench.py --config char --whole-run --json > REPORT writes one"
 TIMES = ("calls", "wall_s", "cpu_s")  # each phase's
 
 
 def is_number(value, least: float = 0.0) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and least <= value < math.inf
-    )
+    return type(value) in (int, float) and least <= value < math.inf  # JSON's numbers, no bool
 
 
-def what_is_wrong(report) -> str | None:
-    """Why report is not a whole report; None when it is one."""
+def what_is_wrong(path: Path, report) -> str | None:
+    if not path.is_file():
+        return "is a folder" if path.is_dir() else "is not there"
     if report is None:
         return "is not JSON (or cannot be read)"
     if not isinstance(report, dict):
@@ -42,21 +38,6 @@ def what_is_wrong(report) -> str | None:
         isinstance(p, dict) and all(is_number(p.get(key)) for key in TIMES) for p in phases.values()
     ):
         return f"has no 'phases', each with its {', '.join(TIMES)}"
-    return None
-
-
-def read_report(path: str) -> dict:
-    where = Path(path)
-    if not where.is_file():
-        kind = "a folder" if where.is_dir() else "not there"
-        raise ConfigError(f"--probe-cost: {path} is {kind}, not a report; {WRITE_ONE}")
-    report = read_json(where)
-    if wrong := what_is_wrong(report):
-        raise ConfigError(
-            f"--probe-cost: {path} {wrong}, so it is not a bench.py --whole-run --json report; "
-            + WRITE_ONE
-        )
-    return report
 
 
 def record_probe_cost(key: str, *reports: str) -> str:
@@ -65,27 +46,26 @@ def record_probe_cost(key: str, *reports: str) -> str:
             "--probe-cost takes the name to record under first (probe-cost-char), then the "
             f"reports; got the file {key}"
         )
-    runs = [read_report(path) for path in reports]
+    runs = [read_json(path) for path in reports]
+    for path, report in zip(reports, runs, strict=True):
+        if wrong := what_is_wrong(Path(path), report):
+            raise ConfigError(
+                f"--probe-cost: {path} {wrong}, not a report of python bench.py --config char "
+                "--whole-run --json > REPORT"
+            )
     value = probe_cost(runs)
     ran_on = {
         f"{r['machine']}, {r['torch_threads']} torch threads, torch {r['torch_version']}"
         for r in runs
     }
-    record(
-        key,
-        "bench.py --whole-run --json, with the probe and without, in turns: "
-        + "; ".join(value["commands"]),
-        value,
-        ran_on="; ".join(sorted(ran_on)),
-    )
+    commands = "; ".join(value["commands"])
+    said = f"bench.py --whole-run --json, with the probe and without, in turns: {commands}"
+    record(key, said, value, ran_on="; ".join(sorted(ran_on)))
     most = max(value["wall_share"])
     return f"recorded {key} in {FIGURES}: the probe took {most:.1%} of a run's wall time at most"
 
 
 def probe_cost(reports: list[dict]) -> dict:
-    """Per run with the probe, its "probe: ..." phase's share of the run's wall and CPU time; the
-    median times with it and without (--train.probes=0), their ratio, and each run's final val.
-    """
     probed = [
         r
         for r in reports

@@ -1,11 +1,6 @@
-"""QK-norm with and without a learned gain, over seeds.
-
-OLMo 2 and Qwen 3 multiply normalised queries and keys by a learned weight per head dimension,
-starting at 1; ours has none. At each rate (default: train.lr and ten times it) and seed this trains
-`python train.py --qk-norm` and the same with the gain into <runs-dir>/qk-gain-<config>/, paired
-(the same initialisation and batches), and prints each one's final val loss, score spread and
-largest score.
-"""
+"""QK-norm with and without the learned gain per head dimension of OLMo 2 and Qwen 3 (ours has
+none): `train.py --qk-norm` both ways at each rate and seed, into <runs-dir>/qk-gain-<config>/;
+prints the final val loss, score spread and largest score, paired by seed."""
 
 import contextlib
 import runpy
@@ -33,8 +28,7 @@ QK_NORM = next(c for c in CURES if c.field == "qk_norm")
 
 @contextlib.contextmanager
 def learned_gain():
-    """Every MultiHead built inside multiplies its normalised queries and keys by q_gain and k_gain
-    (D,), starting at ones."""
+    """Every MultiHead built inside multiplies its normalised q and k by q_gain and k_gain."""
     build, split = MultiHead.__init__, MultiHead.split_heads
 
     def __init__(self, n_embd, n_head, *args, **kwargs):
@@ -56,10 +50,10 @@ def learned_gain():
 
 
 def measure(cfg, config_name: str, overrides: list, n_seeds: int, lrs: list[float]) -> dict | int:
-    """{rate: {"none": intervals, "gain": intervals, "gain_minus_none": differences}}, or the exit
-    code of a run that failed or was stopped."""
+    """{rate: {"none": ..., "gain": ..., "gain_minus_none": ...}}, or a failed run's exit code."""
     folder = Path(cfg.train.runs_dir) / f"qk-gain-{cfg.name}"
     programs = {"none": [str(TRAIN_PY)], "gain": ["-m", "tools.qk_gain", "--train"]}
+    given = ["--config", config_name, *(f"--{k}={v}" for k, v in overrides), QK_NORM.flag]
     out = {}
     with Children() as children:
         for lr in lrs:
@@ -68,8 +62,7 @@ def measure(cfg, config_name: str, overrides: list, n_seeds: int, lrs: list[floa
                 for kind, program in programs.items():
                     gain = "-gain" if kind == "gain" else ""
                     name = f"{cfg.name}-{QK_NORM.name}{gain}-lr{rate_name(lr)}-s{seed}"
-                    argv = ["--config", config_name, *(f"--{k}={v}" for k, v in overrides)]
-                    argv += [QK_NORM.flag, f"--train.lr={lr}", f"--train.seed={seed}"]
+                    argv = [*given, f"--train.lr={lr}", f"--train.seed={seed}"]
                     argv += [f"--train.runs_dir={folder}", f"--train.run_name={name}"]
                     print(f"$ python {' '.join([*program, *argv])}", flush=True)
                     code = children.run([sys.executable, *program, *argv])
@@ -88,11 +81,7 @@ def measure(cfg, config_name: str, overrides: list, n_seeds: int, lrs: list[floa
 
 def main(argv: list[str]) -> dict | int:
     args, cfg = parse_seeded(
-        __doc__,
-        argv,
-        "--lrs",
-        type=learning_rates,
-        help="the learning rates (default: the preset's train.lr and ten times it)",
+        __doc__, argv, "--lrs", type=learning_rates, help="default: train.lr and ten times it"
     )
     lrs = args.lrs or [cfg.train.lr, float(rate_name(cfg.train.lr * 10))]
     result = measure(cfg, args.config_name, args.overrides, args.seeds, lrs)
@@ -116,9 +105,8 @@ def main(argv: list[str]) -> dict | int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--train"]:  # one run with the gain, started by measure()
+    if sys.argv[1:2] == ["--train"]:  # measure() starts each run with the gain so
         sys.argv = [str(TRAIN_PY), *sys.argv[2:]]
-        with learned_gain():
-            # ends the process with train.py's exit code
+        with learned_gain():  # train.py ends the process with its exit code
             runpy.run_path(str(TRAIN_PY), run_name="__main__")
     sys.exit(run_command(main, sys.argv[1:]))

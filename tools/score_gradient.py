@@ -1,9 +1,5 @@
-"""What the softmax passes back to the attention scores, with and without the scale, over seeds.
-
-model.gradients.score_gradients on the preset's model at step 0, with the scale and without, on the
-same batches; and on the checkpoints of `python compare.py` in <runs-dir>/compare-<config>/ where
-they exist. Each line is a ratio's mean over seeds.
-"""
+"""What the softmax passes back to the attention scores, with and without the scale: the ratios'
+means over seeds at step 0 and on compare.py's checkpoints in <runs-dir>/compare-<config>/."""
 
 import dataclasses
 import math
@@ -16,9 +12,9 @@ import torch
 from configs import Config
 from data.batches import get_batch
 from data.corpus import load_corpus
-from harness.arguments import positive_int, seed_count
+from harness.arguments import positive_int
 from harness.cli import OneLineParser, run_command
-from harness.experiments.comparison import check_seed_range, plan_runs
+from harness.experiments.comparison import add_seeds, check_seed_range, plan_runs
 from harness.experiments.stats import half_width, spread
 from harness.training.checkpoints import load_model
 from model import GPT
@@ -28,74 +24,53 @@ from tools.tables import REMOVES
 
 
 def parse_seeded(doc: str, argv: list[str], flag: str, **kwargs):
-    """--seeds, `flag`, --record and the preset, for this tool and tools/qk_gain.py."""
     parser = OneLineParser(doc, config="char")
-    parser.add_argument(
-        "--seeds",
-        type=seed_count,
-        default=3,
-        help="seeds train.seed + 0..N-1 (default 3; an interval needs 2)",
-    )
+    add_seeds(parser, 3, "variant (an interval needs 2)")
     parser.add_argument(flag, **kwargs)
-    parser.add_argument(
-        "--record", action="store_true", help="write the result into docs/figures.json"
-    )
+    parser.add_argument("--record", action="store_true", help="write it into docs/figures.json")
     args, cfg = parser.parse_with_config(argv)
     check_seed_range(cfg, args.seeds)
     return args, cfg
 
 
 def mean_gradients(model: GPT, batches: list) -> dict[str, float]:
-    """score_gradients averaged over batches, NaN (no saturated row) left out."""
+    # NaN: a batch with no saturated row
     rows = [score_gradients(model, x, y) for x, y in batches]
-    means = {}
-    for key in rows[0]:
-        values = [row[key] for row in rows if not math.isnan(row[key])]
-        means[key] = statistics.fmean(values) if values else math.nan
-    return means
+    kept = {key: [row[key] for row in rows if not math.isnan(row[key])] for key in rows[0]}
+    return {key: statistics.fmean(values) if values else math.nan for key, values in kept.items()}
 
 
 def lines(scaled: list[dict], unscaled: list[dict]) -> list[dict]:
-    """Each ratio per seed, its mean and 95% interval (None with one seed); NaN when a seed has no
-    saturated rows."""
+    saturated = "saturated/other row's score_grad, without the scale"
     wanted = (
         ("score_grad without/with the scale", "score_grad", scaled, "score_grad"),
         ("qk_grad without/with the scale", "qk_grad", scaled, "qk_grad"),
-        (
-            "saturated/other row's score_grad, without the scale",
-            "saturated_row_grad",
-            unscaled,
-            "other_row_grad",
-        ),
+        (saturated, "saturated_row_grad", unscaled, "other_row_grad"),
     )
     out = []
     for name, top, bottoms, bottom in wanted:
         ratios = [a[top] / b[bottom] for a, b in zip(unscaled, bottoms, strict=True)]
-        mean, low, high = math.nan, None, None
+        line = {"ratio": name, "per_seed": ratios, "mean": math.nan, "low": None, "high": None}
         if not any(map(math.isnan, ratios)):
-            mean = statistics.fmean(ratios)
+            line["mean"] = statistics.fmean(ratios)
             half = half_width(spread(ratios))
             if half is not None:
-                low, high = mean - half, mean + half
-        out.append({"ratio": name, "per_seed": ratios, "mean": mean, "low": low, "high": high})
+                line["low"], line["high"] = line["mean"] - half, line["mean"] + half
+        out.append(line)
     return out
 
 
 def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
-    """{"init": ratio lines, "end": the same of compare.py's checkpoints where they exist}."""
     corpus = load_corpus(cfg.data)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.tokenizer.vocab_size)
     cfg = dataclasses.replace(cfg, model=model_cfg)
-    # (with the scale, without) per seed
     runs = plan_runs(cfg, runs_dir / f"compare-{cfg.name}", n_seeds, [REMOVES["scaled"]]).values()
     B, T = cfg.train.batch_size, cfg.model.block_size
-    found = {"init": ([], []), "end": ([], [])}  # each seed's means, with the scale and without
+    found = {"init": ([], []), "end": ([], [])}  # with the scale, without
     val_gen = torch.Generator().manual_seed(0)
-    # the same for every run
     val_batches = [get_batch(corpus.val, B, T, val_gen) for _ in range(n_batches)]
     for pair in zip(*runs, strict=True):
         gen = torch.Generator().manual_seed(pair[0].train.seed)
-        # this seed's first training batches
         batches = [get_batch(corpus.train, B, T, gen) for _ in range(n_batches)]
         ends = [run.run_dir / "ckpt.pt" for run in pair]
         for side, run in enumerate(pair):
@@ -110,12 +85,7 @@ def measure(cfg: Config, n_seeds: int, n_batches: int, runs_dir: Path) -> dict:
 
 def main(argv: list[str]) -> dict:
     args, cfg = parse_seeded(
-        __doc__,
-        argv,
-        "--batches",
-        type=positive_int,
-        default=4,
-        help="batches per seed and variant (default 4)",
+        __doc__, argv, "--batches", type=positive_int, default=4, help="per seed and run, default 4"
     )
     result = measure(cfg, args.seeds, args.batches, Path(cfg.train.runs_dir))
     ratios = "mean of the per-seed ratios"

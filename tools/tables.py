@@ -1,23 +1,21 @@
-"""The Markdown tables of README.md and docs/, rendered from docs/figures.json alone; a doc names
-its table's function here in a comment `table: NAME` above it."""
+"""The Markdown tables of README.md and docs/ from docs/figures.json: a comment `table: NAME`
+above a table names its function here."""
 
 import re
 
-from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table
+from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table, markdown_table
 from harness.experiments.sweep import COLUMNS as SWEEP_COLUMNS
 from harness.experiments.sweep import format_sweep
 from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_changes, variant_order
 
-COMPARISONS = ("char-3seeds", "base-3seeds")  # the comparisons README's table shows, in its order
-SWEEPS = ("char-sweep",)  # their cures at the preset's rate join the tables of their config
-MORE_ROWS = ("char-3seeds-rope",)  # comparisons whose other variants README's table shows too
+COMPARISONS = ("char-3seeds", "base-3seeds")  # README's table's, in its order
+SWEEPS = ("char-sweep",)  # their cures at the preset's rate join their config's tables
+MORE_ROWS = ("char-3seeds-rope",)  # whose other variants README's table shows too
 ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")
 HEADERS = {tag: header for header, tag, _ in COLUMNS}
-ORDER_HEADER = " | ".join(HEADERS[tag] for tag in ORDER_COLUMNS)
-# a change's value as a run name spells it ({:g}: 50, 1.5, 1e+06)
-NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"
-# the ablation that turns each switch off: REMOVES["causal"] is no-mask
-REMOVES = {a.field: a.name for a in ABLATIONS}
+ORDER_HEADERS = [HEADERS[tag] for tag in ORDER_COLUMNS]
+NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"  # as {:g} spells a change's value
+REMOVES = {a.field: a.name for a in ABLATIONS}  # REMOVES["causal"] is no-mask
 
 
 def removed(variant: str, config: str) -> tuple[str, ...]:
@@ -36,8 +34,7 @@ def removed(variant: str, config: str) -> tuple[str, ...]:
 
 
 def in_table_order(names, config: str) -> list[str]:
-    """Variant names (or differences' labels, "a − b" after a) as compare.py orders them, not as
-    docs/figures.json sorts its keys."""
+    """Variant names (or "a − b" labels, after a) as compare.py orders them."""
 
     def key(label: str) -> tuple:
         variant, _, reference = label.partition(f" {MINUS} ")
@@ -47,20 +44,9 @@ def in_table_order(names, config: str) -> list[str]:
     return sorted(names, key=key)
 
 
-def markdown(header: str, rows: list, left: int = 1) -> str:
-    """A table under header ("a | b | c"), its first `left` columns left-aligned, the others
-    right-aligned numbers."""
-    rule = "|" + "---|" * left + "---:|" * (header.count(" | ") + 1 - left)
-    return "\n".join([f"| {header} |", rule, *(f"| {' | '.join(cells)} |" for cells in rows)])
-
-
-def config_of(key: str) -> str:
-    """The preset of a comparison: char for char-3seeds and char-3seeds-rope."""
-    return re.fullmatch(r"(.+?)-\d+seeds(?:-.+)?", key)[1]
-
-
 def comparisons(figures: dict, more: tuple = ()) -> list[tuple[str, dict]]:
-    return [(config_of(key), figures[key]["value"]) for key in COMPARISONS + more]
+    keys = COMPARISONS + more
+    return [(re.fullmatch(r"(.+?)-\d+seeds(-.+)?", k)[1], figures[k]["value"]) for k in keys]
 
 
 def sweep_of(figures: dict, config: str) -> dict:
@@ -68,7 +54,6 @@ def sweep_of(figures: dict, config: str) -> dict:
 
 
 def cured(figures: dict, config: str) -> dict[str, str]:
-    """The sweep's variants that apply a cure, with their --variants spelling ("qk-norm")."""
     spelled = sweep_of(figures, config).get("variants", {})
     return {
         variant: name
@@ -77,15 +62,10 @@ def cured(figures: dict, config: str) -> dict[str, str]:
     }
 
 
-def cell(difference: dict) -> str:
-    half = difference.get("half_width") or 0.0
-    low = difference.get("low", difference["mean"] - half)
-    high = difference.get("high", difference["mean"] + half)
-    return f"{difference['mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
-
-
-def interval_cell(s: dict) -> str:
-    return f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
+def cell(d: dict, sign: str = "+") -> str:
+    half = d.get("half_width") or 0.0
+    low, high = d.get("low", d["mean"] - half), d.get("high", d["mean"] + half)
+    return f"{d['mean']:{sign}.3f} [{low:{sign}.3f}, {high:{sign}.3f}]"
 
 
 def spread_cell(s: dict) -> str:
@@ -93,9 +73,9 @@ def spread_cell(s: dict) -> str:
 
 
 def readme_table(figures: dict) -> str:
-    """README's table: the preset and each change alone, mean ± sd over seeds (no wall time: it is
-    the machine's); a cure alone comes from the sweep's runs at the preset's rate."""
-    shown: dict[str, dict[str, dict]] = {}  # config -> variant -> its aggregate, the first found
+    """The preset and each change alone (no wall time: it is the machine's), a cure alone from the
+    sweep at the preset's rate."""
+    shown = {}  # config -> variant -> the first aggregate found
     for config, value in comparisons(figures, MORE_ROWS):
         for variant, stats in value["aggregate"].items():
             if len(removed(variant, config)) <= 1:
@@ -104,22 +84,18 @@ def readme_table(figures: dict) -> str:
             if JOIN not in spelled:
                 preset = sweep_of(figures, config)["preset"]["aggregate"]
                 shown[config].setdefault(variant, preset[variant])
-    rows = {}
-    for config, variants in shown.items():
-        for variant in in_table_order(variants, config):
-            rows[variant] = {
-                tag: None if s is None else Spread(s["mean"], s["std"], s["n"])
-                for tag, s in variants[variant].items()
-            }
+    rows = {
+        variant: {tag: None if s is None else Spread(**s) for tag, s in variants[variant].items()}
+        for config, variants in shown.items()
+        for variant in in_table_order(variants, config)
+    }
     measured = [c for c in COLUMNS if c[1] != "wall_s" and any(r.get(c[1]) for r in rows.values())]
     return format_table(rows, measured)
 
 
 def differences_table(figures: dict) -> str:
-    """No mask and no scale minus the preset, then the sweep's cures at the preset's rate, paired by
-    seed, mean [95% interval]."""
     tags = ("loss/val", "loss/val_honest", "attn/entropy", "attn/saturated_frac")
-    lines = []
+    lines = [["variant", "val", "val honest", "entropy", "saturated"]]
     alone = ((REMOVES["causal"],), (REMOVES["scaled"],))
     for config, value in comparisons(figures):
         rows = [
@@ -135,11 +111,10 @@ def differences_table(figures: dict) -> str:
         ]
         for label, source in rows:
             lines.append([label, *(cell(source["differences"][label][t]) for t in tags)])
-    return markdown("variant | val | val honest | entropy | saturated", lines)
+    return markdown_table(lines)
 
 
 def sweep_table(figures: dict) -> str:
-    """Per learning rate and variant, at the end of training, mean ± the 95% half width."""
     value, config = figures[SWEEPS[0]]["value"], SWEEPS[0].rsplit("-", 1)[0]
     return format_sweep(
         value,
@@ -154,18 +129,16 @@ def order_variants(config: str) -> list[str]:
 
 
 def order_table(figures: dict) -> str:
-    """With and without positions and the mask, mean ± sd."""
     rows = [
         [variant, *(spread_cell(value["aggregate"][variant][t]) for t in ORDER_COLUMNS)]
         for config, value in comparisons(figures)
         for variant in order_variants(config)
     ]
-    return markdown(f"run | {ORDER_HEADER}", rows)
+    return markdown_table([["run", *ORDER_HEADERS], *rows])
 
 
 def order_differences_table(figures: dict) -> str:
-    """What the positions change, with the mask and without it, paired by seed."""
-    rows = []
+    rows = [["difference", *ORDER_HEADERS]]
     for config, value in comparisons(figures):
         base, no_pos, no_mask, neither = order_variants(config)
         for label, shown in (
@@ -174,55 +147,48 @@ def order_differences_table(figures: dict) -> str:
         ):
             differences = value["differences"][label]
             rows.append([shown, *(cell(differences[t]) for t in ORDER_COLUMNS)])
-    return markdown(f"difference | {ORDER_HEADER}", rows)
+    return markdown_table(rows)
 
 
 def ablation_table(figures: dict) -> str:
-    """Per no-mask run: the heads named, the leak gap before and after, random heads, layer 0."""
-    rows = []
+    header = (
+        "run | heads named (t+1 above 0.5 on the probe text) | leak gap before | after | closed "
+        "| as many random heads: closed, mean ± sd of the draws | layer 0 whole"
+    )
+    rows = [header.split(" | ")]
     for config, _ in comparisons(figures):
         for run, r in figures[f"{config}-ablation"]["value"]["runs"].items():
             random = f"{r['random_closed_fraction']:.1%} ± {r['random_closed_fraction_sd']:.1%}"
             before, after = f"{r['leak_gap_before']:.3f}", f"{r['leak_gap_after']:.3f}"
             closed, layer0 = f"{r['closed_fraction']:.1%}", f"{r['each_layer']['L0']:.1%}"
             rows.append([run, ", ".join(r["heads"]), before, after, closed, random, layer0])
-    header = (
-        "run | heads named (t+1 above 0.5 on the probe text) | leak gap before | after | closed "
-        "| as many random heads: closed, mean ± sd of the draws | layer 0 whole"
-    )
-    return markdown(header, rows, left=2)
+    return markdown_table(rows, "llrrrrr")
 
 
 def first_steps_table(figures: dict) -> str:
-    """char-gpu's first CPU steps at a reduced shape beside nanoGPT's recipe, train / val."""
     runs = figures["char-gpu-first-steps-cpu"]["value"]
     columns = {
         "nanogpt": "nanoGPT (AdamW)",
         "ours_adamw": "ours, nanoGPT's AdamW and schedule",
         "ours_muon": "ours, char-gpu (Muon)",
     }
-    rows = [
-        [step, *(f"{runs[k]['train'][step]:.3f} / {runs[k]['val'][step]:.3f}" for k in columns)]
-        for step in sorted(runs["nanogpt"]["val"], key=int)
-    ]
-    header = " | ".join(["step", *(f"{label}: train / val" for label in columns.values())])
-    return markdown(header, rows, left=0)
+    rows = [["step", *(f"{label}: train / val" for label in columns.values())]]
+    for step in sorted(runs["nanogpt"]["val"], key=int):
+        rows.append(
+            [step, *(f"{runs[k]['train'][step]:.3f} / {runs[k]['val'][step]:.3f}" for k in columns)]
+        )
+    return markdown_table(rows, "rrrr")
 
 
 def curves(contexts: dict) -> dict[str, dict]:
-    """A contexts entry's variants (its other entries hold no curve)."""
     return {name: e for name, e in contexts.items() if isinstance(e, dict) and "curve" in e}
 
 
 def lengths_of(variant: dict) -> dict[str, int]:
-    """A variant's contexts: {"1x": 256, ...}, in tokens."""
-    return {
-        label: c["length"] for label, c in variant.items() if isinstance(c, dict) and "length" in c
-    }
+    return {k: c["length"] for k, c in variant.items() if isinstance(c, dict) and "length" in c}
 
 
 def scored_variants(value: dict, config: str) -> dict[str, list[str]]:
-    """A contexts entry's variants, each with the contexts it was scored at, shortest first."""
     return {
         name: sorted(lengths_of(value[name]), key=lengths_of(value[name]).get)
         for name in in_table_order(curves(value), config)
@@ -230,50 +196,48 @@ def scored_variants(value: dict, config: str) -> dict[str, list[str]]:
 
 
 def contexts_table(figures: dict, key: str = "char-contexts") -> str:
-    """Each variant's val loss at each context, mean [95% interval] over seeds."""
     value = figures[key]["value"]
     variants = scored_variants(value, key.removesuffix("-contexts"))
     labels = max(variants.values(), key=len)
     lengths = {label: n for name in variants for label, n in lengths_of(value[name]).items()}
-    rows = []
+    rows = [["run", "positions", *(f"{label}: {lengths[label]} tokens" for label in labels)]]
     for name, scored in variants.items():
-        loss = {label: interval_cell(value[name][label]["loss"]) for label in scored}
+        loss = {label: cell(value[name][label]["loss"], "") for label in scored}
         cells = (loss.get(label, "no row past 1x") for label in labels)
         rows.append([name, value[name]["positions"], *cells])
-    said = (f"{label}: {lengths[label]} tokens" for label in labels)
-    header = " | ".join(["run", "positions", *said])
-    return markdown(header, rows, left=2)
+    return markdown_table(rows, "ll" + "r" * len(labels))
 
 
 def buckets_table(figures: dict, key: str = "char-contexts") -> str:
-    """Each variant's loss per bucket of positions along its longest context, mean [95% CI]."""
     value = figures[key]["value"]
     longest = {
         name: (scored[-1], value[name][scored[-1]])
         for name, scored in scored_variants(value, key.removesuffix("-contexts")).items()
     }
-    # the buckets ("0-15", "16-31", ...) of the variant cut into the most, in order along the window
+    # the buckets ("0-15", ...) of the variant cut into the most
     cut = [[n for n in entry if n[0].isdigit()] for _, entry in longest.values()]
     names = sorted(max(cut, key=len), key=lambda n: int(n.split("-")[0]))
-    rows = [
-        [f"{name} ({label})", *(interval_cell(entry[n]) if n in entry else "" for n in names)]
+    rows = [["run, along its longest context", *(f"positions {n}" for n in names)]]
+    rows += [
+        [f"{name} ({label})", *(cell(entry[n], "") if n in entry else "" for n in names)]
         for name, (label, entry) in longest.items()
     ]
-    header = " | ".join(["run, along its longest context", *(f"positions {n}" for n in names)])
-    return markdown(header, rows)
+    return markdown_table(rows)
 
 
 def shipped_key(config: str) -> str:
-    """The shipped variants' comparison: char-3seeds-kv-heads-window-gate-sink."""
     return f"{config}-3seeds" + "".join(f"-{c.name}" for c in CHANGES if c.kind == SHIPPED)
 
 
 def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
-    """The shipped variants: val, bench.py --variants's costs, tools/variants.py's weights."""
     compared = figures[key or shipped_key(config)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]["variants"]
     weights = figures[f"{config}-variants-weights"]["value"]
-    rows = []
+    header = (
+        f"run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s "
+        "| training step | first-token weight / uniform share (largest head) | sink's weight"
+    )
+    rows = [header.split(" | ")]
     for name in in_table_order(compared["aggregate"], config):
         b, w = bench[name], weights[name]
         d = compared["differences"].get(name, {}).get("loss/val")
@@ -283,8 +247,4 @@ def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
         first, sink = f"{w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f})", w["sink"]["mean"]
         cells = [val, cell(d) if d else "(the preset)", cache, speed, step, first, f"{sink:.3f}"]
         rows.append([name, *cells])
-    header = (
-        f"run | val | − {config} [95% interval] | KV cache, bytes per token | sampling, tokens/s "
-        "| training step | first-token weight / uniform share (largest head) | sink's weight"
-    )
-    return markdown(header, rows)
+    return markdown_table(rows)

@@ -1,10 +1,6 @@
-"""Attention as shipped models have it, side by side.
-
-On the finished runs of `python compare.py --variants kv-heads,window,gate,sink`: each head's
-weight on the first token against uniform attention's, the sink's weight and the step time; from
-`bench.py --variants --json` reports (--bench), the KV cache's bytes per token and sampling speed.
-Recorded in docs/figures.json and drawn in docs/variants-<config>.png.
-"""
+"""Shipped attention variants side by side, into docs/figures.json and docs/variants-<config>.png:
+from compare.py's finished runs, the first token's and the sink's weight and the step time; from
+--bench reports, the KV cache's bytes per token and sampling speed."""
 
 import json
 import statistics
@@ -26,37 +22,33 @@ from model.roles import first_token_weight, sink_weight, uniform_first_token_wei
 from tools.figures import FIGURES, interval, machine, read_figures, record, run_and_seed
 from tools.tables import in_table_order, shipped_key
 
-VAL_WINDOWS = 8  # val windows a checkpoint is measured on, the same for every run
+VAL_WINDOWS = 8  # the same for every run
 
 
 def checkpoint_weights(run: Path, val_ids) -> dict:
-    """The first-token weight, its ratio to the uniform share and the sink's weight, over heads."""
-    model, _, _ = load_model(run / "ckpt.pt")
+    model = load_model(run / "ckpt.pt")[0]
     T = model.cfg.block_size
     x, _ = get_batch(val_ids, VAL_WINDOWS, T, torch.Generator().manual_seed(0))  # (B, T)
     first, ratio, sink = [], [], []
-    # (B, H, T, T) per layer
-    for block, weights in zip(model.blocks, model.attention_weights(x), strict=True):
+    for block, weights in zip(model.blocks, model.attention_weights(x), strict=True):  # (B,H,T,T)
         uniform = uniform_first_token_weight(T, block.attn.window)
-        for h in range(weights.shape[1]):
-            first.append(first_token_weight(weights[:, h]))
+        for head in weights.unbind(1):
+            first.append(first_token_weight(head))
             ratio.append(first[-1] / uniform)
             # without a sink, 1 - the row's sum is float rounding: +-1e-8
-            sink.append(max(0.0, sink_weight(weights[:, h])))
-    return {
-        "first": statistics.mean(first),
-        "first_max": max(first),
-        "uniform": uniform_first_token_weight(T, model.cfg.window),
-        "ratio": statistics.mean(ratio),
-        "ratio_max": max(ratio),
-        "sink": statistics.mean(sink),
-    }
+            sink.append(max(0.0, sink_weight(head)))
+    return dict(
+        first=statistics.mean(first),
+        first_max=max(first),
+        uniform=uniform_first_token_weight(T, model.cfg.window),
+        ratio=statistics.mean(ratio),
+        ratio_max=max(ratio),
+        sink=statistics.mean(sink),
+    )
 
 
 def measure_runs(folder: Path) -> dict:
-    """Per variant (run name less its seed): each measure's interval over its finished runs."""
-    corpora = {}  # val ids by data config, read once
-    found = {}
+    corpora, found = {}, {}  # val ids by data config; variant -> seed -> measures
     for run in sorted(p for p in folder.iterdir() if (p / "ckpt.pt").is_file()):
         cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
         rows = evaluations(run)
@@ -67,26 +59,21 @@ def measure_runs(folder: Path) -> dict:
         data = DataConfig(**cfg["data"])
         if repr(data) not in corpora:
             corpora[repr(data)] = load_corpus(data).val
-        tokens = cfg["train"]["batch_size"] * cfg["train"]["grad_accum_steps"]
-        tokens *= cfg["model"]["block_size"]
-        rates = [
-            row["perf/tokens_per_s"] for row in read_metrics(run) if "perf/tokens_per_s" in row
-        ]
+        train = cfg["train"]
+        tokens = train["batch_size"] * train["grad_accum_steps"] * cfg["model"]["block_size"]
+        rates = [r["perf/tokens_per_s"] for r in read_metrics(run) if "perf/tokens_per_s" in r]
         measured = checkpoint_weights(run, corpora[repr(data)])
         measured["step_ms"] = 1e3 * tokens / statistics.median(rates)
         found.setdefault(variant, {})[seed or ""] = measured
         print(f"{run.name}: {measured}", flush=True)
-    return {
-        variant: {
-            key: interval([r[key] for r in runs.values()]) for key in next(iter(runs.values()))
-        }
-        | {"runs": runs}
-        for variant, runs in found.items()
-    }
+    out = {}
+    for variant, runs in found.items():
+        each = list(runs.values())
+        out[variant] = {key: interval([r[key] for r in each]) for key in each[0]} | {"runs": runs}
+    return out
 
 
 def plot_variants(figures: dict, config: str) -> Path:
-    """docs/variants-<config>.png: each variant's val against its KV cache's bytes per token."""
     compared = figures[shipped_key(config)]["value"]
     bench = figures[f"{config}-variants-bench"]["value"]
     points = []
@@ -112,35 +99,19 @@ def main(argv: list[str]) -> int:
     parser = OneLineParser(__doc__)
     add = parser.add_argument
     add("--config", default="char", help="the preset the comparison trained (default char)")
-    add(
-        "--runs-dir",
-        type=Path,
-        default=Path("runs"),
-        help="where compare-<config>/ is (default runs)",
-    )
-    add(
-        "--bench",
-        nargs="+",
-        type=Path,
-        default=[],
-        metavar="REPORT",
-        help="bench.py --variants --json reports",
-    )
+    add("--runs-dir", type=Path, default="runs", help="holds compare-<config>/ (default runs)")
+    add("--bench", nargs="+", default=[], metavar="REPORT", help="bench.py --variants --json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     folder = args.runs_dir / f"compare-{args.config}"
     if not folder.is_dir():
         parser.error(
-            f"no comparison at {folder}; run python compare.py --config {args.config} --seeds 3 "
-            "--variants ... first"
+            f"no {folder}; run python compare.py --config {args.config} --seeds 3 --variants ..."
         )
     reports = [read_json(path) for path in args.bench]  # None: missing, or not JSON
-    for path, report in zip(args.bench, reports, strict=True):  # refused before any measuring
+    for path, report in zip(args.bench, reports, strict=True):
         if not isinstance(report, dict) or "variants" not in report:
-            parser.error(
-                f"--bench {path}: not a bench.py --variants --json report; "
-                "make it with that command"
-            )
+            parser.error(f"--bench {path} is no bench.py --variants --json report")
     command = (
         f"python -m tools.variants --config {args.config} --runs-dir {args.runs_dir} "
         f"(the runs of compare.py in {folder})"
@@ -160,10 +131,7 @@ def main(argv: list[str]) -> int:
     try:
         print(f"recorded in {FIGURES}; drew {plot_variants(read_figures(FIGURES), args.config)}")
     except KeyError as e:
-        print(
-            f"recorded in {FIGURES}; no picture yet: docs/figures.json holds no {e}; "
-            "python -m tools.docs_figures --record stores the comparison"
-        )
+        print(f"recorded in {FIGURES}; no picture: no {e} (python -m tools.docs_figures --record)")
     return 0
 
 
