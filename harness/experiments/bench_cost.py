@@ -1,6 +1,5 @@
-"""What bench.py will cost, said first: train.py's own refusals, sampling's, the readable core's
-memory, then the seconds, from timed passes of the model (a small model is bound by each call's
-fixed time, which counting operations misses)."""
+"""What bench.py will cost, said first: the refusals, then the seconds, from timed passes (a small
+model is bound by each call's fixed time, which counting operations misses)."""
 
 import dataclasses
 
@@ -32,8 +31,7 @@ CORE_CALLS = 1 + 3 + 1
 
 
 def bench_cost(cfg: Config, runtime: Runtime) -> float:
-    """Refuse what bench.py could not measure here, before any model is built; return the seconds
-    its measurements should take."""
+    """Refuse what bench.py could not measure here, before building a model; else its seconds."""
     device = runtime.device
     sized = dataclasses.replace(
         cfg, model=dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
