@@ -46,8 +46,8 @@ def measure(
     mean_ablation: bool = False,
     say: Callable[[str], None] = say_on_stderr,
 ) -> dict:
-    """What ablation.json holds: the leak gap before and after switching `heads` off, with as many
-    random other heads off (`draws` times), and with each head and each layer off."""
+    """What ablation.json holds: the leak gap before and after `heads` are off, with as many random
+    others off (`draws` times), and with each head and each layer off."""
     others = [h for h in all_heads(model) if h not in heads]
     if draws and len(others) < len(heads):
         raise ValueError(

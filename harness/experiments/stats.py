@@ -56,7 +56,7 @@ def spread(values: Sequence[float]) -> Spread:
 
 def t_975(df: int) -> float:
     """Far above 1.96 with few seeds, whose sd is itself noisy. Past the table, the Cornish-Fisher
-    expansion, which meets it at df = 30 to three decimals."""
+    expansion (equal at df = 30 to three decimals)."""
     if df < 1:
         raise ValueError(f"a t quantile needs at least one degree of freedom, got {df}")
     if df <= len(T_975):
@@ -148,8 +148,7 @@ def differences(
 def format_differences(
     diffs: dict[str, dict[str, Difference | None]], base_name: str, n_seeds: int
 ) -> str:
-    """A line per ablation: the mean difference, with several seeds its 95% interval and size in
-    seed sds."""
+    """A line per ablation: the mean difference; with several seeds its 95% interval and sds."""
     source = base_name
     if any(MINUS in label for label in diffs):
         source = f"{base_name} (or from the run after the {MINUS})"
