@@ -1,5 +1,5 @@
 """Which heads carry the --no-mask cheat (inspect_attention.py --ablate): the leak gap with them
-switched off, against as many random other heads off, and with each head and each layer off."""
+off, against as many random other heads off, and with each head and each layer off."""
 
 import dataclasses
 import sys
@@ -27,14 +27,12 @@ say_on_stderr = partial(print, file=sys.stderr, flush=True)
 
 def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
     """The (x, y, positions) batches the run's evaluations scored honestly."""
-    cfg = dataclasses.replace(
-        validate_config(checkpoint.get("config"), "the checkpoint", recorded=True), model=model.cfg
-    )
+    cfg = validate_config(checkpoint.get("config"), "the checkpoint", recorded=True)
     if cfg.data.source == "text":
         corpus = load_corpus(cfg.data, checkpoint.get("source_sha256"))
     else:
         corpus = load_synthetic(cfg.data)
-    return make_eval_set(corpus, tokenizer, cfg).honest
+    return make_eval_set(corpus, tokenizer, dataclasses.replace(cfg, model=model.cfg)).honest
 
 
 def measure(
@@ -48,7 +46,8 @@ def measure(
 ) -> dict:
     """What ablation.json holds: the leak gap before and after `heads` are off, with as many random
     others off (`draws` times), and with each head and each layer off."""
-    others = [h for h in all_heads(model) if h not in heads]
+    every = all_heads(model)
+    others = [h for h in every if h not in heads]
     if draws and len(others) < len(heads):
         raise ValueError(
             f"{len(heads)} heads named and only {len(others)} others left to draw as many from; "
@@ -58,7 +57,7 @@ def measure(
     started = time.perf_counter()
     before = leak(model, batches)["loss/leak_gap"]
     first_s = time.perf_counter() - started
-    left = 1 + draws + len(all_heads(model)) + model.cfg.n_layer
+    left = 1 + draws + len(every) + model.cfg.n_layer
     say(
         f"--ablate: {left} more leak gaps to measure, about {duration(left * first_s)} "
         f"(estimated: the first took {first_s:.3g} s)"
@@ -80,11 +79,12 @@ def measure(
         for _ in range(draws):
             order = torch.randperm(len(others), generator=gen)[: len(heads)].tolist()
             picked = [others[i] for i in order]
-            draw = {"heads": [head_name(*h) for h in picked], "leak_gap_after": gap(picked)}
-            random_draws.append({**draw, "closed_fraction": closed(draw["leak_gap_after"])})
-        each_head = {head_name(*h): closed(gap([h])) for h in all_heads(model)}
+            names, after_draw = [head_name(*h) for h in picked], gap(picked)
+            draw = {"heads": names, "leak_gap_after": after_draw}
+            random_draws.append({**draw, "closed_fraction": closed(after_draw)})
+        each_head = {head_name(*h): closed(gap([h])) for h in every}
         each_layer = {
-            f"L{layer}": closed(gap([h for h in all_heads(model) if h[0] == layer]))
+            f"L{layer}": closed(gap([h for h in every if h[0] == layer]))
             for layer in range(model.cfg.n_layer)
         }
     fractions = spread([d["closed_fraction"] for d in random_draws]) if random_draws else None
