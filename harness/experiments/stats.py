@@ -1,5 +1,5 @@
-"""Seed statistics: spreads over seeds, paired differences with a 95% interval, and the tables the
-experiments print. A difference means something only next to how much the seed alone moves it."""
+"""Spreads over seeds, paired differences with a 95% interval, and the experiments' tables. A
+difference means something only next to how much the seed alone moves it."""
 
 import dataclasses
 import math
@@ -29,6 +29,7 @@ COLUMNS = [  # (header, metric tag, format)
     ("score std", "attn/score_std", ".2f"),
     ("wall s", "wall_s", ".0f"),
 ]
+HEADERS = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
 MINUS = "−"  # in a difference's label: "char-no-mask-no-pos − char-no-mask"
 DIFFERENCE_COLUMNS = ["val", "val honest", "leak gap", "order use", "entropy", "saturated"]
 
@@ -66,7 +67,6 @@ def t_975(df: int) -> float:
 
 
 def half_width(s: Spread) -> float | None:
-    """The 95% interval is s.mean ± this."""
     return None if s.std is None else t_975(s.n - 1) * s.std / math.sqrt(s.n)
 
 
@@ -107,7 +107,7 @@ def format_cell(s: Spread | None, fmt: str) -> str:
 
 
 def markdown_table(rows: list[list[str]], align: str = "") -> str:
-    """rows[0] is the header; `align`, an l or r per column, defaults to l then r."""
+    """`align`: an l or r per column, by default l then r."""
     align = align or "l" + "r" * (len(rows[0]) - 1)
     rule = "|" + "".join("---|" if a == "l" else "---:|" for a in align)
     lines = ["| " + " | ".join(cells) + " |" for cells in rows]
@@ -117,7 +117,6 @@ def markdown_table(rows: list[list[str]], align: str = "") -> str:
 def format_table(
     rows: dict[str, dict[str, Spread | None]], columns: list[tuple[str, str, str]] = COLUMNS
 ) -> str:
-    """One row per variant: mean ± sample sd over seeds."""
     body = [[name, *(format_cell(s[t], fmt) for _, t, fmt in columns)] for name, s in rows.items()]
     return markdown_table([["run", *(h for h, _, _ in columns)], *body])
 
@@ -134,7 +133,7 @@ def differences(
         for name, references in (also or {}).items()
         for reference in references
     ]
-    tags = [tag for header, tag, _ in COLUMNS if header in DIFFERENCE_COLUMNS]
+    tags = [tag for tag, (header, _) in HEADERS.items() if header in DIFFERENCE_COLUMNS]
     out = {}
     for label, name, reference in pairs:
         out[label] = {}
@@ -148,7 +147,6 @@ def differences(
 def format_differences(
     diffs: dict[str, dict[str, Difference | None]], base_name: str, n_seeds: int
 ) -> str:
-    """A line per ablation: the mean difference; with several seeds its 95% interval and sds."""
     source = base_name
     if any(MINUS in label for label in diffs):
         source = f"{base_name} (or from the run after the {MINUS})"
@@ -160,30 +158,29 @@ def format_differences(
             f"difference from {source}, paired by seed over {n_seeds} seeds: mean [95% interval], "
             f"|mean| in seed standard deviations of {sds_of}"
         )
-    headers = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
     width = max(map(len, diffs), default=0)
     lines = [head]
     for name, by_tag in diffs.items():
-        cells = []
-        for tag, d in by_tag.items():
-            header, fmt = headers[tag]
-            if d is None:
-                cells.append(f"{header} n/a")
-            elif d.half_width is None:
-                cells.append(f"{header} {d.mean:+{fmt}}")
-            else:
-                low, high = d.mean - d.half_width, d.mean + d.half_width
-                sigmas = f"{d.sigmas:.1f} sd"
-                # against a run that never varied: a finding only when the interval excludes 0
-                if d.sigmas == math.inf:
-                    sigmas = "n/a sd (constant over seeds)" if low <= 0 <= high else "inf sd"
-                cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {sigmas}")
+        cells = [difference_cell(d, *HEADERS[tag]) for tag, d in by_tag.items()]
         lines.append(f"  {name + ':':<{width + 1}} " + " | ".join(cells))
     return "\n".join(lines)
 
 
+def difference_cell(d: Difference | None, header: str, fmt: str) -> str:
+    if d is None:
+        return f"{header} n/a"
+    if d.half_width is None:
+        return f"{header} {d.mean:+{fmt}}"
+    low, high = d.mean - d.half_width, d.mean + d.half_width
+    sigmas = f"{d.sigmas:.1f} sd"
+    # against a run that never varied: a finding only when the interval excludes 0
+    if d.sigmas == math.inf:
+        sigmas = "n/a sd (constant over seeds)" if low <= 0 <= high else "inf sd"
+    return f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {sigmas}"
+
+
 def to_json(value):
-    """Spreads and differences (also in dicts) as dicts; an infinite ratio as "inf"."""
+    """Spreads and differences, also in dicts, as dicts; an infinite ratio as "inf"."""
     if isinstance(value, Spread | Difference):
         value = dataclasses.asdict(value)
     if isinstance(value, dict):
