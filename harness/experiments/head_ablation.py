@@ -79,9 +79,8 @@ def measure(
         for _ in range(draws):
             order = torch.randperm(len(others), generator=gen)[: len(heads)].tolist()
             picked = [others[i] for i in order]
-            names, after_draw = [head_name(*h) for h in picked], gap(picked)
-            draw = {"heads": names, "leak_gap_after": after_draw}
-            random_draws.append({**draw, "closed_fraction": closed(after_draw)})
+            draw = {"heads": [head_name(*h) for h in picked], "leak_gap_after": gap(picked)}
+            random_draws.append({**draw, "closed_fraction": closed(draw["leak_gap_after"])})
         each_head = {head_name(*h): closed(gap([h])) for h in every}
         each_layer = {
             f"L{layer}": closed(gap([h for h in every if h[0] == layer]))
