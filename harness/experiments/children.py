@@ -15,7 +15,7 @@ POLL_S = 0.1  # how often the ends of several children are looked for
 
 class Children:
     """train.py processes, each in a process group of its own, so that a terminal's Ctrl-C reaches
-    it once, through this process. A second Ctrl-C aborts the children at once, then this one."""
+    it once, through this process. A second Ctrl-C aborts them at once, then this one."""
 
     def __init__(self):
         self.running: list[subprocess.Popen] = []
@@ -39,7 +39,7 @@ class Children:
 
     def start(self, command: list[str], output=None) -> subprocess.Popen | None:
         """Start the command, its output to `output` (an open file) or ours; None after a stop. The
-        child starts with SIGINT blocked, which exit_on_signal unblocks: a Ctrl-C while its
+        child starts with SIGINT blocked (exit_on_signal unblocks it): a Ctrl-C while its
         interpreter starts is then one line, not "Fatal Python error"."""
         # here too: a Ctrl-C meanwhile is handled once the child exists, and passed on
         before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -58,7 +58,6 @@ class Children:
         return child
 
     def wait(self) -> tuple[subprocess.Popen, int]:
-        """The first running child to end, and its exit code."""
         try:
             while True:
                 if len(self.running) == 1:
@@ -78,8 +77,7 @@ class Children:
             raise
 
     def run(self, command: list[str]) -> int:
-        """Run the command, the only one running: its exit code (128 + the signal if a stop came
-        first)."""
+        """Run the command, the only one running: its exit code (128 + the signal after a stop)."""
         if self.start(command) is None:
             return 128 + self.signum
         return self.wait()[1]

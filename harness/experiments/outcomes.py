@@ -1,5 +1,5 @@
 """What each run of an experiment came to, read from its folder: finished, diverged, or ended by a
-signal. A run is its settings, not where its folder lies; its texts are the files they name."""
+signal. A run is its settings, not where its folder lies."""
 
 import signal
 from pathlib import Path
@@ -37,12 +37,11 @@ def check_settings(cfg: Config, recorded, where: Path) -> None:
     if differs:
         raise ConfigError(
             f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "
-            "resume with the comparison's own flags, or start it afresh without --resume"
+            "resume with the experiment's own flags, or start afresh without --resume"
         )
 
 
 def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
-    """A run's settings and where they lie: config.json, or else its checkpoint."""
     recorded = read_json(run_dir / "config.json")
     if isinstance(recorded, dict):
         return recorded, run_dir / "config.json"
@@ -53,7 +52,7 @@ def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
 
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
-    """What a run gave if it finished with these settings (its log or its checkpoint says so)."""
+    """What a run gave if it finished with these settings."""
     ckpt = cfg.run_dir / "ckpt.pt"
     if not ckpt.is_file():
         return None
@@ -77,8 +76,7 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
 
 
 def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict | None:
-    """What --resume keeps: a finished run, or (diverged_too) one that diverged with these
-    settings."""
+    """What --resume keeps: a finished run, or (diverged_too) one that diverged."""
     done = finished_run(cfg, saved_runs)
     if done is None and diverged_too and (done := diverged_run(cfg.run_dir)) is not None:
         check_settings(cfg, *recorded_settings(cfg.run_dir))
@@ -86,7 +84,7 @@ def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict |
 
 
 def diverged_run(run_dir: Path) -> dict | None:
-    """Where a run's loss or gradient stopped being finite, and its last training loss logged."""
+    """Where a run's loss or gradient stopped being finite, and its last training loss."""
     record = read_json(run_dir / DIVERGED)
     if not isinstance(record, dict) or not isinstance(record.get("step"), int):
         return None
@@ -104,7 +102,7 @@ def diverged_run(run_dir: Path) -> dict | None:
 
 
 def killed_from_outside(code: int, run_name: str, what: str) -> str | None:
-    """The line for a run a signal ended (a negative exit code) before it could say anything."""
+    """The line for a run a signal ended (a negative code) before it could say anything."""
     if code >= 0:
         return None
     try:
