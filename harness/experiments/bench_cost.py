@@ -1,6 +1,5 @@
-"""What bench.py will cost, said first: train.py's own refusals, sampling's, the readable core's
-memory, then the seconds, from timed passes of the model (a small model is bound by each call's
-fixed time, which counting operations misses)."""
+"""What bench.py will cost, said first: the refusals, then the seconds, from timed passes (a small
+model is bound by each call's fixed time, which counting operations misses)."""
 
 import dataclasses
 
@@ -32,13 +31,10 @@ CORE_CALLS = 1 + 3 + 1
 
 
 def bench_cost(cfg: Config, runtime: Runtime) -> float:
-    """Refuse what bench.py could not measure here, before any model is built; return the seconds
-    its measurements should take."""
+    """Refuse what bench.py could not measure here, before building a model; else its seconds."""
     device = runtime.device
-    sized = dataclasses.replace(
-        cfg, model=dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
-    )
-    m = sized.model
+    m = dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
+    sized = dataclasses.replace(cfg, model=m)
     speed = check_affordable(sized, device)
     check_sampling(m, 1, 1, SAMPLE_TOKENS, device)
     # the readable core holds (1, H, T, T) scores and weights, and the (T, T) mask
@@ -52,10 +48,8 @@ def bench_cost(cfg: Config, runtime: Runtime) -> float:
     model = build_model(cfg, runtime).eval()
     cost = measured_pass(model, cfg.train.batch_size, m.block_size, speed)
     del model  # bench_training builds its own, from the seed
-    # forward, backward, update
-    steps = TRAINING_STEPS * cost.seconds(
-        step_flops(sized), calls=3 * cfg.train.grad_accum_steps + 1
-    )
+    calls = 3 * cfg.train.grad_accum_steps + 1  # forward, backward, update
+    steps = TRAINING_STEPS * cost.seconds(step_flops(sized), calls=calls)
     # one token a pass, the rest read from the cache
     cached = SAMPLED * cost.seconds(forward_flops(m, 1, 1))
     uncached = 2 * sum(

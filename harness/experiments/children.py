@@ -1,5 +1,5 @@
-"""The train.py processes of an experiment, one or several at a time, each stop signal (Ctrl-C,
-SIGTERM, SIGHUP) passed on to every one running."""
+"""An experiment's train.py processes, each stop signal (Ctrl-C, SIGTERM, SIGHUP) passed on to
+every one running."""
 
 import contextlib
 import signal
@@ -13,19 +13,9 @@ STOPPED_CODES = {128 + sig for sig in (*StopFlag.SIGNALS, LOST_OUTPUT)}
 POLL_S = 0.1  # how often the ends of several children are looked for
 
 
-@contextlib.contextmanager
-def blocked(signum: int):
-    """The signal held pending in this thread, and in the processes it starts."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
 class Children:
     """train.py processes, each in a process group of its own, so that a terminal's Ctrl-C reaches
-    it once, through this process. A second Ctrl-C aborts the children at once, then this one."""
+    it once, through this process. A second Ctrl-C aborts them at once, then this one."""
 
     def __init__(self):
         self.running: list[subprocess.Popen] = []
@@ -48,16 +38,19 @@ class Children:
                 self.told.add(child)
 
     def start(self, command: list[str], output=None) -> subprocess.Popen | None:
-        """Start the command, its output to `output` (an open file) or ours; None if a stop was
-        asked for already. The child starts with SIGINT blocked, which exit_on_signal unblocks: a
-        Ctrl-C while its interpreter starts is then one line, not "Fatal Python error"."""
+        """Start the command, its output to `output` (an open file) or ours; None after a stop. The
+        child starts with SIGINT blocked (exit_on_signal unblocks it): a Ctrl-C while its
+        interpreter starts is then one line, not "Fatal Python error"."""
         # here too: a Ctrl-C meanwhile is handled once the child exists, and passed on
-        with blocked(signal.SIGINT):
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
             if self.signum is not None:
                 return None
             stderr = subprocess.STDOUT if output else None
             child = subprocess.Popen(command, process_group=0, stdout=output, stderr=stderr)
             self.running.append(child)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
         # SIGTERM or SIGHUP while the child was being started
         if self.signum is not None and child not in self.told:
             child.send_signal(self.signum)
@@ -65,7 +58,6 @@ class Children:
         return child
 
     def wait(self) -> tuple[subprocess.Popen, int]:
-        """Wait until one of the running children ends: (that child, its exit code)."""
         try:
             while True:
                 if len(self.running) == 1:
@@ -85,14 +77,10 @@ class Children:
             raise
 
     def run(self, command: list[str]) -> int:
-        """Start the command and wait for its exit code (128 + the signal if a stop came first)."""
-        child = self.start(command)
-        if child is None:
+        """Run the command, the only one running: its exit code (128 + the signal after a stop)."""
+        if self.start(command) is None:
             return 128 + self.signum
-        while True:
-            ended, code = self.wait()
-            if ended is child:
-                return code
+        return self.wait()[1]
 
     def __exit__(self, *exc) -> None:
         self.flag.__exit__(*exc)

@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from operator import attrgetter
 from pathlib import Path
 
 from configs import MAX_SEED, Config, ConfigError
@@ -39,8 +40,8 @@ SET_PER_RUN = {
 def plan_runs(
     cfg: Config, runs_dir: Path, n_seeds: int, names: list[str] | None = None, tag: str = ""
 ) -> dict[str, list[Config]]:
-    """The runs by variant name (char, char-no-mask, ...), each at seeds train.seed + 0..n_seeds-1;
-    `names` picks the variants (None: each ablation alone); `tag` follows the name (a rate)."""
+    """The runs by variant name (char, char-no-mask, ...), at seeds train.seed + 0..n_seeds-1;
+    `names` picks the variants (None: each ablation alone); `tag` ends the name (a rate)."""
     try:
         planned = variants(cfg.model, names)
     except ValueError as e:
@@ -71,27 +72,25 @@ def measured_from(plan: dict[str, list[Config]]) -> dict[str, list[str]]:
     return out
 
 
+def figures(plan: dict[str, list[Config]], runs: dict[str, dict]) -> dict:
+    """Each variant's aggregate over its seeds, and the differences paired by seed."""
+    by_variant = {v: [runs[c.run_name] for c in configs] for v, configs in plan.items()}
+    aggregates = {v: aggregate(r) for v, r in by_variant.items()}
+    return {"aggregate": aggregates, "differences": differences(by_variant, measured_from(plan))}
+
+
 def train_argv(
     config_name: str, overrides: list[tuple[str, str]], cfg: Config, also: tuple[str, ...] = ()
 ) -> list[str]:
-    """train.py's arguments for one run: the user's overrides less the keys set per run
-    (SET_PER_RUN and `also`, such as "train.lr"), then the run's own."""
+    """train.py's arguments for one run: the user's overrides less those set per run (SET_PER_RUN
+    and `also`, such as "train.lr"), then the run's own."""
     kept = [f"--{key}={value}" for key, value in overrides if key not in SET_PER_RUN | set(also)]
-    own = {f"model.{c.field}": getattr(cfg.model, c.field) for c in CHANGES}
-    for key in also:
-        section, field = key.split(".")
-        own[key] = getattr(getattr(cfg, section), field)
-    own |= {
-        "train.seed": cfg.train.seed,
-        "train.runs_dir": cfg.train.runs_dir,
-        "train.run_name": cfg.run_name,
-    }
+    keys = [*(f"model.{c.field}" for c in CHANGES), *also, "train.seed", "train.runs_dir"]
+    own = {key: attrgetter(key)(cfg) for key in keys} | {"train.run_name": cfg.run_name}
     if cfg.train.resume:
         own["train.resume"] = True
     for key, value in own.items():
-        if isinstance(value, bool):
-            value = str(value).lower()
-        kept.append(f"--{key}={value}")
+        kept.append(f"--{key}={str(value).lower() if isinstance(value, bool) else value}")
     return ["--config", config_name, *kept]
 
 
@@ -105,7 +104,7 @@ def add_seeds(parser, default: int, per: str) -> None:
 
 
 def add_variants(parser, what: str, default: str | None = None) -> None:
-    """--variants, as compare.py, sweep.py and bench.py take it (argparse parses a str default)."""
+    """--variants for compare.py, sweep.py and bench.py (argparse parses a str default)."""
     parser.add_argument(
         "--variants",
         type=variant_names,
@@ -121,20 +120,17 @@ def write_json(path: Path, value: dict) -> None:
 
 def kept(results: dict, runs_dir: Path) -> str:
     """A second Ctrl-C's abort line: the runs that finished."""
-    finished = [name for name, result in results.items() if result.get("exit_code") == 0]
-    done = "no run had finished"
-    if finished:
-        done = f"finished and kept in {runs_dir}: {', '.join(finished)}"
+    done = ", ".join(name for name, result in results.items() if result.get("exit_code") == 0)
+    done = f"finished and kept in {runs_dir}: {done}" if done else "no run had finished"
     return f"{done}; continue with the same command plus --resume"
 
 
 def check_experiment(cfg: Config, n_seeds: int, script: str) -> None:
     """Refuse a change the experiment trains itself, and too many seeds."""
     if changed := applied(cfg.model):
-        flags = ", ".join(c.flag for c in changed)
         raise ConfigError(
-            f"{script} trains the changed variants itself ({flags} given); "
-            "leave those flags out, and pick with --variants"
+            f"{script} trains the changed variants itself ({', '.join(c.flag for c in changed)}"
+            " given); leave those flags out, and pick with --variants"
         )
     check_seed_range(cfg, n_seeds)
 
@@ -148,7 +144,7 @@ def check_seed_range(cfg: Config, n_seeds: int) -> None:
 
 
 def claim_folder(folder: Path, resume: bool, what: str) -> FolderLock:
-    """The experiment's folder, locked: to resume, one that exists; afresh, an earlier one moved."""
+    """The folder, locked: to resume, one that exists; afresh, an earlier one moved."""
     if resume and not folder.is_dir():
         raise ConfigError(f"nothing to resume: no {what} at {folder}; start it without --resume")
     lock, moved = claim_run_folder(folder, resume, choose="--runs-dir")
@@ -159,7 +155,7 @@ def claim_folder(folder: Path, resume: bool, what: str) -> FolderLock:
 
 @contextlib.contextmanager
 def summing_up(folder: Path, what: str) -> Iterator[None]:
-    """A signal while the runs are summed up says every run is saved (run_command would not)."""
+    """A signal while summing up says every run is saved (run_command would not)."""
     try:
         yield
     except KeyboardInterrupt as e:
@@ -182,8 +178,8 @@ def train_runs(
     keep_diverged: bool = False,
 ) -> dict | int:
     """Train each (label, config) of `todo`, `jobs` at a time (each then writing to <run name>.log):
-    each run's last evaluation and wall time by run name, or the exit code of the first run that
-    failed or was stopped. After each run `saved` holds `header` and the runs so far."""
+    each run's last evaluation and wall time, or the exit code of the first that failed or stopped.
+    After each run `saved` holds `header` and the runs so far."""
     folder, results, active, failed, died = saved.parent, {}, {}, 0, None
     saved_runs = read_saved_runs(saved) if resume else {}
     queue = list(enumerate(todo, start=1))
@@ -203,8 +199,9 @@ def train_runs(
                     children.flag.saved = kept(results, folder)
                     continue
                 started = resume and (run_cfg.run_dir / "ckpt.pt").is_file()
-                train = dataclasses.replace(run_cfg.train, resume=started)
-                run_cfg = dataclasses.replace(run_cfg, train=train)
+                run_cfg = dataclasses.replace(
+                    run_cfg, train=dataclasses.replace(run_cfg.train, resume=started)
+                )
                 argv = train_args(run_cfg)
                 print(f"\n=== {line} ===\n$ python train.py {' '.join(argv)}", flush=True)
                 log = (folder / f"{run_cfg.run_name}.log").open("ab") if jobs > 1 else None
@@ -225,18 +222,18 @@ def train_runs(
                 wall_s = time.perf_counter() - started
                 last = evaluations(run_cfg.run_dir)[-1]
                 results[name] = {**last, "wall_s": wall_s, "exit_code": 0}
-            else:
-                results[name] = diverged or {"exit_code": code}
-            if diverged is not None:
+            elif diverged is not None:
+                results[name] = diverged
                 step = diverged["diverged"]["step"]
                 print(f"{name} diverged at step {step}; the {what} goes on", flush=True)
-            elif children.signum is None and died is None:
-                died = killed_from_outside(code, name, what)
+            else:
+                results[name] = {"exit_code": code}
+                if children.signum is None and died is None:
+                    died = killed_from_outside(code, name, what)
+                failed = failed or (1 if code < 0 else code)
             children.flag.saved = kept(results, folder)
             so_far = {c.run_name: results[c.run_name] for _, c in todo if c.run_name in results}
             write_json(saved, {**header, "runs": so_far})
-            if not failed and not diverged:
-                failed = 1 if code < 0 else code
     if children.signum is not None or failed in STOPPED_CODES:
         print(f"{what} stopped; continue it with the same command plus --resume", file=sys.stderr)
         return 128 + children.signum if children.signum else failed
@@ -254,8 +251,8 @@ def run_comparison(
     n_seeds: int,
     names: list[str] | None = None,
 ) -> dict | int:
-    """Train every variant at every seed, then save compare.json and compare.png. Returns the runs,
-    aggregates and differences, or the exit code of a run that failed or was stopped."""
+    """Train every variant at every seed, then save compare.json and compare.png: the runs,
+    aggregates and differences, or a failed run's exit code."""
     runs_dir = Path(cfg.train.runs_dir) / f"compare-{cfg.name}"
     # first: a variant the model cannot take leaves an earlier comparison in place
     plan = plan_runs(cfg, runs_dir, n_seeds, names)
@@ -276,7 +273,6 @@ def run_comparison(
     )
     if isinstance(results, int):
         return results
-    by_variant = {v: [results[c.run_name] for c in configs] for v, configs in plan.items()}
     band = "same seed"
     if n_seeds > 1:
         band = f"{n_seeds} seeds per variant: line the mean, band min to max"
@@ -286,13 +282,8 @@ def run_comparison(
             runs_dir / "compare.png",
             f"{cfg.name}: {band}, {cfg.train.max_steps} steps",
         )
-        comparison = {
-            "seeds": seeds,
-            "runs": results,
-            "aggregate": {v: aggregate(runs) for v, runs in by_variant.items()},
-            "differences": differences(by_variant, measured_from(plan)),
-        }
-        as_json = {key: to_json(comparison[key]) for key in ("aggregate", "differences")}
-        write_json(runs_dir / "compare.json", {**comparison, **as_json})
+        found = figures(plan, results)
+        comparison = {"seeds": seeds, "runs": results, **found}
+        write_json(runs_dir / "compare.json", {**comparison, **to_json(found)})
     lock.release()
     return {**comparison, "folder": runs_dir}

@@ -1,11 +1,11 @@
-"""Which heads carry the --no-mask cheat (inspect_attention.py --ablate): a head that looks at t+1
-is a suspect; the proof is the leak gap with it switched off, against as many random other heads
-off. Each head and each layer are measured too. The batches are the run's own val batches."""
+"""Which heads carry the --no-mask cheat (inspect_attention.py --ablate): the leak gap with them
+off, against as many random other heads off, and with each head and each layer off."""
 
 import dataclasses
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from tqdm import tqdm
@@ -22,29 +22,17 @@ from model.heads import ablate_heads, all_heads, head_means, head_name
 from model.measurements import leak
 
 Batches = list[tuple[torch.Tensor, torch.Tensor, list[int]]]
+say_on_stderr = partial(print, file=sys.stderr, flush=True)
 
 
 def run_batches(model: GPT, checkpoint: dict, tokenizer: Tokenizer) -> Batches:
     """The (x, y, positions) batches the run's evaluations scored honestly."""
-    cfg = dataclasses.replace(
-        validate_config(checkpoint.get("config"), "the checkpoint", recorded=True), model=model.cfg
-    )
+    cfg = validate_config(checkpoint.get("config"), "the checkpoint", recorded=True)
     if cfg.data.source == "text":
         corpus = load_corpus(cfg.data, checkpoint.get("source_sha256"))
     else:
         corpus = load_synthetic(cfg.data)
-    return make_eval_set(corpus, tokenizer, cfg).honest
-
-
-def leak_gap(
-    model: GPT, batches: Batches, heads: list[tuple[int, int]], means: list[torch.Tensor] | None
-) -> float:
-    with ablate_heads(model, heads, means):
-        return leak(model, batches)["loss/leak_gap"]
-
-
-def say_on_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    return make_eval_set(corpus, tokenizer, dataclasses.replace(cfg, model=model.cfg)).honest
 
 
 def measure(
@@ -56,9 +44,10 @@ def measure(
     mean_ablation: bool = False,
     say: Callable[[str], None] = say_on_stderr,
 ) -> dict:
-    """The leak gap before and after switching `heads` off, with as many random other heads off
-    (`draws` times), and with each head and each layer off: what ablation.json holds."""
-    others = [h for h in all_heads(model) if h not in heads]
+    """What ablation.json holds: the leak gap before and after `heads` are off, with as many random
+    others off (`draws` times), and with each head and each layer off."""
+    every = all_heads(model)
+    others = [h for h in every if h not in heads]
     if draws and len(others) < len(heads):
         raise ValueError(
             f"{len(heads)} heads named and only {len(others)} others left to draw as many from; "
@@ -66,9 +55,9 @@ def measure(
         )
     means = head_means(model, batches[0][0]) if mean_ablation else None
     started = time.perf_counter()
-    before = leak_gap(model, batches, [], None)
+    before = leak(model, batches)["loss/leak_gap"]
     first_s = time.perf_counter() - started
-    left = 1 + draws + len(all_heads(model)) + model.cfg.n_layer
+    left = 1 + draws + len(every) + model.cfg.n_layer
     say(
         f"--ablate: {left} more leak gaps to measure, about {duration(left * first_s)} "
         f"(estimated: the first took {first_s:.3g} s)"
@@ -81,7 +70,8 @@ def measure(
 
         def gap(off: list[tuple[int, int]]) -> float:
             bar.update()
-            return leak_gap(model, batches, off, means)
+            with ablate_heads(model, off, means):
+                return leak(model, batches)["loss/leak_gap"]
 
         after = gap(heads)
         gen = torch.Generator().manual_seed(seed)
@@ -89,17 +79,11 @@ def measure(
         for _ in range(draws):
             order = torch.randperm(len(others), generator=gen)[: len(heads)].tolist()
             picked = [others[i] for i in order]
-            found = gap(picked)
-            random_draws.append(
-                {
-                    "heads": [head_name(*h) for h in picked],
-                    "leak_gap_after": found,
-                    "closed_fraction": closed(found),
-                }
-            )
-        each_head = {head_name(*h): closed(gap([h])) for h in all_heads(model)}
+            draw = {"heads": [head_name(*h) for h in picked], "leak_gap_after": gap(picked)}
+            random_draws.append({**draw, "closed_fraction": closed(draw["leak_gap_after"])})
+        each_head = {head_name(*h): closed(gap([h])) for h in every}
         each_layer = {
-            f"L{layer}": closed(gap([h for h in all_heads(model) if h[0] == layer]))
+            f"L{layer}": closed(gap([h for h in every if h[0] == layer]))
             for layer in range(model.cfg.n_layer)
         }
     fractions = spread([d["closed_fraction"] for d in random_draws]) if random_draws else None

@@ -1,6 +1,5 @@
-"""What each run of an experiment came to, read from its folder: finished (its log, or else its
-checkpoint), diverged (the record train.py's non-finite check leaves), or ended by a signal. A run
-is its settings, not where its folder lies; its texts are compared as the files they name."""
+"""What each run of an experiment came to, read from its folder: finished, diverged, or ended by a
+signal. A run is its settings, not where its folder lies."""
 
 import signal
 from pathlib import Path
@@ -28,23 +27,21 @@ def settings(config: dict) -> dict:
 
 
 def check_settings(cfg: Config, recorded, where: Path) -> None:
-    """Refuse a finished run whose recorded settings (read from `where`) are not these: an
-    experiment resumed with other flags. A missing or damaged record differs in every setting."""
+    """Refuse a finished run recorded (in `where`) with other settings: an experiment resumed with
+    other flags. A missing or damaged record differs in every setting."""
+    theirs = {}
     if isinstance(recorded, dict):
-        recorded = settings(validate_config(recorded, where, recorded=True).to_dict())
-    else:
-        recorded = {}
+        theirs = settings(validate_config(recorded, where, recorded=True).to_dict())
     ours = settings({section: cfg.to_dict()[section] for section in SECTIONS})
-    differs = config_differences(recorded, ours, ignore=WHERE_NOT_WHAT)
+    differs = config_differences(theirs, ours, ignore=WHERE_NOT_WHAT)
     if differs:
         raise ConfigError(
             f"{cfg.run_dir} finished with other settings ({'; '.join(differs[:3])}); "
-            "resume with the comparison's own flags, or start it afresh without --resume"
+            "resume with the experiment's own flags, or start afresh without --resume"
         )
 
 
 def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
-    """A run's recorded settings and where they lie: config.json, or else its checkpoint."""
     recorded = read_json(run_dir / "config.json")
     if isinstance(recorded, dict):
         return recorded, run_dir / "config.json"
@@ -55,23 +52,23 @@ def recorded_settings(run_dir: Path) -> tuple[dict | None, Path]:
 
 
 def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
-    """What a run gave if it already finished with these settings (an evaluation at max_steps in
-    its log, or else its checkpoint says so), from the saved runs, its log or its checkpoint."""
-    if not (cfg.run_dir / "ckpt.pt").is_file():
+    """What a run gave if it finished with these settings."""
+    ckpt = cfg.run_dir / "ckpt.pt"
+    if not ckpt.is_file():
         return None
     last = (evaluations(cfg.run_dir) or [{}])[-1]
-    recorded, where = recorded_settings(cfg.run_dir)
-    if last.get("step") != cfg.train.max_steps:
+    if last.get("step") == cfg.train.max_steps:
+        check_settings(cfg, *recorded_settings(cfg.run_dir))
+    else:
         # a damaged checkpoint is no finished run: train.py, resuming it, says what is wrong
         try:
-            checkpoint = read_checkpoint(cfg.run_dir / "ckpt.pt")
+            checkpoint = read_checkpoint(ckpt)
         except CheckpointError:
             return None
         if checkpoint["step"] != cfg.train.max_steps or not checkpoint.get("evaluated", True):
             return None
         last = {"step": checkpoint["step"], "loss/val": checkpoint.get("val_loss")}
-        recorded, where = checkpoint["config"], cfg.run_dir / "ckpt.pt"
-    check_settings(cfg, recorded, where)
+        check_settings(cfg, checkpoint["config"], ckpt)
     saved = saved_runs.get(cfg.run_name, {})
     if saved.get("step") == last["step"] and saved.get("exit_code") == 0:
         return saved
@@ -79,8 +76,7 @@ def finished_run(cfg: Config, saved_runs: dict) -> dict | None:
 
 
 def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict | None:
-    """What an earlier attempt left that --resume keeps: a finished run, or (diverged_too) one that
-    diverged with these settings; else None."""
+    """What --resume keeps: a finished run, or (diverged_too) one that diverged."""
     done = finished_run(cfg, saved_runs)
     if done is None and diverged_too and (done := diverged_run(cfg.run_dir)) is not None:
         check_settings(cfg, *recorded_settings(cfg.run_dir))
@@ -88,8 +84,7 @@ def earlier_outcome(cfg: Config, saved_runs: dict, diverged_too: bool) -> dict |
 
 
 def diverged_run(run_dir: Path) -> dict | None:
-    """A run whose loss or gradient stopped being finite: the step, and the last training loss it
-    logged with its step; None if it did not diverge."""
+    """Where a run's loss or gradient stopped being finite, and its last training loss."""
     record = read_json(run_dir / DIVERGED)
     if not isinstance(record, dict) or not isinstance(record.get("step"), int):
         return None
@@ -102,14 +97,12 @@ def diverged_run(run_dir: Path) -> dict | None:
     rows = [row for row in read_metrics(run_dir) if "loss/train_step" in row or "loss/train" in row]
     last = rows[-1] if rows else {}
     loss = last.get("loss/train_step", last.get("loss/train"))
-    return {
-        "exit_code": 1,
-        "diverged": {"step": record["step"], "last_loss": loss, "last_loss_step": last.get("step")},
-    }
+    where = {"step": record["step"], "last_loss": loss, "last_loss_step": last.get("step")}
+    return {"exit_code": 1, "diverged": where}
 
 
 def killed_from_outside(code: int, run_name: str, what: str) -> str | None:
-    """The line for a run a signal ended before it could say anything (a negative exit code)."""
+    """The line for a run a signal ended (a negative code) before it could say anything."""
     if code >= 0:
         return None
     try:

@@ -1,6 +1,5 @@
-"""Seed statistics: the spread of a quantity over seeds, paired differences with a 95% interval,
-and the Markdown tables the experiments print. A difference between variants means something only
-next to how much one variant moves when only the seed changes."""
+"""Spreads over seeds, paired differences with a 95% interval, and the experiments' tables. A
+difference means something only next to how much the seed alone moves it."""
 
 import dataclasses
 import math
@@ -30,6 +29,7 @@ COLUMNS = [  # (header, metric tag, format)
     ("score std", "attn/score_std", ".2f"),
     ("wall s", "wall_s", ".0f"),
 ]
+HEADERS = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
 MINUS = "−"  # in a difference's label: "char-no-mask-no-pos − char-no-mask"
 DIFFERENCE_COLUMNS = ["val", "val honest", "leak gap", "order use", "entropy", "saturated"]
 
@@ -51,14 +51,13 @@ class Difference:
 
 
 def spread(values: Sequence[float]) -> Spread:
-    """Mean and sample standard deviation (divisor n - 1: the seeds are a small sample)."""
     std = statistics.stdev(values) if len(values) > 1 else None
     return Spread(statistics.fmean(values), std, len(values))
 
 
 def t_975(df: int) -> float:
-    """t_{0.975, df}, far above 1.96 with few seeds, whose sd is itself noisy. Past the table, the
-    Cornish-Fisher expansion, which meets it at df = 30 to three decimals."""
+    """Far above 1.96 with few seeds, whose sd is itself noisy. Past the table, the Cornish-Fisher
+    expansion (equal at df = 30 to three decimals)."""
     if df < 1:
         raise ValueError(f"a t quantile needs at least one degree of freedom, got {df}")
     if df <= len(T_975):
@@ -68,13 +67,12 @@ def t_975(df: int) -> float:
 
 
 def half_width(s: Spread) -> float | None:
-    """The 95% interval of a mean over seeds is s.mean ± this; None for one value."""
     return None if s.std is None else t_975(s.n - 1) * s.std / math.sqrt(s.n)
 
 
 def paired_difference(ablation: Sequence[float], base: Sequence[float]) -> Difference:
-    """Ablation minus base, paired by seed: a pair shares its initialisation and batches, so the
-    seed noise they share cancels and the interval is narrower than from two independent means."""
+    """Paired by seed: a pair shares its initialisation and batches, so their seed noise cancels and
+    the interval is narrower than from two independent means."""
     d = spread([a - b for a, b in zip(ablation, base, strict=True)])
     if d.std is None:
         return Difference(d.mean, None, None, 1)
@@ -109,7 +107,7 @@ def format_cell(s: Spread | None, fmt: str) -> str:
 
 
 def markdown_table(rows: list[list[str]], align: str = "") -> str:
-    """rows[0] is the header; `align` has an l or r per column (default: l, then r for the rest)."""
+    """`align`: an l or r per column, by default l then r."""
     align = align or "l" + "r" * (len(rows[0]) - 1)
     rule = "|" + "".join("---|" if a == "l" else "---:|" for a in align)
     lines = ["| " + " | ".join(cells) + " |" for cells in rows]
@@ -119,19 +117,15 @@ def markdown_table(rows: list[list[str]], align: str = "") -> str:
 def format_table(
     rows: dict[str, dict[str, Spread | None]], columns: list[tuple[str, str, str]] = COLUMNS
 ) -> str:
-    """One row per variant: plain values for one seed, mean ± sample standard deviation above."""
-    header = ["run", *(h for h, _, _ in columns)]
-    body = [
-        [name, *(format_cell(s[tag], fmt) for _, tag, fmt in columns)] for name, s in rows.items()
-    ]
-    return markdown_table([header, *body])
+    body = [[name, *(format_cell(s[t], fmt) for _, t, fmt in columns)] for name, s in rows.items()]
+    return markdown_table([["run", *(h for h, _, _ in columns)], *body])
 
 
 def differences(
     by_variant: dict[str, list[dict]], also: dict[str, list[str]] | None = None
 ) -> dict[str, dict[str, Difference | None]]:
-    """Each ablation against base (the first variant), paired by seed, keyed by its name; then each
-    pair `also` asks for ({"x-a-b": ["x-a"]}), keyed "x-a-b − x-a"."""
+    """Each ablation minus base (the first variant), paired by seed; then each pair `also` asks for
+    ({"x-a-b": ["x-a"]}), keyed "x-a-b − x-a"."""
     (base_name, _), *ablations = by_variant.items()
     pairs = [(name, name, base_name) for name, _ in ablations]
     pairs += [
@@ -139,23 +133,20 @@ def differences(
         for name, references in (also or {}).items()
         for reference in references
     ]
+    tags = [tag for tag, (header, _) in HEADERS.items() if header in DIFFERENCE_COLUMNS]
     out = {}
     for label, name, reference in pairs:
         out[label] = {}
-        for header, tag, _ in COLUMNS:
-            if header in DIFFERENCE_COLUMNS:
-                values = column(by_variant[name], tag)
-                base_values = column(by_variant[reference], tag)
-                missing = values is None or base_values is None
-                out[label][tag] = None if missing else paired_difference(values, base_values)
+        for tag in tags:
+            values, base = column(by_variant[name], tag), column(by_variant[reference], tag)
+            missing = values is None or base is None
+            out[label][tag] = None if missing else paired_difference(values, base)
     return out
 
 
 def format_differences(
     diffs: dict[str, dict[str, Difference | None]], base_name: str, n_seeds: int
 ) -> str:
-    """A line per ablation: the mean difference from base (or from the run after the −), and with
-    several seeds the 95% interval and the size in seed sds of the run it is measured from."""
     source = base_name
     if any(MINUS in label for label in diffs):
         source = f"{base_name} (or from the run after the {MINUS})"
@@ -167,32 +158,31 @@ def format_differences(
             f"difference from {source}, paired by seed over {n_seeds} seeds: mean [95% interval], "
             f"|mean| in seed standard deviations of {sds_of}"
         )
-    headers = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
     width = max(map(len, diffs), default=0)
     lines = [head]
     for name, by_tag in diffs.items():
-        cells = []
-        for tag, d in by_tag.items():
-            header, fmt = headers[tag]
-            if d is None:
-                cells.append(f"{header} n/a")
-            elif d.half_width is None:
-                cells.append(f"{header} {d.mean:+{fmt}}")
-            else:
-                low, high = d.mean - d.half_width, d.mean + d.half_width
-                sigmas = f"{d.sigmas:.1f} sd"
-                # against a run that never varied: a finding only when the interval excludes 0
-                if d.sigmas == math.inf:
-                    sigmas = "n/a sd (constant over seeds)" if low <= 0 <= high else "inf sd"
-                cells.append(f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {sigmas}")
+        cells = [difference_cell(d, *HEADERS[tag]) for tag, d in by_tag.items()]
         lines.append(f"  {name + ':':<{width + 1}} " + " | ".join(cells))
     return "\n".join(lines)
 
 
+def difference_cell(d: Difference | None, header: str, fmt: str) -> str:
+    if d is None:
+        return f"{header} n/a"
+    if d.half_width is None:
+        return f"{header} {d.mean:+{fmt}}"
+    low, high = d.mean - d.half_width, d.mean + d.half_width
+    sigmas = f"{d.sigmas:.1f} sd"
+    # against a run that never varied: a finding only when the interval excludes 0
+    if d.sigmas == math.inf:
+        sigmas = "n/a sd (constant over seeds)" if low <= 0 <= high else "inf sd"
+    return f"{header} {d.mean:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}] {sigmas}"
+
+
 def to_json(value):
-    """Spreads and differences (also inside dicts) as plain dicts; an infinite ratio as "inf"."""
+    """Spreads and differences, also in dicts, as dicts; an infinite ratio as "inf"."""
+    if isinstance(value, Spread | Difference):
+        value = dataclasses.asdict(value)
     if isinstance(value, dict):
         return {k: to_json(v) for k, v in value.items()}
-    if isinstance(value, Spread | Difference):
-        return {k: to_json(v) for k, v in dataclasses.asdict(value).items()}
-    return "inf" if value == float("inf") else value
+    return "inf" if value == math.inf else value

@@ -1,7 +1,6 @@
-"""sweep.py's experiment: learning rates x variants x seeds, and what each rate does to each
-variant. A rate too high grows the queries and keys, the scores with them, and the softmax goes
-one-hot: --no-scale's saturation with the scale in place. Drawn as Wortsman et al. (2023,
-"Small-scale proxies for large-scale Transformer training instabilities", Fig. 1) do."""
+"""sweep.py's experiment: learning rates x variants x seeds. A rate too high grows the scores and
+the softmax goes one-hot: --no-scale's saturation with the scale in place. Drawn as Wortsman et al.
+(2023, "Small-scale proxies for large-scale Transformer training instabilities", Fig. 1) do."""
 
 import dataclasses
 from pathlib import Path
@@ -10,7 +9,7 @@ from configs import Config, ConfigError
 from harness.arguments import rate_name
 from harness.experiments.comparison import (
     claim_folder,
-    measured_from,
+    figures,
     plan_runs,
     summing_up,
     train_argv,
@@ -18,8 +17,7 @@ from harness.experiments.comparison import (
     write_json,
 )
 from harness.experiments.stats import (
-    aggregate,
-    differences,
+    column,
     half_width,
     markdown_table,
     paired_difference,
@@ -49,7 +47,7 @@ OVER_TIME = "Probe_attn/score_max"
 def plan_sweep(
     cfg: Config, folder: Path, n_seeds: int, lrs: list[float], names: list[str]
 ) -> dict[str, dict[str, list[Config]]]:
-    """{variant: {rate: its runs over the seeds}}, run names such as char-qk-norm-lr1.2e-1-s1337."""
+    """{variant: {rate: its runs over the seeds}}, named as char-qk-norm-lr1.2e-1-s1337."""
     out: dict[str, dict[str, list[Config]]] = {}
     for lr in lrs:
         try:
@@ -83,57 +81,42 @@ def summarise(
 ) -> dict:
     """Per variant and rate: the tags at the end, the largest score first and its growth, the seeds
     that diverged, the differences from base; the largest score over time at the highest rate;
-    compare.py's table at the preset's rate."""
+    compare.py's figures at the preset's rate."""
     ends = {
         v: {lr: {c.train.seed: runs[c.run_name] for c in configs} for lr, configs in by_lr.items()}
         for v, by_lr in plan.items()
     }
     base = next(iter(plan))
-    out = {
-        **{key: {v: {} for v in plan} for key in ("aggregate", "first", "differences", "growth")},
-        "diverged": {},
-        "over_time": {},
-    }
+    out = {key: {v: {} for v in plan} for key in ("aggregate", "first", "differences", "growth")}
+    out |= {"diverged": {}, "over_time": {}}
     for v, by_lr in plan.items():
         for lr, configs in by_lr.items():
             gone = [
-                {**runs[c.run_name]["diverged"], "seed": c.train.seed}
-                for c in configs
-                if "diverged" in runs[c.run_name]
+                {**end["diverged"], "seed": s}
+                for s, end in ends[v][lr].items()
+                if "diverged" in end
             ]
             if gone:
                 out["diverged"].setdefault(v, {})[lr] = gone
-            trained = {seed: end for seed, end in ends[v][lr].items() if "diverged" not in end}
+            trained = {s: end for s, end in ends[v][lr].items() if "diverged" not in end}
             done = list(trained.values())
             out["aggregate"][v][lr] = {
-                t: interval([e[t] for e in done])
-                for t in TAGS
-                if done and all(t in e for e in done)
+                t: interval(values) for t in TAGS if (values := column(done, t))
             }
             starts = {
                 c.train.seed: (evaluations(c.run_dir) or [{}])[0]
                 for c in configs
                 if c.train.seed in trained
             }
-            if trained and all(
-                LARGEST in trained[seed] and LARGEST in starts[seed] for seed in trained
-            ):
-                out["first"][v][lr] = {
-                    LARGEST: interval([starts[seed][LARGEST] for seed in trained])
-                }
-                growth = {
-                    "from_start": interval(
-                        [trained[seed][LARGEST] / starts[seed][LARGEST] for seed in trained]
-                    )
-                }
+            if trained and len(pairs := paired(trained, starts, LARGEST)) == len(trained):
+                out["first"][v][lr] = {LARGEST: interval([start for _, start in pairs])}
+                growth = {"from_start": interval([end / start for end, start in pairs])}
                 if preset_lr in by_lr and (pairs := paired(trained, ends[v][preset_lr], LARGEST)):
-                    growth["from_preset_lr"] = interval(
-                        [end / at_preset for end, at_preset in pairs]
-                    )
+                    growth["from_preset_lr"] = interval([end / at_lr for end, at_lr in pairs])
                 out["growth"][v][lr] = growth
             if v != base:
                 out["differences"][v][lr] = {
-                    t: to_json(paired_difference([a for a, _ in pairs], [b for _, b in pairs]))
+                    t: to_json(paired_difference(*zip(*pairs, strict=True)))
                     for t in DIFFERENCE_TAGS
                     if (pairs := paired(trained, ends[base][lr], t))
                 }
@@ -146,14 +129,7 @@ def summarise(
             line = {"mean": mean.tolist(), "low": low.tolist(), "high": high.tolist()}
             out["over_time"][v] = {"lr": top, "steps": steps, **line}
     if preset_lr is not None:
-        by_variant = {v: [runs[c.run_name] for c in by_lr[preset_lr]] for v, by_lr in plan.items()}
-        also = measured_from({v: by_lr[preset_lr] for v, by_lr in plan.items()})
-        out["preset"] = to_json(
-            {
-                "aggregate": {v: aggregate(runs) for v, runs in by_variant.items()},
-                "differences": differences(by_variant, also),
-            }
-        )
+        out["preset"] = to_json(figures({v: by_lr[preset_lr] for v, by_lr in plan.items()}, runs))
     return out
 
 
@@ -171,17 +147,15 @@ def diverged_cell(gone: list[dict], n_seeds: int) -> str:
         # None: the run logged no training loss before it diverged
         if g.get("last_loss") is not None:
             where += f" (last loss {g['last_loss']:.3f}, logged at step {g['last_loss_step']})"
-        each.append(where)
+        each.append(where if n_seeds == 1 else f"s{g['seed']} {where}")
     if n_seeds == 1 or not gone:
         return "; ".join(each)
-    return f"{len(gone)} of {n_seeds} seeds: " + "; ".join(
-        f"s{g['seed']} {text}" for g, text in zip(gone, each, strict=True)
-    )
+    return f"{len(gone)} of {n_seeds} seeds: " + "; ".join(each)
 
 
 def format_sweep(summary: dict, columns: tuple = COLUMNS, variants: list[str] | None = None) -> str:
-    """Per rate and variant, each column's tag at the end, mean ± 95% half width over seeds that
-    trained to the end (n/a: none did); a last column says where runs diverged."""
+    """Per rate and variant, mean ± 95% half width over the seeds that trained to the end (n/a:
+    none did); a last column says where runs diverged."""
     gone = summary.get("diverged") or {}
     header = ["lr", "run", *(h for h, _, _ in columns)]
     rows = [header + ["diverged"] * bool(gone)]
@@ -211,15 +185,14 @@ def run_sweep(
     names: list[str],
     jobs: int = 1,
 ) -> dict | int:
-    """Train every variant at every rate and seed, seed by seed (stopped early, the rounds done are
-    complete), then save sweep.json and sweep.png: the summary, or a failed run's exit code."""
+    """Train every variant at every rate and seed, then save sweep.json and sweep.png: the summary,
+    or a failed run's exit code."""
     folder = Path(cfg.train.runs_dir) / f"sweep-{cfg.name}"
-    # before the folder is claimed: a refused rate moves nothing
-    plan = plan_sweep(cfg, folder, n_seeds, lrs, names)
+    plan = plan_sweep(cfg, folder, n_seeds, lrs, names)  # first: a refused rate moves nothing
     lock = claim_folder(folder, cfg.train.resume, "sweep")
     rates = [rate_name(lr) for lr in lrs]
     seeds = [c.train.seed for c in plan[next(iter(plan))][rates[0]]]
-    todo = [
+    todo = [  # seed by seed: stopped early, the rounds done are complete
         (f"{v}, lr {lr}, seed {s}", plan[v][lr][i])
         for i, s in enumerate(seeds)
         for lr in rates
@@ -227,12 +200,8 @@ def run_sweep(
     ]
     # each variant's run name and how --variants spells it
     spelled = dict(zip(list(plan)[1:], names, strict=True))
-    header = {
-        "seeds": seeds,
-        "lrs": rates,
-        "variants": spelled,
-        "preset_lr": rate_name(cfg.train.lr),
-    }
+    preset = rate_name(cfg.train.lr)
+    header = {"seeds": seeds, "lrs": rates, "variants": spelled, "preset_lr": preset}
     results = train_runs(
         todo,
         lambda run: train_argv(config_name, overrides, run, ("train.lr",)),
@@ -246,11 +215,10 @@ def run_sweep(
     if isinstance(results, int):
         return results
     with summing_up(folder, "sweep"):
-        preset_lr = header["preset_lr"] if header["preset_lr"] in rates else None
-        summary = {**header, **summarise(plan, results, preset_lr)}
+        summary = {**header, **summarise(plan, results, preset if preset in rates else None)}
         write_json(folder / "sweep.json", {**summary, "runs": results})
-        figures = what_figures_are(n_seeds, per_point=True)
-        title = f"{cfg.name}: {figures}, {cfg.train.max_steps} steps, {cfg.train.optimizer}"
+        what = what_figures_are(n_seeds, per_point=True)
+        title = f"{cfg.name}: {what}, {cfg.train.max_steps} steps, {cfg.train.optimizer}"
         plot_sweep(summary, folder / "sweep.png", title)
     lock.release()
     return {**summary, "folder": folder}
