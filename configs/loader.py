@@ -79,7 +79,6 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
         if not has_eq:
             if i == len(argv):
                 raise ConfigError(f"{flag} needs a value")
-            # `--run-name --no-mask`: the value was left out
             if argv[i].startswith("--"):
                 raise ConfigError(
                     f"{flag} needs a value, and got the flag {argv[i]}; to give a value that "

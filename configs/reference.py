@@ -29,7 +29,7 @@ def settable(section: str) -> list[str]:
     return [key for key in KEYS if key.startswith(f"{section}.") and key not in FROM_TOKENIZER]
 
 
-def usage(default: str = "base", width: int = 110) -> str:
+def usage(default: str = "base") -> str:
     """The epilog of --help: the presets, the shorthands, then every key with its default."""
     lines = [
         f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file",
@@ -37,7 +37,7 @@ def usage(default: str = "base", width: int = 110) -> str:
         "shorthands:",
     ]
     for flag, (dotted, value) in SHORTHANDS.items():
-        lines.append(f"  {flag:<12} {dotted}={'VALUE' if value is None else value}")
+        lines.append(f"  {flag:<12} {dotted}={value or 'VALUE'}")
     lines.append(
         "\nevery key, --section.field=VALUE, with its default (a preset may change it) and its "
         "meaning:"
@@ -46,7 +46,7 @@ def usage(default: str = "base", width: int = 110) -> str:
         lines.append(f"\n[{section}] {SECTION_MEANINGS[section]}")
         for dotted in settable(section):
             key = f"  --{dotted}={shown_default(dotted)}"
-            wrapped = textwrap.wrap(meaning(dotted), width=max(40, width - 34))
+            wrapped = textwrap.wrap(meaning(dotted), width=76)
             lines.append(
                 f"{key:<32}  {wrapped[0]}" if len(key) < 32 else f"{key}\n{'':<34}{wrapped[0]}"
             )

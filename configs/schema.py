@@ -172,11 +172,9 @@ class TrainConfig:
 
     @property
     def warmup(self) -> int:
-        """warmup_steps, shrunk to fit a shorter run."""
         return min(self.warmup_steps, self.max_steps)
 
     def probes_at(self, step: int) -> bool:
-        """Every max_steps // probes steps (at most every step), and at the last."""
         return self.probes > 0 and (
             step % max(1, self.max_steps // self.probes) == 0 or step == self.max_steps
         )

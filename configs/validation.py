@@ -1,6 +1,5 @@
 """One way into a Config from a TOML file, the command line, or a run's record, every key and
-value's type checked: Python would read causal = "false" as true.
-"""
+value's type checked: Python would read causal = "false" as true."""
 
 import difflib
 import json

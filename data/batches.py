@@ -7,10 +7,8 @@ import torch
 def get_batch(
     ids: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs x and targets y, both (B, T) int64, from windows at offsets drawn from `generator`.
-
-    y is x shifted one position left, so each of the B*T positions is a training example.
-    """
+    """Inputs x and targets y, both (B, T) int64, from windows at offsets drawn from `generator`:
+    y is x shifted one position left, so each of the B*T positions is a training example."""
     starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)  # (B,)
     offsets = starts[:, None] + torch.arange(block_size + 1)  # (B, 1) + (T + 1,) -> (B, T + 1)
     window = torch.from_numpy(ids[offsets.numpy()].astype(np.int64))  # (B, T + 1)

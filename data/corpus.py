@@ -1,14 +1,13 @@
 """Find or download the corpus, prepare it once into `<cache>/prepared/<name>-<tokenizer>-<hash>/`
 (train.bin and val.bin, raw unsigned ids, and a sealed meta.json), and read them back."""
 
-import json
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from data.files import sha256_of, sha256_of_bytes, unsealed_json, write_atomically
+from data.files import checksum, sha256_of, sha256_of_bytes, unsealed_json, write_atomically
 from data.prepare import FORMAT_VERSION, TRAIN_FRACTION, prepare  # noqa: F401 (TRAIN_FRACTION)
 from data.sources import DataError, Source, find_source
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
@@ -38,8 +37,7 @@ class Corpus:
 
 
 def download_tiny_shakespeare(cache_dir: Path) -> Path:
-    path = cache_dir / "tinyshakespeare.txt"
-    url = TINY_SHAKESPEARE_URL
+    path, url = cache_dir / "tinyshakespeare.txt", TINY_SHAKESPEARE_URL
     if path.exists():
         if sha256_of(path) != TINY_SHAKESPEARE_SHA256:
             raise DataError(
@@ -69,16 +67,12 @@ class ChangedText(DataError):
 
 
 def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
-    """What names a preparation: one text file's SHA-256, else a hash of the sources' identities and
-    the JSONL/parquet field."""
+    """One text file's SHA-256, else a hash of the sources' identities and the field."""
     if val is None and source.is_one_text:
         return source.identity["sha256"]
-    described = {
-        "sources": [source.identity],
-        "val": val and val.identity,
-        "text_field": text_field,
-    }
-    return sha256_of_bytes(json.dumps(described, sort_keys=True).encode())
+    return checksum(
+        {"sources": [source.identity], "val": val and val.identity, "text_field": text_field}
+    )
 
 
 def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
@@ -133,8 +127,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
 
 
 def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
-    """The train and val ids and the tokenizer in `folder`, or None when anything is amiss (prepare
-    again)."""
+    """The train and val ids and the tokenizer in `folder`, or None when anything is amiss."""
     try:
         meta = unsealed_json((folder / "meta.json").read_bytes())
         if (
@@ -145,9 +138,9 @@ def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Token
         ):
             return None
         tokenizer = GPT2Tokenizer() if meta["tokenizer"] == "gpt2" else CharTokenizer(meta["chars"])
-        splits = []
+        splits, dtype = [], meta["dtype"]
         for split in ("train", "val"):
-            path, dtype = folder / f"{split}.bin", meta["dtype"]
+            path = folder / f"{split}.bin"
             size = path.stat().st_size
             if size != meta["tokens"][split] * np.dtype(dtype).itemsize:
                 return None

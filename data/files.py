@@ -42,7 +42,6 @@ def unsealed_json(data: bytes) -> dict | None:
 
 
 def temporary_twin(path: Path) -> Path:
-    """Where this process writes `path` before renaming it into place."""
     return path.with_name(f"{path.name}.tmp{os.getpid()}")
 
 
@@ -105,8 +104,8 @@ def running(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True  # another user's process
+    except PermissionError:  # another user's process
+        pass
     return True
 
 

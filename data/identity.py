@@ -1,7 +1,6 @@
-"""What a --data-file path names: its files (a folder's .txt, .jsonl and .parquet files, sorted,
-links followed but each file read once, names that begin with "." skipped), and the identity of
-their text, never of their path: a file's SHA-256, or a folder's relative paths, sizes and SHA-256s.
-"""
+"""The files a --data-file path names (a folder's .txt, .jsonl and .parquet files, sorted, links
+followed but each file read once, hidden names skipped), and the identity of their text, never of
+their path: a file's SHA-256, or a folder's relative paths, sizes and SHA-256s."""
 
 import json
 import os

@@ -1,7 +1,6 @@
-"""Encode a corpus of any size into train.bin and val.bin, in constant memory: a first pass checks
-and counts (errors before any work), a second encodes in threads and appends the ids in order,
-into a temporary folder renamed into place when whole, so a stopped run leaves nothing half-made.
-"""
+"""Encode a corpus into train.bin and val.bin in constant memory: a first pass checks and counts
+(errors before any work), a second encodes in threads into a temporary folder renamed into place
+when whole, so a stopped run leaves nothing half-made."""
 
 import os
 import shutil
@@ -95,7 +94,6 @@ def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
 
 
 def train_cut(source: Source, found: Scan, split: str | None) -> int:
-    """Where val begins, in characters of one text or in documents."""
     if split is not None:
         return (found.chars if source.is_one_text else found.documents) + 1
     if source.is_one_text:
@@ -104,8 +102,7 @@ def train_cut(source: Source, found: Scan, split: str | None) -> int:
 
 
 def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
-    """(split, text, starts, separated) for every piece; a source's split None is cut at the
-    fraction."""
+    """(split, text, starts, separated) pieces; a source's split None is cut at the fraction."""
     for source, found, split in plan:
         cut, seen = train_cut(source, found, split), 0
         for text, starts, _ in read_source(source, text_field):
@@ -208,15 +205,15 @@ def prepare(
                 source_sha256=key,
                 text_field=text_field,
                 seconds=round(time.perf_counter() - started, 3),
-            )
-            meta["sources"] = [s.description for s in sources]
-            meta["documents"] = sum(found.documents for _, found, _ in plan)
-            meta["val_documents"] = sum(
-                found.documents
-                if split == "val"
-                else max(0, found.documents - train_cut(s, found, split))
-                for s, found, split in plan
-                if not s.is_one_text
+                sources=[s.description for s in sources],
+                documents=sum(found.documents for _, found, _ in plan),
+                val_documents=sum(
+                    found.documents
+                    if split == "val"
+                    else max(0, found.documents - train_cut(s, found, split))
+                    for s, found, split in plan
+                    if not s.is_one_text
+                ),
             )
             write_atomically(tmp / "meta.json", sealed_json(meta))
             replace_folder(tmp, folder, whole)

@@ -46,7 +46,7 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 def read_text_file(file: Path, source: Source) -> Pieces:
     """A UTF-8 text file in pieces; a byte-order mark (Notepad's) is dropped: it is not text."""
     where = source.where(file)
-    with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
+    with open_or_fail(file, source, "r", encoding="utf-8-sig") as f:
         starts, position = True, 0
         while True:
             try:

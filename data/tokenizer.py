@@ -1,7 +1,6 @@
-"""Tokenizers with one interface: name, vocab_size, encode, decode, state(), and for preparing a
-corpus encode_array and end_of_text. gpt2 is OpenAI's BPE through tiktoken; char gives each
-distinct character of the corpus an id, its vocabulary saved with the data and in checkpoints.
-"""
+"""Tokenizers with one interface (name, vocab_size, encode, decode, state(), encode_array,
+end_of_text): gpt2 is OpenAI's BPE through tiktoken; char gives each distinct character of the
+corpus an id, its vocabulary saved with the data and in checkpoints."""
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -14,7 +13,7 @@ DEGENERATE_SHARE = 0.5  # more whitespace than this, or more of one character: u
 
 
 class TokenizerError(ValueError):
-    """Text or a vocabulary that a tokenizer cannot handle."""
+    pass
 
 
 class GPT2Tokenizer:
