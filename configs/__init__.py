@@ -1,5 +1,5 @@
-"""Configuration: the schema, the one way into it from any source (validation.py), the loader (a
-TOML preset, then the command line), what --help says of every key, and the .toml presets."""
+"""Configuration: the schema, its validation, the loader (a TOML preset, then the command line),
+--help's text of every key, and the .toml presets."""
 
 # ruff: noqa: F401 (the imports below are the package's names)
 

@@ -1,8 +1,5 @@
-"""Dataclass defaults < TOML preset < command-line overrides, each flag a field's dotted name.
-
-python train.py --config base --train.lr=3e-4 --model.n_layer 4
-python train.py --no-mask    # shorthand for --model.causal=false (model/ablations.py's table)
-"""
+"""Dataclass defaults < TOML preset < command-line flags, each a field's dotted name:
+python train.py --config base --train.lr=3e-4 --model.n_layer 4 --no-mask"""
 
 import dataclasses
 import difflib
@@ -15,7 +12,7 @@ from data.synthetic import SETTINGS
 from model.ablations import CHANGES
 
 CONFIG_DIR = Path(__file__).resolve().parent
-SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes a value)
+SHORTHANDS = {  # flag -> (dotted field, fixed value or None)
     **{
         c.flag: (f"model.{c.field}", None if c.takes_value else str(c.value).lower())
         for c in CHANGES
@@ -29,7 +26,6 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
 }
 COUNTED = {c.flag: c.counts for c in CHANGES if c.counts}
 SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}
-# what pretrained weights fix
 CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}
 FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER
 TEXT_PATHS = ("path", "val_path")
@@ -60,7 +56,6 @@ def find_config_file(name: str) -> Path:
 
 
 def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
-    """The config name and the (dotted key, text) overrides, in order."""
     name, overrides, spelled, i = default, [], [], 0  # spelled: each override as typed
     while i < len(argv):
         flag, has_eq, value = argv[i].partition("=")
@@ -112,7 +107,7 @@ def unknown_argument(arg: str, flag: str) -> ConfigError:
 
 
 def refuse_contradictions(overrides: list[tuple[str, str]], spelled: list[str]) -> None:
-    """--no-pos and --rope set one key two ways: neither silently wins."""
+    """--no-pos and --rope set one key two ways: neither wins."""
     for (key, value), flag in zip(overrides, spelled, strict=True):
         if flag not in SHORTHANDS:
             continue
@@ -141,12 +136,11 @@ def load_config(argv: list[str], default: str = "base") -> Config:
 
 
 def resolved_texts(data: dict) -> dict[str, str]:
-    """data.path and val_path resolved, so that a run finds the same text from any folder."""
+    """data.path and val_path resolved: a run finds the same text from any folder."""
     return {key: str(Path(data[key]).expanduser().resolve()) for key in TEXT_PATHS if data.get(key)}
 
 
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
-    """A flag the run would not use is refused, never silently ignored."""
     for dotted, value in overrides:
         flag = next(
             (

@@ -1,5 +1,4 @@
-"""Every key's meaning, from the fields: --help's epilog, and docs/command-line.md's key tables
-(`python -m configs` rewrites them between their marker lines)."""
+"""Every key's meaning, from the fields: --help's epilog and docs/command-line.md's key tables."""
 
 import textwrap
 from pathlib import Path
@@ -30,7 +29,6 @@ def settable(section: str) -> list[str]:
 
 
 def usage(default: str = "base") -> str:
-    """The epilog of --help: the presets, the shorthands, then every key with its default."""
     lines = [
         f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file",
         "",

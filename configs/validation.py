@@ -1,5 +1,5 @@
-"""One way into a Config from a TOML file, the command line, or a run's record, every key and
-value's type checked: Python would read causal = "false" as true."""
+"""One way into a Config from a TOML file, the command line or a run's record, every key and type
+checked: Python would read causal = "false" as true."""
 
 import difflib
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 from configs.schema import KEYS, SECTIONS, Config
 from model.ablations import CHANGES
 
-FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
+FROM_TOKENIZER = {"model.vocab_size"}
 SHAPE = ("n_layer", "n_head", "n_embd", "block_size")
 RECORDED = ("name", "shape")  # what Config.to_dict holds beside its sections
 TAKES = {bool: "true or false", int: "a whole number", float: "a number", str: "text, in quotes"}
@@ -22,12 +22,11 @@ RECORDED_FIX = (
 
 
 class ConfigError(ValueError):
-    """A config file or flag that cannot be used; the message says what is valid."""
+    """A config file or flag that cannot be used."""
 
 
 def nearest_key(dotted: str) -> str | None:
-    """What a typo meant: a change's flag (no_mask -> --no-mask), an abbreviation (learning_rate ->
-    lr), else the closest spelling."""
+    """What a typo meant: a change's flag (no_mask -> --no-mask), initials, else the closest."""
     section, _, name = dotted.partition(".")
     for change in CHANGES:
         if change.name == name.replace("_", "-"):
@@ -55,14 +54,14 @@ def check_key(dotted: str, where: str = "", recorded: bool = False) -> None:
             f"unknown key {dotted}{in_file}{suggestion}"
             + (f" ({RECORDED_FIX})" if recorded else "")
         )
-    if dotted in FROM_TOKENIZER and not recorded:  # train.py fills in a run's record
+    if dotted in FROM_TOKENIZER and not recorded:
         raise ConfigError(
             f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead"
         )
 
 
 def is_denormal(x: float) -> bool:
-    """Read from the bits: a CPU that flushes denormals (as training sets it) compares them as 0."""
+    """From the bits: a CPU that flushes denormals (as training sets it) compares them as 0."""
     bits = struct.unpack("<Q", struct.pack("<d", x))[0]
     return (bits >> 52) & 0x7FF == 0 and bits & (2**52 - 1) != 0
 
@@ -82,7 +81,7 @@ def convert(dotted: str, value):
                 f"{dotted} takes {'an integer' if kind is int else 'a number'}, got {value!r}"
             ) from None
     elif kind is float and type(value) is int:
-        if abs(value) > 2**1023:  # a TOML integer of 400 digits: float() would raise OverflowError
+        if abs(value) > 2**1023:  # float() would raise OverflowError
             raise ConfigError(
                 f"{dotted} = {value} is larger than any number a float holds; give a smaller value"
             )
@@ -96,7 +95,6 @@ def convert(dotted: str, value):
 
 
 def typed(dotted: str, value, where: str, recorded: bool):
-    """A value read from a file must have the field's type (an integer serves as a number)."""
     kind = KEYS[dotted].type
     # recorded before positions had kinds: ModelConfig reads true as "learned", false as "none"
     if recorded and dotted == "model.positions" and type(value) is bool:
@@ -119,8 +117,7 @@ def typed(dotted: str, value, where: str, recorded: bool):
 
 
 def shape_suffix(preset: dict, model) -> str:
-    """ "-n_layer1" for sizes the command line changed from the preset's, so that such a run trains
-    beside the preset's instead of moving it aside."""
+    """ "-n_layer1" for sizes the command line changed: such a run trains beside the preset's."""
     changed = [
         key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)
     ]
@@ -131,7 +128,7 @@ def validate_config(
     table, where: str | Path, overrides: Iterable[tuple[str, str]] = (), recorded: bool = False
 ) -> Config:
     """The Config of a TOML file's sections, or with `recorded` of a run's Config.to_dict() (a field
-    added since takes its default), then the (dotted key, text) overrides; `where`: the file."""
+    added since takes its default), then the (dotted key, text) overrides."""
     if not isinstance(table, dict):
         raise ConfigError(
             f"{where} holds no config (found {IS.get(type(table), type(table).__name__)}); "

@@ -1,5 +1,5 @@
 """Find or download the corpus, prepare it once into `<cache>/prepared/<name>-<tokenizer>-<hash>/`
-(train.bin and val.bin, raw unsigned ids, and a sealed meta.json), and read them back."""
+(train.bin, val.bin and a sealed meta.json), and read them back."""
 
 import urllib.request
 from dataclasses import dataclass
@@ -22,12 +22,12 @@ IDS_BLOCK = 1 << 22  # ids read at a time when checking a .bin
 
 @dataclass
 class Corpus:
-    train: np.ndarray  # ids of the first 90% of the text (a read-only memmap)
+    train: np.ndarray  # a read-only memmap
     val: np.ndarray
     tokenizer: Tokenizer
     source: Path
-    source_sha256: str  # what names the text (`corpus_key`)
-    val_source: Path | None = None  # --data.val_path
+    source_sha256: str  # `corpus_key`
+    val_source: Path | None = None
 
     def describe(self) -> str:
         return f"corpus {self.source}: {len(self.train):,} train / {len(self.val):,} val tokens"
@@ -63,7 +63,7 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
 
 
 class ChangedText(DataError):
-    """The corpus a run names holds another text now than the one it trained on."""
+    """The corpus holds another text than the run trained on."""
 
 
 def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
@@ -76,8 +76,8 @@ def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
 
 
 def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
-    """The ids of data_cfg.path (Tiny Shakespeare when empty), prepared once; trained_on, a run's
-    source_sha256, is the text it must still hold (else ChangedText)."""
+    """The ids of data_cfg.path, prepared once; trained_on, a run's source_sha256, is the text it
+    must still hold (else ChangedText)."""
     cache_dir = Path(data_cfg.cache_dir or DEFAULT_CACHE_DIR)
     try:
         if data_cfg.path:
@@ -95,7 +95,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
             )
         root, tokenizer, short = cache_dir / "prepared", data_cfg.tokenizer, key[:16]
         mine = root / f"{path.resolve().stem}-{tokenizer}-{short}"
-        # then the same text prepared under another name (a copy, a folder renamed)
+        # or the same text under another name (a copy)
         others = sorted(folder for folder in root.glob(f"*-{tokenizer}-{short}") if folder != mine)
         prepared = next(filter(None, (read_prepared(f, key) for f in [mine, *others])), None)
         if prepared is None:
@@ -107,7 +107,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
                 data_cfg.text_field,
                 data_cfg.workers,
                 val,
-                # another process's, prepared at the same time and renamed into place first
+                # another process's, renamed into place first
                 whole=lambda folder: read_prepared(folder, key) is not None,
             )
             prepared = read_prepared(mine, key)
@@ -127,7 +127,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
 
 
 def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
-    """The train and val ids and the tokenizer in `folder`, or None when anything is amiss."""
+    """The train and val ids and the tokenizer, or None when anything is amiss."""
     try:
         meta = unsealed_json((folder / "meta.json").read_bytes())
         if (
@@ -146,12 +146,11 @@ def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Token
                 return None
             if largest_id(path, dtype) >= tokenizer.vocab_size:
                 return None
-            # an empty file cannot be mapped
             splits.append(np.memmap(path, dtype, "r") if size else np.zeros(0, dtype))
     except TokenizerError:
         if meta["tokenizer"] == "gpt2":
-            raise  # tiktoken's files are missing: preparing again would not help
-        return None  # a damaged char vocabulary
+            raise  # tiktoken's files are missing
+        return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return splits[0], splits[1], tokenizer

@@ -1,6 +1,5 @@
 """The files a --data-file path names (a folder's .txt, .jsonl and .parquet files, sorted, links
-followed but each file read once, hidden names skipped), and the identity of their text, never of
-their path: a file's SHA-256, or a folder's relative paths, sizes and SHA-256s."""
+followed, hidden names skipped), and the identity of their text, never of their path."""
 
 import json
 import os
@@ -22,7 +21,7 @@ NOT_REGULAR = {
 
 
 class DataError(Exception):
-    """A problem with the corpus that the user can fix; the message says how."""
+    """A problem with the corpus that the user can fix."""
 
 
 def kind_of(path: Path) -> str:
@@ -60,7 +59,7 @@ class Source:
 
     @cached_property
     def stats(self) -> tuple[tuple[int, int, int], ...]:
-        """Each file's (size, mtime, inode), taken before its text is hashed or read."""
+        """Each file's (size, mtime, inode), before its text is hashed or read."""
         return tuple(self.stamp(file) for file in self.files)
 
     def relative(self, file: Path) -> str:
@@ -68,7 +67,7 @@ class Source:
 
     @cached_property
     def identity(self) -> dict:
-        stats = self.stats  # first: a file that changes while hashed then differs from them
+        stats = self.stats  # first: a file changed while hashed then differs
         if not self.is_folder:
             return {"kind": kind_of(self.path), "sha256": sha256_of(self.path)}
         files = zip(self.files, stats, strict=True)
@@ -147,7 +146,7 @@ def folder_files(folder: Path, flag: str) -> tuple[Path, ...]:
             path = directory / entry.name
             if entry.name.startswith("."):
                 continue
-            if entry.is_dir():  # follows links; a broken link is refused later, by name
+            if entry.is_dir():  # follows links
                 todo.append(path)
             elif path.suffix.lower() in KINDS:
                 found.append(path)

@@ -1,6 +1,5 @@
 """Readers of a text file (one document), a .jsonl or .parquet file (a document a line or row):
-`(text, starts, nbytes)` pieces, `starts` on a document's first, nbytes read (for the progress bar).
-"""
+`(text, starts, nbytes)` pieces, `starts` on a document's first."""
 
 import codecs
 import json
@@ -19,7 +18,7 @@ from data.identity import (
     one_file,
 )
 
-CHUNK_CHARS = 1 << 18  # characters a reader yields at a time: memory stays flat in the corpus size
+CHUNK_CHARS = 1 << 18  # characters a reader yields at a time
 PARQUET_BATCH_ROWS = 1024
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # half a UTF-16 character, maybe alone
 Pieces = Iterator[tuple[str, bool, int]]
@@ -44,7 +43,7 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 
 
 def read_text_file(file: Path, source: Source) -> Pieces:
-    """A UTF-8 text file in pieces; a byte-order mark (Notepad's) is dropped: it is not text."""
+    """A UTF-8 text file in pieces, without a byte-order mark (Notepad's)."""
     where = source.where(file)
     with open_or_fail(file, source, "r", encoding="utf-8-sig") as f:
         starts, position = True, 0
@@ -60,7 +59,7 @@ def read_text_file(file: Path, source: Source) -> Pieces:
                 raise DataError(f"cannot read {where}: {e.strerror}") from None
             if not text:
                 return
-            if "\0" in text:  # valid UTF-8, but no text holds NUL: an image, an archive
+            if "\0" in text:  # valid UTF-8, but not text: an image, an archive
                 raise DataError(
                     f"{where} is binary (it holds NUL bytes), the first at offset "
                     f"{nul_offset(file)}; give a UTF-8 text file"
@@ -74,7 +73,7 @@ def bad_utf8_offset(file: Path) -> int:
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
         for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):
-            held = len(decoder.getstate()[0])  # a character cut by the last block
+            held = len(decoder.getstate()[0])
             try:
                 decoder.decode(block, final=not block)
             except UnicodeDecodeError as e:
@@ -142,7 +141,7 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
         raise DataError(f"reading {where} needs pyarrow: pip install pyarrow") from None
     try:
         parquet = pq.ParquetFile(open_or_fail(file, source))
-    except Exception as e:  # pyarrow's ArrowInvalid and OSError for a file that is not parquet
+    except Exception as e:  # pyarrow's ArrowInvalid, OSError
         raise DataError(f"{where} is not a parquet file ({str(e).splitlines()[0][:120]})") from None
     columns = parquet.schema_arrow.names
     if field not in columns:
@@ -151,7 +150,7 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
             "name it with --data.text_field"
         )
     kind = parquet.schema_arrow.field(field).type
-    # a dictionary-encoded column (pandas' category) of strings
+    # a dictionary-encoded column: pandas' category
     values = kind.value_type if pa.types.is_dictionary(kind) else kind
     if str(values) not in ("string", "large_string", "string_view"):
         raise DataError(f"{where}: column {field!r} holds {kind}, not text")
@@ -166,7 +165,6 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
 
 
 def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The whole text of a small file (a prompt, a text to score)."""
     source = one_file(path, flag)
     text = "".join(piece for piece, _, _ in read_text_file(path, source))
     if not text.strip():
