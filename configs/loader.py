@@ -141,6 +141,7 @@ def resolved_texts(data: dict) -> dict[str, str]:
 
 
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
+    text = cfg.data.source == "text"
     for dotted, value in overrides:
         flag = next(
             (
@@ -150,26 +151,19 @@ def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
             ),
             f"--{dotted}={value}",
         )
-        if (
-            dotted.startswith("data.")
-            and cfg.data.source != "text"
-            and dotted not in SYNTHETIC
-            and dotted != "data.source"
-        ):
+        section, _, key = dotted.partition(".")
+        ignored = f"so {dotted} would be ignored; leave it out"
+        if section == "data" and not text and key not in SETTINGS:
             raise ConfigError(
                 f"{flag} does not apply to data.source = {cfg.data.source}, which reads no text, "
-                f"so {dotted} would be ignored; leave it out, or add --data.source=text"
+                f"{ignored}, or add --data.source=text"
             )
-        if dotted in SYNTHETIC and cfg.data.source == "text":
+        if dotted in SYNTHETIC and text:
             raise ConfigError(
-                f"{flag} sets the repeated-random source, and this run reads a text (data.source "
-                f"= text), so {dotted} would be ignored; leave it out, or add "
-                "--data.source=repeated-random"
+                f"{flag} sets the repeated-random source, and this run reads a text, {ignored}, "
+                "or add --data.source=repeated-random"
             )
         if dotted in FROM_WEIGHTS and cfg.train.init_from:
             raise ConfigError(
-                f"{flag} cannot apply to a run from pretrained weights (train.init_from = "
-                f"{cfg.train.init_from}): their own value replaces it, so {dotted} would be "
-                "ignored; leave it out (such a run chooses only model."
-                f"{', model.'.join(CHOSEN_WITH_WEIGHTS)}, and may switch the mask or the scale off)"
+                f"{flag}: the weights of train.init_from = {cfg.train.init_from} fix it, {ignored}"
             )

@@ -41,8 +41,7 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
     if path.exists():
         if sha256_of(path) != TINY_SHAKESPEARE_SHA256:
             raise DataError(
-                f"{path} is not the expected Tiny Shakespeare (SHA-256 mismatch); delete it to "
-                "download it again"
+                f"{path} is not Tiny Shakespeare (SHA-256); delete it to download again"
             )
         return path
     try:
@@ -50,13 +49,11 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
             data = response.read()
     except OSError as e:
         raise DataError(
-            f"could not download Tiny Shakespeare from {url} ({getattr(e, 'reason', e)}); "
-            f"save that file as {path}, or train on your own text with --data-file PATH"
+            f"could not download Tiny Shakespeare from {url} ({getattr(e, 'reason', e)}); save it "
+            f"as {path}, or give --data-file PATH"
         ) from None
     if sha256_of_bytes(data) != TINY_SHAKESPEARE_SHA256:
-        raise DataError(
-            f"the file downloaded from {url} does not match its expected SHA-256; nothing was saved"
-        )
+        raise DataError(f"{url} does not match its expected SHA-256; nothing was saved")
     cache_dir.mkdir(parents=True, exist_ok=True)
     write_atomically(path, data)
     return path
@@ -120,8 +117,8 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
         raise DataError(str(e)) from None
     except OSError as e:
         raise DataError(
-            f"cannot write prepared data under {cache_dir}: {e.strerror}; set --data.cache_dir to "
-            "a writable folder"
+            f"cannot write under {cache_dir}: {e.strerror}; set --data.cache_dir to a writable "
+            "folder"
         ) from None
     return Corpus(*prepared, path, key, val and val.path)
 
@@ -172,5 +169,5 @@ def check_split_lengths(corpus: Corpus, block_size: int) -> None:
             source = corpus.val_source if split == "val" and corpus.val_source else corpus.source
             raise DataError(
                 f"the {split} split of {source} has {n} tokens, fewer than block_size + 1 = "
-                f"{block_size + 1}; use a longer text or a smaller --model.block_size"
+                f"{block_size + 1}; give a longer text or a smaller --model.block_size"
             )

@@ -94,9 +94,8 @@ def check_unchanged(sources: Iterable[Source]) -> None:
         for file, before in zip(source.files, source.stats, strict=True):
             if source.stamp(file) != before:
                 raise DataError(
-                    f"{source.where(file)} changed while it was being prepared (its size or "
-                    "modification time differs); nothing was kept: prepare again once nothing "
-                    "writes to it"
+                    f"{source.where(file)} changed while it was being prepared; nothing was kept: "
+                    "prepare again once nothing writes to it"
                 )
 
 
@@ -113,17 +112,13 @@ def find_source(path: Path, flag: str) -> Source:
     source, kept, seen = Source(path, flag, folder_files(path, flag)), [], set()
     if not source.files:
         raise DataError(
-            f"{flag} {path} holds no .txt, .jsonl or .parquet file (searched every subfolder, "
-            "skipping names that begin with '.'); point it at your data"
+            f"{flag} {path} holds no .txt, .jsonl or .parquet file (hidden ones skipped)"
         )
     for file in source.files:
         found = source.stat_of(file)
         if not stat.S_ISREG(found.st_mode):
             kind = NOT_REGULAR.get(stat.S_IFMT(found.st_mode), "not a regular file")
-            raise DataError(
-                f"{source.where(file)} is {kind}, not a file of text; a corpus is read twice: "
-                "move it out of the folder"
-            )
+            raise DataError(f"{source.where(file)} is {kind}: move it out of the folder")
         if (found.st_dev, found.st_ino) not in seen:  # a second link to a file adds no document
             seen.add((found.st_dev, found.st_ino))
             kept.append(file)

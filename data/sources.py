@@ -51,18 +51,18 @@ def read_text_file(file: Path, source: Source) -> Pieces:
             try:
                 text = f.read(CHUNK_CHARS)
             except UnicodeDecodeError:
+                offset = bad_utf8_offset(file)
                 raise DataError(
-                    f"{where} is not UTF-8 text (bad byte at offset "
-                    f"{bad_utf8_offset(file)}); convert it to UTF-8 or pick a text file"
+                    f"{where} is not UTF-8 text (bad byte at offset {offset}); convert it to UTF-8"
                 ) from None
             except OSError as e:
                 raise DataError(f"cannot read {where}: {e.strerror}") from None
             if not text:
                 return
             if "\0" in text:  # valid UTF-8, but not text: an image, an archive
+                offset = nul_offset(file)
                 raise DataError(
-                    f"{where} is binary (it holds NUL bytes), the first at offset "
-                    f"{nul_offset(file)}; give a UTF-8 text file"
+                    f"{where} is binary (it holds NUL bytes), the first at offset {offset}"
                 )
             now = f.buffer.tell()
             yield text, starts, now - position
@@ -98,14 +98,12 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
             try:
                 record = json.loads(line)
             except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{where} is not UTF-8 (bad byte at offset {offset - len(line) + e.start}); "
-                    "convert the file to UTF-8"
-                ) from None
+                offset += e.start - len(line)
+                raise DataError(f"{where} is not UTF-8 (bad byte at offset {offset})") from None
             except ValueError as e:
+                reason = e.args[0].split(":")[0]
                 raise DataError(
-                    f"{where} is not valid JSON ({e.args[0].split(':')[0]}); each line must be "
-                    "one JSON object"
+                    f"{where} is not valid JSON ({reason}); write one object a line"
                 ) from None
             except RecursionError:
                 raise DataError(
@@ -113,9 +111,7 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
                     "JSON object"
                 ) from None
             if not isinstance(record, dict) or field not in record:
-                raise DataError(
-                    f"{where} has no field {field!r}; name the text's field with --data.text_field"
-                )
+                raise DataError(f"{where} has no field {field!r}; name it with --data.text_field")
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(f"{where}: field {field!r} holds {type(text).__name__}, not text")
@@ -125,8 +121,7 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
                 except UnicodeEncodeError as e:
                     raise DataError(
                         f"{where}: field {field!r} holds a lone UTF-16 surrogate "
-                        f"({text[e.start]!r} at character {e.start}), half of a character: not "
-                        "text; remove it or escape the whole character"
+                        f"({text[e.start]!r} at character {e.start}); remove it"
                     ) from None
             if text:
                 yield text, True, len(line)
@@ -168,7 +163,5 @@ def read_text(path: Path, flag: str = "--data-file") -> str:
     source = one_file(path, flag)
     text = "".join(piece for piece, _, _ in read_text_file(path, source))
     if not text.strip():
-        raise DataError(
-            f"{flag} {path} is empty (nothing but whitespace); give a file with some text"
-        )
+        raise DataError(f"{flag} {path} is empty (nothing but whitespace)")
     return text

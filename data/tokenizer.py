@@ -55,9 +55,7 @@ class CharTokenizer:
             or len(set(chars)) != len(chars)
             or any(not isinstance(c, str) or len(c) != 1 for c in chars)
         ):
-            raise TokenizerError(
-                "a char vocabulary must be a non-empty list of distinct single characters"
-            )
+            raise TokenizerError("a char vocabulary must list distinct single characters")
         self.chars = list(chars)
         self.vocab_size = len(chars)
         self.stoi = {c: i for i, c in enumerate(chars)}

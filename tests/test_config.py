@@ -621,7 +621,7 @@ def test_help_lists_the_cures_and_the_kinds_of_positions():
         ),
         (
             ["--config", "gpt2-finetune", "--model.n_layer=3"],
-            "their own value replaces it, so model.n_layer would be ignored",
+            "the weights of train.init_from = gpt2 fix it, so model.n_layer would be ignored",
         ),
         (
             ["--config", "tiny", "--init-from", "{gpt2}", "--model.gelu=tanh"],
