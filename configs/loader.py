@@ -36,21 +36,14 @@ def presets() -> list[str]:
 
 
 def find_config_file(name: str) -> Path:
-    if name.endswith(".toml") or "/" in name or "\\" in name:
-        path = Path(name)
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {name} not found; give a path to a .toml file or one of: "
-                f"{', '.join(presets())}"
-            )
-        return path
-    path = CONFIG_DIR / f"{name}.toml"
+    is_path = name.endswith(".toml") or "/" in name or "\\" in name
+    path = Path(name) if is_path else CONFIG_DIR / f"{name}.toml"
     if not path.is_file():
-        hint = difflib.get_close_matches(name, presets(), n=1)
+        hint = [] if is_path else difflib.get_close_matches(name, presets(), n=1)
         did_you_mean = f"did you mean {hint[0]}? " if hint else ""
         raise ConfigError(
-            f"unknown config {name!r}; {did_you_mean}choose one of: {', '.join(presets())}, or a "
-            "path to a .toml file"
+            f"config {name} not found; {did_you_mean}give one of {', '.join(presets())}, or a "
+            ".toml path"
         )
     return path
 
@@ -76,8 +69,8 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
                 raise ConfigError(f"{flag} needs a value")
             if argv[i].startswith("--"):
                 raise ConfigError(
-                    f"{flag} needs a value, and got the flag {argv[i]}; to give a value that "
-                    f"starts with --, write {flag}=VALUE"
+                    f"{flag} needs a value, and got the flag {argv[i]}; for a value starting with "
+                    f"--, write {flag}=VALUE"
                 )
             value = argv[i]
             i += 1

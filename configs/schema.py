@@ -1,5 +1,5 @@
-"""DataConfig, TrainConfig and Config. Checks run in __post_init__: a bad value fails when the
-config is built, not at step 3000."""
+"""DataConfig, TrainConfig and Config, checked in __post_init__: a bad value fails when the config
+is built, not at step 3000."""
 
 import dataclasses
 from dataclasses import dataclass, field
@@ -48,9 +48,7 @@ class DataConfig:
         if not self.text_field:
             raise ValueError("data.text_field must name a field, got an empty value")
         if self.workers < 0:
-            raise ValueError(
-                f"data.workers must be 0 (one per core) or a positive number, got {self.workers}"
-            )
+            raise ValueError(f"data.workers must be >= 0, got {self.workers}")
 
 
 @dataclass(frozen=True)
@@ -98,12 +96,7 @@ class TrainConfig:
             raise ValueError(
                 f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}"
             )
-        if self.probes < 0:
-            raise ValueError(
-                "train.probes must be 0 (no probe) or a positive number of probes per run, got "
-                f"{self.probes}"
-            )
-        for name in ("warmup_steps", "weight_decay", "grad_clip"):
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "probes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("beta1", "beta2"):
@@ -120,10 +113,7 @@ class TrainConfig:
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
         if not self.runs_dir.strip():
-            raise ValueError(
-                "train.runs_dir must name a folder (write . for the current one), got an empty "
-                "value"
-            )
+            raise ValueError("train.runs_dir must name a folder (write . for the current one)")
         if len(self.run_name) > MAX_RUN_NAME:
             raise ValueError(
                 f"train.run_name must be at most {MAX_RUN_NAME} characters, got "

@@ -1,5 +1,5 @@
-"""One way into a Config from a TOML file, the command line or a run's record, every key and type
-checked: Python would read causal = "false" as true."""
+"""A Config from a TOML file, the command line or a run's record, every key and type checked:
+Python would read causal = "false" as true."""
 
 import difflib
 import json
@@ -12,17 +12,14 @@ from model.ablations import CHANGES
 
 FROM_TOKENIZER = {"model.vocab_size"}
 SHAPE = ("n_layer", "n_head", "n_embd", "block_size")
-RECORDED = ("name", "shape")  # what Config.to_dict holds beside its sections
+RECORDED = ("name", "shape")  # beside the sections in Config.to_dict
 TAKES = {bool: "true or false", int: "a whole number", float: "a number", str: "text, in quotes"}
 IS = {**TAKES, bool: "a boolean", str: "text", list: "a list", dict: "a table", type(None): "null"}
-RECORDED_FIX = (
-    "train.py writes no such config, so the file was changed since (or by another version of this "
-    "project); correct it, or train the run again"
-)
+RECORDED_FIX = "train.py writes no such config (was it edited?); correct it, or train the run again"
 
 
 class ConfigError(ValueError):
-    """A config file or flag that cannot be used."""
+    pass
 
 
 def nearest_key(dotted: str) -> str | None:
@@ -82,14 +79,11 @@ def convert(dotted: str, value):
             ) from None
     elif kind is float and type(value) is int:
         if abs(value) > 2**1023:  # float() would raise OverflowError
-            raise ConfigError(
-                f"{dotted} = {value} is larger than any number a float holds; give a smaller value"
-            )
+            raise ConfigError(f"{dotted} = {value} is too large for a float; give a smaller value")
         number = float(value)
     if kind is float and is_denormal(number):
         raise ConfigError(
-            f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in "
-            "training; give a larger value"
+            f"{dotted} = {value} is nearer 0 than 2.2e-308: a CPU reads 0; give a larger value"
         )
     return number
 

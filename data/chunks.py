@@ -1,6 +1,5 @@
-"""Cutting text into encoder tasks where the ids stay those of the whole text: GPT-2's pre-tokens
-never cross `word| word` or `line\n|Next`. Text with no such place (CJK, DNA) is cut by force, at
-an `EDGE` between pre-tokens where one is near (docs/own-text.md); char text is cut anywhere."""
+"""Text cut into encoder tasks whose ids stay those of the whole text: GPT-2's pre-tokens never
+cross `word| word` or `line\n|Next`; text without such places (CJK, DNA) is cut at an `EDGE`."""
 
 import re
 from collections import deque
@@ -8,17 +7,14 @@ from collections.abc import Iterable, Iterator
 from itertools import pairwise
 
 SAFE_CUT = re.compile(r"(?<=\S)(?= \S)|(?<=\S\n)(?=\S)")
-# letter|non-letter, digit|non-digit, symbol|letter or digit (not after an apostrophe: 's is one
-# pre-token), no space: tiktoken's classes, for the `regex` module
+# letter|non-letter, digit|non-digit, symbol|letter or digit (not after ': 's is one pre-token)
 EDGE = r"(?<=\p{L})(?=[^\p{L}\s])|(?<=\p{N})(?=[^\p{N}\s])|(?<=[^\s\p{L}\p{N}'])(?=[\p{L}\p{N}])"
 WINDOWS = (1 << 8, 1 << 12, 1 << 16, 1 << 62)  # characters searched back from the limit, in turn
-FORCE_AFTER = 1 << 18  # gpt2: characters past the limit searched for a safe place
-FORCED_CHARS = 1 << 12  # gpt2: forced cuts come at most this far apart
+FORCE_AFTER = 1 << 18  # characters past the limit searched for a safe place
+FORCED_CHARS = 1 << 12  # forced cuts come at most this far apart
 
 
 def last_match(pattern, text: str, limit: int, start: int) -> int | None:
-    """The last match of `pattern` from `start` to `limit` (or limit + 1), searched near the limit
-    first."""
     end = min(len(text), limit + 2)  # a cut at `limit` looks two characters ahead
     for window in WINDOWS:
         first = max(start, limit - window)
@@ -32,7 +28,7 @@ def last_match(pattern, text: str, limit: int, start: int) -> int | None:
 def safe_cut(text: str, limit: int, start: int, end: int) -> int | None:
     end = min(end, len(text))
     if text.find(" ", start, end) < 0 and text.find("\n", start, end) < 0:
-        return None  # found fast
+        return None
     if start <= limit and (last := last_match(SAFE_CUT, text, limit, start)) is not None:
         return last
     after = SAFE_CUT.search(text, max(start, limit + 1), end)
@@ -40,7 +36,6 @@ def safe_cut(text: str, limit: int, start: int, end: int) -> int | None:
 
 
 def forced_cuts(text: str, limit: int) -> list[int]:
-    """Cuts of text[:limit] at most FORCED_CHARS apart, at the last edge in each second half."""
     import regex  # tiktoken's dependency, for Unicode classes
 
     cuts = [0]
@@ -48,7 +43,7 @@ def forced_cuts(text: str, limit: int) -> list[int]:
         start, end = cuts[-1], min(limit, cuts[-1] + FORCED_CHARS)
         half = start + (end - start + 1) // 2
         window = text[half - 1 : end + 1]
-        one_run = window.isalpha() or window.isdecimal()  # no edge, found fast
+        one_run = window.isalpha() or window.isdecimal()
         edge = None if one_run else last_match(regex.compile(EDGE), text, end - 1, half)
         cuts.append(end if edge is None else edge)
         if edge is not None and end == limit:
@@ -57,18 +52,17 @@ def forced_cuts(text: str, limit: int) -> list[int]:
 
 
 Piece = tuple[str, bool]  # a text, and whether the end-of-text separator goes before it
-Task = tuple[str, list[Piece], int]  # the split it belongs to, its pieces, its characters
+Task = tuple[str, list[Piece], int]  # split, pieces, characters
 
 
 def make_tasks(
     stream: Iterable[tuple[str, str, bool, bool]], chunk_chars: int, anywhere: bool = False
 ) -> Iterator[Task]:
-    """(split, text, starts, separated) pieces grouped into tasks of about chunk_chars, in order,
-    one split each. A document cut by force is cut so to its end; one that ends within FORCE_AFTER
-    of the limit with no safe place is encoded whole."""
+    """Tasks of about chunk_chars, one split each. A document cut by force is cut so to its end;
+    one that ends within FORCE_AFTER of the limit with no safe place is encoded whole."""
     split, pieces, size = None, [], 0
     pending, separated = "", False  # the document's text not cut yet; a separator before it
-    searched, forced = 1, False  # no safe place before `searched`; the document was cut by force
+    searched, forced = 1, False  # no safe place before `searched`
 
     def cut_pending(final: bool) -> Iterator[Task]:
         nonlocal pieces, size, pending, separated, searched, forced
@@ -81,7 +75,7 @@ def make_tasks(
             elif len(pending) >= chunk_chars + FORCE_AFTER + 2 or (final and forced):
                 cuts, searched, forced = forced_cuts(pending, chunk_chars), bound - 1, True
             else:
-                searched = max(1, len(pending) - 1)  # all but the last two characters looked at
+                searched = max(1, len(pending) - 1)
                 return  # the rest waits for more text, or (final) is encoded whole
             for begin, end in pairwise([0, *cuts]):
                 pieces.append((pending[begin:end], separated))

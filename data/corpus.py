@@ -109,10 +109,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
             )
             prepared = read_prepared(mine, key)
         if prepared is None:
-            raise DataError(
-                f"the prepared data in {mine} cannot be read back after writing it; delete that "
-                "folder and try again"
-            )
+            raise DataError(f"{mine} cannot be read back after writing it; delete it and retry")
     except TokenizerError as e:
         raise DataError(str(e)) from None
     except OSError as e:
@@ -124,7 +121,6 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
 
 
 def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
-    """The train and val ids and the tokenizer, or None when anything is amiss."""
     try:
         meta = unsealed_json((folder / "meta.json").read_bytes())
         if (
@@ -139,9 +135,10 @@ def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Token
         for split in ("train", "val"):
             path = folder / f"{split}.bin"
             size = path.stat().st_size
-            if size != meta["tokens"][split] * np.dtype(dtype).itemsize:
-                return None
-            if largest_id(path, dtype) >= tokenizer.vocab_size:
+            if (
+                size != meta["tokens"][split] * np.dtype(dtype).itemsize
+                or largest_id(path, dtype) >= tokenizer.vocab_size
+            ):
                 return None
             splits.append(np.memmap(path, dtype, "r") if size else np.zeros(0, dtype))
     except TokenizerError:

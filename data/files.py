@@ -34,7 +34,6 @@ def sealed_json(record: dict) -> bytes:
 
 
 def unsealed_json(data: bytes) -> dict | None:
-    """The record, or None when its checksum is missing or wrong."""
     record = json.loads(data)
     if isinstance(record, dict) and record.pop("checksum", None) == checksum(record):
         return record

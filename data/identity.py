@@ -1,7 +1,6 @@
 """The files a --data-file path names (a folder's .txt, .jsonl and .parquet files, sorted, links
 followed, hidden names skipped), and the identity of their text, never of their path."""
 
-import json
 import os
 import stat
 from collections.abc import Iterable
@@ -9,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from data.files import sha256_of, sha256_of_bytes
+from data.files import checksum, sha256_of
 
 KINDS = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
 NOT_REGULAR = {
@@ -53,13 +52,12 @@ class Source:
         except OSError as e:  # a broken link, a file deleted meanwhile
             raise DataError(f"cannot read {self.where(file)}: {e.strerror}") from None
 
-    def stamp(self, file: Path) -> tuple[int, int, int]:
+    def stamp(self, file: Path) -> tuple[int, int, int]:  # size, mtime, inode
         found = self.stat_of(file)
         return found.st_size, found.st_mtime_ns, found.st_ino
 
     @cached_property
     def stats(self) -> tuple[tuple[int, int, int], ...]:
-        """Each file's (size, mtime, inode), before its text is hashed or read."""
         return tuple(self.stamp(file) for file in self.files)
 
     def relative(self, file: Path) -> str:
@@ -84,8 +82,8 @@ class Source:
             "path": path,
             "files": len(stats),
             "size": sum(s[1] for s in stats),
-            "sha256": sha256_of_bytes(json.dumps(self.identity).encode()),
-            "size_mtime_sha256": sha256_of_bytes(json.dumps(stats).encode()),
+            "sha256": checksum(self.identity),
+            "size_mtime_sha256": checksum(stats),
         }
 
 

@@ -18,7 +18,7 @@ from data.identity import (
     one_file,
 )
 
-CHUNK_CHARS = 1 << 18  # characters a reader yields at a time
+CHUNK_CHARS = 1 << 18
 PARQUET_BATCH_ROWS = 1024
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # half a UTF-16 character, maybe alone
 Pieces = Iterator[tuple[str, bool, int]]
@@ -43,9 +43,8 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 
 
 def read_text_file(file: Path, source: Source) -> Pieces:
-    """A UTF-8 text file in pieces, without a byte-order mark (Notepad's)."""
     where = source.where(file)
-    with open_or_fail(file, source, "r", encoding="utf-8-sig") as f:
+    with open_or_fail(file, source, "r", encoding="utf-8-sig") as f:  # no byte-order mark
         starts, position = True, 0
         while True:
             try:
@@ -107,8 +106,7 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
                 ) from None
             except RecursionError:
                 raise DataError(
-                    f"{where} nests arrays or objects too deeply to read; each line must be one "
-                    "JSON object"
+                    f"{where} nests arrays or objects too deeply to read; write one object a line"
                 ) from None
             if not isinstance(record, dict) or field not in record:
                 raise DataError(f"{where} has no field {field!r}; name it with --data.text_field")

@@ -31,8 +31,8 @@ class RepeatedRandom:
         self.vocab_size, self.min_segment, self.max_segment = vocab_size, min_segment, max_segment
 
     def sequence(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """n random ids, a segment (at most n // 2) copied later, at any distance that fits: a
-        fixed offset earns little."""
+        """n random ids, a segment copied later at any distance that fits: a fixed offset teaches
+        position, not content."""
         ids = torch.randint(self.vocab_size, (n,), generator=generator)  # (n,)
         longest = min(self.max_segment, n // 2)
         length = int(

@@ -25,12 +25,12 @@ class GPT2Tokenizer:
             self.enc = tiktoken.get_encoding("gpt2")
         except Exception as e:  # offline, tiktoken raises several kinds
             raise TokenizerError(
-                f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded "
-                "once on first use: connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder "
-                "holding its files (a training run can also use --data.tokenizer=char)"
+                f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); connect to the "
+                "internet once, set TIKTOKEN_CACHE_DIR to a folder of its files, or use "
+                "--data.tokenizer=char"
             ) from None
         self.vocab_size = self.enc.n_vocab
-        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>
+        self.end_of_text = [self.enc.eot_token]
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)  # special tokens are plain text here

@@ -294,7 +294,7 @@ def test_unknown_section(tmp_path):
 
 
 def test_unknown_config_name_lists_presets():
-    with pytest.raises(ConfigError, match="unknown config 'nope'") as e:
+    with pytest.raises(ConfigError, match="config nope not found") as e:
         load_config(["--config", "nope"])
     assert "base, char, char-gpu, char-modern, gpt2-finetune, induction, tiny" in str(e.value)
     with pytest.raises(ConfigError, match="did you mean tiny?"):
