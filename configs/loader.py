@@ -25,6 +25,7 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None)
     "--init-from": ("train.init_from", None),
 }
 COUNTED = {c.flag: c.counts for c in CHANGES if c.counts}
+TAKING_VALUES = {key: flag for flag, (key, fixed) in SHORTHANDS.items() if fixed is None}
 SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}
 CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}
 FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER
@@ -136,13 +137,8 @@ def resolved_texts(data: dict) -> dict[str, str]:
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
     text = cfg.data.source == "text"
     for dotted, value in overrides:
-        flag = next(
-            (
-                f"{f} {value}"
-                for f, (key, fixed) in SHORTHANDS.items()
-                if key == dotted and fixed is None
-            ),
-            f"--{dotted}={value}",
+        flag = (
+            f"{TAKING_VALUES[dotted]} {value}" if dotted in TAKING_VALUES else f"--{dotted}={value}"
         )
         section, _, key = dotted.partition(".")
         ignored = f"so {dotted} would be ignored; leave it out"

@@ -68,11 +68,3 @@ def rewrite(page: str) -> str:
         raise ValueError(f"{DOCS_PAGE} has lost its marker lines; put back {BEGIN!r} and {END!r}")
     head, rest = page.split(BEGIN, 1)
     return head + BEGIN + "\n\n" + markdown_tables() + "\n\n" + END + rest.split(END, 1)[1]
-
-
-def write_docs() -> str:
-    text = DOCS_PAGE.read_text(encoding="utf-8")
-    new = rewrite(text)
-    if new != text:
-        DOCS_PAGE.write_text(new, encoding="utf-8")
-    return f"{DOCS_PAGE}: {'rewritten' if new != text else 'already current'}"

@@ -11,11 +11,15 @@ from model.ablations import name_suffix
 from model.config import ModelConfig, check_choice, check_finite, check_positive, setting
 from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 
-# torch seeds are 64-bit
-MAX_SEED = 2**63 - 1
+MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
 MAX_RUN_NAME = 200  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
 # the model fields a run from pretrained weights takes from its config
 CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")
+
+
+def check_between(dotted: str, value, low, high, shown: str = "") -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{dotted} must be between {low} and {shown or high}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -36,15 +40,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
         check_choice("data.source", self.source, SOURCES)
-        if not 2 <= self.symbols <= len(SYMBOLS):
-            raise ValueError(
-                f"data.symbols must be between 2 and {len(SYMBOLS)}, got {self.symbols}"
-            )
-        if not 1 <= self.min_segment <= self.max_segment:
-            raise ValueError(
-                f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), "
-                f"got {self.min_segment}"
-            )
+        check_between("data.symbols", self.symbols, 2, len(SYMBOLS))
+        longest = f"data.max_segment ({self.max_segment})"
+        check_between("data.min_segment", self.min_segment, 1, self.max_segment, longest)
         if not self.text_field:
             raise ValueError("data.text_field must name a field, got an empty value")
         if self.workers < 0:
@@ -86,16 +84,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_finite(self, "train", ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"))
-        if not 0 <= self.seed <= MAX_SEED:
-            raise ValueError(f"train.seed must be between 0 and {MAX_SEED}, got {self.seed}")
+        check_between("train.seed", self.seed, 0, MAX_SEED)
         counts = ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches")
         check_positive(self, "train", (*counts, "honest_batches", "log_interval"))
         if not self.lr > 0:
             raise ValueError(f"train.lr must be positive, got {self.lr}")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(
-                f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}"
-            )
+        check_between("train.min_lr", self.min_lr, 0, self.lr, f"train.lr ({self.lr})")
         for name in ("warmup_steps", "weight_decay", "grad_clip", "probes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")

@@ -12,7 +12,6 @@ from model.ablations import CHANGES
 
 FROM_TOKENIZER = {"model.vocab_size"}
 SHAPE = ("n_layer", "n_head", "n_embd", "block_size")
-RECORDED = ("name", "shape")  # beside the sections in Config.to_dict
 TAKES = {bool: "true or false", int: "a whole number", float: "a number", str: "text, in quotes"}
 IS = {**TAKES, bool: "a boolean", str: "text", list: "a list", dict: "a table", type(None): "null"}
 RECORDED_FIX = "train.py writes no such config (was it edited?); correct it, or train the run again"
@@ -130,7 +129,7 @@ def validate_config(
         )
     values: dict[str, dict] = {section: {} for section in SECTIONS}
     for section, body in table.items():
-        if recorded and section in RECORDED:
+        if recorded and section in ("name", "shape"):  # beside the sections
             if not isinstance(body, str):
                 raise ConfigError(
                     f"{section} = {json.dumps(body, default=repr)} in {where} is not text; "
@@ -142,8 +141,9 @@ def validate_config(
                 f"unknown section [{section}] in {where}; valid sections are {', '.join(SECTIONS)}"
             )
         for key, value in body.items():
-            check_key(f"{section}.{key}", str(where), recorded)
-            values[section][key] = typed(f"{section}.{key}", value, str(where), recorded)
+            dotted = f"{section}.{key}"
+            check_key(dotted, str(where), recorded)
+            values[section][key] = typed(dotted, value, str(where), recorded)
     preset = dict(values["model"])
     for dotted, text in overrides:
         check_key(dotted)

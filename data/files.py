@@ -94,8 +94,7 @@ def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool]) -> bo
 
 
 def running(pid: int) -> bool:
-    """Always yes on Windows, where signal 0 would end it."""
-    if os.name == "nt":
+    if os.name == "nt":  # yes: signal 0 would end it
         return True
     try:
         os.kill(pid, 0)

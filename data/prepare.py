@@ -83,7 +83,7 @@ def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
             elif count_chars:
                 found.charset.update(text)
             bar.update(nbytes)
-    if not found.documents or found.blank:
+    if found.blank:  # no document, or nothing but whitespace
         raise DataError(
             f"{source.flag} {source.path} is empty (nothing but whitespace); give a file with "
             "some text"

@@ -26,9 +26,11 @@ SYMBOL_RANGES = (
 SYMBOLS = [chr(c) for lo, hi in SYMBOL_RANGES for c in range(lo, hi + 1) if chr(c).isalnum()]
 
 
+@dataclass
 class RepeatedRandom:
-    def __init__(self, vocab_size: int, min_segment: int, max_segment: int):
-        self.vocab_size, self.min_segment, self.max_segment = vocab_size, min_segment, max_segment
+    vocab_size: int
+    min_segment: int
+    max_segment: int
 
     def sequence(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """n random ids, a segment copied later at any distance that fits: a fixed offset teaches
