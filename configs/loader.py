@@ -29,7 +29,6 @@ TAKING_VALUES = {key: flag for flag, (key, fixed) in SHORTHANDS.items() if fixed
 SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}
 CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}
 FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER
-TEXT_PATHS = ("path", "val_path")
 
 
 def presets() -> list[str]:
@@ -50,7 +49,7 @@ def find_config_file(name: str) -> Path:
 
 
 def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
-    name, overrides, spelled, i = default, [], [], 0  # spelled: each override as typed
+    name, given, i = default, [], 0  # given: (the flag as typed, dotted key, value)
     while i < len(argv):
         flag, has_eq, value = argv[i].partition("=")
         i += 1
@@ -58,8 +57,7 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
         if fixed is not None:
             if has_eq:
                 raise ConfigError(f"{flag} takes no value")
-            overrides.append((dotted, fixed))
-            spelled.append(flag)
+            given.append((flag, dotted, fixed))
             continue
         if not flag.startswith("--") or not (
             flag in SHORTHANDS or flag == "--config" or "." in flag
@@ -83,10 +81,9 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
         if flag == "--config":
             name = value
         else:
-            overrides.append((dotted, value))
-            spelled.append(f"{flag}={value}")
-    refuse_contradictions(overrides, spelled)
-    return name, overrides
+            given.append((f"{flag}={value}", dotted, value))
+    refuse_contradictions(given)
+    return name, [(dotted, value) for _, dotted, value in given]
 
 
 def unknown_argument(arg: str, flag: str) -> ConfigError:
@@ -100,13 +97,11 @@ def unknown_argument(arg: str, flag: str) -> ConfigError:
     return ConfigError(f"unknown argument {arg!r}{hint}; valid arguments: {', '.join(shown)}")
 
 
-def refuse_contradictions(overrides: list[tuple[str, str]], spelled: list[str]) -> None:
+def refuse_contradictions(given: list[tuple[str, str, str]]) -> None:
     """--no-pos and --rope set one key two ways: neither wins."""
-    for (key, value), flag in zip(overrides, spelled, strict=True):
-        if flag not in SHORTHANDS:
-            continue
-        for (other_key, other), other_flag in zip(overrides, spelled, strict=True):
-            if other_key == key and other.strip().lower() != value:
+    for flag, key, value in given:
+        for other_flag, other_key, other in given:
+            if flag in SHORTHANDS and other_key == key and other.strip().lower() != value:
                 raise ConfigError(
                     f"{flag} sets {key}={value} and {other_flag} sets it to {other}; give one of "
                     "them"
@@ -131,7 +126,11 @@ def load_config(argv: list[str], default: str = "base") -> Config:
 
 def resolved_texts(data: dict) -> dict[str, str]:
     """data.path and val_path resolved: a run finds the same text from any folder."""
-    return {key: str(Path(data[key]).expanduser().resolve()) for key in TEXT_PATHS if data.get(key)}
+    return {
+        key: str(Path(data[key]).expanduser().resolve())
+        for key in ("path", "val_path")
+        if data.get(key)
+    }
 
 
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:

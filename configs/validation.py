@@ -31,9 +31,8 @@ def nearest_key(dotted: str) -> str | None:
     if section in SECTIONS:
         names = [key.partition(".")[2] for key in KEYS if key.startswith(f"{section}.")]
         initials = "".join(part[:1] for part in name.split("_"))
-        for field_name in names:
-            if field_name == initials or field_name.replace("_", "") == name.replace("_", ""):
-                return f"{section}.{field_name}"
+        if initials in names:
+            return f"{section}.{initials}"
         hint = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
         if hint:
             return f"{section}.{hint[0]}"

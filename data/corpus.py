@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from data.files import checksum, sha256_of, sha256_of_bytes, unsealed_json, write_atomically
-from data.prepare import FORMAT_VERSION, TRAIN_FRACTION, prepare  # noqa: F401 (TRAIN_FRACTION)
+from data.prepare import FORMAT_VERSION, prepare
 from data.sources import DataError, Source, find_source
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 

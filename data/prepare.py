@@ -92,11 +92,12 @@ def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
 
 
 def train_cut(source: Source, found: Scan, split: str | None) -> int:
-    if split is not None:
-        return (found.chars if source.is_one_text else found.documents) + 1
+    total = found.chars if source.is_one_text else found.documents
+    if split is not None:  # all of one split
+        return total + 1 if split == "train" else 0
     if source.is_one_text:
-        return int(found.chars * TRAIN_FRACTION)
-    return min(int(found.documents * TRAIN_FRACTION), found.documents - 1)  # one for val at least
+        return int(total * TRAIN_FRACTION)
+    return min(int(total * TRAIN_FRACTION), total - 1)  # one for val at least
 
 
 def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
@@ -201,9 +202,7 @@ def prepare(
                 sources=[s.description for s in sources],
                 documents=sum(found.documents for _, found, _ in plan),
                 val_documents=sum(
-                    found.documents
-                    if split == "val"
-                    else max(0, found.documents - train_cut(s, found, split))
+                    max(0, found.documents - train_cut(s, found, split))
                     for s, found, split in plan
                     if not s.is_one_text
                 ),

@@ -26,12 +26,12 @@ from configs import DataConfig
 from data.batches import get_batch
 from data.corpus import (
     TINY_SHAKESPEARE_URL,
-    TRAIN_FRACTION,
     DataError,
     check_split_lengths,
     download_tiny_shakespeare,
     load_corpus,
 )
+from data.prepare import TRAIN_FRACTION
 from data.tokenizer import (
     CharTokenizer,
     GPT2Tokenizer,
