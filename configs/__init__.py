@@ -1,5 +1,4 @@
-"""Configuration: the schema, its validation, the loader (a TOML preset, then the command line),
---help's text of every key, and the .toml presets."""
+"""The config schema, its validation, the loader (a preset, then flags), and every key's text."""
 
 # ruff: noqa: F401 (the imports below are the package's names)
 

@@ -73,8 +73,7 @@ def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
 
 
 def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
-    """The ids of data_cfg.path, prepared once; trained_on, a run's source_sha256, is the text it
-    must still hold (else ChangedText)."""
+    """trained_on: a run's source_sha256, the text it must still hold (else ChangedText)."""
     cache_dir = Path(data_cfg.cache_dir or DEFAULT_CACHE_DIR)
     try:
         if data_cfg.path:

@@ -163,8 +163,8 @@ def prepare(
     chunk_chars: int = CHUNK_CHARS,
     whole: Callable[[Path], bool] = lambda folder: False,  # a folder found in place is finished
 ) -> dict:
-    """Encode into folder/train.bin and val.bin, then meta.json, returned. Val is the end of the
-    corpus (10 %, at least one document), not a random sample: neighbouring text would leak."""
+    """meta.json's record. Val is the corpus's end (10 %, at least one document), not a random
+    sample: neighbouring text would leak."""
     started, char = time.perf_counter(), tokenizer_name == "char"
     with stopped_by_signals():
         plan = [(source, scan(source, text_field, char), "train" if val_source else None)]
