@@ -1,8 +1,5 @@
-"""Dataclass defaults < TOML preset < command-line overrides, each flag a field's dotted name.
-
-python train.py --config base --train.lr=3e-4 --model.n_layer 4
-python train.py --no-mask    # shorthand for --model.causal=false (model/ablations.py's table)
-"""
+"""Dataclass defaults < TOML preset < command-line flags, each a field's dotted name:
+python train.py --config base --train.lr=3e-4 --model.n_layer 4 --no-mask"""
 
 import dataclasses
 import difflib
@@ -15,7 +12,7 @@ from data.synthetic import SETTINGS
 from model.ablations import CHANGES
 
 CONFIG_DIR = Path(__file__).resolve().parent
-SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes a value)
+SHORTHANDS = {  # flag -> (dotted field, fixed value or None)
     **{
         c.flag: (f"model.{c.field}", None if c.takes_value else str(c.value).lower())
         for c in CHANGES
@@ -28,11 +25,10 @@ SHORTHANDS = {  # flag -> (dotted field, fixed value or None when the flag takes
     "--init-from": ("train.init_from", None),
 }
 COUNTED = {c.flag: c.counts for c in CHANGES if c.counts}
+TAKING_VALUES = {key: flag for flag, (key, fixed) in SHORTHANDS.items() if fixed is None}
 SYNTHETIC = {f"data.{key}" for key in SETTINGS if key != "source"}
-# what pretrained weights fix
 CHOSEN = {f"model.{name}" for name in (*CHOSEN_WITH_WEIGHTS, *(c.field for c in CHANGES))}
 FROM_WEIGHTS = {key for key in KEYS if key.startswith("model.")} - CHOSEN - FROM_TOKENIZER
-TEXT_PATHS = ("path", "val_path")
 
 
 def presets() -> list[str]:
@@ -40,28 +36,20 @@ def presets() -> list[str]:
 
 
 def find_config_file(name: str) -> Path:
-    if name.endswith(".toml") or "/" in name or "\\" in name:
-        path = Path(name)
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {name} not found; give a path to a .toml file or one of: "
-                f"{', '.join(presets())}"
-            )
-        return path
-    path = CONFIG_DIR / f"{name}.toml"
+    is_path = name.endswith(".toml") or "/" in name or "\\" in name
+    path = Path(name) if is_path else CONFIG_DIR / f"{name}.toml"
     if not path.is_file():
-        hint = difflib.get_close_matches(name, presets(), n=1)
+        hint = [] if is_path else difflib.get_close_matches(name, presets(), n=1)
         did_you_mean = f"did you mean {hint[0]}? " if hint else ""
         raise ConfigError(
-            f"unknown config {name!r}; {did_you_mean}choose one of: {', '.join(presets())}, or a "
-            "path to a .toml file"
+            f"config {name} not found; {did_you_mean}give one of {', '.join(presets())}, or a "
+            ".toml path"
         )
     return path
 
 
 def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[str, str]]]:
-    """The config name and the (dotted key, text) overrides, in order."""
-    name, overrides, spelled, i = default, [], [], 0  # spelled: each override as typed
+    name, given, i = default, [], 0  # given: (the flag as typed, dotted key, value)
     while i < len(argv):
         flag, has_eq, value = argv[i].partition("=")
         i += 1
@@ -69,8 +57,7 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
         if fixed is not None:
             if has_eq:
                 raise ConfigError(f"{flag} takes no value")
-            overrides.append((dotted, fixed))
-            spelled.append(flag)
+            given.append((flag, dotted, fixed))
             continue
         if not flag.startswith("--") or not (
             flag in SHORTHANDS or flag == "--config" or "." in flag
@@ -79,11 +66,10 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
         if not has_eq:
             if i == len(argv):
                 raise ConfigError(f"{flag} needs a value")
-            # `--run-name --no-mask`: the value was left out
             if argv[i].startswith("--"):
                 raise ConfigError(
-                    f"{flag} needs a value, and got the flag {argv[i]}; to give a value that "
-                    f"starts with --, write {flag}=VALUE"
+                    f"{flag} needs a value, and got the flag {argv[i]}; for a value starting with "
+                    f"--, write {flag}=VALUE"
                 )
             value = argv[i]
             i += 1
@@ -95,10 +81,9 @@ def parse_args(argv: list[str], default: str = "base") -> tuple[str, list[tuple[
         if flag == "--config":
             name = value
         else:
-            overrides.append((dotted, value))
-            spelled.append(f"{flag}={value}")
-    refuse_contradictions(overrides, spelled)
-    return name, overrides
+            given.append((f"{flag}={value}", dotted, value))
+    refuse_contradictions(given)
+    return name, [(dotted, value) for _, dotted, value in given]
 
 
 def unknown_argument(arg: str, flag: str) -> ConfigError:
@@ -112,13 +97,11 @@ def unknown_argument(arg: str, flag: str) -> ConfigError:
     return ConfigError(f"unknown argument {arg!r}{hint}; valid arguments: {', '.join(shown)}")
 
 
-def refuse_contradictions(overrides: list[tuple[str, str]], spelled: list[str]) -> None:
-    """--no-pos and --rope set one key two ways: neither silently wins."""
-    for (key, value), flag in zip(overrides, spelled, strict=True):
-        if flag not in SHORTHANDS:
-            continue
-        for (other_key, other), other_flag in zip(overrides, spelled, strict=True):
-            if other_key == key and other.strip().lower() != value:
+def refuse_contradictions(given: list[tuple[str, str, str]]) -> None:
+    """--no-pos and --rope set one key two ways: neither wins."""
+    for flag, key, value in given:
+        for other_flag, other_key, other in given:
+            if flag in SHORTHANDS and other_key == key and other.strip().lower() != value:
                 raise ConfigError(
                     f"{flag} sets {key}={value} and {other_flag} sets it to {other}; give one of "
                     "them"
@@ -142,41 +125,33 @@ def load_config(argv: list[str], default: str = "base") -> Config:
 
 
 def resolved_texts(data: dict) -> dict[str, str]:
-    """data.path and val_path resolved, so that a run finds the same text from any folder."""
-    return {key: str(Path(data[key]).expanduser().resolve()) for key in TEXT_PATHS if data.get(key)}
+    """data.path and val_path resolved: a run finds the same text from any folder."""
+    return {
+        key: str(Path(data[key]).expanduser().resolve())
+        for key in ("path", "val_path")
+        if data.get(key)
+    }
 
 
 def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
-    """A flag the run would not use is refused, never silently ignored."""
+    text = cfg.data.source == "text"
     for dotted, value in overrides:
-        flag = next(
-            (
-                f"{f} {value}"
-                for f, (key, fixed) in SHORTHANDS.items()
-                if key == dotted and fixed is None
-            ),
-            f"--{dotted}={value}",
+        flag = (
+            f"{TAKING_VALUES[dotted]} {value}" if dotted in TAKING_VALUES else f"--{dotted}={value}"
         )
-        if (
-            dotted.startswith("data.")
-            and cfg.data.source != "text"
-            and dotted not in SYNTHETIC
-            and dotted != "data.source"
-        ):
+        section, _, key = dotted.partition(".")
+        ignored = f"so {dotted} would be ignored; leave it out"
+        if section == "data" and not text and key not in SETTINGS:
             raise ConfigError(
                 f"{flag} does not apply to data.source = {cfg.data.source}, which reads no text, "
-                f"so {dotted} would be ignored; leave it out, or add --data.source=text"
+                f"{ignored}, or add --data.source=text"
             )
-        if dotted in SYNTHETIC and cfg.data.source == "text":
+        if dotted in SYNTHETIC and text:
             raise ConfigError(
-                f"{flag} sets the repeated-random source, and this run reads a text (data.source "
-                f"= text), so {dotted} would be ignored; leave it out, or add "
-                "--data.source=repeated-random"
+                f"{flag} sets the repeated-random source, and this run reads a text, {ignored}, "
+                "or add --data.source=repeated-random"
             )
         if dotted in FROM_WEIGHTS and cfg.train.init_from:
             raise ConfigError(
-                f"{flag} cannot apply to a run from pretrained weights (train.init_from = "
-                f"{cfg.train.init_from}): their own value replaces it, so {dotted} would be "
-                "ignored; leave it out (such a run chooses only model."
-                f"{', model.'.join(CHOSEN_WITH_WEIGHTS)}, and may switch the mask or the scale off)"
+                f"{flag}: the weights of train.init_from = {cfg.train.init_from} fix it, {ignored}"
             )

@@ -1,5 +1,4 @@
-"""Every key's meaning, from the fields: --help's epilog, and docs/command-line.md's key tables
-(`python -m configs` rewrites them between their marker lines)."""
+"""Every key's meaning, from the fields: --help's epilog and docs/command-line.md's key tables."""
 
 import textwrap
 from pathlib import Path
@@ -29,15 +28,14 @@ def settable(section: str) -> list[str]:
     return [key for key in KEYS if key.startswith(f"{section}.") and key not in FROM_TOKENIZER]
 
 
-def usage(default: str = "base", width: int = 110) -> str:
-    """The epilog of --help: the presets, the shorthands, then every key with its default."""
+def usage(default: str = "base") -> str:
     lines = [
         f"--config NAME|PATH: one of {', '.join(presets())} (default {default}), or a .toml file",
         "",
         "shorthands:",
     ]
     for flag, (dotted, value) in SHORTHANDS.items():
-        lines.append(f"  {flag:<12} {dotted}={'VALUE' if value is None else value}")
+        lines.append(f"  {flag:<12} {dotted}={value or 'VALUE'}")
     lines.append(
         "\nevery key, --section.field=VALUE, with its default (a preset may change it) and its "
         "meaning:"
@@ -46,7 +44,7 @@ def usage(default: str = "base", width: int = 110) -> str:
         lines.append(f"\n[{section}] {SECTION_MEANINGS[section]}")
         for dotted in settable(section):
             key = f"  --{dotted}={shown_default(dotted)}"
-            wrapped = textwrap.wrap(meaning(dotted), width=max(40, width - 34))
+            wrapped = textwrap.wrap(meaning(dotted), width=76)
             lines.append(
                 f"{key:<32}  {wrapped[0]}" if len(key) < 32 else f"{key}\n{'':<34}{wrapped[0]}"
             )
@@ -70,11 +68,3 @@ def rewrite(page: str) -> str:
         raise ValueError(f"{DOCS_PAGE} has lost its marker lines; put back {BEGIN!r} and {END!r}")
     head, rest = page.split(BEGIN, 1)
     return head + BEGIN + "\n\n" + markdown_tables() + "\n\n" + END + rest.split(END, 1)[1]
-
-
-def write_docs() -> str:
-    text = DOCS_PAGE.read_text(encoding="utf-8")
-    new = rewrite(text)
-    if new != text:
-        DOCS_PAGE.write_text(new, encoding="utf-8")
-    return f"{DOCS_PAGE}: {'rewritten' if new != text else 'already current'}"

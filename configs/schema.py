@@ -1,5 +1,5 @@
-"""DataConfig, TrainConfig and Config (one of each section). Checks run in __post_init__, so a bad
-value fails when the config is built, not at step 3000."""
+"""DataConfig, TrainConfig and Config, checked in __post_init__: a bad value fails when the config
+is built, not at step 3000."""
 
 import dataclasses
 from dataclasses import dataclass, field
@@ -11,88 +11,57 @@ from model.ablations import name_suffix
 from model.config import ModelConfig, check_choice, check_finite, check_positive, setting
 from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 
-# torch seeds are 64-bit; room is left for the seed + rank and seed + i that runs derive
-MAX_SEED = 2**63 - 1
+MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
 MAX_RUN_NAME = 200  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
 # the model fields a run from pretrained weights takes from its config
 CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")
 
 
+def check_between(dotted: str, value, low, high, shown: str = "") -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{dotted} must be between {low} and {shown or high}, got {value}")
+
+
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = setting(
-        "",
-        "a UTF-8 text file, a .jsonl or .parquet file of documents, or a folder of them; empty "
-        "means Tiny Shakespeare",
-    )
+    path: str = setting("", "a text, .jsonl or .parquet file, or a folder; empty: Tiny Shakespeare")
     tokenizer: str = setting("gpt2", '"gpt2" (tiktoken BPE) or "char" (one id per character)')
-    cache_dir: str = setting(
-        "", "where downloads and prepared .bin files go; empty means data/cache"
-    )
-    text_field: str = setting(
-        "text", "the JSONL field or parquet column that holds each document's text"
-    )
-    val_path: str = setting(
-        "", "a separate validation source (file or folder); empty means the last 10% of data.path"
-    )
-    workers: int = setting(
-        0, "threads that encode while preparing the corpus; 0 means one per core"
-    )
+    cache_dir: str = setting("", "downloads and prepared .bin files; empty: data/cache")
+    text_field: str = setting("text", "the JSONL field or parquet column of the text")
+    val_path: str = setting("", "a validation file or folder; empty: data.path's last 10%")
+    workers: int = setting(0, "threads that encode the corpus; 0: one per core")
     source: str = setting(
-        "text",
-        '"text": data.path, tokenized; "repeated-random": fresh random tokens in which a segment '
-        "recurs (docs/induction.md)",
+        "text", '"text" (data.path) or "repeated-random": a recurring segment (docs/induction.md)'
     )
-    symbols: int = setting(256, "repeated-random: how many distinct tokens, drawn uniformly")
-    min_segment: int = setting(8, "repeated-random: the shortest segment that recurs, in tokens")
-    max_segment: int = setting(
-        32,
-        "repeated-random: the longest segment that recurs, in tokens (two copies fit in a block)",
-    )
+    symbols: int = setting(256, "repeated-random: distinct tokens")
+    min_segment: int = setting(8, "repeated-random: shortest recurring segment, in tokens")
+    max_segment: int = setting(32, "repeated-random: longest; two copies fit in a block")
 
     def __post_init__(self) -> None:
         check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
         check_choice("data.source", self.source, SOURCES)
-        if not 2 <= self.symbols <= len(SYMBOLS):
-            raise ValueError(
-                f"data.symbols must be between 2 and {len(SYMBOLS)}, got {self.symbols}"
-            )
-        if not 1 <= self.min_segment <= self.max_segment:
-            raise ValueError(
-                f"data.min_segment must be between 1 and data.max_segment ({self.max_segment}), "
-                f"got {self.min_segment}"
-            )
+        check_between("data.symbols", self.symbols, 2, len(SYMBOLS))
+        longest = f"data.max_segment ({self.max_segment})"
+        check_between("data.min_segment", self.min_segment, 1, self.max_segment, longest)
         if not self.text_field:
             raise ValueError("data.text_field must name a field, got an empty value")
         if self.workers < 0:
-            raise ValueError(
-                f"data.workers must be 0 (one per core) or a positive number, got {self.workers}"
-            )
+            raise ValueError(f"data.workers must be >= 0, got {self.workers}")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     batch_size: int = setting(32, "sequences per micro-batch, per process")
-    grad_accum_steps: int = setting(
-        1,
-        "micro-batches per optimizer step: global batch = batch_size x grad_accum_steps x "
-        "processes",
-    )
-    max_steps: int = setting(1000, "optimizer steps in the whole run")
-    lr: float = setting(1e-3, "peak learning rate, reached at the end of warmup")
-    min_lr: float = setting(1e-4, "learning rate at the last step of the cosine decay")
-    warmup_steps: int = setting(
-        100, "steps of linear warmup from 0 to lr (a shorter run warms up over all of it)"
-    )
+    grad_accum_steps: int = setting(1, "micro-batches per optimizer step")
+    max_steps: int = setting(1000, "optimizer steps in the run")
+    lr: float = setting(1e-3, "peak learning rate, after warmup")
+    min_lr: float = setting(1e-4, "learning rate at the end of the cosine decay")
+    warmup_steps: int = setting(100, "steps of linear warmup from 0 to lr")
     optimizer: str = setting(
-        "adamw",
-        '"adamw", or "muon": torch.optim.Muon for the blocks\' matrices, AdamW (same lr) for the '
-        "rest",
+        "adamw", '"adamw", or "muon": Muon for the blocks\' matrices, AdamW for the rest'
     )
     muon_dtype: str = setting(
-        "auto",
-        'Muon\'s Newton-Schulz in "bfloat16", "float32", or "auto": bfloat16 where the device '
-        "computes it in hardware",
+        "auto", 'Muon\'s Newton-Schulz: "bfloat16", "float32", or "auto" (bfloat16 in hardware)'
     )
     weight_decay: float = setting(0.1, "AdamW decay, on matrices only")
     beta1: float = setting(0.9, "AdamW momentum")
@@ -100,50 +69,28 @@ class TrainConfig:
     grad_clip: float = setting(1.0, "max global gradient norm; 0 turns clipping off")
     eval_interval: int = setting(100, "steps between evaluations (and one at the end)")
     eval_batches: int = setting(20, "fixed batches per split in each evaluation")
-    honest_batches: int = setting(
-        4, "of those val batches, how many are also scored prefix by prefix (loss/val_honest)"
-    )
-    probes: int = setting(
-        20,
-        "how many times a run measures the story's signals on a few val sequences "
-        "(Probe_loss/..., Probe_attn/...): every max_steps // probes steps, and "
-        "at the last; 0 turns the probe off",
-    )
+    honest_batches: int = setting(4, "of those val batches, how many score prefix by prefix")
+    probes: int = setting(20, "Probe_* measurements per run (and at the last step); 0: none")
     log_interval: int = setting(10, "steps between training-loss logs")
     seed: int = setting(1337, "one seed for init and the training batches")
     device: str = setting("auto", '"auto" picks cuda, then mps, then cpu')
-    compile: str = setting(
-        "auto", 'torch.compile the training model: "auto" (CUDA only), "true" or "false"'
-    )
-    run_name: str = setting("", "folder under runs_dir; empty derives it from config and flags")
-    runs_dir: str = setting("runs", "where every run's folder goes")
-    resume: bool = setting(False, "continue runs_dir/run_name/ckpt.pt instead of starting afresh")
+    compile: str = setting("auto", 'torch.compile: "auto" (CUDA only), "true" or "false"')
+    run_name: str = setting("", "folder under runs_dir; empty: named from config and flags")
+    runs_dir: str = setting("runs", "where run folders go")
+    resume: bool = setting(False, "continue runs_dir/run_name/ckpt.pt")
     init_from: str = setting(
-        "",
-        "start from a GPT-2's weights: gpt2, gpt2-medium, ... or a folder (config.json + "
-        "model.safetensors)",
+        "", "GPT-2 weights to start from: gpt2, gpt2-medium, ... or a Hugging Face folder"
     )
 
     def __post_init__(self) -> None:
         check_finite(self, "train", ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"))
-        if not 0 <= self.seed <= MAX_SEED:
-            raise ValueError(
-                f"train.seed must be between 0 and {MAX_SEED} (2**63 - 1), got {self.seed}"
-            )
+        check_between("train.seed", self.seed, 0, MAX_SEED)
         counts = ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches")
         check_positive(self, "train", (*counts, "honest_batches", "log_interval"))
         if not self.lr > 0:
             raise ValueError(f"train.lr must be positive, got {self.lr}")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(
-                f"train.min_lr must be between 0 and train.lr ({self.lr}), got {self.min_lr}"
-            )
-        if self.probes < 0:
-            raise ValueError(
-                "train.probes must be 0 (no probe) or a positive number of probes per run, got "
-                f"{self.probes}"
-            )
-        for name in ("warmup_steps", "weight_decay", "grad_clip"):
+        check_between("train.min_lr", self.min_lr, 0, self.lr, f"train.lr ({self.lr})")
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "probes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("beta1", "beta2"):
@@ -160,10 +107,7 @@ class TrainConfig:
         if "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"train.run_name must be a plain folder name, got {self.run_name!r}")
         if not self.runs_dir.strip():
-            raise ValueError(
-                "train.runs_dir must name a folder (write . for the current one), got an empty "
-                "value"
-            )
+            raise ValueError("train.runs_dir must name a folder (write . for the current one)")
         if len(self.run_name) > MAX_RUN_NAME:
             raise ValueError(
                 f"train.run_name must be at most {MAX_RUN_NAME} characters, got "
@@ -172,11 +116,9 @@ class TrainConfig:
 
     @property
     def warmup(self) -> int:
-        """warmup_steps, shrunk to fit a shorter run."""
         return min(self.warmup_steps, self.max_steps)
 
     def probes_at(self, step: int) -> bool:
-        """Every max_steps // probes steps (at most every step), and at the last."""
         return self.probes > 0 and (
             step % max(1, self.max_steps // self.probes) == 0 or step == self.max_steps
         )
@@ -197,15 +139,13 @@ class Config:
         if block_size < SHORTEST_CONTEXT:
             raise ValueError(
                 f"model.block_size must be at least {SHORTEST_CONTEXT} to measure induction heads, "
-                f"got {block_size}: attention spread evenly over {block_size} "
-                f"position{'s' * (block_size > 1)} puts {1 / block_size:.2f} on every target, more "
-                f"than half the {INDUCTION_THRESHOLD} that names an induction head"
+                f"got {block_size}: even attention puts {1 / block_size:.2f} on every target, over "
+                f"half the {INDUCTION_THRESHOLD} that names one"
             )
         if min_segment < 2:
             raise ValueError(
                 "data.min_segment must be at least 2 for the induction measurements, got "
-                f"{min_segment}: a one-token segment may leave no position the context gives away "
-                "(loss/repeated would be NaN)"
+                f"{min_segment} (loss/repeated would be NaN)"
             )
         if 2 * self.data.max_segment > block_size + 1:
             raise ValueError(

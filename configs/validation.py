@@ -1,6 +1,5 @@
-"""One way into a Config from a TOML file, the command line, or a run's record, every key and
-value's type checked: Python would read causal = "false" as true.
-"""
+"""A Config from a TOML file, the command line or a run's record, every key and type checked:
+Python would read causal = "false" as true."""
 
 import difflib
 import json
@@ -11,24 +10,19 @@ from pathlib import Path
 from configs.schema import KEYS, SECTIONS, Config
 from model.ablations import CHANGES
 
-FROM_TOKENIZER = {"model.vocab_size"}  # set by train.py from the tokenizer, never by hand
+FROM_TOKENIZER = {"model.vocab_size"}
 SHAPE = ("n_layer", "n_head", "n_embd", "block_size")
-RECORDED = ("name", "shape")  # what Config.to_dict holds beside its sections
 TAKES = {bool: "true or false", int: "a whole number", float: "a number", str: "text, in quotes"}
 IS = {**TAKES, bool: "a boolean", str: "text", list: "a list", dict: "a table", type(None): "null"}
-RECORDED_FIX = (
-    "train.py writes no such config, so the file was changed since (or by another version of this "
-    "project); correct it, or train the run again"
-)
+RECORDED_FIX = "train.py writes no such config (was it edited?); correct it, or train the run again"
 
 
 class ConfigError(ValueError):
-    """A config file or flag that cannot be used; the message says what is valid."""
+    pass
 
 
 def nearest_key(dotted: str) -> str | None:
-    """What a typo meant: a change's flag (no_mask -> --no-mask), an abbreviation (learning_rate ->
-    lr), else the closest spelling."""
+    """What a typo meant: a change's flag (no_mask -> --no-mask), initials, else the closest."""
     section, _, name = dotted.partition(".")
     for change in CHANGES:
         if change.name == name.replace("_", "-"):
@@ -37,9 +31,8 @@ def nearest_key(dotted: str) -> str | None:
     if section in SECTIONS:
         names = [key.partition(".")[2] for key in KEYS if key.startswith(f"{section}.")]
         initials = "".join(part[:1] for part in name.split("_"))
-        for field_name in names:
-            if field_name == initials or field_name.replace("_", "") == name.replace("_", ""):
-                return f"{section}.{field_name}"
+        if initials in names:
+            return f"{section}.{initials}"
         hint = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
         if hint:
             return f"{section}.{hint[0]}"
@@ -56,14 +49,14 @@ def check_key(dotted: str, where: str = "", recorded: bool = False) -> None:
             f"unknown key {dotted}{in_file}{suggestion}"
             + (f" ({RECORDED_FIX})" if recorded else "")
         )
-    if dotted in FROM_TOKENIZER and not recorded:  # train.py fills in a run's record
+    if dotted in FROM_TOKENIZER and not recorded:
         raise ConfigError(
             f"{dotted} is set from the tokenizer; choose the tokenizer with data.tokenizer instead"
         )
 
 
 def is_denormal(x: float) -> bool:
-    """Read from the bits: a CPU that flushes denormals (as training sets it) compares them as 0."""
+    """From the bits: a CPU that flushes denormals (as training sets it) compares them as 0."""
     bits = struct.unpack("<Q", struct.pack("<d", x))[0]
     return (bits >> 52) & 0x7FF == 0 and bits & (2**52 - 1) != 0
 
@@ -83,21 +76,17 @@ def convert(dotted: str, value):
                 f"{dotted} takes {'an integer' if kind is int else 'a number'}, got {value!r}"
             ) from None
     elif kind is float and type(value) is int:
-        if abs(value) > 2**1023:  # a TOML integer of 400 digits: float() would raise OverflowError
-            raise ConfigError(
-                f"{dotted} = {value} is larger than any number a float holds; give a smaller value"
-            )
+        if abs(value) > 2**1023:  # float() would raise OverflowError
+            raise ConfigError(f"{dotted} = {value} is too large for a float; give a smaller value")
         number = float(value)
     if kind is float and is_denormal(number):
         raise ConfigError(
-            f"{dotted} = {value} is nearer 0 than 2.2e-308, so near that the CPU reads it as 0 in "
-            "training; give a larger value"
+            f"{dotted} = {value} is nearer 0 than 2.2e-308: a CPU reads 0; give a larger value"
         )
     return number
 
 
 def typed(dotted: str, value, where: str, recorded: bool):
-    """A value read from a file must have the field's type (an integer serves as a number)."""
     kind = KEYS[dotted].type
     # recorded before positions had kinds: ModelConfig reads true as "learned", false as "none"
     if recorded and dotted == "model.positions" and type(value) is bool:
@@ -120,8 +109,7 @@ def typed(dotted: str, value, where: str, recorded: bool):
 
 
 def shape_suffix(preset: dict, model) -> str:
-    """ "-n_layer1" for sizes the command line changed from the preset's, so that such a run trains
-    beside the preset's instead of moving it aside."""
+    """ "-n_layer1" for sizes the command line changed: such a run trains beside the preset's."""
     changed = [
         key for key in SHAPE if getattr(model, key) != preset.get(key, KEYS[f"model.{key}"].default)
     ]
@@ -132,7 +120,7 @@ def validate_config(
     table, where: str | Path, overrides: Iterable[tuple[str, str]] = (), recorded: bool = False
 ) -> Config:
     """The Config of a TOML file's sections, or with `recorded` of a run's Config.to_dict() (a field
-    added since takes its default), then the (dotted key, text) overrides; `where`: the file."""
+    added since takes its default), then the (dotted key, text) overrides."""
     if not isinstance(table, dict):
         raise ConfigError(
             f"{where} holds no config (found {IS.get(type(table), type(table).__name__)}); "
@@ -140,7 +128,7 @@ def validate_config(
         )
     values: dict[str, dict] = {section: {} for section in SECTIONS}
     for section, body in table.items():
-        if recorded and section in RECORDED:
+        if recorded and section in ("name", "shape"):  # beside the sections
             if not isinstance(body, str):
                 raise ConfigError(
                     f"{section} = {json.dumps(body, default=repr)} in {where} is not text; "
@@ -152,8 +140,9 @@ def validate_config(
                 f"unknown section [{section}] in {where}; valid sections are {', '.join(SECTIONS)}"
             )
         for key, value in body.items():
-            check_key(f"{section}.{key}", str(where), recorded)
-            values[section][key] = typed(f"{section}.{key}", value, str(where), recorded)
+            dotted = f"{section}.{key}"
+            check_key(dotted, str(where), recorded)
+            values[section][key] = typed(dotted, value, str(where), recorded)
     preset = dict(values["model"])
     for dotted, text in overrides:
         check_key(dotted)

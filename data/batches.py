@@ -7,10 +7,7 @@ import torch
 def get_batch(
     ids: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs x and targets y, both (B, T) int64, from windows at offsets drawn from `generator`.
-
-    y is x shifted one position left, so each of the B*T positions is a training example.
-    """
+    """x, y (B, T) int64: y is x shifted one left, so each of the B*T positions is an example."""
     starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)  # (B,)
     offsets = starts[:, None] + torch.arange(block_size + 1)  # (B, 1) + (T + 1,) -> (B, T + 1)
     window = torch.from_numpy(ids[offsets.numpy()].astype(np.int64))  # (B, T + 1)
@@ -20,7 +17,6 @@ def get_batch(
 def draw_batch(
     split, batch_size: int, block_size: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x, y (B, T) from a split's token ids or a synthetic source, decided by `generator` alone."""
     if isinstance(split, np.ndarray):
         return get_batch(split, batch_size, block_size, generator)
     return split.draw(batch_size, block_size, generator)

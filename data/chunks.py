@@ -1,10 +1,5 @@
-"""Cutting text into tasks for the encoders where the ids stay those of the whole text.
-
-The char tokenizer's text is cut anywhere. GPT-2's pre-tokens never cross `word| word` or
-`line\n|Next`: cuts there keep the ids. Text with no such place (CJK, DNA, base64) is cut by force
-every FORCED_CHARS at most, at an `EDGE` between pre-tokens where one is near, else inside a
-pre-token, where the ids next to the cut can differ (docs/own-text.md).
-"""
+"""Text cut into encoder tasks whose ids stay those of the whole text: GPT-2's pre-tokens never
+cross `word| word` or `line\n|Next`; text without such places (CJK, DNA) is cut at an `EDGE`."""
 
 import re
 from collections import deque
@@ -12,17 +7,14 @@ from collections.abc import Iterable, Iterator
 from itertools import pairwise
 
 SAFE_CUT = re.compile(r"(?<=\S)(?= \S)|(?<=\S\n)(?=\S)")
-# letter|non-letter, digit|non-digit, symbol|letter or digit (not after an apostrophe: 's is one
-# pre-token), no space: tiktoken's classes, for the `regex` module
+# letter|non-letter, digit|non-digit, symbol|letter or digit (not after ': 's is one pre-token)
 EDGE = r"(?<=\p{L})(?=[^\p{L}\s])|(?<=\p{N})(?=[^\p{N}\s])|(?<=[^\s\p{L}\p{N}'])(?=[\p{L}\p{N}])"
 WINDOWS = (1 << 8, 1 << 12, 1 << 16, 1 << 62)  # characters searched back from the limit, in turn
-FORCE_AFTER = 1 << 18  # gpt2: characters past the limit searched for a safe place
-FORCED_CHARS = 1 << 12  # gpt2: forced cuts come at most this far apart
+FORCE_AFTER = 1 << 18  # characters past the limit searched for a safe place
+FORCED_CHARS = 1 << 12  # forced cuts come at most this far apart
 
 
 def last_match(pattern, text: str, limit: int, start: int) -> int | None:
-    """The last match of `pattern` from `start` to `limit` (or limit + 1), else None; most text has
-    one near the limit, so look there first."""
     end = min(len(text), limit + 2)  # a cut at `limit` looks two characters ahead
     for window in WINDOWS:
         first = max(start, limit - window)
@@ -34,10 +26,9 @@ def last_match(pattern, text: str, limit: int, start: int) -> int | None:
 
 
 def safe_cut(text: str, limit: int, start: int, end: int) -> int | None:
-    """The last safe place in start..limit, else the first in limit..end, else None."""
     end = min(end, len(text))
     if text.find(" ", start, end) < 0 and text.find("\n", start, end) < 0:
-        return None  # no space, no newline: found fast
+        return None
     if start <= limit and (last := last_match(SAFE_CUT, text, limit, start)) is not None:
         return last
     after = SAFE_CUT.search(text, max(start, limit + 1), end)
@@ -45,16 +36,14 @@ def safe_cut(text: str, limit: int, start: int, end: int) -> int | None:
 
 
 def forced_cuts(text: str, limit: int) -> list[int]:
-    """Where to cut text[:limit], which has no safe place: at most FORCED_CHARS apart, at the last
-    edge in the second half before that bound, else at it."""
-    import regex  # tiktoken's own dependency, for its Unicode classes; only needed here
+    import regex  # tiktoken's dependency, for Unicode classes
 
     cuts = [0]
     while cuts[-1] < limit:
         start, end = cuts[-1], min(limit, cuts[-1] + FORCED_CHARS)
         half = start + (end - start + 1) // 2
         window = text[half - 1 : end + 1]
-        one_run = window.isalpha() or window.isdecimal()  # DNA, a long word: no edge, found fast
+        one_run = window.isalpha() or window.isdecimal()
         edge = None if one_run else last_match(regex.compile(EDGE), text, end - 1, half)
         cuts.append(end if edge is None else edge)
         if edge is not None and end == limit:
@@ -63,22 +52,19 @@ def forced_cuts(text: str, limit: int) -> list[int]:
 
 
 Piece = tuple[str, bool]  # a text, and whether the end-of-text separator goes before it
-Task = tuple[str, list[Piece], int]  # the split it belongs to, its pieces, its characters
+Task = tuple[str, list[Piece], int]  # split, pieces, characters
 
 
 def make_tasks(
     stream: Iterable[tuple[str, str, bool, bool]], chunk_chars: int, anywhere: bool = False
 ) -> Iterator[Task]:
-    """Group (split, text, starts, separated) pieces into tasks of about chunk_chars characters, in
-    order, never two splits in one. A document cut by force is cut so to its end; one that ends
-    within FORCE_AFTER of the limit with no safe place is encoded whole.
-    """
+    """Tasks of about chunk_chars, one split each. A document cut by force is cut so to its end;
+    one that ends within FORCE_AFTER of the limit with no safe place is encoded whole."""
     split, pieces, size = None, [], 0
     pending, separated = "", False  # the document's text not cut yet; a separator before it
-    searched, forced = 1, False  # no safe place before `searched`; the document was cut by force
+    searched, forced = 1, False  # no safe place before `searched`
 
     def cut_pending(final: bool) -> Iterator[Task]:
-        """Tasks from the head of `pending` while it is too long; final: the document ended."""
         nonlocal pieces, size, pending, separated, searched, forced
         while len(pending) > chunk_chars:
             bound = len(pending) if final else chunk_chars + FORCE_AFTER + 2
@@ -89,7 +75,7 @@ def make_tasks(
             elif len(pending) >= chunk_chars + FORCE_AFTER + 2 or (final and forced):
                 cuts, searched, forced = forced_cuts(pending, chunk_chars), bound - 1, True
             else:
-                searched = max(1, len(pending) - 1)  # all but the last two characters looked at
+                searched = max(1, len(pending) - 1)
                 return  # the rest waits for more text, or (final) is encoded whole
             for begin, end in pairwise([0, *cuts]):
                 pieces.append((pending[begin:end], separated))

@@ -1,15 +1,14 @@
 """Find or download the corpus, prepare it once into `<cache>/prepared/<name>-<tokenizer>-<hash>/`
-(train.bin and val.bin, raw unsigned ids, and a sealed meta.json), and read them back."""
+(train.bin, val.bin and a sealed meta.json), and read them back."""
 
-import json
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from data.files import sha256_of, sha256_of_bytes, unsealed_json, write_atomically
-from data.prepare import FORMAT_VERSION, TRAIN_FRACTION, prepare  # noqa: F401 (TRAIN_FRACTION)
+from data.files import checksum, sha256_of, sha256_of_bytes, unsealed_json, write_atomically
+from data.prepare import FORMAT_VERSION, prepare
 from data.sources import DataError, Source, find_source
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 
@@ -23,12 +22,12 @@ IDS_BLOCK = 1 << 22  # ids read at a time when checking a .bin
 
 @dataclass
 class Corpus:
-    train: np.ndarray  # ids of the first 90% of the text (a read-only memmap)
+    train: np.ndarray  # a read-only memmap
     val: np.ndarray
     tokenizer: Tokenizer
     source: Path
-    source_sha256: str  # what names the text (`corpus_key`)
-    val_source: Path | None = None  # --data.val_path
+    source_sha256: str  # `corpus_key`
+    val_source: Path | None = None
 
     def describe(self) -> str:
         return f"corpus {self.source}: {len(self.train):,} train / {len(self.val):,} val tokens"
@@ -38,13 +37,11 @@ class Corpus:
 
 
 def download_tiny_shakespeare(cache_dir: Path) -> Path:
-    path = cache_dir / "tinyshakespeare.txt"
-    url = TINY_SHAKESPEARE_URL
+    path, url = cache_dir / "tinyshakespeare.txt", TINY_SHAKESPEARE_URL
     if path.exists():
         if sha256_of(path) != TINY_SHAKESPEARE_SHA256:
             raise DataError(
-                f"{path} is not the expected Tiny Shakespeare (SHA-256 mismatch); delete it to "
-                "download it again"
+                f"{path} is not Tiny Shakespeare (SHA-256); delete it to download again"
             )
         return path
     try:
@@ -52,38 +49,31 @@ def download_tiny_shakespeare(cache_dir: Path) -> Path:
             data = response.read()
     except OSError as e:
         raise DataError(
-            f"could not download Tiny Shakespeare from {url} ({getattr(e, 'reason', e)}); "
-            f"save that file as {path}, or train on your own text with --data-file PATH"
+            f"could not download Tiny Shakespeare from {url} ({getattr(e, 'reason', e)}); save it "
+            f"as {path}, or give --data-file PATH"
         ) from None
     if sha256_of_bytes(data) != TINY_SHAKESPEARE_SHA256:
-        raise DataError(
-            f"the file downloaded from {url} does not match its expected SHA-256; nothing was saved"
-        )
+        raise DataError(f"{url} does not match its expected SHA-256; nothing was saved")
     cache_dir.mkdir(parents=True, exist_ok=True)
     write_atomically(path, data)
     return path
 
 
 class ChangedText(DataError):
-    """The corpus a run names holds another text now than the one it trained on."""
+    """The corpus holds another text than the run trained on."""
 
 
 def corpus_key(source: Source, val: Source | None, text_field: str) -> str:
-    """What names a preparation: one text file's SHA-256, else a hash of the sources' identities and
-    the JSONL/parquet field."""
+    """One text file's SHA-256, else a hash of the sources' identities and the field."""
     if val is None and source.is_one_text:
         return source.identity["sha256"]
-    described = {
-        "sources": [source.identity],
-        "val": val and val.identity,
-        "text_field": text_field,
-    }
-    return sha256_of_bytes(json.dumps(described, sort_keys=True).encode())
+    return checksum(
+        {"sources": [source.identity], "val": val and val.identity, "text_field": text_field}
+    )
 
 
 def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
-    """The ids of data_cfg.path (Tiny Shakespeare when empty), prepared once; trained_on, a run's
-    source_sha256, is the text it must still hold (else ChangedText)."""
+    """trained_on: a run's source_sha256, the text it must still hold (else ChangedText)."""
     cache_dir = Path(data_cfg.cache_dir or DEFAULT_CACHE_DIR)
     try:
         if data_cfg.path:
@@ -101,7 +91,7 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
             )
         root, tokenizer, short = cache_dir / "prepared", data_cfg.tokenizer, key[:16]
         mine = root / f"{path.resolve().stem}-{tokenizer}-{short}"
-        # then the same text prepared under another name (a copy, a folder renamed)
+        # or the same text under another name (a copy)
         others = sorted(folder for folder in root.glob(f"*-{tokenizer}-{short}") if folder != mine)
         prepared = next(filter(None, (read_prepared(f, key) for f in [mine, *others])), None)
         if prepared is None:
@@ -113,28 +103,23 @@ def load_corpus(data_cfg, trained_on: str | None = None) -> Corpus:
                 data_cfg.text_field,
                 data_cfg.workers,
                 val,
-                # another process's, prepared at the same time and renamed into place first
+                # another process's, renamed into place first
                 whole=lambda folder: read_prepared(folder, key) is not None,
             )
             prepared = read_prepared(mine, key)
         if prepared is None:
-            raise DataError(
-                f"the prepared data in {mine} cannot be read back after writing it; delete that "
-                "folder and try again"
-            )
+            raise DataError(f"{mine} cannot be read back after writing it; delete it and retry")
     except TokenizerError as e:
         raise DataError(str(e)) from None
     except OSError as e:
         raise DataError(
-            f"cannot write prepared data under {cache_dir}: {e.strerror}; set --data.cache_dir to "
-            "a writable folder"
+            f"cannot write under {cache_dir}: {e.strerror}; set --data.cache_dir to a writable "
+            "folder"
         ) from None
     return Corpus(*prepared, path, key, val and val.path)
 
 
 def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Tokenizer] | None:
-    """The train and val ids and the tokenizer in `folder`, or None when anything is amiss (prepare
-    again)."""
     try:
         meta = unsealed_json((folder / "meta.json").read_bytes())
         if (
@@ -145,20 +130,20 @@ def read_prepared(folder: Path, key: str) -> tuple[np.ndarray, np.ndarray, Token
         ):
             return None
         tokenizer = GPT2Tokenizer() if meta["tokenizer"] == "gpt2" else CharTokenizer(meta["chars"])
-        splits = []
+        splits, dtype = [], meta["dtype"]
         for split in ("train", "val"):
-            path, dtype = folder / f"{split}.bin", meta["dtype"]
+            path = folder / f"{split}.bin"
             size = path.stat().st_size
-            if size != meta["tokens"][split] * np.dtype(dtype).itemsize:
+            if (
+                size != meta["tokens"][split] * np.dtype(dtype).itemsize
+                or largest_id(path, dtype) >= tokenizer.vocab_size
+            ):
                 return None
-            if largest_id(path, dtype) >= tokenizer.vocab_size:
-                return None
-            # an empty file cannot be mapped
             splits.append(np.memmap(path, dtype, "r") if size else np.zeros(0, dtype))
     except TokenizerError:
         if meta["tokenizer"] == "gpt2":
-            raise  # tiktoken's files are missing: preparing again would not help
-        return None  # a damaged char vocabulary
+            raise  # tiktoken's files are missing
+        return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return splits[0], splits[1], tokenizer
@@ -180,5 +165,5 @@ def check_split_lengths(corpus: Corpus, block_size: int) -> None:
             source = corpus.val_source if split == "val" and corpus.val_source else corpus.source
             raise DataError(
                 f"the {split} split of {source} has {n} tokens, fewer than block_size + 1 = "
-                f"{block_size + 1}; use a longer text or a smaller --model.block_size"
+                f"{block_size + 1}; give a longer text or a smaller --model.block_size"
             )

@@ -12,7 +12,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
-REPLACE_TRIES = 5  # how often replace_folder moves aside a refused folder that keeps coming back
+REPLACE_TRIES = 5
 
 
 def sha256_of(path: Path) -> str:
@@ -29,12 +29,11 @@ def checksum(body: dict) -> str:
 
 
 def sealed_json(record: dict) -> bytes:
-    """The JSON with its own SHA-256 as "checksum", so that an edit by hand shows."""
+    """The JSON with its SHA-256 as "checksum": an edit by hand shows."""
     return json.dumps({**record, "checksum": checksum(record)}, indent=1).encode()
 
 
 def unsealed_json(data: bytes) -> dict | None:
-    """The record (without its checksum), or None when that is missing or wrong."""
     record = json.loads(data)
     if isinstance(record, dict) and record.pop("checksum", None) == checksum(record):
         return record
@@ -42,15 +41,13 @@ def unsealed_json(data: bytes) -> dict | None:
 
 
 def temporary_twin(path: Path) -> Path:
-    """Where this process writes `path` before renaming it into place."""
     return path.with_name(f"{path.name}.tmp{os.getpid()}")
 
 
 @contextmanager
 def atomic_file(path: Path, one_writer: bool = False) -> Iterator[BinaryIO]:
-    """A binary file that replaces `path` whole when the block ends (unchanged if it raises). The
-    only writer (a run holding its folder's lock) may use a fixed <name>.tmp; others add their pid.
-    """
+    """A binary file that replaces `path` whole when the block ends. The only writer (a run holding
+    its folder's lock) may use a fixed <name>.tmp; others add their pid."""
     tmp = path.with_name(f"{path.name}.tmp") if one_writer else temporary_twin(path)
     try:
         with open(tmp, "wb") as f:
@@ -70,8 +67,7 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool]) -> bool:
     """Rename `tmp` to `folder`; False when one in place that `whole` accepts stays (another
-    process may read it). One `whole` refuses is moved aside first: the path is never missing.
-    """
+    process may read it). One it refuses is moved aside first: the path is never missing."""
     for path in tmp.iterdir():
         with open(path, "rb") as f:
             os.fsync(f.fileno())
@@ -81,7 +77,7 @@ def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool]) -> bo
             try:
                 os.replace(tmp, folder)
                 return True
-            except OSError as e:  # a folder is there: ENOTEMPTY or EEXIST (EACCES on Windows)
+            except OSError as e:  # a folder is there (EACCES on Windows)
                 busy = (errno.ENOTEMPTY, errno.EEXIST, errno.EACCES)
                 if e.errno not in busy or not folder.exists():
                     raise
@@ -91,27 +87,26 @@ def replace_folder(tmp: Path, folder: Path, whole: Callable[[Path], bool]) -> bo
             shutil.rmtree(aside, ignore_errors=True)
             with suppress(FileNotFoundError):  # another writer moved it first
                 os.replace(folder, aside)
-        os.replace(tmp, folder)  # refused folders kept coming back: raise the reason
+        os.replace(tmp, folder)  # raise the reason
         return True
     finally:
         shutil.rmtree(aside, ignore_errors=True)
 
 
 def running(pid: int) -> bool:
-    """Always yes on Windows, where signal 0 would end it."""
-    if os.name == "nt":
+    if os.name == "nt":  # yes: signal 0 would end it
         return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True  # another user's process
+    except PermissionError:  # another user's process
+        pass
     return True
 
 
 def remove_abandoned(path: Path) -> None:
-    """Delete the <path>.tmp<pid> and .old<pid> leftovers of processes killed outright."""
+    """Delete the <path>.tmp<pid> and .old<pid> of processes killed outright."""
     for twin in path.parent.glob(f"{glob.escape(path.name)}.*"):
         pid = re.fullmatch(r"(?:tmp|old)(\d+)", twin.name[len(path.name) + 1 :])
         if pid is None or int(pid[1]) == os.getpid() or running(int(pid[1])):

@@ -1,9 +1,6 @@
-"""What a --data-file path names: its files (a folder's .txt, .jsonl and .parquet files, sorted,
-links followed but each file read once, names that begin with "." skipped), and the identity of
-their text, never of their path: a file's SHA-256, or a folder's relative paths, sizes and SHA-256s.
-"""
+"""The files a --data-file path names (a folder's .txt, .jsonl and .parquet files, sorted, links
+followed, hidden names skipped), and the identity of their text, never of their path."""
 
-import json
 import os
 import stat
 from collections.abc import Iterable
@@ -11,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from data.files import sha256_of, sha256_of_bytes
+from data.files import checksum, sha256_of
 
 KINDS = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
 NOT_REGULAR = {
@@ -23,7 +20,7 @@ NOT_REGULAR = {
 
 
 class DataError(Exception):
-    """A problem with the corpus that the user can fix; the message says how."""
+    """A problem with the corpus that the user can fix."""
 
 
 def kind_of(path: Path) -> str:
@@ -55,13 +52,12 @@ class Source:
         except OSError as e:  # a broken link, a file deleted meanwhile
             raise DataError(f"cannot read {self.where(file)}: {e.strerror}") from None
 
-    def stamp(self, file: Path) -> tuple[int, int, int]:
+    def stamp(self, file: Path) -> tuple[int, int, int]:  # size, mtime, inode
         found = self.stat_of(file)
         return found.st_size, found.st_mtime_ns, found.st_ino
 
     @cached_property
     def stats(self) -> tuple[tuple[int, int, int], ...]:
-        """Each file's (size, mtime, inode), taken before its text is hashed or read."""
         return tuple(self.stamp(file) for file in self.files)
 
     def relative(self, file: Path) -> str:
@@ -69,7 +65,7 @@ class Source:
 
     @cached_property
     def identity(self) -> dict:
-        stats = self.stats  # first: a file that changes while hashed then differs from them
+        stats = self.stats  # first: a file changed while hashed then differs
         if not self.is_folder:
             return {"kind": kind_of(self.path), "sha256": sha256_of(self.path)}
         files = zip(self.files, stats, strict=True)
@@ -86,8 +82,8 @@ class Source:
             "path": path,
             "files": len(stats),
             "size": sum(s[1] for s in stats),
-            "sha256": sha256_of_bytes(json.dumps(self.identity).encode()),
-            "size_mtime_sha256": sha256_of_bytes(json.dumps(stats).encode()),
+            "sha256": checksum(self.identity),
+            "size_mtime_sha256": checksum(stats),
         }
 
 
@@ -96,9 +92,8 @@ def check_unchanged(sources: Iterable[Source]) -> None:
         for file, before in zip(source.files, source.stats, strict=True):
             if source.stamp(file) != before:
                 raise DataError(
-                    f"{source.where(file)} changed while it was being prepared (its size or "
-                    "modification time differs); nothing was kept: prepare again once nothing "
-                    "writes to it"
+                    f"{source.where(file)} changed while it was being prepared; nothing was kept: "
+                    "prepare again once nothing writes to it"
                 )
 
 
@@ -115,17 +110,13 @@ def find_source(path: Path, flag: str) -> Source:
     source, kept, seen = Source(path, flag, folder_files(path, flag)), [], set()
     if not source.files:
         raise DataError(
-            f"{flag} {path} holds no .txt, .jsonl or .parquet file (searched every subfolder, "
-            "skipping names that begin with '.'); point it at your data"
+            f"{flag} {path} holds no .txt, .jsonl or .parquet file (hidden ones skipped)"
         )
     for file in source.files:
         found = source.stat_of(file)
         if not stat.S_ISREG(found.st_mode):
             kind = NOT_REGULAR.get(stat.S_IFMT(found.st_mode), "not a regular file")
-            raise DataError(
-                f"{source.where(file)} is {kind}, not a file of text; a corpus is read twice: "
-                "move it out of the folder"
-            )
+            raise DataError(f"{source.where(file)} is {kind}: move it out of the folder")
         if (found.st_dev, found.st_ino) not in seen:  # a second link to a file adds no document
             seen.add((found.st_dev, found.st_ino))
             kept.append(file)
@@ -148,7 +139,7 @@ def folder_files(folder: Path, flag: str) -> tuple[Path, ...]:
             path = directory / entry.name
             if entry.name.startswith("."):
                 continue
-            if entry.is_dir():  # follows links; a broken link is refused later, by name
+            if entry.is_dir():  # follows links
                 todo.append(path)
             elif path.suffix.lower() in KINDS:
                 found.append(path)

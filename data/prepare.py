@@ -1,7 +1,5 @@
-"""Encode a corpus of any size into train.bin and val.bin, in constant memory: a first pass checks
-and counts (errors before any work), a second encodes in threads and appends the ids in order,
-into a temporary folder renamed into place when whole, so a stopped run leaves nothing half-made.
-"""
+"""Encode a corpus into train.bin and val.bin in constant memory: a first pass checks and counts,
+a second encodes in threads into a temporary folder renamed into place when whole."""
 
 import os
 import shutil
@@ -31,8 +29,8 @@ from data.sources import CHUNK_CHARS, DataError, Source, read_source
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, Tokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
-FORMAT_VERSION = 3  # 2 records each split's token count; 3 seals meta.json with its checksum
-PROGRESS_DELAY_S = 1.0  # a preparation shorter than this shows no progress bar
+FORMAT_VERSION = 3  # 3 seals meta.json with its checksum
+PROGRESS_DELAY_S = 1.0  # seconds before a progress bar shows
 STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )  # no SIGHUP on Windows
@@ -42,8 +40,7 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int):
         self.signum = signum
         super().__init__(
-            f"{signal.Signals(signum).name} while preparing the data: stopped; nothing "
-            "half-written was kept, the next run prepares it again"
+            f"{signal.Signals(signum).name} while preparing the data: stopped, nothing kept"
         )
 
 
@@ -74,19 +71,19 @@ def progress(desc: str, total: int, unit: str) -> tqdm:
 
 def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
     found = Scan()
-    sizes = [size for size, _, _ in source.stats]  # taken before reading: check_unchanged
-    with progress(f"reading {source.path.name}", sum(sizes), "B") as bar:
+    sizes = sum(size for size, _, _ in source.stats)  # taken before reading: check_unchanged
+    with progress(f"reading {source.path.name}", sizes, "B") as bar:
         for text, starts, nbytes in read_source(source, text_field):
             found.documents += starts
             found.chars += len(text)
             found.blank = found.blank and text.isspace()
-            if count_chars and text.isascii():  # most text: count bytes instead of building a set
+            if count_chars and text.isascii():  # faster than a set
                 counts = np.bincount(np.frombuffer(text.encode(), np.uint8))
                 found.charset.update(map(chr, np.flatnonzero(counts)))
             elif count_chars:
                 found.charset.update(text)
             bar.update(nbytes)
-    if not found.documents or found.blank:
+    if found.blank:  # no document, or nothing but whitespace
         raise DataError(
             f"{source.flag} {source.path} is empty (nothing but whitespace); give a file with "
             "some text"
@@ -95,21 +92,19 @@ def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
 
 
 def train_cut(source: Source, found: Scan, split: str | None) -> int:
-    """Where val begins, in characters of one text or in documents."""
-    if split is not None:
-        return (found.chars if source.is_one_text else found.documents) + 1
+    total = found.chars if source.is_one_text else found.documents
+    if split is not None:  # all of one split
+        return total + 1 if split == "train" else 0
     if source.is_one_text:
-        return int(found.chars * TRAIN_FRACTION)
-    return min(int(found.documents * TRAIN_FRACTION), found.documents - 1)  # one for val at least
+        return int(total * TRAIN_FRACTION)
+    return min(int(total * TRAIN_FRACTION), total - 1)  # one for val at least
 
 
 def split_stream(plan: list[tuple[Source, Scan, str | None]], text_field: str):
-    """(split, text, starts, separated) for every piece; a source's split None is cut at the
-    fraction."""
     for source, found, split in plan:
         cut, seen = train_cut(source, found, split), 0
         for text, starts, _ in read_source(source, text_field):
-            if source.is_one_text:  # no separator; its two halves are encoded as two texts
+            if source.is_one_text:  # its two halves are encoded as two texts
                 if seen < cut <= seen + len(text):
                     yield split or "train", text[: cut - seen], starts, False
                     seen, text, starts = cut, text[cut - seen :], True
@@ -134,7 +129,7 @@ def encode_task(
 
 @contextmanager
 def stopped_by_signals():
-    """Stop signals raise Interrupted once (not again in cleanup); an ignored one stays ignored."""
+    """Stop signals raise Interrupted once (not again in cleanup)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -168,12 +163,8 @@ def prepare(
     chunk_chars: int = CHUNK_CHARS,
     whole: Callable[[Path], bool] = lambda folder: False,  # a folder found in place is finished
 ) -> dict:
-    """Encode the sources into folder/train.bin and val.bin, write meta.json last, and return it.
-
-    Validation is the end of the corpus, not a random sample: contiguous text would leak across a
-    random split. One text file: its last 10 % of characters; documents: the last 10 %, at least
-    one; a val_source: all of it.
-    """
+    """meta.json's record. Val is the corpus's end (10 %, at least one document), not a random
+    sample: neighbouring text would leak."""
     started, char = time.perf_counter(), tokenizer_name == "char"
     with stopped_by_signals():
         plan = [(source, scan(source, text_field, char), "train" if val_source else None)]
@@ -200,23 +191,21 @@ def prepare(
                 meta = encode_into(
                     tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars
                 )
-            except (DataError, TokenizerError):  # text the first pass did not see: a changed file?
+            except (DataError, TokenizerError):  # a file changed since the first pass?
                 check_unchanged(sources)
                 raise
-            check_unchanged(sources)  # a file written while read would give an unasked-for split
+            check_unchanged(sources)
             meta.update(
                 source_sha256=key,
                 text_field=text_field,
                 seconds=round(time.perf_counter() - started, 3),
-            )
-            meta["sources"] = [s.description for s in sources]
-            meta["documents"] = sum(found.documents for _, found, _ in plan)
-            meta["val_documents"] = sum(
-                found.documents
-                if split == "val"
-                else max(0, found.documents - train_cut(s, found, split))
-                for s, found, split in plan
-                if not s.is_one_text
+                sources=[s.description for s in sources],
+                documents=sum(found.documents for _, found, _ in plan),
+                val_documents=sum(
+                    max(0, found.documents - train_cut(s, found, split))
+                    for s, found, split in plan
+                    if not s.is_one_text
+                ),
             )
             write_atomically(tmp / "meta.json", sealed_json(meta))
             replace_folder(tmp, folder, whole)
@@ -251,16 +240,15 @@ def encode_into(
         ThreadPoolExecutor(workers) as pool,
     ):
         try:
-            # a character's id never depends on its neighbours: cut anywhere
             stream = split_stream(plan, text_field)
             for split, pieces, chars in make_tasks(stream, chunk_chars, tokenizer.name == "char"):
                 task = pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)
                 in_flight.append((split, chars, task))
-                while len(in_flight) > 2 * workers:  # a few tasks ahead: memory stays flat
+                while len(in_flight) > 2 * workers:  # memory stays flat
                     write_oldest(bar)
             while in_flight:
                 write_oldest(bar)
-        finally:  # after an error or a signal: tasks not started are dropped
+        finally:
             pool.shutdown(wait=False, cancel_futures=True)
             for f in files.values():
                 f.close()

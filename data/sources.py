@@ -1,6 +1,5 @@
 """Readers of a text file (one document), a .jsonl or .parquet file (a document a line or row):
-`(text, starts, nbytes)` pieces, `starts` on a document's first, nbytes read (for the progress bar).
-"""
+`(text, starts, nbytes)` pieces, `starts` on a document's first."""
 
 import codecs
 import json
@@ -19,7 +18,7 @@ from data.identity import (
     one_file,
 )
 
-CHUNK_CHARS = 1 << 18  # characters a reader yields at a time: memory stays flat in the corpus size
+CHUNK_CHARS = 1 << 18
 PARQUET_BATCH_ROWS = 1024
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # half a UTF-16 character, maybe alone
 Pieces = Iterator[tuple[str, bool, int]]
@@ -44,26 +43,25 @@ def open_or_fail(file: Path, source: Source, mode: str = "rb", **kwargs):
 
 
 def read_text_file(file: Path, source: Source) -> Pieces:
-    """A UTF-8 text file in pieces; a byte-order mark (Notepad's) is dropped: it is not text."""
     where = source.where(file)
-    with open_or_fail(file, source, "r", encoding="utf-8-sig", newline=None) as f:
+    with open_or_fail(file, source, "r", encoding="utf-8-sig") as f:  # no byte-order mark
         starts, position = True, 0
         while True:
             try:
                 text = f.read(CHUNK_CHARS)
             except UnicodeDecodeError:
+                offset = bad_utf8_offset(file)
                 raise DataError(
-                    f"{where} is not UTF-8 text (bad byte at offset "
-                    f"{bad_utf8_offset(file)}); convert it to UTF-8 or pick a text file"
+                    f"{where} is not UTF-8 text (bad byte at offset {offset}); convert it to UTF-8"
                 ) from None
             except OSError as e:
                 raise DataError(f"cannot read {where}: {e.strerror}") from None
             if not text:
                 return
-            if "\0" in text:  # valid UTF-8, but no text holds NUL: an image, an archive
+            if "\0" in text:  # valid UTF-8, but not text: an image, an archive
+                offset = nul_offset(file)
                 raise DataError(
-                    f"{where} is binary (it holds NUL bytes), the first at offset "
-                    f"{nul_offset(file)}; give a UTF-8 text file"
+                    f"{where} is binary (it holds NUL bytes), the first at offset {offset}"
                 )
             now = f.buffer.tell()
             yield text, starts, now - position
@@ -74,7 +72,7 @@ def bad_utf8_offset(file: Path) -> int:
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(file, "rb") as f:
         for block in chain(iter(lambda: f.read(1 << 20), b""), [b""]):
-            held = len(decoder.getstate()[0])  # a character cut by the last block
+            held = len(decoder.getstate()[0])
             try:
                 decoder.decode(block, final=not block)
             except UnicodeDecodeError as e:
@@ -99,24 +97,19 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
             try:
                 record = json.loads(line)
             except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{where} is not UTF-8 (bad byte at offset {offset - len(line) + e.start}); "
-                    "convert the file to UTF-8"
-                ) from None
+                offset += e.start - len(line)
+                raise DataError(f"{where} is not UTF-8 (bad byte at offset {offset})") from None
             except ValueError as e:
+                reason = e.args[0].split(":")[0]
                 raise DataError(
-                    f"{where} is not valid JSON ({e.args[0].split(':')[0]}); each line must be "
-                    "one JSON object"
+                    f"{where} is not valid JSON ({reason}); write one object a line"
                 ) from None
             except RecursionError:
                 raise DataError(
-                    f"{where} nests arrays or objects too deeply to read; each line must be one "
-                    "JSON object"
+                    f"{where} nests arrays or objects too deeply to read; write one object a line"
                 ) from None
             if not isinstance(record, dict) or field not in record:
-                raise DataError(
-                    f"{where} has no field {field!r}; name the text's field with --data.text_field"
-                )
+                raise DataError(f"{where} has no field {field!r}; name it with --data.text_field")
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(f"{where}: field {field!r} holds {type(text).__name__}, not text")
@@ -126,8 +119,7 @@ def read_jsonl(file: Path, source: Source, field: str) -> Pieces:
                 except UnicodeEncodeError as e:
                     raise DataError(
                         f"{where}: field {field!r} holds a lone UTF-16 surrogate "
-                        f"({text[e.start]!r} at character {e.start}), half of a character: not "
-                        "text; remove it or escape the whole character"
+                        f"({text[e.start]!r} at character {e.start}); remove it"
                     ) from None
             if text:
                 yield text, True, len(line)
@@ -142,7 +134,7 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
         raise DataError(f"reading {where} needs pyarrow: pip install pyarrow") from None
     try:
         parquet = pq.ParquetFile(open_or_fail(file, source))
-    except Exception as e:  # pyarrow's ArrowInvalid and OSError for a file that is not parquet
+    except Exception as e:  # pyarrow's ArrowInvalid, OSError
         raise DataError(f"{where} is not a parquet file ({str(e).splitlines()[0][:120]})") from None
     columns = parquet.schema_arrow.names
     if field not in columns:
@@ -151,7 +143,7 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
             "name it with --data.text_field"
         )
     kind = parquet.schema_arrow.field(field).type
-    # a dictionary-encoded column (pandas' category) of strings
+    # a dictionary-encoded column: pandas' category
     values = kind.value_type if pa.types.is_dictionary(kind) else kind
     if str(values) not in ("string", "large_string", "string_view"):
         raise DataError(f"{where}: column {field!r} holds {kind}, not text")
@@ -166,11 +158,8 @@ def read_parquet(file: Path, source: Source, field: str) -> Pieces:
 
 
 def read_text(path: Path, flag: str = "--data-file") -> str:
-    """The whole text of a small file (a prompt, a text to score)."""
     source = one_file(path, flag)
     text = "".join(piece for piece, _, _ in read_text_file(path, source))
     if not text.strip():
-        raise DataError(
-            f"{flag} {path} is empty (nothing but whitespace); give a file with some text"
-        )
+        raise DataError(f"{flag} {path} is empty (nothing but whitespace)")
     return text

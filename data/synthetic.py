@@ -1,6 +1,5 @@
-"""Synthetic tokens for the induction-head lesson (docs/induction.md): random, with a segment that
-recurs at a random distance, so only content finds the earlier occurrence.
-"""
+"""Random tokens for the induction-head lesson (docs/induction.md), with a segment that recurs at
+a random distance: only content finds the earlier occurrence."""
 
 import json
 from dataclasses import dataclass
@@ -11,9 +10,9 @@ from data.files import sha256_of_bytes
 from data.tokenizer import CharTokenizer
 
 SOURCES = ("text", "repeated-random")  # data.source
-SETTINGS = ("source", "symbols", "min_segment", "max_segment")  # a synthetic source's identity
-PROBE_SEED = 0  # the sequence heatmaps show: the same in every run
-# letters that common fonts draw: ASCII, Latin-1, Greek, Cyrillic, Latin Extended-A
+SETTINGS = ("source", "symbols", "min_segment", "max_segment")  # its identity
+PROBE_SEED = 0  # the heatmaps' sequence, the same in every run
+# letters common fonts draw: ASCII, Latin-1, Greek, Cyrillic, Latin Extended-A
 SYMBOL_RANGES = (
     (0x30, 0x39),
     (0x41, 0x5A),
@@ -27,15 +26,15 @@ SYMBOL_RANGES = (
 SYMBOLS = [chr(c) for lo, hi in SYMBOL_RANGES for c in range(lo, hi + 1) if chr(c).isalnum()]
 
 
+@dataclass
 class RepeatedRandom:
-    """Random sequences in which one segment, min_segment to max_segment tokens long, recurs."""
-
-    def __init__(self, vocab_size: int, min_segment: int, max_segment: int):
-        self.vocab_size, self.min_segment, self.max_segment = vocab_size, min_segment, max_segment
+    vocab_size: int
+    min_segment: int
+    max_segment: int
 
     def sequence(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """n random token ids, one segment (at most n // 2 long) copied to a later place, the
-        distance drawn uniformly from all that fit: attending to a fixed offset earns little."""
+        """n random ids, a segment copied later at any distance that fits: a fixed offset teaches
+        position, not content."""
         ids = torch.randint(self.vocab_size, (n,), generator=generator)  # (n,)
         longest = min(self.max_segment, n // 2)
         length = int(
@@ -56,8 +55,6 @@ class RepeatedRandom:
 
 @dataclass
 class SyntheticCorpus:
-    """Named as data.corpus.Corpus; its settings stand in for a text's hash."""
-
     train: RepeatedRandom
     val: RepeatedRandom
     tokenizer: CharTokenizer

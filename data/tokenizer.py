@@ -1,7 +1,5 @@
-"""Tokenizers with one interface: name, vocab_size, encode, decode, state(), and for preparing a
-corpus encode_array and end_of_text. gpt2 is OpenAI's BPE through tiktoken; char gives each
-distinct character of the corpus an id, its vocabulary saved with the data and in checkpoints.
-"""
+"""Two tokenizers with one interface: gpt2 (OpenAI's BPE through tiktoken) and char (an id for each
+distinct character of the corpus, its vocabulary saved with the data and in checkpoints)."""
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -9,36 +7,35 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 TOKENIZERS = ("gpt2", "char")
-GPT2_VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding: 50,000 merges, 256 bytes and <|endoftext|>
-DEGENERATE_SHARE = 0.5  # more whitespace than this, or more of one character: unreadable
+GPT2_VOCAB_SIZE = 50257  # 50,000 merges, 256 bytes and <|endoftext|>
+DEGENERATE_SHARE = 0.5
 
 
 class TokenizerError(ValueError):
-    """Text or a vocabulary that a tokenizer cannot handle."""
+    pass
 
 
 class GPT2Tokenizer:
     name = "gpt2"
 
     def __init__(self):
-        import tiktoken  # here, so that char-only runs never need its BPE files
+        import tiktoken  # here: char runs never need its BPE files
 
         try:
             self.enc = tiktoken.get_encoding("gpt2")
-        except Exception as e:  # offline, tiktoken raises errors of several kinds
+        except Exception as e:  # offline, tiktoken raises several kinds
             raise TokenizerError(
-                f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); it is downloaded "
-                "once on first use: connect to the internet, or set TIKTOKEN_CACHE_DIR to a folder "
-                "holding its files (a training run can also use --data.tokenizer=char)"
+                f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}); connect to the "
+                "internet once, set TIKTOKEN_CACHE_DIR to a folder of its files, or use "
+                "--data.tokenizer=char"
             ) from None
         self.vocab_size = self.enc.n_vocab
-        self.end_of_text = [self.enc.eot_token]  # <|endoftext|>
+        self.end_of_text = [self.enc.eot_token]
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)  # special tokens are plain text here
 
     def encode_array(self, text: str) -> np.ndarray:
-        # tiktoken releases the GIL while it encodes, so threads encode in parallel
         return self.enc.encode_to_numpy(text, disallowed_special=())
 
     def decode(self, ids: list[int]) -> str:
@@ -58,13 +55,10 @@ class CharTokenizer:
             or len(set(chars)) != len(chars)
             or any(not isinstance(c, str) or len(c) != 1 for c in chars)
         ):
-            raise TokenizerError(
-                "a char vocabulary must be a non-empty list of distinct single characters"
-            )
+            raise TokenizerError("a char vocabulary must list distinct single characters")
         self.chars = list(chars)
         self.vocab_size = len(chars)
         self.stoi = {c: i for i, c in enumerate(chars)}
-        # code point -> id, -1 outside the vocabulary
         self.lookup = np.full(max(map(ord, chars)) + 1, -1, dtype=np.int32)
         self.lookup[[ord(c) for c in chars]] = np.arange(len(chars))
 
@@ -106,8 +100,8 @@ Tokenizer = GPT2Tokenizer | CharTokenizer
 
 
 def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
-    """The text of ids piece by piece. A gpt2 token can end inside a UTF-8 character (decoded
-    alone: U+FFFD); it waits for the next (up to 4)."""
+    """The text of ids piece by piece; a token ending inside a UTF-8 character (U+FFFD) waits for
+    the next (up to 4)."""
     pending: list[int] = []
     for i in ids:
         pending.append(i)
@@ -120,7 +114,6 @@ def decode_stream(tokenizer: Tokenizer, ids: Iterable[int]) -> Iterator[str]:
 
 
 def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
-    """One readable label per token: whitespace made visible, long tokens shortened."""
     labels = []
     for i in ids:
         text = tokenizer.decode([i]).replace("\n", "\\n").replace(" ", "\u2423")
@@ -129,8 +122,7 @@ def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
 
 
 def degenerate(text: str) -> tuple[str, str] | None:
-    """(what, counts) when a text a model wrote is mostly whitespace or one character (as without
-    the causal mask), else None."""
+    """(what, counts) when a text is mostly whitespace or one character (as without the mask)."""
     if not text:
         return None
     blank = sum(c.isspace() for c in text)

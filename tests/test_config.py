@@ -294,7 +294,7 @@ def test_unknown_section(tmp_path):
 
 
 def test_unknown_config_name_lists_presets():
-    with pytest.raises(ConfigError, match="unknown config 'nope'") as e:
+    with pytest.raises(ConfigError, match="config nope not found") as e:
         load_config(["--config", "nope"])
     assert "base, char, char-gpu, char-modern, gpt2-finetune, induction, tiny" in str(e.value)
     with pytest.raises(ConfigError, match="did you mean tiny?"):
@@ -621,7 +621,7 @@ def test_help_lists_the_cures_and_the_kinds_of_positions():
         ),
         (
             ["--config", "gpt2-finetune", "--model.n_layer=3"],
-            "their own value replaces it, so model.n_layer would be ignored",
+            "the weights of train.init_from = gpt2 fix it, so model.n_layer would be ignored",
         ),
         (
             ["--config", "tiny", "--init-from", "{gpt2}", "--model.gelu=tanh"],

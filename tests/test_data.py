@@ -26,12 +26,12 @@ from configs import DataConfig
 from data.batches import get_batch
 from data.corpus import (
     TINY_SHAKESPEARE_URL,
-    TRAIN_FRACTION,
     DataError,
     check_split_lengths,
     download_tiny_shakespeare,
     load_corpus,
 )
+from data.prepare import TRAIN_FRACTION
 from data.tokenizer import (
     CharTokenizer,
     GPT2Tokenizer,
@@ -449,7 +449,7 @@ def test_cached_file_with_wrong_content_is_rejected(tmp_path, monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", must_not_download)
     cached = tmp_path / "tinyshakespeare.txt"
     cached.write_text("Not Shakespeare at all.\n", encoding="utf-8")
-    with pytest.raises(DataError, match="SHA-256 mismatch") as e:
+    with pytest.raises(DataError, match=r"is not Tiny Shakespeare \(SHA-256\); delete it") as e:
         load_corpus(DataConfig(path="", tokenizer="char", cache_dir=str(tmp_path)))
     assert str(cached) in str(e.value)
     assert not (tmp_path / "prepared").exists()

@@ -224,7 +224,7 @@ def test_the_probe_is_the_evaluations_measurements_on_its_slice_and_draws_nothin
 
 def test_a_bad_probe_count_is_refused_in_one_line(tmp_path, corpus_file, capsys):
     proc = error_of(train.main, tiny_argv(tmp_path, corpus_file, "--train.probes=-1"), capsys)
-    assert_one_line_error(proc, "train.probes must be 0 (no probe) or a positive number")
+    assert_one_line_error(proc, "train.probes must be >= 0, got -1")
     assert_one_line_error(
         error_of(train.main, tiny_argv(tmp_path, corpus_file, "--train.probes=few"), capsys),
         "train.probes",

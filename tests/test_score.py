@@ -31,7 +31,8 @@ from conftest import (
 import score
 import train
 from configs import load_config
-from data.corpus import TRAIN_FRACTION, DataError, load_corpus
+from data.corpus import DataError, load_corpus
+from data.prepare import TRAIN_FRACTION
 from data.tokenizer import CharTokenizer, GPT2Tokenizer
 from harness.scoring import Window, score_ids, surprises, text_ids, token_losses, windows
 from harness.training.checkpoints import load_model

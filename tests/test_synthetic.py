@@ -115,16 +115,16 @@ def test_bad_settings_are_refused_at_load_time(flags, needle):
     [
         (
             ["--model.block_size=2", "--data.min_segment=1", "--data.max_segment=1"],
-            "model.block_size must be at least 7 to measure induction heads, got 2: attention "
-            "spread evenly over 2 positions puts 0.50",
+            "model.block_size must be at least 7 to measure induction heads, got 2: even attention "
+            "puts 0.50",
         ),
         (
             ["--model.block_size=1", "--data.min_segment=1", "--data.max_segment=1"],
-            "over 1 position puts 1.00 on every target",
+            "got 1: even attention puts 1.00 on every target",
         ),
         (
             ["--model.block_size=6", "--data.min_segment=2", "--data.max_segment=3"],
-            "got 6: attention spread evenly over 6 positions puts 0.17",
+            "got 6: even attention puts 0.17",
         ),
         (
             ["--data.min_segment=1", "--data.max_segment=1"],
