@@ -63,7 +63,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     step_model = wrap_for_training(model, runtime)
 
     def step(batches: list | None = None) -> tuple[float, float]:
-        # seconds of forward + backward (and clip), of the update; the batch drawn as train.py does
+        # the seconds of forward + backward (and clip), of the update
         batches = batches or draw_micro_batches(ids, cfg, runtime, g)
         start = time.perf_counter()
         _, middle = training_step(step_model, optimizer, batches, runtime, cfg.train.grad_clip)
@@ -76,8 +76,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     compile_s = time.perf_counter() - compile_start if compiled else 0.0
     for _ in range(warmup_steps - 1):
         step()
-    runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (fwd + bwd, update))
-    seconds = statistics.median(total for total, _ in runs)
+    runs = [(s, *parts) for s, parts in (timed(step, runtime.device) for _ in range(steps))]
+    seconds, fb, update = map(statistics.median, zip(*runs, strict=True))
     # not counted: parameters, optimizer state and the batch; gradients dropped count in full
     optimizer.zero_grad(set_to_none=True)
     peak = peak_memory_bytes(
@@ -99,8 +99,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         autocast=str(dtype).removeprefix("torch.") if runtime.autocast_dtype else None,
         attention_kernel=attention_kernel(model.cfg, cfg.train.batch_size, runtime.device, dtype),
         ms_per_step=seconds * 1e3,
-        forward_backward_ms=statistics.median(fb for _, (fb, _) in runs) * 1e3,
-        optimizer_ms=statistics.median(update for _, (_, update) in runs) * 1e3,
+        forward_backward_ms=fb * 1e3,
+        optimizer_ms=update * 1e3,
         optimizer=describe(optimizer),
         tokens_per_s=tokens_per_s,
         flops_per_token=flops_per_token(model.cfg),

@@ -142,20 +142,22 @@ def format_whole_run(r: dict) -> str:
     from harness.experiments.profiling import machine_line
     from harness.experiments.stats import markdown_table
 
-    groups = {}
+    groups = {group: [] for group in GROUPS}
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
-        groups.setdefault(group, []).append((detail, phase))
+        groups[group].append((detail, phase))
 
     def row(label: str, calls: str, wall: float, cpu: float, bold: str = "") -> list[str]:
         cells = (f"{wall:.2f}", f"{100 * wall / r['wall_s']:.1f} %", f"{cpu:.2f}")
         return [label, calls, *(f"{bold}{cell}{bold}" for cell in cells)]
 
     rows = [["phase", "calls", "wall s", "share of wall", "CPU s"]]
-    for group in sorted(groups, key=GROUPS.index):
-        wall, cpu = (sum(phase[key] for _, phase in groups[group]) for key in ("wall_s", "cpu_s"))
+    for group, members in groups.items():
+        if not members:
+            continue
+        wall, cpu = (sum(phase[key] for _, phase in members) for key in ("wall_s", "cpu_s"))
         rows.append(row(f"**{group}**", "", wall, cpu, "**"))
-        for detail, phase in groups[group]:
+        for detail, phase in members:
             calls = f"{phase['calls']:,}" if phase["calls"] else ""
             rows.append(row(f"&nbsp; {detail}", calls, phase["wall_s"], phase["cpu_s"]))
     total = [f"**{r['wall_s']:.2f}**", "**100 %**", f"**{r['cpu_s']:.2f}**"]
