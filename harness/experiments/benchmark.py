@@ -1,5 +1,4 @@
-"""bench.py's measurements of one preset at random init on random tokens: train.py's step,
-sampling with and without the KV cache, each attention core's time and memory."""
+"""bench.py's measurements of one preset at random init on random tokens."""
 
 import dataclasses
 import statistics
@@ -44,7 +43,7 @@ GPT2_124M = (
 
 
 def expand_gpt2_124m(argv: list[str]) -> list[str]:
-    """--gpt2-124m replaced where it stands by its overrides: later flags still win."""
+    """--gpt2-124m replaced by its overrides where it stands: later flags still win."""
     return [arg for given in argv for arg in (GPT2_124M if given == GPT2_124M_FLAG else [given])]
 
 
@@ -64,7 +63,7 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     step_model = wrap_for_training(model, runtime)
 
     def step(batches: list | None = None) -> tuple[float, float]:
-        # seconds of forward + backward (and clip), of the update; the batch drawn as train.py does
+        # the seconds of forward + backward (and clip), of the update
         batches = batches or draw_micro_batches(ids, cfg, runtime, g)
         start = time.perf_counter()
         _, middle = training_step(step_model, optimizer, batches, runtime, cfg.train.grad_clip)
@@ -77,8 +76,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     compile_s = time.perf_counter() - compile_start if compiled else 0.0
     for _ in range(warmup_steps - 1):
         step()
-    runs = [timed(step, runtime.device) for _ in range(steps)]  # (seconds, (fwd + bwd, update))
-    seconds = statistics.median(total for total, _ in runs)
+    runs = [(s, *parts) for s, parts in (timed(step, runtime.device) for _ in range(steps))]
+    seconds, fb, update = map(statistics.median, zip(*runs, strict=True))
     # not counted: parameters, optimizer state and the batch; gradients dropped count in full
     optimizer.zero_grad(set_to_none=True)
     peak = peak_memory_bytes(
@@ -100,8 +99,8 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
         autocast=str(dtype).removeprefix("torch.") if runtime.autocast_dtype else None,
         attention_kernel=attention_kernel(model.cfg, cfg.train.batch_size, runtime.device, dtype),
         ms_per_step=seconds * 1e3,
-        forward_backward_ms=statistics.median(fb for _, (fb, _) in runs) * 1e3,
-        optimizer_ms=statistics.median(update for _, (_, update) in runs) * 1e3,
+        forward_backward_ms=fb * 1e3,
+        optimizer_ms=update * 1e3,
         optimizer=describe(optimizer),
         tokens_per_s=tokens_per_s,
         flops_per_token=flops_per_token(model.cfg),
@@ -197,7 +196,7 @@ def format_tables(r: dict) -> str:
     batch = f"{r['tokens_per_step']:,} tokens: batch {r['batch_size']} x {r['block_size']}"
     n = r["sample_new_tokens"]
     state = f"above params + optimizer state, {r['train_state_mem'] / MiB:.1f} MiB"
-    compiled = "failed at the first step: the step ran eagerly" if r["compile_failed"] else "off"
+    compiled = "failed: ran eagerly" if r["compile_failed"] else "off"
     if r["compiled"]:
         compiled = f"on: {r['compile_s']:.0f} s to compile, once"
     rows = {
@@ -208,15 +207,12 @@ def format_tables(r: dict) -> str:
         f"of which the optimizer step: {r['optimizer']}": f"{r['optimizer_ms']:.1f} ms",
         "torch.compile": compiled,
         "autocast": r["autocast"] or "off: float32",
-        "attention kernel (sdpa: torch's pick for this step's shapes)": r["attention_kernel"],
+        "attention kernel (torch's pick)": r["attention_kernel"],
         "training throughput": f"{r['tokens_per_s']:,.0f} tokens/s",
-        "model FLOPs per token (6N + 12LTC, N the weights that multiply)": (
-            f"{r['flops_per_token'] / 1e6:.2f} M"
-        ),
+        "model FLOPs per token (6N + 12LTC)": f"{r['flops_per_token'] / 1e6:.2f} M",
         "model FLOP/s": rate(r["model_flops_per_s"]),
         f"{r['peak_flops_dtype']} peak: {r['peak_flops_source']}": rate(r["peak_flops"]),
-        "MFU (model FLOPs only: the optimizer's work, such as Muon's Newton-Schulz, is not "
-        "counted)": f"{100 * r['mfu']:.1f} %",
+        "MFU (the optimizer's FLOPs not counted)": f"{100 * r['mfu']:.1f} %",
         f"peak memory of a training step ({state})": f"{r['train_peak_mem'] / MiB:.1f} MiB",
         f"sampling {n} tokens, KV cache": f"{r['sample_tokens_per_s_cached']:,.0f} tokens/s",
         f"sampling {n} tokens, no cache": f"{r['sample_tokens_per_s_uncached']:,.0f} tokens/s",

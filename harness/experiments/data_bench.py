@@ -1,5 +1,5 @@
-"""bench.py --data-mb MB: preparing a generated text against tiktoken's encode_ordinary_batch, each
-in a fresh process (its own VmHWM), in turns: a turn's ratio compares measurements moments apart."""
+"""bench.py --data-mb MB: data/prepare.py against tiktoken on a generated text, each in a fresh
+process (its own peak memory), in turns: a turn's ratio compares measurements moments apart."""
 
 import json
 import os

@@ -1,5 +1,4 @@
-"""bench.py's measuring tools: train.py's step, peak memory (on the CPU, where torch keeps no
-statistics, a tracker of tensor storage), the machine, MFU's peak."""
+"""bench.py's measuring tools: train.py's step, peak memory, the machine, MFU's peak."""
 
 import contextlib
 import math
@@ -20,8 +19,8 @@ from harness.training.runtime import Runtime
 from harness.training.step import check_finite, micro_steps
 from model import ModelConfig
 
-# (pattern, dense bf16 TFLOP/s, with sparsity, source): MFU's denominator under bf16 autocast. The
-# first pattern found in the device's name wins: specific names first.
+# (pattern, dense bf16 TFLOP/s, with sparsity, source): the first pattern found in the device's name
+# wins, so specific names first.
 BF16_PEAKS = [
     (r"H200 NVL", 835, "1,671", "H200 NVL datasheet"),
     (r"H200", 989, "1,979", "H200 datasheet (SXM)"),
@@ -46,8 +45,8 @@ PEAK_SECONDS = 3.0  # of square matmuls timed for MFU's denominator, where no da
 
 
 class PeakMemory(TorchDispatchMode):
-    """Peak bytes of tensor storage allocated while active: an op's output with a new storage adds
-    its bytes until torch frees it. A kernel's scratch space inside one op stays invisible."""
+    """Peak bytes of tensor storage allocated while active, where torch keeps no statistics (the
+    CPU). A kernel's scratch space inside one op stays invisible."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -75,8 +74,8 @@ class PeakMemory(TorchDispatchMode):
 def training_step(
     step_model, optimizer, micro_batches: list, runtime: Runtime, grad_clip: float
 ) -> tuple[torch.Tensor, float]:
-    """train.py's step, line for line (tests/test_benchmark.py holds the two equal): the mean loss
-    and the clock as the update starts."""
+    """train.py's step, line for line (tests hold the two equal); returns the mean loss and the
+    clock as the update starts."""
     optimizer.zero_grad(set_to_none=True)
     loss = torch.zeros((), device=runtime.device)
     for x, y, ddp_sync in micro_steps(step_model, micro_batches, runtime):
@@ -116,10 +115,9 @@ def machine_name(device: torch.device) -> str:
 
 
 def load_average() -> float | None:
-    try:
+    with contextlib.suppress(OSError):
         return os.getloadavg()[0]
-    except OSError:
-        return None
+    return None
 
 
 def machine_facts(device: torch.device) -> dict:
@@ -133,8 +131,8 @@ def machine_facts(device: torch.device) -> dict:
 
 
 def machine_line(r: dict) -> str:
-    line = f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, "
-    line += f"torch {r['torch_version']}"
+    line = f"**{r['machine']}** ({r['device']}), {r['torch_threads']} torch threads, torch "
+    line += r["torch_version"]
     if r.get("load_avg_1min") is not None:
         line += f", load average {r['load_avg_1min']:.1f} on {os.cpu_count()} cores"
     return line
@@ -161,7 +159,7 @@ def card_peak(name: str) -> tuple[float, str] | None:
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
-    """MFU's denominator and its source: under bf16 on CUDA the card's datasheet, else measured."""
+    """MFU's denominator and its source: a CUDA card's datasheet under bf16, else measured."""
     source = "measured here"
     if device.type == "cuda" and dtype == torch.bfloat16:
         name = machine_name(device)
@@ -174,7 +172,7 @@ def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
 def attention_kernel(
     cfg: ModelConfig, batch_size: int, device: torch.device, dtype: torch.dtype
 ) -> str:
-    """With "sdpa", torch's pick for the step's inputs, from the private torch._fused_sdp_choice."""
+    """With "sdpa", torch's pick for the step's inputs (the private torch._fused_sdp_choice)."""
     if cfg.attention != "sdpa":
         return f"none: model.attention = {cfg.attention}"
     shape = (batch_size, cfg.n_head, cfg.block_size, cfg.head_size)

@@ -1,5 +1,5 @@
-"""bench.py --variants: what each change of attention buys a model at random init, batch 1: the KV
-cache after a block_size-token prompt, cached sampling's tokens/s, train.py's step in ms."""
+"""bench.py --variants: each change of attention's KV cache, sampling speed and training step, at
+random init."""
 
 import dataclasses
 import sys
@@ -27,14 +27,14 @@ def bench_variants(
     repeats: int = 3,
     train_steps: int = 3,
 ) -> dict:
-    """Each variant's row, the preset's first; times the best of `repeats` runs taken in turns."""
+    """Each variant's row, the preset's first; times the best of runs taken in turns."""
     if changed := applied(cfg.model):
         flags = ", ".join(c.flag for c in changed)
         raise ConfigError(f"--variants sets {flags} itself: leave those flags out")
     start, T = time.perf_counter(), cfg.model.block_size
     print(f"variants at a context of {T} tokens: {', '.join(names)} ...", file=sys.stderr)
     result = {"config": cfg.name, **machine_facts(runtime.device), "variant_names": names}
-    rows, runs = {}, {}
+    rows, runs = {}, []
     for suffix, model_cfg in variants(cfg.model, names).items():
         variant_cfg = dataclasses.replace(cfg, model=model_cfg)
         model = build_model(variant_cfg, runtime).eval()
@@ -45,19 +45,18 @@ def bench_variants(
             model.hidden(prompt, caches)
         total = sum(t.numel() * t.element_size() for cache in caches for t in (cache.k, cache.v))
         model.generate(prompt, 4)  # warm-up
-        name = f"{cfg.name}{suffix}"
-        rows[name] = dict(
+        rows[f"{cfg.name}{suffix}"] = dict(
             params=model.num_params(), cache_bytes=total, cache_bytes_per_token=total / T
         )
-        runs[name] = (model, prompt, variant_cfg, [], [])
-    # in turns: a burst of other work on the machine slows one run of each, not all of one
+        runs.append((model, prompt, variant_cfg, [], []))
+    # in turns: a burst of other work slows one run of each, not all of one
     for _ in range(repeats):
-        for model, prompt, variant_cfg, seconds, steps_ms in runs.values():
+        for model, prompt, variant_cfg, seconds, steps_ms in runs:
             seconds.append(timed_sample(model, prompt, new_tokens)[0])
             step = bench_training(variant_cfg, runtime, warmup_steps=1, steps=train_steps)
             steps_ms.append(step["ms_per_step"])
     preset = rows[cfg.name]  # the first filled
-    for (*_, seconds, steps_ms), row in zip(runs.values(), rows.values(), strict=True):
+    for (*_, seconds, steps_ms), row in zip(runs, rows.values(), strict=True):
         row |= {"sample_tokens_per_s": new_tokens / min(seconds), "step_ms": min(steps_ms)}
         row["cache_fraction"] = row["cache_bytes"] / preset["cache_bytes"]
         row["sample_speedup"] = row["sample_tokens_per_s"] / preset["sample_tokens_per_s"]

@@ -1,6 +1,5 @@
-"""bench.py --whole-run: `python -m harness.experiments.whole_run REPORT train.py ARGS...` clocks
-the functions train.py calls (PHASES), runs train.py unchanged and writes REPORT as JSON. A phase
-entered inside another pauses the outer one's clock."""
+"""bench.py --whole-run: `python -m harness.experiments.whole_run REPORT train.py ARGS...` runs
+train.py unchanged with the functions in PHASES clocked, and writes REPORT as JSON."""
 
 # ruff: noqa: E402 (the imports below the clock on purpose)
 import time
@@ -9,9 +8,9 @@ import time
 STARTED = (time.time(), time.perf_counter(), time.process_time())
 
 import functools
-import importlib
 import json
 import os
+import pkgutil
 import resource
 import runpy
 import subprocess
@@ -62,7 +61,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PhaseClock:
-    """Calls, wall and CPU seconds per phase, each its own time only."""
+    """Calls, wall and CPU seconds per phase: a phase entered inside another pauses the outer's."""
 
     def __init__(self):
         self.stack = [IMPORTS]
@@ -71,8 +70,8 @@ class PhaseClock:
 
     def charge(self) -> None:
         now, top = (time.perf_counter(), time.process_time()), self.phases[self.stack[-1]]
-        top["wall_s"] = top["wall_s"] + now[0] - self.mark[0]
-        top["cpu_s"] = top["cpu_s"] + now[1] - self.mark[1]
+        top["wall_s"] += now[0] - self.mark[0]
+        top["cpu_s"] += now[1] - self.mark[1]
         self.mark = now
 
     def timed(self, fn, phase: str):
@@ -96,15 +95,12 @@ class PhaseClock:
 
 
 def child(report: str, script: str, argv: list[str]) -> None:
-    """Run the script under the clock, then write the report (also if it fails)."""
     clock = PhaseClock()
     for phase, functions in PHASES.items():
         for where in functions:
-            module_name, name = where.split(":")
-            owner = importlib.import_module(module_name)
-            if "." in name:  # a method
-                class_name, name = name.split(".")
-                owner = getattr(owner, class_name)
+            module_name, _, path = where.partition(":")
+            owner_path, _, name = path.rpartition(".")
+            owner = pkgutil.resolve_name(f"{module_name}:{owner_path}")
             setattr(owner, name, clock.timed(getattr(owner, name), phase))
     sys.argv, code = [script, *argv], 0
     try:
@@ -124,7 +120,6 @@ def children_cpu_s() -> float:
 
 
 def profile_whole_run(argv: list[str]) -> dict:
-    """`python train.py argv...` run under the clock, its output on stderr."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         cpu_before, spawned = children_cpu_s(), time.time()
@@ -143,24 +138,26 @@ def profile_whole_run(argv: list[str]) -> dict:
 
 
 def format_whole_run(r: dict) -> str:
-    # here: the child process imports nothing before its clock
+    # here: the child imports nothing before its clock
     from harness.experiments.profiling import machine_line
     from harness.experiments.stats import markdown_table
 
-    groups = {}
+    groups = {group: [] for group in GROUPS}
     for name, phase in r["phases"].items():
         group, _, detail = name.partition(": ")
-        groups.setdefault(group, []).append((detail, phase))
+        groups[group].append((detail, phase))
 
     def row(label: str, calls: str, wall: float, cpu: float, bold: str = "") -> list[str]:
         cells = (f"{wall:.2f}", f"{100 * wall / r['wall_s']:.1f} %", f"{cpu:.2f}")
         return [label, calls, *(f"{bold}{cell}{bold}" for cell in cells)]
 
     rows = [["phase", "calls", "wall s", "share of wall", "CPU s"]]
-    for group in sorted(groups, key=GROUPS.index):
-        wall, cpu = (sum(phase[key] for _, phase in groups[group]) for key in ("wall_s", "cpu_s"))
+    for group, members in groups.items():
+        if not members:
+            continue
+        wall, cpu = (sum(phase[key] for _, phase in members) for key in ("wall_s", "cpu_s"))
         rows.append(row(f"**{group}**", "", wall, cpu, "**"))
-        for detail, phase in groups[group]:
+        for detail, phase in members:
             calls = f"{phase['calls']:,}" if phase["calls"] else ""
             rows.append(row(f"&nbsp; {detail}", calls, phase["wall_s"], phase["cpu_s"]))
     total = [f"**{r['wall_s']:.2f}**", "**100 %**", f"**{r['cpu_s']:.2f}**"]
