@@ -1,6 +1,6 @@
-"""torch.optim.Muon with a choice of dtype for its Newton-Schulz iterations: the library casts to
-bfloat16, which CPUs without bfloat16 units and Apple's MPS emulate several times slower than
-float32. With bfloat16, `Muon` computes what torch.optim.Muon computes, bit for bit.
+"""torch.optim.Muon with a choice of dtype for Newton-Schulz: the library's bfloat16 is emulated,
+several times slower than float32, by CPUs without bfloat16 units and by MPS. With bfloat16, `Muon`
+computes torch.optim.Muon's bits.
 """
 
 import math
@@ -20,22 +20,19 @@ def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
 
 
 def has_bf16_units() -> bool:
-    """Whether this CPU has AVX512-BF16 or AMX, as torch's private probes report (False if a release
-    moves them: float32 is correct everywhere, only slower)."""
-    probes = [
-        getattr(torch.cpu, name, None)
-        for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    ]
+    """AVX512-BF16 or AMX, by torch's private probes; False if a release moves or breaks them
+    (float32 is correct everywhere, only slower)."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     try:
-        return any(probe() for probe in probes if callable(probe))
-    except Exception:  # a probe that exists but fails (an unusual build): the safe answer
+        return any(getattr(torch.cpu, name, bool)() for name in probes)
+    except Exception:
         return False
 
 
 def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
     """torch.optim.Muon's `adjust_lr_fn` rules, written out: a release may move its helper."""
     rows, cols = shape[:2]
-    if rule is None or rule == "original":
+    if rule in (None, "original"):
         ratio = math.sqrt(max(1, rows / cols))
     elif rule == "match_rms_adamw":
         ratio = 0.2 * math.sqrt(max(rows, cols))
@@ -51,10 +48,9 @@ def zeropower_via_newtonschulz(
     eps: float,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """torch.optim.Muon's Newton-Schulz orthogonalisation in `dtype`, of a (rows, cols) matrix or a
-    stack (N, rows, cols). The quintic iteration pushes every singular value of the normalised
-    update towards 1, so each direction of the matrix moves by a similar amount.
-    """
+    """torch.optim.Muon's Newton-Schulz in `dtype`, of a (rows, cols) matrix or a stack (N, rows,
+    cols): the quintic iteration pushes every singular value towards 1, so each direction of the
+    matrix moves by a similar amount."""
     a, b, c = ns_coefficients
     one = grad.dim() == 2
     x = grad.to(dtype)[None] if one else grad.to(dtype)  # (N, rows, cols)
@@ -72,7 +68,7 @@ def zeropower_via_newtonschulz(
 
 
 class Muon(torch.optim.Muon):
-    """torch.optim.Muon whose Newton-Schulz runs in `ns_dtype`; only `step` is overridden."""
+    """torch.optim.Muon with Newton-Schulz in `ns_dtype`; only `step` is overridden."""
 
     def __init__(self, params, *args, ns_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
         super().__init__(params, *args, **kwargs)
@@ -82,15 +78,10 @@ class Muon(torch.optim.Muon):
         self.ns_dtype = ns_dtype
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self) -> None:
         """torch.optim.Muon's step, with Newton-Schulz over all matrices of a shape at once."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
         for group in self.param_groups:
             lr, momentum = group["lr"], group["momentum"]
-            lr = lr.item() if isinstance(lr, torch.Tensor) else lr
             by_shape = {}  # shape -> [(param, its update before orthogonalising)]
             for param in group["params"]:
                 grad = param.grad
@@ -98,9 +89,7 @@ class Muon(torch.optim.Muon):
                     continue
                 state = self.state[param]
                 if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(
-                        grad, memory_format=torch.preserve_format
-                    )
+                    state["momentum_buffer"] = torch.zeros_like(grad)
                 buf = state["momentum_buffer"]
                 buf.lerp_(grad, 1 - momentum)
                 by_shape.setdefault(param.shape, []).append(
@@ -116,4 +105,3 @@ class Muon(torch.optim.Muon):
                 for (param, _), update in zip(pairs, orthogonal, strict=True):
                     param.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay
                     param.add_(update, alpha=-step_size)
-        return loss

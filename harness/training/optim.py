@@ -22,8 +22,8 @@ def lr_at(step: int, train_cfg: TrainConfig) -> float:
 
 
 class CombinedOptimizer:
-    """Several torch optimizers stepped as one (Muon takes 2-D matrices only, the rest needs AdamW):
-    what the loop, the checkpoints and bench.py use of an optimizer."""
+    """Torch optimizers stepped as one (Muon takes only matrices, AdamW the rest): what the loop,
+    the checkpoints and bench.py use of an optimizer."""
 
     def __init__(self, *optimizers: torch.optim.Optimizer):
         self.optimizers = optimizers
@@ -73,19 +73,18 @@ def make_optimizer(
     adamw = torch.optim.AdamW(groups, lr=train_cfg.lr, betas=betas, fused=fused)
     if not matrices:
         return adamw
-    ns_dtype = newton_schulz_dtype(train_cfg.muon_dtype, device)
     muon = Muon(
         matrices,
         lr=train_cfg.lr,
         weight_decay=train_cfg.weight_decay,
         adjust_lr_fn="match_rms_adamw",
-        ns_dtype=ns_dtype,
+        ns_dtype=newton_schulz_dtype(train_cfg.muon_dtype, device),
     )
     return CombinedOptimizer(muon, adamw)
 
 
 def describe(optimizer: torch.optim.Optimizer | CombinedOptimizer) -> str:
-    """For the start-up line, e.g. "Muon (Newton-Schulz in bfloat16) + AdamW"."""
+    """E.g. "Muon (Newton-Schulz in bfloat16) + AdamW"."""
     names = []
     for opt in getattr(optimizer, "optimizers", (optimizer,)):
         names.append(type(opt).__name__)
