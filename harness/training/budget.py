@@ -212,15 +212,14 @@ def check_affordable(cfg: Config, device: torch.device, speed: float | None = No
     check_memory(
         4.0 * (4 * params + B * T * (20 * L * C + 3 * size(m.vocab_size)) + weights),
         device,
-        f"a training step at block_size {cfg.model.block_size} and batch_size "
-        f"{cfg.train.batch_size}",
+        f"a training step at block_size {m.block_size} and batch_size {cfg.train.batch_size}",
         "lower --model.block_size or --train.batch_size",
     )
-    seconds = step_flops(cfg) / speed
-    if seconds > STEP_LIMIT_S:
+    flops = step_flops(cfg)
+    if flops / speed > STEP_LIMIT_S:
         raise ConfigError(
-            f"one training step at block_size {cfg.model.block_size} would take about "
-            f"{duration(seconds)} on this {device.type} ({step_flops(cfg) / 1e12:.1f} TFLOP at a "
+            f"one training step at block_size {m.block_size} would take about "
+            f"{duration(flops / speed)} on this {device.type} ({flops / 1e12:.1f} TFLOP at a "
             f"measured {speed / 1e9:.0f} GFLOP/s; attention grows with the square of the context), "
             "and a step cannot be stopped midway; lower --model.block_size or --train.batch_size, "
             "or use a GPU"

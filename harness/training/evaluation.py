@@ -56,7 +56,7 @@ class EvalSet:
     heatmap_ids: list[int]
     heatmap_labels: list[str]
     prompt_ids: list[int]
-    induction: bool = False  # data made for induction heads (docs/induction.md)
+    induction: bool  # data made for induction heads (docs/induction.md)
 
     @property
     def scored_positions(self) -> int:
@@ -117,16 +117,12 @@ def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
     """The losses, the prefix passes (the order use's, and without the mask the honest loss's), the
     attention statistics."""
     B, T = cfg.train.batch_size, cfg.model.block_size
-    prefixes = (1 if cfg.model.causal else 2) * honest_flops(cfg, positions_of(eval_set))
+    prefixes = honest_flops(cfg, [p for _, _, p in eval_set.honest])
     return (
         2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T)
-        + prefixes
+        + (1 if cfg.model.causal else 2) * prefixes
         + forward_flops(cfg.model, *stats_shape(B, T))
     )
-
-
-def positions_of(eval_set: EvalSet) -> list[list[int]]:
-    return [p for _, _, p in eval_set.honest]
 
 
 def evaluation_notes(
@@ -135,7 +131,7 @@ def evaluation_notes(
     """The lines said before training about an evaluation's cost, and its seconds at `speed`."""
     seconds, notes = evaluation_flops(cfg, eval_set) / speed, []
     if not cfg.model.causal:
-        prefixes = positions_of(eval_set)
+        prefixes = [p for _, _, p in eval_set.honest]
         steps = honest_flops(cfg, prefixes) / step_flops(cfg)
         longest = max(map(max, prefixes)) + 1
         notes.append(
@@ -172,7 +168,7 @@ def eval_mode(model: torch.nn.Module):
     was_training = model.training
     model.eval()
     try:
-        yield model
+        yield
     finally:
         model.train(was_training)
 

@@ -52,19 +52,17 @@ def zeropower_via_newtonschulz(
     cols): the quintic iteration pushes every singular value towards 1, so each direction of the
     matrix moves by a similar amount."""
     a, b, c = ns_coefficients
-    one = grad.dim() == 2
-    x = grad.to(dtype)[None] if one else grad.to(dtype)  # (N, rows, cols)
+    x = grad.to(dtype).reshape(-1, *grad.shape[-2:])  # (N, rows, cols), N = 1 for a matrix
     tall = x.size(-2) > x.size(-1)
     if tall:
-        x = x.mT  # (N, rows, cols) -> (N, cols, rows): the wide orientation
+        x = x.mT  # the wide orientation
     # Frobenius norm 1 bounds the spectral norm by 1; out of place: x may be the caller's tensor
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(ns_steps):
         gram = x @ x.mT  # (N, rows, rows)
         gram_update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b X X^T + c (X X^T)^2
         x = torch.baddbmm(x, gram_update, x, beta=a)  # a X + (b X X^T + c (X X^T)^2) X
-    x = x.mT if tall else x
-    return x[0] if one else x
+    return (x.mT if tall else x).reshape(grad.shape)
 
 
 class Muon(torch.optim.Muon):

@@ -1,5 +1,5 @@
-"""The model a run starts from: fresh weights, or GPT-2's (--init-from), of which fine-tuning keeps
-all its weights depend on; the preset gives the context, dropout, attention backend and ablations.
+"""The model a run starts from: fresh weights, or GPT-2's (--init-from). Fine-tuning keeps all of
+GPT-2 its weights depend on; the preset gives the context, dropout, attention backend and ablations.
 """
 
 import dataclasses
@@ -34,8 +34,7 @@ def initial_model(
         return cfg, model
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(
-            f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; "
-            "drop the tokenizer override"
+            f"--init-from needs data.tokenizer = gpt2, got {cfg.data.tokenizer}; drop the override"
         )
     # the folder named from the user's flags: a resumed run finds it again
     pinned = dataclasses.replace(cfg.train, run_name=cfg.run_name)
@@ -87,8 +86,8 @@ def check_finite_start(model: GPT) -> None:
     model.train()
     if not finite:
         raise ConfigError(
-            "a fresh model with these settings computes logits that are not finite (NaN or inf) "
-            "before any training: float32 overflows at initialisation; lower model.qk_init_std "
+            "a fresh model with these settings computes logits that are not finite: float32 "
+            "overflows at initialisation; lower model.qk_init_std "
             f"({model.cfg.qk_init_std:g} here, GPT-2's is 0.02)"
         )
 
@@ -115,8 +114,7 @@ def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
     if added:
         raise ConfigError(
             f"{name} was trained without {' and '.join(added)}, so its weights cannot start a run "
-            "with them (they would compute something else); leave them out to fine-tune, or train "
-            "from scratch"
+            "with them; leave them out to fine-tune, or train from scratch"
         )
 
 
