@@ -1,7 +1,6 @@
-"""What a run costs before it starts; a step too slow to stop or too big to hold is refused in one
-line. A forward pass over B x T tokens costs 2 B T (12 L C^2 + V C) for the matrices and 4 L B T^2 C
-for attention (half under the causal mask); a training step about three passes.
-"""
+"""What a run costs before it starts: a step too slow to stop or too big to hold is refused. A
+forward pass over B x T tokens costs 2 B T (12 L C^2 + V C) for the matrices and 4 L B T^2 C for
+attention (half under the mask); a training step about three passes."""
 
 import dataclasses
 import math
@@ -13,14 +12,13 @@ import torch
 from configs import Config, ConfigError
 from model import GPT, ModelConfig
 
-# a no-mask model's honest loss costs at most this many training steps of compute
-HONEST_BUDGET_STEPS = 8
-STEP_LIMIT_S = 120  # a stop waits for the step under way: a longer step is refused
-EVAL_WARNING_S = 60  # a first evaluation longer than this is announced before training
+HONEST_BUDGET_STEPS = 8  # training steps of compute a no-mask model's honest loss may cost
+STEP_LIMIT_S = 120  # a stop waits for the step under way
+EVAL_WARNING_S = 60
 
 
 def size(n: int) -> float:
-    """A count as a float; past float's range, infinite: too big anywhere."""
+    """A count as a float; past float's range, infinite (too big anywhere)."""
     return float(n) if n < 2**1000 else math.inf
 
 
@@ -44,7 +42,6 @@ def step_flops(cfg: Config) -> float:
 
 
 def prefix_flops(cfg: ModelConfig, B: int, positions: list[int]) -> float:
-    """The passes over the prefixes x[:, :t+1]."""
     return sum(forward_flops(cfg, B, t + 1) for t in positions)
 
 
@@ -53,8 +50,8 @@ def honest_flops(cfg: Config, positions: list[list[int]]) -> float:
 
 
 def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
-    """The honest positions cut to HONEST_BUDGET_STEPS steps of prefix passes: fewer batches first,
-    then positions closer to the start."""
+    """Positions cut to HONEST_BUDGET_STEPS steps of prefix passes: fewer batches first, then
+    positions closer to the start."""
     budget = HONEST_BUDGET_STEPS * step_flops(cfg)
     while len(positions) > 1 and honest_flops(cfg, positions) > budget:
         positions = positions[:-1]
@@ -66,13 +63,11 @@ def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
 
 
 def weight_count(m: ModelConfig) -> float:
-    """About GPT(m)'s parameters."""
     C = size(m.n_embd)
     return 12 * size(m.n_layer) * C * C + (size(m.vocab_size) + size(m.block_size)) * C
 
 
 def device_memory_bytes(device: torch.device) -> float | None:
-    """The GPU's memory, or the machine's RAM (None if unknown)."""
     if device.type == "cuda":
         return float(torch.cuda.mem_get_info(device)[1])
     try:
@@ -89,7 +84,6 @@ def sync(device: torch.device) -> None:
 
 
 def timed(fn, device: torch.device) -> tuple[float, object]:
-    """(seconds, fn()), waiting for the device at both ends."""
     sync(device)
     start = time.perf_counter()
     out = fn()
@@ -98,8 +92,8 @@ def timed(fn, device: torch.device) -> tuple[float, object]:
 
 
 def measured_speed(device: torch.device) -> float:
-    """FLOP/s of a (512, 512) float32 matrix product here. Its own generator: a draw from the global
-    one would change the seeded initial weights."""
+    """FLOP/s of a float32 matrix product. Its own generator: a global draw would change the
+    seeded initial weights."""
     n, repeats = 512, 4
     gen = torch.Generator(device=device).manual_seed(0)
     a, b = (torch.randn(n, n, device=device, generator=gen) for _ in range(2))
@@ -110,26 +104,24 @@ def measured_speed(device: torch.device) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class PassCost:
-    """A model's passes here: a small one is slower than `measured_speed`, bound by each call's
-    fixed time."""
+    """A small pass is slower than `measured_speed`: each call has a fixed time."""
 
-    call_s: float  # a pass's seconds whatever its size: Python and kernel launches
-    speed: float  # FLOP/s beyond that, at the model's own widths
+    call_s: float
+    speed: float  # FLOP/s beyond that, at the model's widths
 
     def seconds(self, flops: float, calls: float = 1) -> float:
         return calls * self.call_s + flops / self.speed
 
 
-TIMED_PASS_S = 0.1  # measured_pass's larger pass, in seconds at `peak`
-TIMED_PASS_NUMBERS = 2**26  # and the most numbers it holds beyond the weights
+TIMED_PASS_S = 0.1  # measured_pass's larger pass at `peak`
+TIMED_PASS_NUMBERS = 2**26  # and the numbers it holds beyond the weights
 
 
 def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
-    """From two timed passes: one over a single token, all fixed time, and one over (B, T) tokens
-    cut to about TIMED_PASS_S at `peak` and TIMED_PASS_NUMBERS held."""
+    """From a pass over one token (all fixed time) and one over (B, T) cut to the limits above."""
     m, device = model.cfg, model.lm_head.weight.device
 
-    def held(T: int) -> int:  # numbers a row holds
+    def held(T: int) -> int:  # a row's
         weights = 2 * m.n_head * T * T if m.attention == "manual" else 0
         return 8 * T * m.n_embd + m.vocab_size + weights
 
@@ -140,14 +132,13 @@ def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
 
     def best(B: int, T: int) -> float:
         x = torch.zeros((B, T), dtype=torch.long, device=device)
-        model.lm_head(model.hidden(x)[:, -1])
+        model.lm_head(model.hidden(x)[:, -1])  # the output layer at the last position only
         return min(
             timed(lambda: model.lm_head(model.hidden(x)[:, -1]), device)[0] for _ in range(2)
         )
 
     with torch.no_grad():
         call_s, whole_s = best(1, 1), best(B, T)
-    # the output layer at the last position only
     flops = forward_flops(m, B, T) - 2.0 * B * (T - 1) * m.vocab_size * m.n_embd
     return PassCost(call_s, min(peak, flops / max(whole_s - call_s, 1e-9)))
 
@@ -183,7 +174,7 @@ def check_sampling(
     L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
     T = min(N, size(m.block_size))
     window = 0
-    if n_new:  # no token drawn, no pass
+    if n_new:
         attention = B * H * T * T if m.attention == "manual" else 0
         window = 4 * L * B * T * C + 8 * B * T * C + attention + 4 * B * V
     # the weights, the pass, the tokens, then Python's share of each step and of each sample
@@ -194,8 +185,7 @@ def check_sampling(
 
 
 def check_affordable(cfg: Config, device: torch.device, speed: float | None = None) -> float:
-    """Refuse a run this device cannot hold, or whose steps outlast a stop's patience; return the
-    device's speed."""
+    """Refuse a run too big to hold or whose step outlasts a stop; return the device's speed."""
     speed = speed or measured_speed(device)
     m, params = cfg.model, weight_count(cfg.model)
     millions = f"{params / 1e6:,.0f}M" if params < 1e18 else f"{params:.1e}"
@@ -220,8 +210,7 @@ def check_affordable(cfg: Config, device: torch.device, speed: float | None = No
         raise ConfigError(
             f"one training step at block_size {m.block_size} would take about "
             f"{duration(flops / speed)} on this {device.type} ({flops / 1e12:.1f} TFLOP at a "
-            f"measured {speed / 1e9:.0f} GFLOP/s; attention grows with the square of the context), "
-            "and a step cannot be stopped midway; lower --model.block_size or --train.batch_size, "
-            "or use a GPU"
+            f"measured {speed / 1e9:.0f} GFLOP/s), too long to stop midway; lower "
+            "--model.block_size or --train.batch_size, or use a GPU"
         )
     return speed

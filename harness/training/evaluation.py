@@ -1,6 +1,5 @@
 """An evaluation: losses, the honest loss, attention statistics, heatmaps, a sample. Its batches
-are drawn once from their own generator: every run sees the same ones, and training's never shift.
-"""
+come from their own generator: every run sees the same ones, and training's never shift."""
 
 import contextlib
 import time
@@ -36,31 +35,31 @@ from model.measurements import (
 
 EVAL_SEED = 2024
 HONEST_POSITIONS = 8  # positions a sequence scored for loss/val_honest
-SAMPLE_TOKENS = 200  # tokens of the sample logged at every evaluation
-# the text whose attention is drawn
+SAMPLE_TOKENS = 200
 PROBE_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 HEATMAP_MAX_TOKENS = 32
-# (T, T) weights a head: at most this many in a pass over eval rows (a stop waits ~1 s), and in
-# what the attention statistics read
+# (T, T) weights a head at most, in a pass over eval rows (a stop waits ~1 s) and in the statistics
 ROWS_WEIGHTS = 2**24
 STATS_WEIGHTS = 2**20
 
 
 @dataclass
 class EvalSet:
-    """Everything an evaluation looks at, drawn once."""
-
-    batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]  # split -> (x, y) batches
+    batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
     honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches, positions scored
-    val_bytes: int  # UTF-8 bytes of the val targets, for bits per byte
+    val_bytes: int  # of the val targets, for bits per byte
     heatmap_ids: list[int]
     heatmap_labels: list[str]
     prompt_ids: list[int]
-    induction: bool  # data made for induction heads (docs/induction.md)
+    induction: bool
+
+    @property
+    def positions(self) -> list[list[int]]:
+        return [p for _, _, p in self.honest]
 
     @property
     def scored_positions(self) -> int:
-        return sum(len(positions) for _, _, positions in self.honest)
+        return sum(map(len, self.positions))
 
     def prefix_passes(self, causal: bool) -> int:
         """A causal model's honest loss is read off the forced pass."""
@@ -73,12 +72,12 @@ class EvalSet:
 
 @dataclass
 class Evaluation:
-    """Scalars from every process, pictures and a sample from the main one."""
+    """Scalars from every process; pictures and a sample from the main one."""
 
     metrics: dict[str, float]
     heatmaps: list[torch.Tensor] = field(default_factory=list)  # (1, H, T, T) per layer
     heatmap_labels: list[str] = field(default_factory=list)
-    sample: str = ""  # the prompt and SAMPLE_TOKENS generated tokens
+    sample: str = ""
     sample_tokens: int = 0
 
 
@@ -104,7 +103,7 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     try:
         heatmap_ids = tokenizer.encode(PROBE_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
         prompt_ids = tokenizer.encode("\n")
-    except TokenizerError:  # a corpus without these characters, or synthetic: its own
+    except TokenizerError:  # a corpus without these characters, or synthetic
         heatmap_ids = corpus.probe_ids(min(T, HEATMAP_MAX_TOKENS))
         prompt_ids = heatmap_ids[:1]
     labels = token_labels(tokenizer, heatmap_ids)
@@ -114,10 +113,8 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
 
 
 def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
-    """The losses, the prefix passes (the order use's, and without the mask the honest loss's), the
-    attention statistics."""
     B, T = cfg.train.batch_size, cfg.model.block_size
-    prefixes = honest_flops(cfg, [p for _, _, p in eval_set.honest])
+    prefixes = honest_flops(cfg, eval_set.positions)
     return (
         2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T)
         + (1 if cfg.model.causal else 2) * prefixes
@@ -128,17 +125,17 @@ def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
 def evaluation_notes(
     cfg: Config, eval_set: EvalSet, speed: float, device: torch.device
 ) -> tuple[list[str], float]:
-    """The lines said before training about an evaluation's cost, and its seconds at `speed`."""
+    """The notes before training on an evaluation's cost, and its seconds at `speed`."""
     seconds, notes = evaluation_flops(cfg, eval_set) / speed, []
     if not cfg.model.causal:
-        prefixes = [p for _, _, p in eval_set.honest]
+        prefixes = eval_set.positions
         steps = honest_flops(cfg, prefixes) / step_flops(cfg)
         longest = max(map(max, prefixes)) + 1
         notes.append(
             f"honest loss without the mask: {eval_set.scored_positions} prefix passes in "
-            f"{len(prefixes)} batch(es), prefixes up to {longest} tokens: {steps:.1f} training "
-            f"steps of compute per evaluation (at most {HONEST_BUDGET_STEPS}), and as much again "
-            "for the order use's shuffled prefixes"
+            f"{len(prefixes)} batch(es), up to {longest} tokens: {steps:.1f} training steps of "
+            f"compute per evaluation (at most {HONEST_BUDGET_STEPS}), as many again for the order "
+            "use"
         )
     if seconds > EVAL_WARNING_S:
         batches = cfg.train.eval_batches
@@ -157,14 +154,12 @@ def rows_per_pass(B: int, T: int) -> int:
 
 
 def stats_shape(B: int, T: int) -> tuple[int, int]:
-    """(rows, tokens) of the first val batch the attention statistics read."""
     tokens = min(T, int(STATS_WEIGHTS**0.5))
     return max(1, min(B, STATS_WEIGHTS // tokens**2)), tokens
 
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module):
-    """eval() within the block, then the model's own mode again."""
     was_training = model.training
     model.eval()
     try:
@@ -177,7 +172,7 @@ def eval_mode(model: torch.nn.Module):
 def estimate_loss(
     model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None
 ) -> float:
-    """Mean loss over (x, y) batches; under torchrun each rank scores every world_size-th."""
+    """Mean loss; under torchrun each rank scores every world_size-th batch."""
     total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (losses, batches)
     with eval_mode(model):
         for x, y in batches[runtime.rank :: runtime.world_size]:
@@ -188,7 +183,7 @@ def estimate_loss(
                 xs, ys = x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device)
                 with runtime.autocast():
                     _, loss = model(xs, ys)
-                share = len(xs) / B  # 1 for a batch in one piece
+                share = len(xs) / B
                 total[0] += loss.double() * share
                 total[1] += share
     if runtime.world_size > 1:
@@ -204,7 +199,6 @@ def measure_breakage(
     val_loss: float,
     between: Callable[[], None] | None = None,
 ) -> dict[str, float]:
-    """What shows a model break beyond its loss (model/measurements.py)."""
     device = runtime.device
     metrics = {"loss/val_bpc": bits_per_byte(val_loss, eval_set.val_tokens, eval_set.val_bytes)}
     x, y = eval_set.batches["val"][0]
@@ -215,7 +209,7 @@ def measure_breakage(
         metrics.update(leak_of(pairs))
         metrics.update(order_use(model, honest, between=between, unshuffled=[h for h, _ in pairs]))
         xs, ys = x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)
-        probe = model.attention_probe(xs)  # one pass of the readable path serves both summaries
+        probe = model.attention_probe(xs)  # one pass serves both summaries
         metrics.update(attention_summary(model, xs, probe))
         if eval_set.induction:
             metrics.update(induction_summary(model, xs, ys, [weights for _, weights in probe]))
@@ -232,8 +226,8 @@ def evaluate(
     poll: Callable[[], None] | None = None,
     progress: bool = False,
 ) -> Evaluation:
-    """Losses on every process; then, on the main one, measure_breakage, heatmaps and a sample.
-    `poll`, called before every pass, raises to stop."""
+    """Losses on every process, the rest on the main one; `poll`, called before every pass, raises
+    to stop."""
     device = runtime.device
     B, T = eval_set.batches["val"][0][0].shape
     units = (
@@ -269,5 +263,4 @@ def evaluate(
         ids = model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)
         sample = tokenizer.decode(ids[0].tolist())
     metrics["perf/elapsed_s"] = time.perf_counter() - started
-    tokens = len(eval_set.prompt_ids) + SAMPLE_TOKENS
-    return Evaluation(metrics, heatmaps, eval_set.heatmap_labels, sample, tokens)
+    return Evaluation(metrics, heatmaps, eval_set.heatmap_labels, sample, ids.shape[1])

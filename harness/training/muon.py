@@ -1,6 +1,5 @@
-"""torch.optim.Muon with a choice of dtype for Newton-Schulz: the library's bfloat16 is emulated,
-several times slower than float32, by CPUs without bfloat16 units and by MPS. With bfloat16, `Muon`
-computes torch.optim.Muon's bits.
+"""torch.optim.Muon with a choice of dtype for Newton-Schulz: CPUs without bfloat16 units and MPS
+emulate the library's bfloat16, several times slower than float32. In bfloat16, the library's bits.
 """
 
 import math
@@ -11,7 +10,7 @@ MUON_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
-    """train.muon_dtype -> a dtype; "auto": bfloat16 on CUDA and on CPUs with bfloat16 units."""
+    """ "auto": bfloat16 on CUDA and on CPUs with bfloat16 units."""
     if choice != "auto":
         return MUON_DTYPES[choice]
     if device.type == "cuda" or (device.type == "cpu" and has_bf16_units()):
@@ -20,8 +19,7 @@ def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
 
 
 def has_bf16_units() -> bool:
-    """AVX512-BF16 or AMX, by torch's private probes; False if a release moves or breaks them
-    (float32 is correct everywhere, only slower)."""
+    """By torch's private probes; False if a release breaks them (float32 is only slower)."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     try:
         return any(getattr(torch.cpu, name, bool)() for name in probes)
@@ -38,7 +36,7 @@ def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
         ratio = 0.2 * math.sqrt(max(rows, cols))
     else:
         ratio = 1.0
-    return lr * ratio  # the ratio first, then the product: the library's rounding, so its bits
+    return lr * ratio  # the ratio first: the library's rounding
 
 
 def zeropower_via_newtonschulz(
@@ -48,14 +46,13 @@ def zeropower_via_newtonschulz(
     eps: float,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """torch.optim.Muon's Newton-Schulz in `dtype`, of a (rows, cols) matrix or a stack (N, rows,
-    cols): the quintic iteration pushes every singular value towards 1, so each direction of the
-    matrix moves by a similar amount."""
+    """torch.optim.Muon's Newton-Schulz in `dtype`, of a matrix or a stack: the iteration pushes
+    every singular value towards 1, so each direction moves by a similar amount."""
     a, b, c = ns_coefficients
-    x = grad.to(dtype).reshape(-1, *grad.shape[-2:])  # (N, rows, cols), N = 1 for a matrix
+    x = grad.to(dtype).reshape(-1, *grad.shape[-2:])  # (N, rows, cols)
     tall = x.size(-2) > x.size(-1)
     if tall:
-        x = x.mT  # the wide orientation
+        x = x.mT
     # Frobenius norm 1 bounds the spectral norm by 1; out of place: x may be the caller's tensor
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(ns_steps):
@@ -66,8 +63,6 @@ def zeropower_via_newtonschulz(
 
 
 class Muon(torch.optim.Muon):
-    """torch.optim.Muon with Newton-Schulz in `ns_dtype`; only `step` is overridden."""
-
     def __init__(self, params, *args, ns_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
         super().__init__(params, *args, **kwargs)
         if ns_dtype not in MUON_DTYPES.values():
@@ -77,10 +72,9 @@ class Muon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self) -> None:
-        """torch.optim.Muon's step, with Newton-Schulz over all matrices of a shape at once."""
         for group in self.param_groups:
             lr, momentum = group["lr"], group["momentum"]
-            by_shape = {}  # shape -> [(param, its update before orthogonalising)]
+            by_shape = {}  # shape -> [(param, its update)]
             for param in group["params"]:
                 grad = param.grad
                 if grad is None:
@@ -95,11 +89,11 @@ class Muon(torch.optim.Muon):
                 )
             # the library orthogonalises one matrix at a time; the same bits, stacked
             for shape, pairs in by_shape.items():
-                stack = torch.stack([update for _, update in pairs])  # (N, rows, cols)
+                stack = torch.stack([update for _, update in pairs])
                 orthogonal = zeropower_via_newtonschulz(
                     stack, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype
                 )
                 step_size = adjusted_lr(lr, group["adjust_lr_fn"], shape)
                 for (param, _), update in zip(pairs, orthogonal, strict=True):
-                    param.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay
+                    param.mul_(1 - lr * group["weight_decay"])
                     param.add_(update, alpha=-step_size)
