@@ -121,7 +121,7 @@ def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
     """From a pass over one token (all fixed time) and one over (B, T) cut to the limits above."""
     m, device = model.cfg, model.lm_head.weight.device
 
-    def held(T: int) -> int:  # a row's
+    def held(T: int) -> int:
         weights = 2 * m.n_head * T * T if m.attention == "manual" else 0
         return 8 * T * m.n_embd + m.vocab_size + weights
 

@@ -34,7 +34,7 @@ from model.measurements import (
 )
 
 EVAL_SEED = 2024
-HONEST_POSITIONS = 8  # positions a sequence scored for loss/val_honest
+HONEST_POSITIONS = 8  # a sequence's, for loss/val_honest
 SAMPLE_TOKENS = 200
 PROBE_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 HEATMAP_MAX_TOKENS = 32
@@ -72,8 +72,6 @@ class EvalSet:
 
 @dataclass
 class Evaluation:
-    """Scalars from every process; pictures and a sample from the main one."""
-
     metrics: dict[str, float]
     heatmaps: list[torch.Tensor] = field(default_factory=list)  # (1, H, T, T) per layer
     heatmap_labels: list[str] = field(default_factory=list)
@@ -253,7 +251,7 @@ def evaluate(
             "loss/val": estimate_loss(model, eval_set.batches["val"], runtime, between),
         }
         if not runtime.is_main:
-            return Evaluation(metrics)  # the other ranks only help with the losses
+            return Evaluation(metrics)
         metrics.update(measure_breakage(model, eval_set, runtime, metrics["loss/val"], between))
     with eval_mode(model):
         with runtime.autocast():
