@@ -448,7 +448,7 @@ def test_an_init_that_overflows_is_blamed_on_the_setting_not_on_a_checkpoint(tmp
     )
     line = assert_one_line_error(
         proc,
-        "a fresh model with these settings computes logits that are not finite",
+        "fresh weights give logits that are not finite",
         "lower model.qk_init_std",
     )
     assert "checkpoint" not in line and f"({float(std):g} here, GPT-2's is 0.02)" in line

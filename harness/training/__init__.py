@@ -1,3 +1,1 @@
-"""What a training run needs, one job per module, in the order train.py calls them: runtime,
-budget, starting_weights, optim and muon, step, evaluation, probe, runlog, checkpoints.
-"""
+"""What a training run needs, one job per module."""

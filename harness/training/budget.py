@@ -1,8 +1,6 @@
-"""What a run costs before it starts: compute, memory, this device's speed; a step too slow to
-stop or too big to hold is refused in one line. A forward pass over B x T tokens costs
-2 B T (12 L C^2 + V C) for the matrices and 4 L B T^2 C for attention (half under the causal mask);
-a training step about three passes.
-"""
+"""What a run costs before it starts: a step too slow to stop or too big to hold is refused. A
+forward pass over B x T tokens costs 2 B T (12 L C^2 + V C) for the matrices and 4 L B T^2 C for
+attention (half under the mask); a training step about three passes."""
 
 import dataclasses
 import math
@@ -14,14 +12,13 @@ import torch
 from configs import Config, ConfigError
 from model import GPT, ModelConfig
 
-# a no-mask model's honest loss costs at most this many training steps of compute
-HONEST_BUDGET_STEPS = 8
-STEP_LIMIT_S = 120  # a stop waits for the step under way: a longer step is refused
-EVAL_WARNING_S = 60  # a first evaluation longer than this is announced before training
+HONEST_BUDGET_STEPS = 8  # training steps of compute a no-mask model's honest loss may cost
+STEP_LIMIT_S = 120  # a stop waits for the step under way
+EVAL_WARNING_S = 60
 
 
 def size(n: int) -> float:
-    """A count as a float; one past float's range is infinite: too big anywhere."""
+    """A count as a float; past float's range, infinite (too big anywhere)."""
     return float(n) if n < 2**1000 else math.inf
 
 
@@ -45,7 +42,6 @@ def step_flops(cfg: Config) -> float:
 
 
 def prefix_flops(cfg: ModelConfig, B: int, positions: list[int]) -> float:
-    """Operations of the passes over the prefixes x[:, :t+1]."""
     return sum(forward_flops(cfg, B, t + 1) for t in positions)
 
 
@@ -54,8 +50,8 @@ def honest_flops(cfg: Config, positions: list[list[int]]) -> float:
 
 
 def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
-    """The honest positions cut to HONEST_BUDGET_STEPS steps of prefix passes: fewer batches first,
-    then positions drawn closer to the start."""
+    """Positions cut to HONEST_BUDGET_STEPS steps of prefix passes: fewer batches first, then
+    positions closer to the start."""
     budget = HONEST_BUDGET_STEPS * step_flops(cfg)
     while len(positions) > 1 and honest_flops(cfg, positions) > budget:
         positions = positions[:-1]
@@ -67,40 +63,11 @@ def cap_prefix_work(positions: list[list[int]], cfg: Config) -> list[list[int]]:
 
 
 def weight_count(m: ModelConfig) -> float:
-    """About how many parameters GPT(m) has."""
     C = size(m.n_embd)
     return 12 * size(m.n_layer) * C * C + (size(m.vocab_size) + size(m.block_size)) * C
 
 
-def step_memory_bytes(cfg: Config) -> float:
-    """Peak memory of a training step, roughly: 20 numbers per token, layer and channel."""
-    m, B, T = cfg.model, size(cfg.train.batch_size), size(cfg.model.block_size)
-    L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
-    activations = B * T * (20 * L * C + 3 * V)
-    weights = 3 * L * B * H * T * T if m.attention == "manual" else 0
-    return 4.0 * (4 * weight_count(m) + activations + weights)  # float32: 4 bytes a number
-
-
-# Python's share of each sampled step and of each sample printed
-TOKEN_BOOKKEEPING_BYTES = 512
-SAMPLE_BOOKKEEPING_BYTES = 768
-
-
-def sampling_memory_bytes(m: ModelConfig, n_samples: int, n_prompt: int, n_new: int) -> float:
-    B, N = size(n_samples), size(n_prompt) + size(n_new)
-    L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
-    T = min(N, size(m.block_size))
-    attention = B * H * T * T if m.attention == "manual" else 0
-    window = 0
-    if n_new:  # no token drawn, no pass
-        window = 4 * L * B * T * C + 8 * B * T * C + attention + 4 * B * V
-    texts = B * (SAMPLE_BOOKKEEPING_BYTES + 4 * N)
-    tokens = 16 * B * N
-    return 4.0 * (weight_count(m) + window) + tokens + TOKEN_BOOKKEEPING_BYTES * size(n_new) + texts
-
-
 def device_memory_bytes(device: torch.device) -> float | None:
-    """The GPU's memory, or the machine's RAM (None where it cannot be read)."""
     if device.type == "cuda":
         return float(torch.cuda.mem_get_info(device)[1])
     try:
@@ -117,7 +84,6 @@ def sync(device: torch.device) -> None:
 
 
 def timed(fn, device: torch.device) -> tuple[float, object]:
-    """(seconds, fn()), waiting for the device at both ends."""
     sync(device)
     start = time.perf_counter()
     out = fn()
@@ -125,9 +91,10 @@ def timed(fn, device: torch.device) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> float:
-    """Operations per second of an (n, n) float32 matrix product here. Its own generator: a draw
-    from the global one would change the seeded initial weights."""
+def measured_speed(device: torch.device) -> float:
+    """FLOP/s of a float32 matrix product. Its own generator: a global draw would change the
+    seeded initial weights."""
+    n, repeats = 512, 4
     gen = torch.Generator(device=device).manual_seed(0)
     a, b = (torch.randn(n, n, device=device, generator=gen) for _ in range(2))
     a @ b
@@ -137,46 +104,41 @@ def measured_speed(device: torch.device, n: int = 512, repeats: int = 4) -> floa
 
 @dataclasses.dataclass(frozen=True)
 class PassCost:
-    """What one model's passes cost here: a small model is slower than `measured_speed`, bound by
-    each call's fixed time."""
+    """A small pass is slower than `measured_speed`: each call has a fixed time."""
 
-    call_s: float  # seconds a pass costs whatever its size: Python and kernel launches
-    speed: float  # operations per second beyond that, at the model's own widths
+    call_s: float
+    speed: float  # FLOP/s beyond that, at the model's widths
 
     def seconds(self, flops: float, calls: float = 1) -> float:
         return calls * self.call_s + flops / self.speed
 
 
-TIMED_PASS_S = 0.1  # measured_pass's larger pass, in seconds at `peak`
-TIMED_PASS_NUMBERS = 2**26  # and the most numbers it may hold beyond the weights
+TIMED_PASS_S = 0.1  # measured_pass's larger pass at `peak`
+TIMED_PASS_NUMBERS = 2**26  # and the numbers it holds beyond the weights
 
 
 def measured_pass(model: GPT, B: int, T: int, peak: float) -> PassCost:
-    """From two timed passes: one over a single token, all fixed time, and one over (B, T) tokens
-    cut to about TIMED_PASS_S at `peak` and TIMED_PASS_NUMBERS held."""
+    """From a pass over one token (all fixed time) and one over (B, T) cut to the limits above."""
     m, device = model.cfg, model.lm_head.weight.device
 
-    def held(B: int, T: int) -> int:
+    def held(T: int) -> int:
         weights = 2 * m.n_head * T * T if m.attention == "manual" else 0
-        return B * (8 * T * m.n_embd + m.vocab_size + weights)
+        return 8 * T * m.n_embd + m.vocab_size + weights
 
-    while T > 1 and (
-        forward_flops(m, 1, T) / peak > TIMED_PASS_S or held(1, T) > TIMED_PASS_NUMBERS
-    ):
+    while T > 1 and (forward_flops(m, 1, T) / peak > TIMED_PASS_S or held(T) > TIMED_PASS_NUMBERS):
         T //= 2
     by_time = int(TIMED_PASS_S * peak / forward_flops(m, 1, T))
-    B = max(1, min(B, by_time, int(TIMED_PASS_NUMBERS / held(1, T))))
+    B = max(1, min(B, by_time, int(TIMED_PASS_NUMBERS / held(T))))
 
     def best(B: int, T: int) -> float:
         x = torch.zeros((B, T), dtype=torch.long, device=device)
-        model.lm_head(model.hidden(x)[:, -1])
+        model.lm_head(model.hidden(x)[:, -1])  # the output layer at the last position only
         return min(
             timed(lambda: model.lm_head(model.hidden(x)[:, -1]), device)[0] for _ in range(2)
         )
 
     with torch.no_grad():
         call_s, whole_s = best(1, 1), best(B, T)
-    # the output layer at the last position only
     flops = forward_flops(m, B, T) - 2.0 * B * (T - 1) * m.vocab_size * m.n_embd
     return PassCost(call_s, min(peak, flops / max(whole_s - call_s, 1e-9)))
 
@@ -208,17 +170,24 @@ def check_memory(need: float, device: torch.device, what: str, advice: str) -> N
 def check_sampling(
     m: ModelConfig, n_samples: int, n_prompt: int, n_new: int, device: torch.device
 ) -> None:
+    B, N = size(n_samples), size(n_prompt) + size(n_new)
+    L, C, V, H = size(m.n_layer), size(m.n_embd), size(m.vocab_size), size(m.n_head)
+    T = min(N, size(m.block_size))
+    window = 0
+    if n_new:
+        attention = B * H * T * T if m.attention == "manual" else 0
+        window = 4 * L * B * T * C + 8 * B * T * C + attention + 4 * B * V
+    # the weights, the pass, the tokens, then Python's share of each step and of each sample
+    need = 4.0 * (weight_count(m) + window) + 16 * B * N + 512 * size(n_new) + B * (768 + 4 * N)
     n = n_prompt + n_new
     what = f"sampling {n_samples:,} sample{'s' * (n_samples > 1)} of {n:,} token{'s' * (n > 1)}"
-    need = sampling_memory_bytes(m, n_samples, n_prompt, n_new)
     check_memory(need, device, what, "lower --num-samples or --max-new-tokens")
 
 
 def check_affordable(cfg: Config, device: torch.device, speed: float | None = None) -> float:
-    """Refuse a run this device cannot hold, or whose steps would outlast a stop's patience;
-    return the device's speed."""
+    """Refuse a run too big to hold or whose step outlasts a stop; return the device's speed."""
     speed = speed or measured_speed(device)
-    params = weight_count(cfg.model)
+    m, params = cfg.model, weight_count(cfg.model)
     millions = f"{params / 1e6:,.0f}M" if params < 1e18 else f"{params:.1e}"
     # the model alone (float32 weights, gradients and AdamW's two moments), then the step
     check_memory(
@@ -227,20 +196,21 @@ def check_affordable(cfg: Config, device: torch.device, speed: float | None = No
         f"training a model of about {millions} parameters",
         "lower --model.n_layer or --model.n_embd",
     )
+    # 20 float32 numbers per token, layer and channel, the logits, the readable path's weights
+    B, T, L, C = size(cfg.train.batch_size), size(m.block_size), size(m.n_layer), size(m.n_embd)
+    weights = 3 * L * B * size(m.n_head) * T * T if m.attention == "manual" else 0
     check_memory(
-        step_memory_bytes(cfg),
+        4.0 * (4 * params + B * T * (20 * L * C + 3 * size(m.vocab_size)) + weights),
         device,
-        f"a training step at block_size {cfg.model.block_size} and batch_size "
-        f"{cfg.train.batch_size}",
+        f"a training step at block_size {m.block_size} and batch_size {cfg.train.batch_size}",
         "lower --model.block_size or --train.batch_size",
     )
-    seconds = step_flops(cfg) / speed
-    if seconds > STEP_LIMIT_S:
+    flops = step_flops(cfg)
+    if flops / speed > STEP_LIMIT_S:
         raise ConfigError(
-            f"one training step at block_size {cfg.model.block_size} would take about "
-            f"{duration(seconds)} on this {device.type} ({step_flops(cfg) / 1e12:.1f} TFLOP at a "
-            f"measured {speed / 1e9:.0f} GFLOP/s; attention grows with the square of the context), "
-            "and a step cannot be stopped midway; lower --model.block_size or --train.batch_size, "
-            "or use a GPU"
+            f"one training step at block_size {m.block_size} would take about "
+            f"{duration(flops / speed)} on this {device.type} ({flops / 1e12:.1f} TFLOP at a "
+            f"measured {speed / 1e9:.0f} GFLOP/s), too long to stop midway; lower "
+            "--model.block_size or --train.batch_size, or use a GPU"
         )
     return speed

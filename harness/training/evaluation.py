@@ -1,7 +1,5 @@
-"""What an evaluation measures: losses, the honest loss, attention statistics, heatmaps, a sample.
-Its data is drawn once from its own generator, so every run sees the same batches, and the training
-batches never shift.
-"""
+"""An evaluation: losses, the honest loss, attention statistics, heatmaps, a sample. Its batches
+come from their own generator: every run sees the same ones, and training's never shift."""
 
 import contextlib
 import time
@@ -36,35 +34,35 @@ from model.measurements import (
 )
 
 EVAL_SEED = 2024
-HONEST_POSITIONS = 8  # prefix positions scored per sequence for loss/val_honest
-SAMPLE_TOKENS = 200  # length of the sample logged at every evaluation
-# the text whose attention is drawn
+HONEST_POSITIONS = 8  # a sequence's, for loss/val_honest
+SAMPLE_TOKENS = 200
 PROBE_TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 HEATMAP_MAX_TOKENS = 32
-# an eval batch goes through the model in rows holding at most this many (T, T) weights a head, so a
-# stop waits ~1 s; the attention statistics read at most STATS_WEIGHTS a head
+# (T, T) weights a head at most, in a pass over eval rows (a stop waits ~1 s) and in the statistics
 ROWS_WEIGHTS = 2**24
 STATS_WEIGHTS = 2**20
 
 
 @dataclass
 class EvalSet:
-    """Everything an evaluation looks at, drawn once."""
-
-    batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]  # split -> fixed (x, y) batches
+    batches: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
     honest: list[tuple[torch.Tensor, torch.Tensor, list[int]]]  # val batches, positions scored
-    val_bytes: int  # UTF-8 bytes of the decoded val targets, for bits per byte
+    val_bytes: int  # of the val targets, for bits per byte
     heatmap_ids: list[int]
     heatmap_labels: list[str]
     prompt_ids: list[int]
-    induction: bool = False  # data made for induction heads (docs/induction.md)
+    induction: bool
+
+    @property
+    def positions(self) -> list[list[int]]:
+        return [p for _, _, p in self.honest]
 
     @property
     def scored_positions(self) -> int:
-        return sum(len(positions) for _, _, positions in self.honest)
+        return sum(map(len, self.positions))
 
     def prefix_passes(self, causal: bool) -> int:
-        """None for a causal model: its honest loss is read off the forced pass."""
+        """A causal model's honest loss is read off the forced pass."""
         return 0 if causal else self.scored_positions
 
     @property
@@ -74,12 +72,10 @@ class EvalSet:
 
 @dataclass
 class Evaluation:
-    """Scalars from every process, pictures and a sample from the main one."""
-
     metrics: dict[str, float]
     heatmaps: list[torch.Tensor] = field(default_factory=list)  # (1, H, T, T) per layer
     heatmap_labels: list[str] = field(default_factory=list)
-    sample: str = ""  # the prompt and SAMPLE_TOKENS generated tokens, decoded
+    sample: str = ""
     sample_tokens: int = 0
 
 
@@ -105,7 +101,7 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
     try:
         heatmap_ids = tokenizer.encode(PROBE_TEXT)[: min(T, HEATMAP_MAX_TOKENS)]
         prompt_ids = tokenizer.encode("\n")
-    except TokenizerError:  # a corpus without these characters (or synthetic tokens): its own
+    except TokenizerError:  # a corpus without these characters, or synthetic
         heatmap_ids = corpus.probe_ids(min(T, HEATMAP_MAX_TOKENS))
         prompt_ids = heatmap_ids[:1]
     labels = token_labels(tokenizer, heatmap_ids)
@@ -115,33 +111,29 @@ def make_eval_set(corpus, tokenizer: Tokenizer, cfg: Config) -> EvalSet:
 
 
 def evaluation_flops(cfg: Config, eval_set: EvalSet) -> float:
-    """Operations of one evaluation: the losses, the prefix passes (the order use's, and without
-    the mask the honest loss's), the attention statistics."""
     B, T = cfg.train.batch_size, cfg.model.block_size
-    positions = [p for _, _, p in eval_set.honest]
-    prefixes = (1 if cfg.model.causal else 2) * honest_flops(cfg, positions)
-    rows, cols = stats_shape(B, T)
+    prefixes = honest_flops(cfg, eval_set.positions)
     return (
         2 * cfg.train.eval_batches * forward_flops(cfg.model, B, T)
-        + prefixes
-        + forward_flops(cfg.model, rows, cols)
+        + (1 if cfg.model.causal else 2) * prefixes
+        + forward_flops(cfg.model, *stats_shape(B, T))
     )
 
 
 def evaluation_notes(
     cfg: Config, eval_set: EvalSet, speed: float, device: torch.device
 ) -> tuple[list[str], float]:
-    """The lines said before training about what an evaluation costs, and its seconds at `speed`."""
+    """The notes before training on an evaluation's cost, and its seconds at `speed`."""
     seconds, notes = evaluation_flops(cfg, eval_set) / speed, []
     if not cfg.model.causal:
-        prefixes = [p for _, _, p in eval_set.honest]
+        prefixes = eval_set.positions
         steps = honest_flops(cfg, prefixes) / step_flops(cfg)
-        longest = max(t for p in prefixes for t in p) + 1
+        longest = max(map(max, prefixes)) + 1
         notes.append(
             f"honest loss without the mask: {eval_set.scored_positions} prefix passes in "
-            f"{len(prefixes)} batch(es), prefixes up to {longest} tokens: {steps:.1f} training "
-            f"steps of compute per evaluation (at most {HONEST_BUDGET_STEPS}), and as much again "
-            "for the order use's shuffled prefixes"
+            f"{len(prefixes)} batch(es), up to {longest} tokens: {steps:.1f} training steps of "
+            f"compute per evaluation (at most {HONEST_BUDGET_STEPS}), as many again for the order "
+            "use"
         )
     if seconds > EVAL_WARNING_S:
         batches = cfg.train.eval_batches
@@ -155,24 +147,21 @@ def evaluation_notes(
 
 
 def rows_per_pass(B: int, T: int) -> int:
-    """Rows of an eval batch per pass: fewer at a long context, so that a stop, which waits for the
-    pass under way, comes soon."""
+    """Fewer rows a pass at a long context: a stop waits for the pass under way."""
     return max(1, min(B, ROWS_WEIGHTS // (T * T)))
 
 
 def stats_shape(B: int, T: int) -> tuple[int, int]:
-    """(rows, tokens) of the first val batch the attention statistics read."""
     tokens = min(T, int(STATS_WEIGHTS**0.5))
     return max(1, min(B, STATS_WEIGHTS // tokens**2)), tokens
 
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module):
-    """The model in eval() mode within the block, then back in its mode."""
     was_training = model.training
     model.eval()
     try:
-        yield model
+        yield
     finally:
         model.train(was_training)
 
@@ -181,8 +170,8 @@ def eval_mode(model: torch.nn.Module):
 def estimate_loss(
     model: GPT, batches: list, runtime: Runtime, between: Callable[[], None] | None = None
 ) -> float:
-    """Mean loss over fixed (x, y) batches; under torchrun each rank scores every world_size-th."""
-    total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (sum of losses, count)
+    """Mean loss; under torchrun each rank scores every world_size-th batch."""
+    total = torch.zeros(2, dtype=torch.float64, device=runtime.device)  # (losses, batches)
     with eval_mode(model):
         for x, y in batches[runtime.rank :: runtime.world_size]:
             B, rows = x.shape[0], rows_per_pass(*x.shape)
@@ -192,9 +181,9 @@ def estimate_loss(
                 xs, ys = x[i : i + rows].to(runtime.device), y[i : i + rows].to(runtime.device)
                 with runtime.autocast():
                     _, loss = model(xs, ys)
-                share = len(x[i : i + rows]) / B  # 1 for a batch in one piece
-                count = torch.tensor(share, dtype=torch.float64, device=runtime.device)
-                total += torch.stack([loss.double() * share, count])
+                share = len(xs) / B
+                total[0] += loss.double() * share
+                total[1] += share
     if runtime.world_size > 1:
         torch.distributed.all_reduce(total)
     return (total[0] / total[1]).item()
@@ -208,20 +197,17 @@ def measure_breakage(
     val_loss: float,
     between: Callable[[], None] | None = None,
 ) -> dict[str, float]:
-    """What shows a model break beyond its loss (model/measurements.py); `between` is called before
-    each prefix pass."""
     device = runtime.device
     metrics = {"loss/val_bpc": bits_per_byte(val_loss, eval_set.val_tokens, eval_set.val_bytes)}
     x, y = eval_set.batches["val"][0]
     rows, tokens = stats_shape(*x.shape)
     with eval_mode(model), runtime.autocast():
         honest = [(x.to(device), y.to(device), positions) for x, y, positions in eval_set.honest]
-        # (honest, forced) per batch
         pairs = [honest_loss(model, x, y, positions, between) for x, y, positions in honest]
         metrics.update(leak_of(pairs))
         metrics.update(order_use(model, honest, between=between, unshuffled=[h for h, _ in pairs]))
         xs, ys = x[:rows, :tokens].to(device), y[:rows, :tokens].to(device)
-        probe = model.attention_probe(xs)  # one pass of the readable path serves both summaries
+        probe = model.attention_probe(xs)  # one pass serves both summaries
         metrics.update(attention_summary(model, xs, probe))
         if eval_set.induction:
             metrics.update(induction_summary(model, xs, ys, [weights for _, weights in probe]))
@@ -238,8 +224,8 @@ def evaluate(
     poll: Callable[[], None] | None = None,
     progress: bool = False,
 ) -> Evaluation:
-    """Losses on every process; then, on the main one, measure_breakage, heatmaps and a sample.
-    `poll` is called before every pass and raises to stop."""
+    """Losses on every process, the rest on the main one; `poll`, called before every pass, raises
+    to stop."""
     device = runtime.device
     B, T = eval_set.batches["val"][0][0].shape
     units = (
@@ -247,32 +233,26 @@ def evaluate(
         + eval_set.prefix_passes(model.cfg.causal)
         + eval_set.scored_positions  # the order use's shuffled prefixes
     )
-    bar = tqdm(
-        total=units,
-        desc="evaluating",
-        leave=False,
-        dynamic_ncols=True,
-        disable=not (progress and runtime.is_main),
-    )
     begun = False
 
     def between() -> None:
         nonlocal begun
         if poll is not None:
             poll()
-        bar.update(1 if begun else 0)
+        bar.update(begun)  # the pass before this one
         begun = True
 
-    try:
+    shown = progress and runtime.is_main
+    with tqdm(
+        total=units, desc="evaluating", leave=False, dynamic_ncols=True, disable=not shown
+    ) as bar:
         metrics = {
             "loss/train": estimate_loss(model, eval_set.batches["train"], runtime, between),
             "loss/val": estimate_loss(model, eval_set.batches["val"], runtime, between),
         }
         if not runtime.is_main:
-            return Evaluation(metrics)  # the other ranks only help with the losses
+            return Evaluation(metrics)
         metrics.update(measure_breakage(model, eval_set, runtime, metrics["loss/val"], between))
-    finally:
-        bar.close()
     with eval_mode(model):
         with runtime.autocast():
             heatmaps = model.attention_weights(torch.tensor([eval_set.heatmap_ids], device=device))
@@ -280,7 +260,5 @@ def evaluate(
         prompt = torch.tensor([eval_set.prompt_ids], device=device)
         ids = model.generate(prompt, SAMPLE_TOKENS, temperature=0.8, top_k=200, generator=generator)
         sample = tokenizer.decode(ids[0].tolist())
-    # wall time of this process so far, evaluations included
     metrics["perf/elapsed_s"] = time.perf_counter() - started
-    tokens = len(eval_set.prompt_ids) + SAMPLE_TOKENS
-    return Evaluation(metrics, heatmaps, eval_set.heatmap_labels, sample, tokens)
+    return Evaluation(metrics, heatmaps, eval_set.heatmap_labels, sample, ids.shape[1])

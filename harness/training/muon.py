@@ -1,6 +1,5 @@
-"""torch.optim.Muon with a choice of dtype for its Newton-Schulz iterations: the library casts to
-bfloat16, which CPUs without bfloat16 units and Apple's MPS emulate several times slower than
-float32. With bfloat16, `Muon` computes what torch.optim.Muon computes, bit for bit.
+"""torch.optim.Muon with a choice of dtype for Newton-Schulz: CPUs without bfloat16 units and MPS
+emulate the library's bfloat16, several times slower than float32. In bfloat16, the library's bits.
 """
 
 import math
@@ -11,7 +10,7 @@ MUON_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
-    """train.muon_dtype -> a dtype; "auto": bfloat16 on CUDA and on CPUs with bfloat16 units."""
+    """ "auto": bfloat16 on CUDA and on CPUs with bfloat16 units."""
     if choice != "auto":
         return MUON_DTYPES[choice]
     if device.type == "cuda" or (device.type == "cpu" and has_bf16_units()):
@@ -20,28 +19,24 @@ def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
 
 
 def has_bf16_units() -> bool:
-    """Whether this CPU has AVX512-BF16 or AMX, as torch's private probes report (False if a release
-    moves them: float32 is correct everywhere, only slower)."""
-    probes = [
-        getattr(torch.cpu, name, None)
-        for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    ]
+    """By torch's private probes; False if a release breaks them (float32 is only slower)."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     try:
-        return any(probe() for probe in probes if callable(probe))
-    except Exception:  # a probe that exists but fails (an unusual build): the safe answer
+        return any(getattr(torch.cpu, name, bool)() for name in probes)
+    except Exception:
         return False
 
 
 def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
     """torch.optim.Muon's `adjust_lr_fn` rules, written out: a release may move its helper."""
     rows, cols = shape[:2]
-    if rule is None or rule == "original":
+    if rule in (None, "original"):
         ratio = math.sqrt(max(1, rows / cols))
     elif rule == "match_rms_adamw":
         ratio = 0.2 * math.sqrt(max(rows, cols))
     else:
         ratio = 1.0
-    return lr * ratio  # the ratio first, then the product: the library's rounding, so its bits
+    return lr * ratio  # the ratio first: the library's rounding
 
 
 def zeropower_via_newtonschulz(
@@ -51,29 +46,23 @@ def zeropower_via_newtonschulz(
     eps: float,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """torch.optim.Muon's Newton-Schulz orthogonalisation in `dtype`, of a (rows, cols) matrix or a
-    stack (N, rows, cols). The quintic iteration pushes every singular value of the normalised
-    update towards 1, so each direction of the matrix moves by a similar amount.
-    """
+    """torch.optim.Muon's Newton-Schulz in `dtype`, of a matrix or a stack: the iteration pushes
+    every singular value towards 1, so each direction moves by a similar amount."""
     a, b, c = ns_coefficients
-    one = grad.dim() == 2
-    x = grad.to(dtype)[None] if one else grad.to(dtype)  # (N, rows, cols)
+    x = grad.to(dtype).reshape(-1, *grad.shape[-2:])  # (N, rows, cols)
     tall = x.size(-2) > x.size(-1)
     if tall:
-        x = x.mT  # (N, rows, cols) -> (N, cols, rows): the wide orientation
+        x = x.mT
     # Frobenius norm 1 bounds the spectral norm by 1; out of place: x may be the caller's tensor
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(ns_steps):
         gram = x @ x.mT  # (N, rows, rows)
         gram_update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b X X^T + c (X X^T)^2
         x = torch.baddbmm(x, gram_update, x, beta=a)  # a X + (b X X^T + c (X X^T)^2) X
-    x = x.mT if tall else x
-    return x[0] if one else x
+    return (x.mT if tall else x).reshape(grad.shape)
 
 
 class Muon(torch.optim.Muon):
-    """torch.optim.Muon whose Newton-Schulz runs in `ns_dtype`; only `step` is overridden."""
-
     def __init__(self, params, *args, ns_dtype: torch.dtype = torch.bfloat16, **kwargs) -> None:
         super().__init__(params, *args, **kwargs)
         if ns_dtype not in MUON_DTYPES.values():
@@ -82,25 +71,17 @@ class Muon(torch.optim.Muon):
         self.ns_dtype = ns_dtype
 
     @torch.no_grad()
-    def step(self, closure=None):
-        """torch.optim.Muon's step, with Newton-Schulz over all matrices of a shape at once."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def step(self) -> None:
         for group in self.param_groups:
             lr, momentum = group["lr"], group["momentum"]
-            lr = lr.item() if isinstance(lr, torch.Tensor) else lr
-            by_shape = {}  # shape -> [(param, its update before orthogonalising)]
+            by_shape = {}  # shape -> [(param, its update)]
             for param in group["params"]:
                 grad = param.grad
                 if grad is None:
                     continue
                 state = self.state[param]
                 if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(
-                        grad, memory_format=torch.preserve_format
-                    )
+                    state["momentum_buffer"] = torch.zeros_like(grad)
                 buf = state["momentum_buffer"]
                 buf.lerp_(grad, 1 - momentum)
                 by_shape.setdefault(param.shape, []).append(
@@ -108,12 +89,11 @@ class Muon(torch.optim.Muon):
                 )
             # the library orthogonalises one matrix at a time; the same bits, stacked
             for shape, pairs in by_shape.items():
-                stack = torch.stack([update for _, update in pairs])  # (N, rows, cols)
+                stack = torch.stack([update for _, update in pairs])
                 orthogonal = zeropower_via_newtonschulz(
                     stack, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype
                 )
                 step_size = adjusted_lr(lr, group["adjust_lr_fn"], shape)
                 for (param, _), update in zip(pairs, orthogonal, strict=True):
-                    param.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay
+                    param.mul_(1 - lr * group["weight_decay"])
                     param.add_(update, alpha=-step_size)
-        return loss

@@ -22,8 +22,7 @@ def lr_at(step: int, train_cfg: TrainConfig) -> float:
 
 
 class CombinedOptimizer:
-    """Several torch optimizers stepped as one (Muon takes 2-D matrices only, the rest needs AdamW):
-    what the loop, the checkpoints and bench.py use of an optimizer."""
+    """Torch optimizers stepped as one (Muon takes only matrices, AdamW the rest)."""
 
     def __init__(self, *optimizers: torch.optim.Optimizer):
         self.optimizers = optimizers
@@ -56,8 +55,8 @@ class CombinedOptimizer:
 def make_optimizer(
     model: GPT, train_cfg: TrainConfig, device: torch.device
 ) -> torch.optim.Optimizer | CombinedOptimizer:
-    """AdamW, with weight decay on matrices only (biases and gains keep their scale); for "muon"
-    the blocks' matrices go to Muon, whose "match_rms_adamw" update has AdamW's size."""
+    """AdamW, decaying matrices only; for "muon" the blocks' matrices go to Muon, whose
+    "match_rms_adamw" update has AdamW's size."""
     params = [p for p in model.parameters() if p.requires_grad]
     in_blocks = {id(p) for p in model.blocks.parameters()}
     matrices = []
@@ -73,19 +72,17 @@ def make_optimizer(
     adamw = torch.optim.AdamW(groups, lr=train_cfg.lr, betas=betas, fused=fused)
     if not matrices:
         return adamw
-    ns_dtype = newton_schulz_dtype(train_cfg.muon_dtype, device)
     muon = Muon(
         matrices,
         lr=train_cfg.lr,
         weight_decay=train_cfg.weight_decay,
         adjust_lr_fn="match_rms_adamw",
-        ns_dtype=ns_dtype,
+        ns_dtype=newton_schulz_dtype(train_cfg.muon_dtype, device),
     )
     return CombinedOptimizer(muon, adamw)
 
 
 def describe(optimizer: torch.optim.Optimizer | CombinedOptimizer) -> str:
-    """For the start-up line, e.g. "Muon (Newton-Schulz in bfloat16) + AdamW"."""
     names = []
     for opt in getattr(optimizer, "optimizers", (optimizer,)):
         names.append(type(opt).__name__)

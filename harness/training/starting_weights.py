@@ -1,7 +1,5 @@
-"""The model a run starts from: fresh weights, or a pretrained GPT-2's (--init-from). Fine-tuning
-keeps everything of GPT-2 its weights depend on and takes from the preset the context, dropout, the
-attention backend and the ablations, which only switch off.
-"""
+"""The model a run starts from: fresh weights, or GPT-2's (--init-from), of which the preset sets
+only the context, dropout, attention backend and ablations."""
 
 import dataclasses
 
@@ -19,12 +17,11 @@ from model.ablations import CURE, POSITIONS, SHIPPED, applied
 def initial_model(
     cfg: Config, runtime: Runtime, checkpoint: dict | None = None, speed: float | None = None
 ) -> tuple[Config, GPT]:
-    """(the run's config, its model): fresh weights, or GPT-2's for --init-from; a resumed run
-    passes its checkpoint. Each config is checked before its weights are made."""
+    """(the run's config, its model), checked before the weights are made."""
     if not cfg.train.init_from:
         check_affordable(cfg, runtime.device, speed)
         model = GPT(cfg.model).to(runtime.device)
-        if checkpoint is None:  # fresh weights: restore() does not overwrite them
+        if checkpoint is None:
             check_finite_start(model)
         core = model.blocks[0].attn.core
         if core != cfg.model.attention:  # torch's fused kernel cannot cap scores
@@ -35,10 +32,9 @@ def initial_model(
         return cfg, model
     if cfg.data.tokenizer != "gpt2":
         raise ConfigError(
-            f"--init-from needs data.tokenizer = gpt2 (GPT-2's ids), got {cfg.data.tokenizer}; "
-            "drop the tokenizer override"
+            f"--init-from needs data.tokenizer = gpt2, got {cfg.data.tokenizer}; drop the override"
         )
-    # the run's folder is named from the user's flags, so that the resumed run finds it again
+    # a resumed run finds its folder again
     pinned = dataclasses.replace(cfg.train, run_name=cfg.run_name)
     if checkpoint is not None:
         check_gpt2_can_start(cfg.model, cfg.train.init_from)
@@ -52,10 +48,9 @@ def initial_model(
         model_cfg = starting_config(cfg.model, pretrained.cfg, info["name"])
     run_cfg = dataclasses.replace(cfg, model=model_cfg, train=pinned)
     check_affordable(run_cfg, runtime.device, speed)
-    if checkpoint is not None:  # only the shapes are needed: restore() brings the weights
+    if checkpoint is not None:  # restore() brings the weights
         return run_cfg, GPT(model_cfg).to(runtime.device)
     state = pretrained.state_dict()
-    # (block_size, C): the first positions only
     state["pos_emb.weight"] = state["pos_emb.weight"][: model_cfg.block_size]
     model = build(model_cfg, state, info["source"])
     kept = [
@@ -76,8 +71,8 @@ def initial_model(
 
 @torch.no_grad()
 def check_finite_start(model: GPT) -> None:
-    """Refuse fresh weights whose logits are not finite (a huge model.qk_init_std). Its tokens come
-    from a generator of its own: the run's random stream is unchanged."""
+    """Refuse fresh weights whose logits are not finite; its own generator leaves the run's random
+    stream unchanged."""
     T, device = min(model.cfg.block_size, 64), model.lm_head.weight.device
     idx = torch.randint(
         model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0)
@@ -89,9 +84,8 @@ def check_finite_start(model: GPT) -> None:
     model.train()
     if not finite:
         raise ConfigError(
-            "a fresh model with these settings computes logits that are not finite (NaN or inf) "
-            "before any training: float32 overflows at initialisation; lower model.qk_init_std "
-            f"({model.cfg.qk_init_std:g} here, GPT-2's is 0.02)"
+            "fresh weights give logits that are not finite (float32 overflows); lower "
+            f"model.qk_init_std ({model.cfg.qk_init_std:g} here, GPT-2's is 0.02)"
         )
 
 
@@ -106,24 +100,20 @@ def starting_config(preset: ModelConfig, pretrained: ModelConfig, name: str) -> 
 
 
 def check_gpt2_can_start(preset: ModelConfig, name: str) -> None:
-    """Refuse a run from GPT-2's weights without positions, or with what GPT-2 never had."""
     if preset.positions == "none":
         raise ConfigError(
-            f"{name}'s weights were trained with learned positions, so a run without them "
-            "(model.positions = none) cannot start from them; train from scratch, or see "
-            "break_gpt2.py for GPT-2 with its positions zeroed"
+            f"{name} was trained with learned positions: a run without them cannot start from "
+            "them; train from scratch, or see break_gpt2.py for GPT-2 with its positions zeroed"
         )
     added = [c.flag for c in applied(preset, (CURE, POSITIONS, SHIPPED))]
     if added:
         raise ConfigError(
-            f"{name} was trained without {' and '.join(added)}, so its weights cannot start a run "
-            "with them (they would compute something else); leave them out to fine-tune, or train "
-            "from scratch"
+            f"{name} was trained without {' and '.join(added)}: leave them out to fine-tune, or "
+            "train from scratch"
         )
 
 
 def chosen_fields(preset: ModelConfig, weights: ModelConfig) -> ModelConfig:
-    """The weights' config with what a run chooses from the preset."""
     chosen = {field: getattr(preset, field) for field in CHOSEN_WITH_WEIGHTS}
     ablations = {
         switch: getattr(weights, switch) and getattr(preset, switch)
