@@ -23,7 +23,7 @@ GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 HUB_FILES = ("config.json", "model.safetensors")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as in openai-community/gpt2
 
-# The hub's names -> ours: outside the blocks, and the layers inside block N (the hub's h.N)
+# The hub's names -> ours, outside the blocks and in block N (the hub's h.N)
 TOP_NAMES = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
 BLOCK_LAYERS = {
     "ln_1": "ln1",

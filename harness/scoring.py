@@ -23,7 +23,7 @@ from model.gpt import lm_loss
 from model.measurements import bits_per_byte, prefix_logits
 from model.sampling import check_finite_logits
 
-# windows go through the model together up to this many floats of logits
+# the most floats of logits one pass of windows holds
 LOGITS_PER_BATCH = 2**22
 CONTEXT_CHARS = 40  # characters of context shown before each surprising token
 # tokens decoded for it: a character is at most 4 UTF-8 bytes, a token at least 1
