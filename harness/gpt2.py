@@ -23,7 +23,7 @@ GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 HUB_FILES = ("config.json", "model.safetensors")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as in openai-community/gpt2
 
-# The hub's names -> ours: outside the blocks, and the layers inside block N (the hub's h.N)
+# The hub's names -> ours, outside the blocks and in block N (the hub's h.N)
 TOP_NAMES = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
 BLOCK_LAYERS = {
     "ln_1": "ln1",
@@ -78,10 +78,10 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     missing = [name for name in names if name not in state]
     if missing:
         raise CheckpointError(
-            f"the GPT-2 weights lack {prefix}{missing[0]} ({len(missing)} tensors missing in all)"
+            f"the weights lack {prefix}{missing[0]} ({len(missing)} tensors missing)"
         )
     if lm_head is not None and not torch.equal(lm_head, state["wte.weight"]):
-        raise CheckpointError("lm_head.weight differs from wte.weight: untied, and ours is tied")
+        raise CheckpointError("lm_head.weight differs from wte.weight: untied, ours is tied")
     return {ours: conv1d(hub, state[hub]).float().contiguous() for hub, ours in names.items()}
 
 
@@ -99,7 +99,7 @@ def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def config_from_hf(hf: dict, source: str) -> ModelConfig:
-    """Refuses what ours cannot run exactly; a missing key takes GPT2Config's default."""
+    """A missing key takes GPT2Config's default."""
 
     def refuse(why: str):
         raise CheckpointError(f"{source}: {why}; only plain GPT-2 configs load here")
@@ -108,7 +108,7 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
         refuse(f"model_type is {hf.get('model_type')!r}, not 'gpt2'")
     for switch in UNKNOWN_SWITCHES:
         if hf.get(switch):
-            refuse(f"{switch} is set, and ours has no such switch")
+            refuse(f"{switch} is set; ours has no such switch")
     activation = hf.get("activation_function", "gelu_new")
     if activation not in GELU_NAMES:
         refuse(f"activation_function {activation!r} is none of {', '.join(GELU_NAMES)}")
@@ -117,7 +117,7 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
     try:
         width = 4 * hf["n_embd"]
         if hf.get("n_inner") not in (None, width):
-            refuse(f"n_inner is {hf['n_inner']}, and our MLP is 4 x n_embd = {width} wide")
+            refuse(f"n_inner is {hf['n_inner']}, our MLP 4 x n_embd = {width}")
         return ModelConfig(
             **{ours: hf[key] for ours, key in SIZES.items()},
             vocab_size=hf["vocab_size"],
@@ -143,8 +143,8 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
     name, sizes = str(name_or_folder), ", ".join(GPT2_SIZES)
     if name not in GPT2_SIZES and not HUB_ID.fullmatch(name):
         raise CheckpointError(
-            f"no folder {name}, nor a hub model id; "
-            f"give a folder with config.json and model.safetensors, or {sizes}"
+            f"no folder {name}, nor a hub id; give a folder with {' and '.join(HUB_FILES)}, "
+            f"or {sizes}"
         )
 
     def download(**options) -> list[Path]:
@@ -158,7 +158,7 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
             config_path, weights_path = download()
     except (errors.RepositoryNotFoundError, errors.HFValidationError):
         raise CheckpointError(
-            f"no model {name} on the Hugging Face hub (or it is private); try {sizes}"
+            f"no model {name} on the hub (or it is private); try {sizes}"
         ) from None
     except (errors.EntryNotFoundError, OSError) as e:  # OSError: a network error
         local = isinstance(e, errors.LocalEntryNotFoundError)
@@ -168,8 +168,7 @@ def find_files(name_or_folder: str | Path) -> tuple[Path, Path, dict]:
             ) from None
         raise CheckpointError(
             f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub cannot "
-            f"be reached: run `hf download {name} config.json model.safetensors` online, "
-            "or pass a folder with both files"
+            f"be reached: run `hf download {name} {' '.join(HUB_FILES)}` online, or pass a folder"
         ) from None
     return config_path, weights_path, {"name": name, "source": str(weights_path.parent)}
 
@@ -179,7 +178,7 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
         model = GPT(cfg)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
-    except RuntimeError as e:  # a shape that does not fit
+    except RuntimeError as e:
         raise CheckpointError(
             f"{source}: the weights do not fit config.json "
             f"({str(e).strip().splitlines()[-1].strip()[:200]})"
@@ -217,8 +216,8 @@ def load_pretrained(
     cfg = config_from_hf(hf_config if isinstance(hf_config, dict) else {}, info["source"])
     if cfg.vocab_size != GPT2_VOCAB_SIZE:
         raise CheckpointError(
-            f"{info['source']}: {cfg.vocab_size} tokens, and only GPT-2's {GPT2_VOCAB_SIZE} have "
-            "a tokenizer here"
+            f"{info['source']}: {cfg.vocab_size} tokens; only GPT-2's {GPT2_VOCAB_SIZE} have a "
+            "tokenizer here"
         )
     model = build(cfg, hf_to_ours(state), info["source"])
     return model.to(device).eval(), GPT2Tokenizer(), info

@@ -1,4 +1,4 @@
-"""What inspect_attention.py looks at and prints: the text, the heads' table, --ablate's result."""
+"""What inspect_attention.py reads and prints: the text, the heads' table, --ablate's result."""
 
 import json
 from pathlib import Path

@@ -1,6 +1,5 @@
-"""Our GPT in TransformerLens with the same logits: a HookedTransformer under 3.x, a
-TransformerBridge around its NativeModel under 4.x. What cannot be mapped exactly is refused in one
-line, never opened as another model."""
+"""Our GPT in TransformerLens with the same logits: a HookedTransformer (3.x) or a TransformerBridge
+around its NativeModel (4.x). What cannot be mapped exactly is refused in one line."""
 
 import warnings
 from collections.abc import Callable
@@ -28,8 +27,8 @@ def anything(value) -> dict:  # a field that changes nothing TransformerLens com
 def no_gate(value) -> dict:
     if value:
         raise LensError(
-            f"model.gate = {value!r}: TransformerLens (3.x or 4.x) has no sigmoid gate on the "
-            "attention output; open a run trained without it"
+            f"model.gate = {value!r}: TransformerLens has no attention-output gate; "
+            "open a run trained without it"
         )
     return {}
 
@@ -37,7 +36,6 @@ def no_gate(value) -> dict:
 POSITIONS = {
     "learned": {"positional_embedding_type": "standard"},
     "none": {"positional_embedding_type": "standard"},  # a table of zeros
-    # adjacent pairs turned as ours, over the whole head (rotary_dim = d_head)
     "rope": {
         "positional_embedding_type": "rotary",
         "rotary_adjacent_pairs": True,
@@ -45,13 +43,13 @@ POSITIONS = {
     },
 }
 
-# Our ModelConfig's fields -> the fields set, named alike in 3.x's HookedTransformerConfig and 4.x's
-# TransformerBridgeConfig; a field missing here, or a value giving None, is refused
+# Our ModelConfig's fields -> the fields of both versions' configs; a field missing here, or a value
+# giving None, is refused
 FIELDS: dict[str, Callable] = {
     "n_layer": lambda n: {"n_layers": n},
     "n_head": lambda n: {"n_heads": n},
     "n_embd": lambda n: {"d_model": n},
-    "block_size": anything,  # n_ctx is set by lens_config
+    "block_size": anything,
     "vocab_size": lambda n: {"d_vocab": n, "d_vocab_out": n},
     "causal": lambda causal: {"attention_dir": "causal" if causal else "bidirectional"},
     "scaled": lambda scaled: {"use_attn_scale": scaled},
@@ -62,16 +60,15 @@ FIELDS: dict[str, Callable] = {
     "qkv_bias": anything,  # without one, b_Q, b_K and b_V are zeros
     "gelu": {"exact": {"act_fn": "gelu"}, "tanh": {"act_fn": "gelu_pytorch_tanh"}}.get,
     "mlp": lambda mlp: {"attn_only": not mlp},
-    # each key/value head shared by n_heads / K query heads in order
     "kv_heads": lambda k: {"n_key_value_heads": k} if k else {},
     # the query and the W - 1 positions before it, as its "local" layers see
     "window": lambda w: {"use_local_attn": True, "window_size": w} if w else {},
-    "window_layers": anything,  # read by lens_config
+    "window_layers": anything,
     "gate": no_gate,
     "sink": lambda on: {"use_attention_sinks": True} if on else {},  # 3.x's, from 3.7
-    "attention": anything,  # every backend computes the same attention
-    "qk_init_std": anything,  # the weights come from the run
-    "dropout": anything,  # both models run in eval mode
+    "attention": anything,
+    "qk_init_std": anything,
+    "dropout": anything,
 }
 
 
@@ -88,12 +85,11 @@ def has_bridge(lens) -> bool:  # 4.0 removed HookedTransformer
 
 
 def lens_config(model: GPT, context: int | None = None) -> dict:
-    """Both TransformerLens configs' fields; context: the longest input (n_ctx), block_size
-    unless given, longer only for rope and none."""
+    """context: the longest input (n_ctx), block_size unless given; only rope and none go longer."""
     cfg = model.cfg
-    limit = cfg.max_length  # block_size for a learned table, None for rope and none
+    limit = cfg.max_length
     if context is not None and not 1 <= context <= (limit or context):
-        rows = f" to {limit}, the rows of the run's learned position table" if limit else " or more"
+        rows = f" to {limit}, the rows of its learned position table" if limit else " or more"
         raise LensError(f"context = {context}: give 1{rows}")
     norms = {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}
     if cfg.qk_norm:
@@ -105,8 +101,7 @@ def lens_config(model: GPT, context: int | None = None) -> dict:
         )
     mapped = {"d_head": cfg.head_size, "d_mlp": 4 * cfg.n_embd, "normalization_type": "LN"}
     mapped |= {"eps": norms.pop(), "n_ctx": context or cfg.block_size}
-    for field in fields(cfg):
-        name, value = field.name, getattr(cfg, field.name)
+    for name, value in vars(cfg).items():
         lens = FIELDS[name](value) if name in FIELDS else None
         if lens is None:
             named = f"model.{name} = {value!r}" if name in FIELDS else f"model.{name}"
@@ -115,8 +110,8 @@ def lens_config(model: GPT, context: int | None = None) -> dict:
     if cfg.window:
         if not cfg.causal:
             raise LensError(
-                "model.window without the causal mask sees W positions on either side, and "
-                "TransformerLens's local attention only the W - 1 before; keep the mask on"
+                "model.window without the causal mask sees both sides, TransformerLens's only "
+                "the W - 1 before; keep the mask on"
             )
         mapped["attn_types"] = ["local" if cfg.local(i) else "global" for i in range(cfg.n_layer)]
     if cfg.positions == "rope":
@@ -130,11 +125,10 @@ def lens_config(model: GPT, context: int | None = None) -> dict:
     }
 
 
-# 3.x's act_fn names -> 4.x's native ones, the same functions
 NATIVE_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_new"}
 
 
-def transformer_bridge(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
+def transformer_bridge(lens, model: GPT, config: dict, context: int | None, tokenizer):
     from transformer_lens.model_bridge.sources import build_bridge_from_module
     from transformer_lens.model_bridge.sources.native import NativeModel
 
@@ -156,7 +150,7 @@ def transformer_bridge(lens, model: GPT, config: dict, context: int | None, toke
     )
 
 
-def hooked_transformer(lens, model: GPT, config: dict, context: int | None, tokenizer=None):
+def hooked_transformer(lens, model: GPT, config: dict, context: int | None, tokenizer):
     unknown = set(config) - {f.name for f in fields(lens.HookedTransformerConfig)}
     if unknown:
         raise LensError(
@@ -167,23 +161,20 @@ def hooked_transformer(lens, model: GPT, config: dict, context: int | None, toke
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "HookedTransformer is deprecated", DeprecationWarning)
         hooked = lens.HookedTransformer(lens.HookedTransformerConfig(**config))
-    # its buffers (the IGNORE value, mask caches) stay its own
+    # its buffers (the mask caches) stay its own
     hooked.load_state_dict(hooked.state_dict() | lens_weights(model, context))
     # frozen where ours has no parameter, for training there
-    if model.cfg.positions == "none":
-        hooked.pos_embed.W_pos.requires_grad_(False)
-    if model.cfg.qk_norm:
-        for block in hooked.blocks:
-            block.attn.q_norm.w.requires_grad_(False)
-            block.attn.k_norm.w.requires_grad_(False)
+    for name, parameter in hooked.named_parameters():
+        zeros = name == "pos_embed.W_pos" and model.cfg.positions == "none"
+        if zeros or name.endswith("_norm.w"):
+            parameter.requires_grad_(False)
     if tokenizer is not None:
         hooked.set_tokenizer(tokenizer)
     return hooked
 
 
 def to_hooked(model: GPT, tokenizer: Tokenizer | None = None, context: int | None = None):
-    """In eval mode on the model's device, reading strings given the tokenizer; context as
-    lens_config's."""
+    """In eval mode on the model's device; context as lens_config's."""
     lens = import_lens()
     build = transformer_bridge if has_bridge(lens) else hooked_transformer
     hf = hf_tokenizer(tokenizer) if tokenizer is not None else None

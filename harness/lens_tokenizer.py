@@ -19,12 +19,7 @@ def hf_tokenizer(tokenizer: Tokenizer):
     from transformers import PreTrainedTokenizerFast
 
     if isinstance(tokenizer, CharTokenizer):
-        fast = Fast(
-            WordLevel(
-                {c: i for i, c in enumerate(tokenizer.chars)} | {END_OF_TEXT: tokenizer.vocab_size},
-                unk_token=None,
-            )
-        )
+        fast = Fast(WordLevel(tokenizer.stoi | {END_OF_TEXT: tokenizer.vocab_size}, unk_token=None))
         fast.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         fast.decoder = decoders.Fuse()  # joined back without spaces
         kind = reading_first(PreTrainedTokenizerFast, tokenizer.encode)

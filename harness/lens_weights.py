@@ -10,7 +10,7 @@ from model.qk import rms_norm
 
 
 class LensError(ValueError):
-    """A model that TransformerLens cannot take as it is, or TransformerLens missing."""
+    """A model that TransformerLens cannot take, or TransformerLens missing."""
 
 
 def our_tensors(model: GPT) -> dict[str, torch.Tensor]:
@@ -27,7 +27,6 @@ def place_positions(out: dict, name: str, cfg: ModelConfig, take, context: int |
 
 
 def split_qkv(take, block: str, cfg: ModelConfig):
-    """(weight, bias) of q (C, C), k and v (KD, C)."""
     weight = take(block + "attn.qkv.weight")
     bias = take(block + "attn.qkv.bias") if cfg.qkv_bias else torch.zeros_like(weight[:, 0])
     sizes = [cfg.n_embd] + 2 * [(cfg.kv_heads or cfg.n_head) * cfg.head_size]
@@ -42,14 +41,13 @@ def move(out: dict, take, ours: str, theirs: str, kinds=("weight", "bias")) -> N
 def finished(ours: dict, out: dict) -> dict:
     if ours:
         raise LensError(
-            f"our tensor {next(iter(ours))} has no place in TransformerLens's model "
-            "in harness/lens.py yet"
+            f"our tensor {next(iter(ours))} has no place in TransformerLens in harness/lens.py yet"
         )
     return out
 
 
 def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Under HookedTransformer's names and shapes: it multiplies from the right."""
+    """HookedTransformer's names and shapes: it multiplies from the right."""
     cfg, C, D = model.cfg, model.cfg.n_embd, model.cfg.head_size
     ours = our_tensors(model)
     take = ours.pop
@@ -69,7 +67,7 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
         if cfg.sink:
             out[block + "attn.sinks"] = take(block + "attn.sink")  # (H,)
         if cfg.qk_norm:
-            # ours divides by the RMS alone; its RMSNorm then multiplies by gains, ones here
+            # ours has no gains
             out[block + "attn.q_norm.w"] = out[block + "attn.k_norm.w"] = torch.ones(D)
         # (C, HD) -> (H, D, C)
         out[block + "attn.W_O"] = take(block + "attn.proj.weight").view(C, -1, D).permute(1, 2, 0)
@@ -85,7 +83,7 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
 
 
 def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
-    """Under 4.x's NativeModel's names: its layers are nn.Linear, as ours."""
+    """4.x's NativeModel's names: its layers are nn.Linear, as ours."""
     cfg = model.cfg
     ours = our_tensors(model)
     take = ours.pop

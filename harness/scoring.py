@@ -23,7 +23,7 @@ from model.gpt import lm_loss
 from model.measurements import bits_per_byte, prefix_logits
 from model.sampling import check_finite_logits
 
-# windows go through the model together up to this many floats of logits
+# the most floats of logits one pass of windows holds
 LOGITS_PER_BATCH = 2**22
 CONTEXT_CHARS = 40  # characters of context shown before each surprising token
 # tokens decoded for it: a character is at most 4 UTF-8 bytes, a token at least 1
@@ -40,7 +40,7 @@ class Window:
 
 
 def windows(n_tokens: int, block_size: int, stride: int) -> list[Window]:
-    """The windows that score each of tokens 1 .. n_tokens - 1 once."""
+    """They score each of tokens 1 .. n_tokens - 1 once."""
     out, scored_to = [], 1  # tokens before scored_to are scored; token 0 never is
     for begin in range(0, n_tokens - 1, stride):
         end = min(begin + block_size + 1, n_tokens)
@@ -129,10 +129,7 @@ def score_ids(
             f"--stride {stride} is longer than the model's context; give 1 to {block_size} tokens"
         )
     if len(ids) < 2:
-        raise DataError(
-            f"the text is {len(ids)} token long; "
-            "scoring needs at least 2 (each token is predicted from those before it)"
-        )
+        raise DataError(f"the text is {len(ids)} token long; scoring needs at least 2")
     with progress(len(ids) - 1, poll) as between:
         losses = token_losses(
             model, torch.tensor(ids, dtype=torch.long), stride, not model.cfg.causal, between
@@ -157,8 +154,8 @@ def surprises(tokenizer: Tokenizer, ids: list[int], losses: torch.Tensor, n: int
 
 
 def text_ids(tokenizer: Tokenizer, file, checkpoint: dict | None) -> tuple[list[int], str]:
-    """The file's text, or the val split of the run's corpus (Tiny Shakespeare on gpt2 for a GPT-2:
-    checkpoint None), and what it is."""
+    """(ids, what they are): the file's, else the run's val split (for a GPT-2, checkpoint None:
+    Tiny Shakespeare's on gpt2)."""
     if file is not None:
         text = read_text(file, flag="--file")
         try:

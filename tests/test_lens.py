@@ -493,12 +493,13 @@ def test_what_transformer_lens_cannot_take_is_refused_in_one_line_naming_it(lens
     )
     refused["the gate"] = (
         GPT(dataclasses.replace(small, gate=True)),
-        r"^model\.gate = True: TransformerLens \(3\.x or 4\.x\) has no sigmoid gate on the "
-        r"attention output; open a run trained without it$",
+        r"^model\.gate = True: TransformerLens has no attention-output gate; "
+        r"open a run trained without it$",
     )
     refused["a window without the mask"] = (
         GPT(dataclasses.replace(small, window=3, causal=False)),
-        r"^model\.window without the causal mask sees W positions on either side",
+        r"^model\.window without the causal mask sees both sides, TransformerLens's only "
+        r"the W - 1 before; keep the mask on$",
     )
     model = GPT(small)
     model.cfg = dataclasses.replace(small)
@@ -529,7 +530,7 @@ def test_what_transformer_lens_cannot_take_is_refused_in_one_line_naming_it(lens
             to_hooked(model)
         assert "\n" not in str(e.value), what
     for positions, context, message in (
-        ("learned", 9, r"^context = 9: give 1 to 8, the rows of the run's learned position table$"),
+        ("learned", 9, r"^context = 9: give 1 to 8, the rows of its learned position table$"),
         ("rope", 0, r"^context = 0: give 1 or more$"),
     ):
         with pytest.raises(LensError, match=message):
