@@ -1,6 +1,5 @@
-"""Checkpoints, written atomically and read as data only (weights_only=True refuses anything that
-would run code), and the run state --resume restores. A run keeps ckpt.pt (the latest state) and
-best.pt (the weights with the best val loss so far).
+"""Checkpoints, written atomically and read as data only (weights_only=True), and the state
+--resume restores: ckpt.pt (the latest state) and best.pt (the best val loss's weights).
 """
 
 import dataclasses
@@ -30,14 +29,12 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     for name, tensor in payload.get("model", {}).items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
+    earlier = f"its folder {path.parent} is gone (removed or moved away), with what it held"
     if path.is_file():
         earlier = "the previous checkpoint there is intact"
     elif path.parent.is_dir():
         earlier = "no checkpoint was saved"
-    else:
-        earlier = f"its folder {path.parent} is gone (removed or moved away), with what it held"
-    try:
-        # the run folder's lock makes this process its only writer
+    try:  # the run folder's lock makes this process its only writer
         with atomic_file(path, one_writer=True) as f:
             torch.save(payload, f)
     # torch.save reports a failed write (a full disk) as RuntimeError, wrapping the OSError
@@ -45,16 +42,13 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         cause = e
         while cause is not None and not isinstance(cause, OSError):
             cause = cause.__cause__ or cause.__context__
-        reason = f"the write failed ({type(e).__name__})"
-        if cause is not None and cause.strerror:
-            reason = cause.strerror
+        reason = getattr(cause, "strerror", None) or f"the write failed ({type(e).__name__})"
         raise CheckpointError(f"could not save {path}: {reason}; {earlier}") from None
 
 
 def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
     """torch.load(weights_only=True), every way it can fail one CheckpointError."""
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).is_file():
         raise CheckpointError(
             f"no checkpoint at {path}; train one first (python train.py --config base) "
             "or pass --run NAME / --checkpoint PATH"
@@ -75,11 +69,12 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
             f"cannot read {path}: the file is truncated, corrupt or not a checkpoint{kind}"
         ) from None
     not_ours = f"{path} is not a checkpoint of this project"
-    needed = {"model", "config", "tokenizer", "step"}
-    if not isinstance(checkpoint, dict) or not needed <= checkpoint.keys():
+    if not isinstance(checkpoint, dict) or not {"model", "config", "tokenizer", "step"} <= set(
+        checkpoint
+    ):
         raise CheckpointError(f"{not_ours} (it lacks model, config, tokenizer or step)")
     weights = checkpoint["model"]
-    if not isinstance(weights, dict) or not all(torch.is_tensor(t) for t in weights.values()):
+    if not isinstance(weights, dict) or not all(map(torch.is_tensor, weights.values())):
         raise CheckpointError(f"{not_ours} (its model entry is not a dict of tensors)")
     val_loss = checkpoint.get("val_loss")
     if val_loss is not None and not (isinstance(val_loss, float) and math.isfinite(val_loss)):
@@ -98,12 +93,8 @@ def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
 
 def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> None:
     """Refuse a checkpoint of another model: every field but the attention backend counts."""
-    diff = config_differences(
-        dataclasses.asdict(model_config_of(checkpoint, path)),
-        dataclasses.asdict(wanted),
-        ignore=("attention",),
-    )
-    if diff:
+    saved = dataclasses.asdict(model_config_of(checkpoint, path))
+    if diff := config_differences(saved, dataclasses.asdict(wanted), ignore=("attention",)):
         raise CheckpointError(
             f"{path} was trained with another model config ({'; '.join(diff)}); "
             "resume with the run's own flags, or start a new run"
@@ -111,9 +102,7 @@ def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> Non
 
 
 def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
-    """(model in eval mode, tokenizer, checkpoint) from the checkpoint's own config, so an old
-    checkpoint loads after the presets change."""
-    path = Path(path)
+    """(model in eval mode, tokenizer, checkpoint), built from the checkpoint's own config."""
     checkpoint = read_checkpoint(path)
     model_cfg = model_config_of(checkpoint, path)
     try:
@@ -134,8 +123,8 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tok
 
 
 def check_shapes(path: Path | str, model_cfg: ModelConfig, state: dict) -> None:
-    """Refuse weights that do not fit the config. The model is built on the meta device, so a
-    crafted config (block_size 1e9) costs nothing."""
+    """Refuse weights that do not fit the config; on the meta device a crafted config (block_size
+    1e9) costs nothing."""
     with torch.device("meta"):
         expected = GPT(model_cfg).state_dict()
     misfits = [
@@ -151,7 +140,7 @@ def check_shapes(path: Path | str, model_cfg: ModelConfig, state: dict) -> None:
 
 @dataclasses.dataclass
 class Progress:
-    """Where the training loop stands, saved so that --resume continues seamlessly."""
+    """Where the training loop stands, saved for --resume."""
 
     step: int = 0
     evaluated: bool = False  # whether `step` was evaluated before the save
@@ -165,12 +154,14 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
     """The run's ckpt.pt if it can continue this run: same model, optimizer and text, steps left."""
     path = cfg.run_dir / "ckpt.pt"
     if not path.is_file():
-        earlier = [folder for folder in moved_aside(cfg.run_dir) if (folder / "ckpt.pt").is_file()]
-        if earlier:  # a fresh start moved the run aside, then stopped before its first checkpoint
-            raise CheckpointError(
-                f"nothing to resume: no checkpoint at {path}, but the run there before was moved "
-                f"aside to {earlier[0]}; to resume that one, move it back in place of {cfg.run_dir}"
-            )
+        # a fresh start moved the run aside, then stopped before its first checkpoint
+        for folder in moved_aside(cfg.run_dir):
+            if (folder / "ckpt.pt").is_file():
+                raise CheckpointError(
+                    f"nothing to resume: no checkpoint at {path}, but the run there before was "
+                    f"moved aside to {folder}; to resume that one, move it back in place of "
+                    f"{cfg.run_dir}"
+                )
         raise CheckpointError(
             f"nothing to resume: no checkpoint at {path}; check --run-name and --runs-dir, "
             "or start afresh without --resume"
@@ -179,22 +170,22 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
     # an --init-from run's model config comes from the checkpoint: initial_model checks it
     if not cfg.train.init_from:
         check_model_config(checkpoint, path, cfg.model)
-    saved_optimizer = checkpoint["config"].get("train", {}).get("optimizer", "adamw")
-    if saved_optimizer != cfg.train.optimizer:
+    saved = checkpoint["config"]
+    optimizer = saved.get("train", {}).get("optimizer", "adamw")
+    if optimizer != cfg.train.optimizer:
         raise CheckpointError(
-            f"{path} was trained with train.optimizer={saved_optimizer}; "
+            f"{path} was trained with train.optimizer={optimizer}; "
             "resume with the same optimizer, or start a new run"
         )
     # another text, or other settings of a synthetic source (it has no text)
     if checkpoint.get("source_sha256") != source_sha256:
-        wanted = {k: getattr(cfg.data, k) for k in SETTINGS}
-        saved = checkpoint["config"].get("data", {})
-        diff = "; ".join(config_differences(saved, wanted, (), "data."))
-        other = f"other data ({diff}); resume with them"
-        if cfg.data.source == "text":
-            other = "another text; resume with the same --data-file"
+        other = "another text; resume with the same --data-file"
+        if cfg.data.source != "text":
+            wanted = {k: getattr(cfg.data, k) for k in SETTINGS}
+            diff = config_differences(saved.get("data", {}), wanted, (), "data.")
+            other = f"other data ({'; '.join(diff)}); resume with them"
         raise CheckpointError(f"{path} was trained on {other}, or start a new run")
-    if not all(k in checkpoint for k in ("optimizer", "train_rng", "torch_rng")):
+    if not {"optimizer", "train_rng", "torch_rng"} <= set(checkpoint):
         raise CheckpointError(
             f"{path} holds weights only (no optimizer or sampler state), so it cannot be resumed"
         )
@@ -216,8 +207,7 @@ def restore(
     rng_states = checkpoint["torch_rng"]
     if isinstance(rng_states, torch.Tensor):  # one process's state
         rng_states = [rng_states]
-    # saved on a GPU, whose dropout draws from it
-    cuda_states = checkpoint.get("cuda_rng") or [None] * len(rng_states)
+    cuda_states = checkpoint.get("cuda_rng") or [None] * len(rng_states)  # dropout's on a GPU
     if len(rng_states) == runtime.world_size:  # each process's own dropout stream
         set_random_state(runtime.device, rng_states[runtime.rank], cuda_states[runtime.rank])
     else:

@@ -1,5 +1,5 @@
-"""Where a run's measurements go: one RunLogger writes TensorBoard, metrics.jsonl and the console,
-and a layout that puts the story on one screen in TensorBoard's CUSTOM SCALARS tab.
+"""Where a run's measurements go: RunLogger writes TensorBoard, metrics.jsonl and the console;
+story_layout puts the story on one screen in TensorBoard's CUSTOM SCALARS tab.
 """
 
 import contextlib
@@ -24,15 +24,10 @@ from model.heads import head_name
 from model.induction import INDUCTION_THRESHOLD
 
 CONSOLE_TAGS = (
-    "loss/train",
-    "loss/val",
-    "loss/val_honest",
-    "attn/entropy",
-    "attn/saturated_frac",
-    "attn/future_mass",
+    "loss/train loss/val loss/val_honest attn/entropy attn/saturated_frac attn/future_mass".split()
 )
-# TensorBoard smooths every curve by 0.6 unless told otherwise, which draws a curve of a few
-# evaluations far from its values; this address opens the tab with smoothing off.
+# TensorBoard smooths by 0.6, drawing a curve of a few evaluations far from its values: this address
+# opens the tab with smoothing off
 UNSMOOTHED = "#custom_scalars&_smoothingWeight=0"
 STORY = (
     "the story: mask, scale and positions (a point every few steps, train.probes; losses at "
@@ -78,11 +73,6 @@ def parse_row(line: bytes | str) -> dict | None:
     return row if isinstance(row, dict) and type(row.get("step")) is int else None
 
 
-def parse_step(line: bytes | str) -> int | None:
-    row = parse_row(line)
-    return None if row is None else row["step"]
-
-
 def metric_lines(path: Path) -> list[tuple[bytes, dict]]:
     """The intact lines of a metrics.jsonl, each with its row."""
     rows = [(line, parse_row(line)) for line in path.read_bytes().splitlines()]
@@ -90,9 +80,8 @@ def metric_lines(path: Path) -> list[tuple[bytes, dict]]:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    if not (run_dir / "metrics.jsonl").is_file():
-        return []
-    return [row for _, row in metric_lines(run_dir / "metrics.jsonl")]
+    path = run_dir / "metrics.jsonl"
+    return [row for _, row in metric_lines(path)] if path.is_file() else []
 
 
 def evaluations(run_dir: Path) -> list[dict]:
@@ -100,8 +89,8 @@ def evaluations(run_dir: Path) -> list[dict]:
 
 
 def phase_change(run_dir: Path) -> str:
-    """One line on when the largest induction score first reached INDUCTION_THRESHOLD, and the loss
-    on repeated positions before it and at the end."""
+    """When the largest induction score first reached INDUCTION_THRESHOLD, and the loss on repeated
+    positions before it and at the end."""
     rows = [row for row in read_metrics(run_dir) if "induction/max" in row]
     if not rows:
         return "induction heads: no evaluation measured them"
@@ -120,15 +109,14 @@ def phase_change(run_dir: Path) -> str:
 
 
 def sample_markdown(text: str, n_tokens: int) -> str:
-    """A sample for TensorBoard's text tab, in a code block. A degenerate sample (the --no-mask
-    run's newlines) gets a note and visible whitespace, not an empty box."""
-    if (verdict := degenerate(text)) is None:
-        return "\n".join("    " + line for line in text.splitlines())  # indented: verbatim
-    note = (
-        f"**{n_tokens} tokens, {verdict[0]}** ({verdict[1]}; whitespace shown as \u21b5 and \u2423)"
-    )
-    visible = text.replace(" ", "\u2423").replace("\n", "\u21b5")
-    return note + "\n\n" + "\n".join("    " + line for line in textwrap.wrap(visible, 100) or [""])
+    """A sample for TensorBoard's text tab, indented (shown verbatim). A degenerate sample (the
+    --no-mask run's newlines) gets a note and visible whitespace, not an empty box."""
+    note, lines = "", text.splitlines()
+    if verdict := degenerate(text):
+        what, counts = verdict
+        note = f"**{n_tokens} tokens, {what}** ({counts}; whitespace shown as ↵ and ␣)\n\n"
+        lines = textwrap.wrap(text.replace(" ", "␣").replace("\n", "↵"), 100) or [""]
+    return note + "\n".join("    " + line for line in lines)
 
 
 def what_is_saved(run_dir: Path) -> str:
@@ -145,19 +133,19 @@ def what_is_saved(run_dir: Path) -> str:
 
 
 class RunLogger:
-    """The one place metrics go. A failed write ends the run in one line; TensorBoard's writer
-    thread fails quietly, raising again here."""
+    """The one place metrics go. A failed write ends the run in one line (TensorBoard's writer
+    thread fails quietly and the error is raised here)."""
 
     def __init__(self, run_dir: Path, resume_step: int | None = None, induction: bool = False):
         from torch.utils.tensorboard import SummaryWriter  # slow to import
 
         self.run_dir, path = run_dir, run_dir / "metrics.jsonl"
-        # drop what an interrupted run logged after its checkpoint
-        if resume_step is not None and path.is_file():
-            kept = [line for line, row in metric_lines(path) if row["step"] <= resume_step]
-            write_atomically(path, b"".join(line + b"\n" for line in kept))
-        # TensorBoard hides later events of the old run
-        purge = None if resume_step is None else resume_step + 1
+        purge = None  # a resumed run drops what the old one logged after its checkpoint
+        if resume_step is not None:
+            purge = resume_step + 1  # TensorBoard's events
+            if path.is_file():
+                kept = [line for line, row in metric_lines(path) if row["step"] <= resume_step]
+                write_atomically(path, b"".join(line + b"\n" for line in kept))
         before = set(threading.enumerate())
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
         self.writer_threads = set(threading.enumerate()) - before
@@ -195,31 +183,29 @@ class RunLogger:
             self.jsonl.flush()
         if console:
             shown = [
-                f"{tag.split('/')[-1]} {metrics[tag]:.4f}" for tag in CONSOLE_TAGS if tag in metrics
+                f"{tag.split('/')[1]} {metrics[tag]:.4f}" for tag in CONSOLE_TAGS if tag in metrics
             ]
             tqdm.write(f"step {step:5d} | " + " | ".join(shown))
 
     def log_evaluation(
-        self, step: int, evaluation: Evaluation, flags: str, causal: bool = True
+        self, step: int, report: Evaluation, flags: str, causal: bool = True
     ) -> None:
-        self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags, causal)
-        text = sample_markdown(evaluation.sample, evaluation.sample_tokens)
+        self.log_heatmaps(step, report.heatmaps, report.heatmap_labels, flags, causal)
         with self.writing():
-            self.writer.add_text("samples", text, step)
-        self.log(step, console=True, **evaluation.metrics)
+            self.writer.add_text(
+                "samples", sample_markdown(report.sample, report.sample_tokens), step
+            )
+        self.log(step, console=True, **report.metrics)
 
     def log_heatmaps(
         self, step: int, weights: list[torch.Tensor], labels: list[str], flags: str, causal=True
     ) -> None:
-        """One image per head from weights (1, H, T, T) per layer: a grid of heads would shrink the
-        labels past reading. One panel, laid out once (most of a picture's cost), is repainted."""
+        """One image per head from weights (1, H, T, T) per layer (a grid of heads would shrink the
+        labels past reading), repainting one panel laid out once (most of a picture's cost)."""
         if self.heatmap_grid is None:  # wide enough for the last head's title at step 10**6
-            last = (
-                f"{head_name(len(weights) - 1, weights[0].shape[1] - 1)} at step {10**6} ({flags})"
-            )
-            self.heatmap_grid = HeatmapGrid(
-                1, labels, head_names=["attention weights"], title=last, causal=causal
-            )
+            last = head_name(len(weights) - 1, weights[0].shape[1] - 1)
+            title = f"{last} at step {10**6} ({flags})"
+            self.heatmap_grid = HeatmapGrid(1, labels, ["attention weights"], title, causal=causal)
         for layer, layer_weights in enumerate(weights):
             for head in range(layer_weights.shape[1]):
                 name = head_name(layer, head)
@@ -236,8 +222,8 @@ class RunLogger:
 
 
 def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
-    """A fresh run folder (an earlier run moved aside) or the resumed one, with config.json;
-    returns its lock."""
+    """Claim a fresh run folder (an earlier run moved aside) or the resumed one, write config.json;
+    returns the folder's lock."""
     if not runtime.is_main:
         return None
     lock, moved = claim_run_folder(cfg.run_dir, cfg.train.resume)
@@ -248,10 +234,8 @@ def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
             f"could not save {cfg.run_dir / 'config.json'}: {e.strerror}; free some space or "
             "choose another --runs-dir"
         ) from None
-    where = f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}"
-    if moved:
-        where += f" (previous run moved to {moved})"
-    runtime.say(where)
+    moved = f" (previous run moved to {moved})" if moved else ""
+    runtime.say(f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}{moved}")
     if advice := preset_advice(cfg.name, runtime.device):
         runtime.say(advice)
     sections = " | ".join(f"{s}: {getattr(cfg, s)}" for s in ("model", "data", "train"))

@@ -48,25 +48,22 @@ class Runtime:
             print(*args, **kwargs)
 
 
-def keep_freed_memory(threshold: int = 2**30) -> bool:
-    """Make glibc's malloc keep freed blocks up to `threshold` bytes, so each CPU step does not
-    fault its activations in again, page by page; True if it took effect."""
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed blocks up to 1 GiB, so each CPU step does not fault its
+    activations in again, page by page; True if it took effect."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    libc = ctypes.CDLL(None)
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
-    return bool(
-        libc.mallopt(M_MMAP_THRESHOLD, threshold) and libc.mallopt(M_TRIM_THRESHOLD, threshold)
-    )
+    mallopt = ctypes.CDLL(None).mallopt
+    # M_MMAP_THRESHOLD (-3) and M_TRIM_THRESHOLD (-1), from glibc's malloc.h
+    return bool(mallopt(-3, 2**30) and mallopt(-1, 2**30))
 
 
 GPU_PRESET = "char-gpu"  # the preset sized for one GPU (configs/char-gpu.toml)
-# README's first commands and the quick char: presets sized for a 2-core CPU
-CPU_DEMOS = ("base", "char", "char-modern")
 
 
 def preset_advice(preset: str, device: torch.device) -> str | None:
-    if device.type != "cuda" or preset not in CPU_DEMOS:
+    # README's first commands and the quick char: presets sized for a 2-core CPU
+    if device.type != "cuda" or preset not in ("base", "char", "char-modern"):
         return None
     return (
         f"note: the {preset} preset is sized for a 2-core CPU, and a GPU trains it in seconds; "
@@ -107,8 +104,7 @@ def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
             wanted = f"cuda:{local_rank}"
             torch.cuda.set_device(local_rank)
         if not torch.distributed.is_initialized():
-            backend = "nccl" if wanted.startswith("cuda") else "gloo"
-            torch.distributed.init_process_group(backend=backend)
+            torch.distributed.init_process_group("nccl" if wanted.startswith("cuda") else "gloo")
         why += f"; rank {rank} of {world_size} ({torch.distributed.get_backend()})"
     device = torch.device(wanted)
     if device.type == "cpu":
@@ -119,8 +115,7 @@ def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
         torch.set_flush_denormal(True)
     autocast_dtype = None
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         # bf16 where the card has bf16 units (Ampere and later); older cards only emulate it
         if torch.cuda.is_bf16_supported(including_emulation=False):
             autocast_dtype = torch.bfloat16
@@ -170,8 +165,7 @@ class EagerOnFailure:
             out = self.model(*args, **kwargs)
         # a failure of the model itself recurs in the eager call and propagates
         except Exception as e:
-            root = e
-            # torch wraps the backend's own error (BackendCompilerFailed)
+            root = e  # torch wraps the backend's own error (BackendCompilerFailed)
             while getattr(root, "inner_exception", None) or root.__cause__:
                 root = getattr(root, "inner_exception", None) or root.__cause__
             reason = (str(root).strip().splitlines() or [""])[0].strip()[:200]
@@ -194,12 +188,11 @@ class EagerOnFailure:
 
 def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
     """The model as the step runs it: DDP under torchrun, compiled if asked."""
-    wrapped = model
     if runtime.world_size > 1:
-        wrapped = torch.nn.parallel.DistributedDataParallel(model)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     if runtime.use_compile:
-        return EagerOnFailure(torch.compile(wrapped), wrapped, runtime)
-    return wrapped
+        return EagerOnFailure(torch.compile(model), model, runtime)
+    return model
 
 
 def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, Config]:
