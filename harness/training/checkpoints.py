@@ -25,7 +25,6 @@ class CheckpointError(Exception):
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
-    """Write payload to path atomically, refusing non-finite weights."""
     for name, tensor in payload.get("model", {}).items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
@@ -34,8 +33,8 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         earlier = "the previous checkpoint there is intact"
     elif path.parent.is_dir():
         earlier = "no checkpoint was saved"
-    try:  # the run folder's lock makes this process its only writer
-        with atomic_file(path, one_writer=True) as f:
+    try:
+        with atomic_file(path, one_writer=True) as f:  # the run folder's lock: its only writer
             torch.save(payload, f)
     # torch.save reports a failed write (a full disk) as RuntimeError, wrapping the OSError
     except (OSError, RuntimeError) as e:
@@ -55,8 +54,7 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
         )
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    # any file can be named: the unpickler fails on arbitrary bytes in many ways
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 (the unpickler fails on arbitrary bytes in many ways)
         unpickling = isinstance(e, pickle.UnpicklingError)
         unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
         if unpickling and unsafe:  # a pickle that asks to import and call something
@@ -123,8 +121,7 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tok
 
 
 def check_shapes(path: Path | str, model_cfg: ModelConfig, state: dict) -> None:
-    """Refuse weights that do not fit the config; on the meta device a crafted config (block_size
-    1e9) costs nothing."""
+    """Refuse weights that do not fit the config; on the meta device a crafted one costs nothing."""
     with torch.device("meta"):
         expected = GPT(model_cfg).state_dict()
     misfits = [
@@ -154,8 +151,7 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
     """The run's ckpt.pt if it can continue this run: same model, optimizer and text, steps left."""
     path = cfg.run_dir / "ckpt.pt"
     if not path.is_file():
-        # a fresh start moved the run aside, then stopped before its first checkpoint
-        for folder in moved_aside(cfg.run_dir):
+        for folder in moved_aside(cfg.run_dir):  # by a fresh start stopped before its first save
             if (folder / "ckpt.pt").is_file():
                 raise CheckpointError(
                     f"nothing to resume: no checkpoint at {path}, but the run there before was "
@@ -170,7 +166,7 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
     # an --init-from run's model config comes from the checkpoint: initial_model checks it
     if not cfg.train.init_from:
         check_model_config(checkpoint, path, cfg.model)
-    saved = checkpoint["config"]
+    saved = checkpoint["config"]  # checked by read_checkpoint
     optimizer = saved.get("train", {}).get("optimizer", "adamw")
     if optimizer != cfg.train.optimizer:
         raise CheckpointError(

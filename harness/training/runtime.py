@@ -1,5 +1,5 @@
-"""Where a run computes: the device, the backend switches, the processes under torchrun, clean
-stops. Decided once, from config, by `setup_runtime`, and passed down.
+"""Where a run computes: the device, the backend switches, torchrun's processes, clean stops;
+decided once by `setup_runtime` and passed down.
 """
 
 import contextlib
@@ -50,7 +50,7 @@ class Runtime:
 
 def keep_freed_memory() -> bool:
     """Make glibc's malloc keep freed blocks up to 1 GiB, so each CPU step does not fault its
-    activations in again, page by page; True if it took effect."""
+    activations in again; True if it took effect."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     mallopt = ctypes.CDLL(None).mallopt
@@ -73,7 +73,7 @@ def preset_advice(preset: str, device: torch.device) -> str | None:
 
 
 def resolve_device(wanted: str) -> tuple[str, str]:
-    """train.device -> (device name, how it was chosen)."""
+    """(device name, how it was chosen)."""
     has_cuda, has_mps = torch.cuda.is_available(), torch.backends.mps.is_available()
     if wanted == "auto":
         if has_cuda:
@@ -128,8 +128,7 @@ def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
     return Runtime(device, autocast_dtype, why, rank, world_size, use_compile)
 
 
-def has_triton() -> bool:
-    """Whether Triton can build kernels here, as torch's private check says."""
+def has_triton() -> bool:  # torch's private check
     try:
         from torch.utils._triton import has_triton as torch_has_triton
     except ImportError:
@@ -138,7 +137,7 @@ def has_triton() -> bool:
 
 
 def random_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The random state dropout draws from: the CPU's, and the CUDA device's (or None)."""
+    """What dropout draws from: the CPU's state, and the CUDA device's (or None)."""
     if device.type == "cuda":
         return torch.get_rng_state(), torch.cuda.get_rng_state(device)
     return torch.get_rng_state(), None
@@ -152,7 +151,7 @@ def set_random_state(device: torch.device, cpu: torch.Tensor, cuda: torch.Tensor
 
 class EagerOnFailure:
     """The compiled model, or the plain one if compiling fails at the first call: the run goes on
-    eagerly, saying so, with the first call's random state put back for the retry."""
+    eagerly, saying so, with the random state put back for the retry."""
 
     def __init__(self, compiled, eager, runtime: Runtime):
         self.model, self.eager, self.runtime, self.fell_back = compiled, eager, runtime, False
@@ -163,8 +162,7 @@ class EagerOnFailure:
         state = random_state(self.runtime.device)
         try:
             out = self.model(*args, **kwargs)
-        # a failure of the model itself recurs in the eager call and propagates
-        except Exception as e:
+        except Exception as e:  # a failure of the model itself recurs in the eager call
             root = e  # torch wraps the backend's own error (BackendCompilerFailed)
             while getattr(root, "inner_exception", None) or root.__cause__:
                 root = getattr(root, "inner_exception", None) or root.__cause__
@@ -179,15 +177,11 @@ class EagerOnFailure:
         self.eager = None
         return out
 
-    def no_sync(self):
-        return self.model.no_sync()
-
-    def parameters(self):
-        return self.model.parameters()
+    def __getattr__(self, name: str):  # no_sync(), parameters()
+        return getattr(self.model, name)
 
 
 def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
-    """The model as the step runs it: DDP under torchrun, compiled if asked."""
     if runtime.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     if runtime.use_compile:
@@ -196,8 +190,8 @@ def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
 
 
 def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, Config]:
-    """The corpus, and the config with model.vocab_size from its tokenizer; under torchrun the main
-    process prepares the .bin files first."""
+    """The corpus, and the config with its vocab_size; under torchrun the main process prepares the
+    .bin files first."""
     if cfg.data.source != "text":
         corpus = load_synthetic(cfg.data)
     else:
@@ -220,8 +214,8 @@ def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
 
 
 def shut_down() -> None:
-    """A late Ctrl-C prints no traceback (a handler that does nothing: SIG_IGN would read as the
-    launcher's to a command run again here); torchrun's group is left."""
+    """A late Ctrl-C prints no traceback (a handler that does nothing: SIG_IGN would pass on to a
+    command run again here); torchrun's group is left."""
     for sig in answered_signals():
         signal.signal(sig, lambda signum, frame: None)
     if torch.distributed.is_initialized():
