@@ -133,8 +133,8 @@ def what_is_saved(run_dir: Path) -> str:
 
 
 class RunLogger:
-    """The one place metrics go. A failed write ends the run in one line (TensorBoard's writer
-    thread fails quietly and the error is raised here)."""
+    """The one place metrics go. A failed write ends the run in one line, TensorBoard's writer
+    thread's too (it fails quietly)."""
 
     def __init__(self, run_dir: Path, resume_step: int | None = None, induction: bool = False):
         from torch.utils.tensorboard import SummaryWriter  # slow to import
@@ -187,14 +187,11 @@ class RunLogger:
             ]
             tqdm.write(f"step {step:5d} | " + " | ".join(shown))
 
-    def log_evaluation(
-        self, step: int, report: Evaluation, flags: str, causal: bool = True
-    ) -> None:
+    def log_evaluation(self, step: int, report: Evaluation, flags: str, causal: bool) -> None:
         self.log_heatmaps(step, report.heatmaps, report.heatmap_labels, flags, causal)
+        text = sample_markdown(report.sample, report.sample_tokens)
         with self.writing():
-            self.writer.add_text(
-                "samples", sample_markdown(report.sample, report.sample_tokens), step
-            )
+            self.writer.add_text("samples", text, step)
         self.log(step, console=True, **report.metrics)
 
     def log_heatmaps(
