@@ -1,5 +1,5 @@
-"""Checkpoints, written atomically and read as data only (weights_only=True), and the state
---resume restores: ckpt.pt (the latest state) and best.pt (the best val loss's weights).
+"""Checkpoints, written atomically and read as data only (weights_only=True): ckpt.pt (the latest
+state, what --resume restores) and best.pt (the best val loss's weights).
 """
 
 import dataclasses
@@ -49,8 +49,8 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
     """torch.load(weights_only=True), every way it can fail one CheckpointError."""
     if not Path(path).is_file():
         raise CheckpointError(
-            f"no checkpoint at {path}; train one first (python train.py --config base) "
-            "or pass --run NAME / --checkpoint PATH"
+            f"no checkpoint at {path}; train one (python train.py) or pass --run NAME / "
+            "--checkpoint PATH"
         )
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
@@ -59,30 +59,28 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
         unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
         if unpickling and unsafe:  # a pickle that asks to import and call something
             raise CheckpointError(
-                f"refused to load {path}: it asks to run {unsafe.group(1)}, and checkpoints may "
-                "hold only tensors and plain data"
+                f"refused to load {path}: it asks to run {unsafe.group(1)}; a checkpoint holds "
+                "only tensors and plain data"
             ) from None
         kind = "" if unpickling else f" ({type(e).__name__})"
         raise CheckpointError(
             f"cannot read {path}: the file is truncated, corrupt or not a checkpoint{kind}"
         ) from None
     not_ours = f"{path} is not a checkpoint of this project"
-    if not isinstance(checkpoint, dict) or not {"model", "config", "tokenizer", "step"} <= set(
-        checkpoint
-    ):
+    needed = {"model", "config", "tokenizer", "step"}
+    if not isinstance(checkpoint, dict) or not checkpoint.keys() >= needed:
         raise CheckpointError(f"{not_ours} (it lacks model, config, tokenizer or step)")
     weights = checkpoint["model"]
     if not isinstance(weights, dict) or not all(map(torch.is_tensor, weights.values())):
-        raise CheckpointError(f"{not_ours} (its model entry is not a dict of tensors)")
+        raise CheckpointError(f"{not_ours} (its model is not a dict of tensors)")
     val_loss = checkpoint.get("val_loss")
     if val_loss is not None and not (isinstance(val_loss, float) and math.isfinite(val_loss)):
-        raise CheckpointError(f"{path} records a non-finite or invalid val loss ({val_loss!r})")
+        raise CheckpointError(f"{path}: invalid val loss {val_loss!r}")
     model_config_of(checkpoint, path)
     return checkpoint
 
 
 def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
-    """The checkpoint's ModelConfig, its whole config checked as any config is."""
     try:
         return validate_config(checkpoint.get("config"), path, recorded=True).model
     except ConfigError as e:
@@ -90,7 +88,7 @@ def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
 
 
 def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> None:
-    """Refuse a checkpoint of another model: every field but the attention backend counts."""
+    """Refuse another model's checkpoint; the attention backend may differ."""
     saved = dataclasses.asdict(model_config_of(checkpoint, path))
     if diff := config_differences(saved, dataclasses.asdict(wanted), ignore=("attention",)):
         raise CheckpointError(
@@ -100,19 +98,19 @@ def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> Non
 
 
 def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
-    """(model in eval mode, tokenizer, checkpoint), built from the checkpoint's own config."""
+    """(model in eval mode, tokenizer, checkpoint), from the checkpoint's own config."""
     checkpoint = read_checkpoint(path)
     model_cfg = model_config_of(checkpoint, path)
     try:
         tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
-    except TokenizerError:  # its files missing (tiktoken offline): not the checkpoint's fault
+    except TokenizerError:  # tiktoken's files missing offline: not the checkpoint's fault
         raise
     except (TypeError, KeyError, ValueError) as e:
         raise CheckpointError(f"{path} holds an invalid tokenizer: {e}") from None
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise CheckpointError(
-            f"{path} is inconsistent: tokenizer has {tokenizer.vocab_size} tokens, "
-            f"model {model_cfg.vocab_size}"
+            f"{path}: the tokenizer has {tokenizer.vocab_size} tokens, the model "
+            f"{model_cfg.vocab_size}"
         )
     check_shapes(path, model_cfg, checkpoint["model"])
     model = GPT(model_cfg)
@@ -137,8 +135,6 @@ def check_shapes(path: Path | str, model_cfg: ModelConfig, state: dict) -> None:
 
 @dataclasses.dataclass
 class Progress:
-    """Where the training loop stands, saved for --resume."""
-
     step: int = 0
     evaluated: bool = False  # whether `step` was evaluated before the save
     best_val: float = math.inf  # the best val loss so far: best.pt holds its weights
@@ -148,32 +144,30 @@ class Progress:
 
 
 def read_resumable(cfg: Config, source_sha256: str) -> dict:
-    """The run's ckpt.pt if it can continue this run: same model, optimizer and text, steps left."""
+    """The run's ckpt.pt if it can continue: same model, optimizer and text, steps left."""
     path = cfg.run_dir / "ckpt.pt"
     if not path.is_file():
         for folder in moved_aside(cfg.run_dir):  # by a fresh start stopped before its first save
             if (folder / "ckpt.pt").is_file():
                 raise CheckpointError(
                     f"nothing to resume: no checkpoint at {path}, but the run there before was "
-                    f"moved aside to {folder}; to resume that one, move it back in place of "
-                    f"{cfg.run_dir}"
+                    f"moved aside to {folder}; move it back to resume it"
                 )
         raise CheckpointError(
             f"nothing to resume: no checkpoint at {path}; check --run-name and --runs-dir, "
-            "or start afresh without --resume"
+            "or drop --resume"
         )
     checkpoint = read_checkpoint(path)
     # an --init-from run's model config comes from the checkpoint: initial_model checks it
     if not cfg.train.init_from:
         check_model_config(checkpoint, path, cfg.model)
-    saved = checkpoint["config"]  # checked by read_checkpoint
+    saved = checkpoint["config"]
     optimizer = saved.get("train", {}).get("optimizer", "adamw")
     if optimizer != cfg.train.optimizer:
         raise CheckpointError(
             f"{path} was trained with train.optimizer={optimizer}; "
             "resume with the same optimizer, or start a new run"
         )
-    # another text, or other settings of a synthetic source (it has no text)
     if checkpoint.get("source_sha256") != source_sha256:
         other = "another text; resume with the same --data-file"
         if cfg.data.source != "text":
@@ -182,9 +176,7 @@ def read_resumable(cfg: Config, source_sha256: str) -> dict:
             other = f"other data ({'; '.join(diff)}); resume with them"
         raise CheckpointError(f"{path} was trained on {other}, or start a new run")
     if not {"optimizer", "train_rng", "torch_rng"} <= set(checkpoint):
-        raise CheckpointError(
-            f"{path} holds weights only (no optimizer or sampler state), so it cannot be resumed"
-        )
+        raise CheckpointError(f"{path} holds weights only (no optimizer state): not resumable")
     if checkpoint["step"] >= cfg.train.max_steps and checkpoint.get("evaluated", True):
         raise CheckpointError(
             f"{path} already finished at step {checkpoint['step']}; "
@@ -209,7 +201,7 @@ def restore(
     else:
         runtime.say(
             f"note: the checkpoint comes from {len(rng_states)} processes, this run has "
-            f"{runtime.world_size}; dropout draws new random masks"
+            f"{runtime.world_size}: dropout draws new masks"
         )
     window_loss, window_steps = checkpoint.get("window", (0.0, 0))
     saved = {
@@ -219,7 +211,7 @@ def restore(
 
 
 class Checkpointer:
-    """Saves one run's ckpt.pt (everything --resume needs) and best.pt (the best val loss's)."""
+    """Saves a run's ckpt.pt (everything --resume needs) and best.pt."""
 
     def __init__(
         self, cfg: Config, tokenizer: Tokenizer, source_sha256: str, runtime: Runtime, best_val

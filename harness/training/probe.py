@@ -76,11 +76,11 @@ def probe(
         if model.cfg.causal:
             metrics.update(order_use(model, [(x, y, positions)], unshuffled=[honest]))
         metrics.update(attention_summary(model, x[:, :tokens]))
-    probed = {
-        PROBE_TAGS.get(tag, f"Probe_{tag}"): value
-        for tag, value in metrics.items()
-        if tag in PROBE_TAGS or tag.startswith("attn/score_max/L")
+    tags = PROBE_TAGS | {
+        f"attn/score_max/L{layer}": f"Probe_attn/score_max/L{layer}"
+        for layer in range(model.cfg.n_layer)
     }
+    probed = {tags[tag]: value for tag, value in metrics.items() if tag in tags}
     # the loss charts' reference: a uniform guess
     probed["Probe_loss/uniform_guess"] = math.log(model.cfg.vocab_size)
     return probed
