@@ -36,7 +36,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     try:
         with atomic_file(path, one_writer=True) as f:  # the run folder's lock: its only writer
             torch.save(payload, f)
-    # torch.save reports a failed write (a full disk) as RuntimeError, wrapping the OSError
+    # torch.save wraps a failed write's OSError (a full disk) in a RuntimeError
     except (OSError, RuntimeError) as e:
         cause = e
         while cause is not None and not isinstance(cause, OSError):
@@ -46,7 +46,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
 
 
 def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
-    """torch.load(weights_only=True), every way it can fail one CheckpointError."""
+    """torch.load(weights_only=True), any failure a CheckpointError."""
     if not Path(path).is_file():
         raise CheckpointError(
             f"no checkpoint at {path}; train one (python train.py) or pass --run NAME / "
@@ -57,7 +57,7 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
     except Exception as e:  # noqa: BLE001 (the unpickler fails on arbitrary bytes in many ways)
         unpickling = isinstance(e, pickle.UnpicklingError)
         unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
-        if unpickling and unsafe:  # a pickle that asks to import and call something
+        if unpickling and unsafe:
             raise CheckpointError(
                 f"refused to load {path}: it asks to run {unsafe.group(1)}; a checkpoint holds "
                 "only tensors and plain data"

@@ -1,7 +1,5 @@
-"""The probe: the story's signals every few steps, on PROBE_ROWS sequences of the first val batch.
-Its tags' capital P sorts them first in TensorBoard. It draws no random numbers: a run's losses are
-the same without it.
-"""
+"""The story's signals every few steps, on PROBE_ROWS val sequences; the capital P sorts its tags
+first in TensorBoard. It draws no random numbers: losses are the same without it."""
 
 import math
 import time
@@ -66,7 +64,6 @@ STORY_CHARTS = (
 def probe(
     model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], runtime: Runtime
 ) -> dict[str, float]:
-    """The story's signals on x, y (R, T) at the honest loss's `positions`."""
     x, y = x.to(runtime.device), y.to(runtime.device)
     tokens = stats_shape(*x.shape)[1]
     with eval_mode(model), runtime.autocast():
@@ -87,16 +84,14 @@ def probe(
 
 
 class Probe:
-    """Probes at the steps train.probes picks and logs what it measured."""
-
     def __init__(self, model: GPT, eval_set: EvalSet, cfg: Config, runtime: Runtime, logger):
-        x, y, positions = eval_set.honest[0]  # every probe of every run reads the same tokens
+        x, y, positions = eval_set.honest[0]  # every probe of every run reads these tokens
         self.slice = x[:PROBE_ROWS], y[:PROBE_ROWS], positions
         self.model, self.runtime, self.logger = model, runtime, logger
         self.probes_at = cfg.train.probes_at
 
     def __call__(self, step: int) -> float:
-        """Probe and log at `step` if it is a probe's step; return the seconds it took."""
+        """Probe and log if `step` is a probe's step; return the seconds it took."""
         if self.logger is None or not self.probes_at(step):
             return 0.0
         started = time.perf_counter()

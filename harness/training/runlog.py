@@ -85,8 +85,6 @@ def evaluations(run_dir: Path) -> list[dict]:
 
 
 def phase_change(run_dir: Path) -> str:
-    """When the largest induction score first reached INDUCTION_THRESHOLD, and the loss on repeated
-    tokens before then and at the end."""
     rows = [row for row in read_metrics(run_dir) if "induction/max" in row]
     if not rows:
         return "induction heads: no evaluation measured them"
@@ -117,10 +115,10 @@ def sample_markdown(text: str, n_tokens: int) -> str:
 
 def what_is_saved(run_dir: Path) -> str:
     checkpoint = run_dir / "ckpt.pt"
-    if not checkpoint.is_file():
-        if run_dir.is_dir():
-            return "no checkpoint was saved there"
+    if not run_dir.is_dir():
         return "the folder is gone (removed or moved away), with what it held"
+    if not checkpoint.is_file():
+        return "no checkpoint was saved there"
     try:
         step = read_checkpoint(checkpoint, mmap=True)["step"]
     except CheckpointError:
@@ -148,7 +146,7 @@ class RunLogger:
         self.writer.add_custom_scalars(story_layout(induction))
         try:
             self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run)
-        except OSError as e:  # a folder, or a file without write permission, in its place
+        except OSError as e:  # a folder, or a read-only file, in its place
             raise OutputError(
                 f"cannot append to {path}: {e.strerror}; move it away or choose another --run-name"
             ) from None
