@@ -23,7 +23,7 @@ from harness.training.runlog import (
     STORY,
     UNSMOOTHED,
     RunLogger,
-    parse_step,
+    parse_row,
     read_metrics,
     sample_markdown,
     story_layout,
@@ -113,7 +113,7 @@ def test_only_a_run_that_measures_induction_heads_lays_out_their_section():
 def test_read_metrics_skips_a_line_torn_by_a_kill(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss/val": 4.2}\n{"step": 5, "loss/tr')
     assert read_metrics(tmp_path) == [{"step": 0, "loss/val": 4.2}]
-    assert parse_step('{"step": 5, "loss/tr') is None
+    assert parse_row('{"step": 5, "loss/tr') is None
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_any_damaged_line_is_skipped_alike(tmp_path, damaged):
         b'{"step": 0, "loss/val": 4.2}\n' + damaged + b'\n{"step": 5, "loss/val": 3.9}\n'
     )
     assert read_metrics(tmp_path) == [{"step": 0, "loss/val": 4.2}, {"step": 5, "loss/val": 3.9}]
-    assert parse_step(damaged) is None
+    assert parse_row(damaged) is None
 
 
 def test_the_induction_heads_tell_how_to_read_few_points_unsmoothed():

@@ -1,6 +1,5 @@
-"""Checkpoints, written atomically and read as data only (weights_only=True refuses anything that
-would run code), and the run state --resume restores. A run keeps ckpt.pt (the latest state) and
-best.pt (the weights with the best val loss so far).
+"""Checkpoints, written atomically and read as data only (weights_only=True): ckpt.pt (the latest
+state, what --resume restores) and best.pt (the best val loss's weights).
 """
 
 import dataclasses
@@ -26,49 +25,42 @@ class CheckpointError(Exception):
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
-    """Write payload to path atomically, refusing non-finite weights."""
     for name, tensor in payload.get("model", {}).items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"refusing to save {path}: weight {name} is not finite")
+    earlier = f"its folder {path.parent} is gone (removed or moved away), with what it held"
     if path.is_file():
         earlier = "the previous checkpoint there is intact"
     elif path.parent.is_dir():
         earlier = "no checkpoint was saved"
-    else:
-        earlier = f"its folder {path.parent} is gone (removed or moved away), with what it held"
     try:
-        # the run folder's lock makes this process its only writer
-        with atomic_file(path, one_writer=True) as f:
+        with atomic_file(path, one_writer=True) as f:  # the run folder's lock: its only writer
             torch.save(payload, f)
-    # torch.save reports a failed write (a full disk) as RuntimeError, wrapping the OSError
+    # torch.save wraps a failed write's OSError (a full disk) in a RuntimeError
     except (OSError, RuntimeError) as e:
         cause = e
         while cause is not None and not isinstance(cause, OSError):
             cause = cause.__cause__ or cause.__context__
-        reason = f"the write failed ({type(e).__name__})"
-        if cause is not None and cause.strerror:
-            reason = cause.strerror
+        reason = getattr(cause, "strerror", None) or f"the write failed ({type(e).__name__})"
         raise CheckpointError(f"could not save {path}: {reason}; {earlier}") from None
 
 
 def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
-    """torch.load(weights_only=True), every way it can fail one CheckpointError."""
-    path = Path(path)
-    if not path.is_file():
+    """torch.load(weights_only=True), any failure a CheckpointError."""
+    if not Path(path).is_file():
         raise CheckpointError(
-            f"no checkpoint at {path}; train one first (python train.py --config base) "
-            "or pass --run NAME / --checkpoint PATH"
+            f"no checkpoint at {path}; train one (python train.py) or pass --run NAME / "
+            "--checkpoint PATH"
         )
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    # any file can be named: the unpickler fails on arbitrary bytes in many ways
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 (the unpickler fails on arbitrary bytes in many ways)
         unpickling = isinstance(e, pickle.UnpicklingError)
         unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
-        if unpickling and unsafe:  # a pickle that asks to import and call something
+        if unpickling and unsafe:
             raise CheckpointError(
-                f"refused to load {path}: it asks to run {unsafe.group(1)}, and checkpoints may "
-                "hold only tensors and plain data"
+                f"refused to load {path}: it asks to run {unsafe.group(1)}; a checkpoint holds "
+                "only tensors and plain data"
             ) from None
         kind = "" if unpickling else f" ({type(e).__name__})"
         raise CheckpointError(
@@ -76,20 +68,19 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
         ) from None
     not_ours = f"{path} is not a checkpoint of this project"
     needed = {"model", "config", "tokenizer", "step"}
-    if not isinstance(checkpoint, dict) or not needed <= checkpoint.keys():
+    if not isinstance(checkpoint, dict) or not checkpoint.keys() >= needed:
         raise CheckpointError(f"{not_ours} (it lacks model, config, tokenizer or step)")
     weights = checkpoint["model"]
-    if not isinstance(weights, dict) or not all(torch.is_tensor(t) for t in weights.values()):
-        raise CheckpointError(f"{not_ours} (its model entry is not a dict of tensors)")
+    if not isinstance(weights, dict) or not all(map(torch.is_tensor, weights.values())):
+        raise CheckpointError(f"{not_ours} (its model is not a dict of tensors)")
     val_loss = checkpoint.get("val_loss")
     if val_loss is not None and not (isinstance(val_loss, float) and math.isfinite(val_loss)):
-        raise CheckpointError(f"{path} records a non-finite or invalid val loss ({val_loss!r})")
+        raise CheckpointError(f"{path}: invalid val loss {val_loss!r}")
     model_config_of(checkpoint, path)
     return checkpoint
 
 
 def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
-    """The checkpoint's ModelConfig, its whole config checked as any config is."""
     try:
         return validate_config(checkpoint.get("config"), path, recorded=True).model
     except ConfigError as e:
@@ -97,13 +88,9 @@ def model_config_of(checkpoint: dict, path: Path) -> ModelConfig:
 
 
 def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> None:
-    """Refuse a checkpoint of another model: every field but the attention backend counts."""
-    diff = config_differences(
-        dataclasses.asdict(model_config_of(checkpoint, path)),
-        dataclasses.asdict(wanted),
-        ignore=("attention",),
-    )
-    if diff:
+    """Refuse another model's checkpoint; the attention backend may differ."""
+    saved = dataclasses.asdict(model_config_of(checkpoint, path))
+    if diff := config_differences(saved, dataclasses.asdict(wanted), ignore=("attention",)):
         raise CheckpointError(
             f"{path} was trained with another model config ({'; '.join(diff)}); "
             "resume with the run's own flags, or start a new run"
@@ -111,21 +98,19 @@ def check_model_config(checkpoint: dict, path: Path, wanted: ModelConfig) -> Non
 
 
 def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
-    """(model in eval mode, tokenizer, checkpoint) from the checkpoint's own config, so an old
-    checkpoint loads after the presets change."""
-    path = Path(path)
+    """(model in eval mode, tokenizer, checkpoint), from the checkpoint's own config."""
     checkpoint = read_checkpoint(path)
     model_cfg = model_config_of(checkpoint, path)
     try:
         tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
-    except TokenizerError:  # its files missing (tiktoken offline): not the checkpoint's fault
+    except TokenizerError:  # tiktoken's files missing offline: not the checkpoint's fault
         raise
     except (TypeError, KeyError, ValueError) as e:
         raise CheckpointError(f"{path} holds an invalid tokenizer: {e}") from None
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise CheckpointError(
-            f"{path} is inconsistent: tokenizer has {tokenizer.vocab_size} tokens, "
-            f"model {model_cfg.vocab_size}"
+            f"{path}: the tokenizer has {tokenizer.vocab_size} tokens, the model "
+            f"{model_cfg.vocab_size}"
         )
     check_shapes(path, model_cfg, checkpoint["model"])
     model = GPT(model_cfg)
@@ -134,8 +119,7 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[GPT, Tok
 
 
 def check_shapes(path: Path | str, model_cfg: ModelConfig, state: dict) -> None:
-    """Refuse weights that do not fit the config. The model is built on the meta device, so a
-    crafted config (block_size 1e9) costs nothing."""
+    """Refuse weights that do not fit the config; on the meta device a crafted one costs nothing."""
     with torch.device("meta"):
         expected = GPT(model_cfg).state_dict()
     misfits = [
@@ -151,8 +135,6 @@ def check_shapes(path: Path | str, model_cfg: ModelConfig, state: dict) -> None:
 
 @dataclasses.dataclass
 class Progress:
-    """Where the training loop stands, saved so that --resume continues seamlessly."""
-
     step: int = 0
     evaluated: bool = False  # whether `step` was evaluated before the save
     best_val: float = math.inf  # the best val loss so far: best.pt holds its weights
@@ -162,42 +144,39 @@ class Progress:
 
 
 def read_resumable(cfg: Config, source_sha256: str) -> dict:
-    """The run's ckpt.pt if it can continue this run: same model, optimizer and text, steps left."""
+    """The run's ckpt.pt if it can continue: same model, optimizer and text, steps left."""
     path = cfg.run_dir / "ckpt.pt"
     if not path.is_file():
-        earlier = [folder for folder in moved_aside(cfg.run_dir) if (folder / "ckpt.pt").is_file()]
-        if earlier:  # a fresh start moved the run aside, then stopped before its first checkpoint
-            raise CheckpointError(
-                f"nothing to resume: no checkpoint at {path}, but the run there before was moved "
-                f"aside to {earlier[0]}; to resume that one, move it back in place of {cfg.run_dir}"
-            )
+        for folder in moved_aside(cfg.run_dir):  # by a fresh start stopped before its first save
+            if (folder / "ckpt.pt").is_file():
+                raise CheckpointError(
+                    f"nothing to resume: no checkpoint at {path}, but the run there before was "
+                    f"moved aside to {folder}; move it back to resume it"
+                )
         raise CheckpointError(
             f"nothing to resume: no checkpoint at {path}; check --run-name and --runs-dir, "
-            "or start afresh without --resume"
+            "or drop --resume"
         )
     checkpoint = read_checkpoint(path)
     # an --init-from run's model config comes from the checkpoint: initial_model checks it
     if not cfg.train.init_from:
         check_model_config(checkpoint, path, cfg.model)
-    saved_optimizer = checkpoint["config"].get("train", {}).get("optimizer", "adamw")
-    if saved_optimizer != cfg.train.optimizer:
+    saved = checkpoint["config"]
+    optimizer = saved.get("train", {}).get("optimizer", "adamw")
+    if optimizer != cfg.train.optimizer:
         raise CheckpointError(
-            f"{path} was trained with train.optimizer={saved_optimizer}; "
+            f"{path} was trained with train.optimizer={optimizer}; "
             "resume with the same optimizer, or start a new run"
         )
-    # another text, or other settings of a synthetic source (it has no text)
     if checkpoint.get("source_sha256") != source_sha256:
-        wanted = {k: getattr(cfg.data, k) for k in SETTINGS}
-        saved = checkpoint["config"].get("data", {})
-        diff = "; ".join(config_differences(saved, wanted, (), "data."))
-        other = f"other data ({diff}); resume with them"
-        if cfg.data.source == "text":
-            other = "another text; resume with the same --data-file"
+        other = "another text; resume with the same --data-file"
+        if cfg.data.source != "text":
+            wanted = {k: getattr(cfg.data, k) for k in SETTINGS}
+            diff = config_differences(saved.get("data", {}), wanted, (), "data.")
+            other = f"other data ({'; '.join(diff)}); resume with them"
         raise CheckpointError(f"{path} was trained on {other}, or start a new run")
-    if not all(k in checkpoint for k in ("optimizer", "train_rng", "torch_rng")):
-        raise CheckpointError(
-            f"{path} holds weights only (no optimizer or sampler state), so it cannot be resumed"
-        )
+    if not {"optimizer", "train_rng", "torch_rng"} <= set(checkpoint):
+        raise CheckpointError(f"{path} holds weights only (no optimizer state): not resumable")
     if checkpoint["step"] >= cfg.train.max_steps and checkpoint.get("evaluated", True):
         raise CheckpointError(
             f"{path} already finished at step {checkpoint['step']}; "
@@ -216,28 +195,23 @@ def restore(
     rng_states = checkpoint["torch_rng"]
     if isinstance(rng_states, torch.Tensor):  # one process's state
         rng_states = [rng_states]
-    # saved on a GPU, whose dropout draws from it
-    cuda_states = checkpoint.get("cuda_rng") or [None] * len(rng_states)
+    cuda_states = checkpoint.get("cuda_rng") or [None] * len(rng_states)  # dropout's on a GPU
     if len(rng_states) == runtime.world_size:  # each process's own dropout stream
         set_random_state(runtime.device, rng_states[runtime.rank], cuda_states[runtime.rank])
     else:
         runtime.say(
             f"note: the checkpoint comes from {len(rng_states)} processes, this run has "
-            f"{runtime.world_size}; dropout draws new random masks"
+            f"{runtime.world_size}: dropout draws new masks"
         )
     window_loss, window_steps = checkpoint.get("window", (0.0, 0))
-    return Progress(
-        step=checkpoint["step"],
-        evaluated=checkpoint.get("evaluated", False),
-        best_val=checkpoint.get("best_val", math.inf),
-        window_loss=window_loss,
-        window_steps=window_steps,
-        val_loss=checkpoint.get("val_loss"),
-    )
+    saved = {
+        key: checkpoint[key] for key in ("evaluated", "best_val", "val_loss") if key in checkpoint
+    }
+    return Progress(checkpoint["step"], window_loss=window_loss, window_steps=window_steps, **saved)
 
 
 class Checkpointer:
-    """Saves one run's ckpt.pt (everything --resume needs) and best.pt (the best val loss's)."""
+    """Saves a run's ckpt.pt (everything --resume needs) and best.pt."""
 
     def __init__(
         self, cfg: Config, tokenizer: Tokenizer, source_sha256: str, runtime: Runtime, best_val

@@ -1,8 +1,5 @@
-"""The probe: the story's signals every few steps between the evaluations, on PROBE_ROWS sequences
-of the first val batch. Its tags' capital P sorts them first in TensorBoard, whose first two
-sections open. It draws nothing from training's random streams: a run's losses are the same with the
-probe and without it.
-"""
+"""The story's signals every few steps, on PROBE_ROWS val sequences; the capital P sorts its tags
+first in TensorBoard. It draws no random numbers: losses are the same without it."""
 
 import math
 import time
@@ -31,8 +28,7 @@ PROBE_TAGS = {
     "attn/q_norm": "Probe_attn/q_norm",
     "attn/k_norm": "Probe_attn/k_norm",
 }
-# the story's charts in TensorBoard (runlog.py): (title, its tags), regular expressions anchored so
-# that Probe_attn/score_max does not also match Probe_attn/score_max/L0
+# (title, tags) of the story's charts (runlog.py); anchored: Probe_attn/score_max/L0 is not ^...max$
 STORY_CHARTS = (
     (
         "training loss (loss/train_step): without the mask it falls towards 0; flat: a uniform "
@@ -68,11 +64,9 @@ STORY_CHARTS = (
 def probe(
     model: GPT, x: torch.Tensor, y: torch.Tensor, positions: list[int], runtime: Runtime
 ) -> dict[str, float]:
-    """The story's signals on x, y (R, T) at the honest loss's `positions`."""
     x, y = x.to(runtime.device), y.to(runtime.device)
     tokens = stats_shape(*x.shape)[1]
     with eval_mode(model), runtime.autocast():
-        # a causal model's honest loss is read off its forced pass
         honest, forced = honest_loss(model, x, y, positions)
         metrics = leak_of([(honest, forced)])
         # without the mask the order use costs a pass per position: left to the evaluations
@@ -84,23 +78,21 @@ def probe(
         for layer in range(model.cfg.n_layer)
     }
     probed = {tags[tag]: value for tag, value in metrics.items() if tag in tags}
-    # the loss charts' reference: a uniform guess over the vocabulary
+    # the loss charts' reference: a uniform guess
     probed["Probe_loss/uniform_guess"] = math.log(model.cfg.vocab_size)
     return probed
 
 
 class Probe:
-    """Probes at the steps train.probes picks and logs what it measured."""
-
     def __init__(self, model: GPT, eval_set: EvalSet, cfg: Config, runtime: Runtime, logger):
-        x, y, positions = eval_set.honest[0]
-        # drawn once, so every probe of every run reads the same tokens
+        x, y, positions = eval_set.honest[0]  # every probe of every run reads these tokens
         self.slice = x[:PROBE_ROWS], y[:PROBE_ROWS], positions
-        self.model, self.train_cfg, self.runtime, self.logger = model, cfg.train, runtime, logger
+        self.model, self.runtime, self.logger = model, runtime, logger
+        self.probes_at = cfg.train.probes_at
 
     def __call__(self, step: int) -> float:
-        """Probe and log at `step` if it is a probe's step; return the seconds it took."""
-        if self.logger is None or not self.train_cfg.probes_at(step):
+        """Probe and log if `step` is a probe's step; return the seconds it took."""
+        if self.logger is None or not self.probes_at(step):
             return 0.0
         started = time.perf_counter()
         self.logger.log(step, **probe(self.model, *self.slice, self.runtime))

@@ -1,6 +1,5 @@
-"""Where a run's measurements go: one RunLogger writes TensorBoard, metrics.jsonl and the console,
-and a layout that puts the story on one screen in TensorBoard's CUSTOM SCALARS tab.
-"""
+"""Where a run's measurements go: TensorBoard (the story on one screen of its CUSTOM SCALARS tab),
+metrics.jsonl and the console."""
 
 import contextlib
 import json
@@ -19,20 +18,14 @@ from harness.pictures.heatmaps import HeatmapGrid
 from harness.training.checkpoints import CheckpointError, read_checkpoint
 from harness.training.evaluation import HONEST_POSITIONS, Evaluation
 from harness.training.probe import PROBE_ROWS, STORY_CHARTS
-from harness.training.runtime import Runtime, preset_advice
+from harness.training.runtime import Runtime
 from model.heads import head_name
 from model.induction import INDUCTION_THRESHOLD
 
 CONSOLE_TAGS = (
-    "loss/train",
-    "loss/val",
-    "loss/val_honest",
-    "attn/entropy",
-    "attn/saturated_frac",
-    "attn/future_mass",
+    "loss/train loss/val loss/val_honest attn/entropy attn/saturated_frac attn/future_mass".split()
 )
-# TensorBoard smooths every curve by 0.6 unless told otherwise, which draws a curve of a few
-# evaluations far from its values; this address opens the tab with smoothing off.
+# TensorBoard's smoothing (0.6) draws a curve of a few points far from them: this opens it at 0
 UNSMOOTHED = "#custom_scalars&_smoothingWeight=0"
 STORY = (
     "the story: mask, scale and positions (a point every few steps, train.probes; losses at "
@@ -42,7 +35,7 @@ INDUCTION = (
     "induction heads (one point per evaluation: set Smoothing to 0, or open "
     f"localhost:6006/{UNSMOOTHED})"
 )
-# (title, tags) as in probe.py's STORY_CHARTS
+# as probe.py's STORY_CHARTS
 INDUCTION_CHARTS = (
     (
         "largest induction score: attention from a repeated token to what followed its earlier "
@@ -62,7 +55,6 @@ INDUCTION_CHARTS = (
 
 
 def story_layout(induction: bool) -> dict:
-    """The custom-scalars layout: the story, and the induction heads if the run measures them."""
     layout = {STORY: {title: ["Multiline", tags] for title, tags in STORY_CHARTS}}
     if induction:
         layout[INDUCTION] = {
@@ -73,26 +65,19 @@ def story_layout(induction: bool) -> dict:
 
 
 def parse_row(line: bytes | str) -> dict | None:
-    """A metrics.jsonl line's row, or None for a damaged line or a step that is no int."""
+    """A metrics.jsonl line's row, or None for a damaged line."""
     row = parse_json(line)
     return row if isinstance(row, dict) and type(row.get("step")) is int else None
 
 
-def parse_step(line: bytes | str) -> int | None:
-    row = parse_row(line)
-    return None if row is None else row["step"]
-
-
 def metric_lines(path: Path) -> list[tuple[bytes, dict]]:
-    """The intact lines of a metrics.jsonl, each with its row."""
     rows = [(line, parse_row(line)) for line in path.read_bytes().splitlines()]
     return [(line, row) for line, row in rows if row is not None]
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    if not (run_dir / "metrics.jsonl").is_file():
-        return []
-    return [row for _, row in metric_lines(run_dir / "metrics.jsonl")]
+    path = run_dir / "metrics.jsonl"
+    return [row for _, row in metric_lines(path)] if path.is_file() else []
 
 
 def evaluations(run_dir: Path) -> list[dict]:
@@ -100,8 +85,6 @@ def evaluations(run_dir: Path) -> list[dict]:
 
 
 def phase_change(run_dir: Path) -> str:
-    """One line on when the largest induction score first reached INDUCTION_THRESHOLD, and the loss
-    on repeated positions before it and at the end."""
     rows = [row for row in read_metrics(run_dir) if "induction/max" in row]
     if not rows:
         return "induction heads: no evaluation measured them"
@@ -120,23 +103,22 @@ def phase_change(run_dir: Path) -> str:
 
 
 def sample_markdown(text: str, n_tokens: int) -> str:
-    """A sample for TensorBoard's text tab, in a code block. A degenerate sample (the --no-mask
-    run's newlines) gets a note and visible whitespace, not an empty box."""
-    if (verdict := degenerate(text)) is None:
-        return "\n".join("    " + line for line in text.splitlines())  # indented: verbatim
-    note = (
-        f"**{n_tokens} tokens, {verdict[0]}** ({verdict[1]}; whitespace shown as \u21b5 and \u2423)"
-    )
-    visible = text.replace(" ", "\u2423").replace("\n", "\u21b5")
-    return note + "\n\n" + "\n".join("    " + line for line in textwrap.wrap(visible, 100) or [""])
+    """Indented for TensorBoard's text tab (verbatim); a degenerate one (--no-mask's newlines) gets
+    a note and visible whitespace, not an empty box."""
+    note, lines = "", text.splitlines()
+    if verdict := degenerate(text):
+        what, counts = verdict
+        note = f"**{n_tokens} tokens, {what}** ({counts}; whitespace shown as ↵ and ␣)\n\n"
+        lines = textwrap.wrap(text.replace(" ", "␣").replace("\n", "↵"), 100) or [""]
+    return note + "\n".join("    " + line for line in lines)
 
 
 def what_is_saved(run_dir: Path) -> str:
     checkpoint = run_dir / "ckpt.pt"
-    if not checkpoint.is_file():
-        if run_dir.is_dir():
-            return "no checkpoint was saved there"
+    if not run_dir.is_dir():
         return "the folder is gone (removed or moved away), with what it held"
+    if not checkpoint.is_file():
+        return "no checkpoint was saved there"
     try:
         step = read_checkpoint(checkpoint, mmap=True)["step"]
     except CheckpointError:
@@ -145,29 +127,28 @@ def what_is_saved(run_dir: Path) -> str:
 
 
 class RunLogger:
-    """The one place metrics go. A failed write ends the run in one line; TensorBoard's writer
-    thread fails quietly, raising again here."""
+    """A failed write ends the run in one line, TensorBoard's writer thread's too (it fails
+    quietly)."""
 
     def __init__(self, run_dir: Path, resume_step: int | None = None, induction: bool = False):
         from torch.utils.tensorboard import SummaryWriter  # slow to import
 
         self.run_dir, path = run_dir, run_dir / "metrics.jsonl"
-        # drop what an interrupted run logged after its checkpoint
-        if resume_step is not None and path.is_file():
-            kept = [line for line, row in metric_lines(path) if row["step"] <= resume_step]
-            write_atomically(path, b"".join(line + b"\n" for line in kept))
-        # TensorBoard hides later events of the old run
-        purge = None if resume_step is None else resume_step + 1
+        purge = None  # a resumed run drops what was logged after its checkpoint
+        if resume_step is not None:
+            purge = resume_step + 1
+            if path.is_file():
+                kept = [line for line, row in metric_lines(path) if row["step"] <= resume_step]
+                write_atomically(path, b"".join(line + b"\n" for line in kept))
         before = set(threading.enumerate())
         self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge)
         self.writer_threads = set(threading.enumerate()) - before
         self.writer.add_custom_scalars(story_layout(induction))
         try:
             self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run)
-        except OSError as e:  # a folder, or a file without write permission, in its place
+        except OSError as e:  # a folder, or a read-only file, in its place
             raise OutputError(
-                f"cannot append to {path}: {e.strerror}; move it out of the way, "
-                "or choose another --run-name"
+                f"cannot append to {path}: {e.strerror}; move it away or choose another --run-name"
             ) from None
         self.other_threads_failed, threading.excepthook = threading.excepthook, self.thread_failed
         self.heatmap_grid = None  # laid out at the first evaluation
@@ -195,31 +176,26 @@ class RunLogger:
             self.jsonl.flush()
         if console:
             shown = [
-                f"{tag.split('/')[-1]} {metrics[tag]:.4f}" for tag in CONSOLE_TAGS if tag in metrics
+                f"{tag.split('/')[1]} {metrics[tag]:.4f}" for tag in CONSOLE_TAGS if tag in metrics
             ]
             tqdm.write(f"step {step:5d} | " + " | ".join(shown))
 
-    def log_evaluation(
-        self, step: int, evaluation: Evaluation, flags: str, causal: bool = True
-    ) -> None:
-        self.log_heatmaps(step, evaluation.heatmaps, evaluation.heatmap_labels, flags, causal)
-        text = sample_markdown(evaluation.sample, evaluation.sample_tokens)
+    def log_evaluation(self, step: int, report: Evaluation, flags: str, causal: bool) -> None:
+        self.log_heatmaps(step, report.heatmaps, report.heatmap_labels, flags, causal)
+        text = sample_markdown(report.sample, report.sample_tokens)
         with self.writing():
             self.writer.add_text("samples", text, step)
-        self.log(step, console=True, **evaluation.metrics)
+        self.log(step, console=True, **report.metrics)
 
     def log_heatmaps(
         self, step: int, weights: list[torch.Tensor], labels: list[str], flags: str, causal=True
     ) -> None:
-        """One image per head from weights (1, H, T, T) per layer: a grid of heads would shrink the
-        labels past reading. One panel, laid out once (most of a picture's cost), is repainted."""
+        """One image per head (a grid of heads would shrink the labels past reading), repainting one
+        panel laid out once (most of a picture's cost)."""
         if self.heatmap_grid is None:  # wide enough for the last head's title at step 10**6
-            last = (
-                f"{head_name(len(weights) - 1, weights[0].shape[1] - 1)} at step {10**6} ({flags})"
-            )
-            self.heatmap_grid = HeatmapGrid(
-                1, labels, head_names=["attention weights"], title=last, causal=causal
-            )
+            last = head_name(len(weights) - 1, weights[0].shape[1] - 1)
+            title = f"{last} at step {10**6} ({flags})"
+            self.heatmap_grid = HeatmapGrid(1, labels, ["attention weights"], title, causal=causal)
         for layer, layer_weights in enumerate(weights):
             for head in range(layer_weights.shape[1]):
                 name = head_name(layer, head)
@@ -236,24 +212,25 @@ class RunLogger:
 
 
 def open_run_dir(cfg: Config, runtime: Runtime) -> FolderLock | None:
-    """A fresh run folder (an earlier run moved aside) or the resumed one, with config.json;
-    returns its lock."""
+    """Claim the run folder (an earlier run moved aside unless resumed), write config.json; return
+    its lock."""
     if not runtime.is_main:
         return None
     lock, moved = claim_run_folder(cfg.run_dir, cfg.train.resume)
     try:
         write_atomically(cfg.run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
-    except OSError as e:  # a full disk: the checkpoint there, if any, is intact
+    except OSError as e:  # a full disk
         raise OutputError(
             f"could not save {cfg.run_dir / 'config.json'}: {e.strerror}; free some space or "
             "choose another --runs-dir"
         ) from None
-    where = f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}"
-    if moved:
-        where += f" (previous run moved to {moved})"
-    runtime.say(where)
-    if advice := preset_advice(cfg.name, runtime.device):
-        runtime.say(advice)
+    moved = f" (previous run moved to {moved})" if moved else ""
+    runtime.say(f"device: {runtime.device} ({runtime.why}); run folder: {cfg.run_dir}{moved}")
+    if runtime.device.type == "cuda" and cfg.name in ("base", "char", "char-modern"):
+        runtime.say(
+            f"note: the {cfg.name} preset is sized for a 2-core CPU; for one GPU, try "
+            "python train.py --config char-gpu (docs/performance.md#on-a-gpu)"
+        )
     sections = " | ".join(f"{s}: {getattr(cfg, s)}" for s in ("model", "data", "train"))
     runtime.say(f"config {cfg.name}: {sections}")
     return lock

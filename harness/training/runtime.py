@@ -1,6 +1,4 @@
-"""Where a run computes: the device, the backend switches, the processes under torchrun, clean
-stops. Decided once, from config, by `setup_runtime`, and passed down.
-"""
+"""Where a run computes: the device, the backend switches, torchrun's processes, clean stops."""
 
 import contextlib
 import ctypes
@@ -48,67 +46,36 @@ class Runtime:
             print(*args, **kwargs)
 
 
-def keep_freed_memory(threshold: int = 2**30) -> bool:
-    """Make glibc's malloc keep freed blocks up to `threshold` bytes, so each CPU step does not
-    fault its activations in again, page by page; True if it took effect."""
+def keep_freed_memory() -> bool:
+    """Make glibc keep freed blocks up to 1 GiB, so each CPU step does not fault its activations in
+    again; True if it took effect."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    libc = ctypes.CDLL(None)
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
-    return bool(
-        libc.mallopt(M_MMAP_THRESHOLD, threshold) and libc.mallopt(M_TRIM_THRESHOLD, threshold)
-    )
-
-
-GPU_PRESET = "char-gpu"  # the preset sized for one GPU (configs/char-gpu.toml)
-# README's first commands and the quick char: presets sized for a 2-core CPU
-CPU_DEMOS = ("base", "char", "char-modern")
-
-
-def preset_advice(preset: str, device: torch.device) -> str | None:
-    if device.type != "cuda" or preset not in CPU_DEMOS:
-        return None
-    return (
-        f"note: the {preset} preset is sized for a 2-core CPU, and a GPU trains it in seconds; "
-        f"for one GPU, python train.py --config {GPU_PRESET} trains nanoGPT's shakespeare_char "
-        "shape (docs/performance.md#on-a-gpu)"
-    )
-
-
-def resolve_device(wanted: str) -> tuple[str, str]:
-    """train.device -> (device name, how it was chosen)."""
-    has_cuda, has_mps = torch.cuda.is_available(), torch.backends.mps.is_available()
-    if wanted == "auto":
-        if has_cuda:
-            return "cuda", "auto: CUDA found"
-        if has_mps:
-            return "mps", "auto: Apple MPS found"
-        return "cpu", "auto: no CUDA or MPS found"
-    lacking = None
-    if wanted.startswith("cuda") and not has_cuda:
-        lacking = "this machine has no CUDA"
-    if wanted == "mps" and not has_mps:
-        lacking = "Apple MPS is not available here"
-    if lacking:
-        raise ConfigError(
-            f"--device {wanted} asked for, but {lacking}; use --device auto or --device cpu"
-        )
-    return wanted, "from train.device"
+    mallopt = ctypes.CDLL(None).mallopt
+    # M_MMAP_THRESHOLD (-3) and M_TRIM_THRESHOLD (-1), from glibc's malloc.h
+    return bool(mallopt(-3, 2**30) and mallopt(-1, 2**30))
 
 
 def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
-    """Resolve the device, join torchrun's process group, set the backend switches. Scoring and
-    sampling pass reuse_memory=False: their sizes vary, and kept blocks fragment."""
-    wanted, why = resolve_device(train_cfg.device)
+    """Scoring and sampling pass reuse_memory=False: their sizes vary, and kept blocks fragment."""
+    wanted, why = train_cfg.device, "from train.device"
+    has_cuda, has_mps = torch.cuda.is_available(), torch.backends.mps.is_available()
+    if wanted == "auto" and has_cuda:
+        wanted, why = "cuda", "auto: CUDA found"
+    elif wanted == "auto" and has_mps:
+        wanted, why = "mps", "auto: Apple MPS found"
+    elif wanted == "auto":
+        wanted, why = "cpu", "auto: no CUDA or MPS found"
+    elif (wanted.startswith("cuda") and not has_cuda) or (wanted == "mps" and not has_mps):
+        raise ConfigError(f"--device {wanted} is not available here; use --device auto or cpu")
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if world_size > 1:  # launched by torchrun: one process per device
+    if world_size > 1:  # torchrun: one process per device
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         if wanted.startswith("cuda"):
             wanted = f"cuda:{local_rank}"
             torch.cuda.set_device(local_rank)
         if not torch.distributed.is_initialized():
-            backend = "nccl" if wanted.startswith("cuda") else "gloo"
-            torch.distributed.init_process_group(backend=backend)
+            torch.distributed.init_process_group("nccl" if wanted.startswith("cuda") else "gloo")
         why += f"; rank {rank} of {world_size} ({torch.distributed.get_backend()})"
     device = torch.device(wanted)
     if device.type == "cpu":
@@ -119,8 +86,7 @@ def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
         torch.set_flush_denormal(True)
     autocast_dtype = None
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         # bf16 where the card has bf16 units (Ampere and later); older cards only emulate it
         if torch.cuda.is_bf16_supported(including_emulation=False):
             autocast_dtype = torch.bfloat16
@@ -133,8 +99,7 @@ def setup_runtime(train_cfg: TrainConfig, reuse_memory: bool = True) -> Runtime:
     return Runtime(device, autocast_dtype, why, rank, world_size, use_compile)
 
 
-def has_triton() -> bool:
-    """Whether Triton can build kernels here, as torch's private check says."""
+def has_triton() -> bool:  # torch's private check
     try:
         from torch.utils._triton import has_triton as torch_has_triton
     except ImportError:
@@ -143,7 +108,7 @@ def has_triton() -> bool:
 
 
 def random_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The random state dropout draws from: the CPU's, and the CUDA device's (or None)."""
+    """What dropout draws from: the CPU's state and the CUDA device's (or None)."""
     if device.type == "cuda":
         return torch.get_rng_state(), torch.cuda.get_rng_state(device)
     return torch.get_rng_state(), None
@@ -156,8 +121,8 @@ def set_random_state(device: torch.device, cpu: torch.Tensor, cuda: torch.Tensor
 
 
 class EagerOnFailure:
-    """The compiled model, or the plain one if compiling fails at the first call: the run goes on
-    eagerly, saying so, with the first call's random state put back for the retry."""
+    """The compiled model, or the plain one if compiling fails at the first call (the random state
+    put back for the retry)."""
 
     def __init__(self, compiled, eager, runtime: Runtime):
         self.model, self.eager, self.runtime, self.fell_back = compiled, eager, runtime, False
@@ -168,10 +133,8 @@ class EagerOnFailure:
         state = random_state(self.runtime.device)
         try:
             out = self.model(*args, **kwargs)
-        # a failure of the model itself recurs in the eager call and propagates
-        except Exception as e:
-            root = e
-            # torch wraps the backend's own error (BackendCompilerFailed)
+        except Exception as e:  # a failure of the model itself recurs in the eager call
+            root = e  # torch wraps the backend's own error (BackendCompilerFailed)
             while getattr(root, "inner_exception", None) or root.__cause__:
                 root = getattr(root, "inner_exception", None) or root.__cause__
             reason = (str(root).strip().splitlines() or [""])[0].strip()[:200]
@@ -185,26 +148,21 @@ class EagerOnFailure:
         self.eager = None
         return out
 
-    def no_sync(self):
-        return self.model.no_sync()
-
-    def parameters(self):
-        return self.model.parameters()
+    def __getattr__(self, name: str):  # no_sync(), parameters()
+        return getattr(self.model, name)
 
 
 def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
-    """The model as the step runs it: DDP under torchrun, compiled if asked."""
-    wrapped = model
     if runtime.world_size > 1:
-        wrapped = torch.nn.parallel.DistributedDataParallel(model)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     if runtime.use_compile:
-        return EagerOnFailure(torch.compile(wrapped), wrapped, runtime)
-    return wrapped
+        return EagerOnFailure(torch.compile(model), model, runtime)
+    return model
 
 
 def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, Config]:
-    """The corpus, and the config with model.vocab_size from its tokenizer; under torchrun the main
-    process prepares the .bin files first."""
+    """The corpus, and the config with its vocab_size; under torchrun the main process prepares the
+    .bin files."""
     if cfg.data.source != "text":
         corpus = load_synthetic(cfg.data)
     else:
@@ -218,7 +176,7 @@ def load_data(cfg: Config, runtime: Runtime) -> tuple[Corpus | SyntheticCorpus, 
 
 
 def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
-    """Whether any process was asked to stop: all then stop at the same step."""
+    """Whether any process was asked to stop, so that all stop at the same step."""
     if runtime.world_size == 1:  # no tensor: reading one back would sync the GPU every step
         return bool(stop.signum)
     # NCCL reduces only tensors on the process's GPU
@@ -227,8 +185,8 @@ def stop_asked(stop: StopFlag, runtime: Runtime) -> bool:
 
 
 def shut_down() -> None:
-    """A late Ctrl-C prints no traceback (a handler that does nothing: SIG_IGN would read as the
-    launcher's to a command run again here); torchrun's group is left."""
+    """A late Ctrl-C prints no traceback (SIG_IGN would pass on to a command run again here); leave
+    torchrun's group."""
     for sig in answered_signals():
         signal.signal(sig, lambda signum, frame: None)
     if torch.distributed.is_initialized():

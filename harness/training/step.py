@@ -11,61 +11,47 @@ from data.batches import draw_batch
 from data.files import write_atomically
 from harness.training.runtime import Runtime
 
-# in the run's folder: the step whose loss or gradient was not finite
-DIVERGED = "diverged.json"
+DIVERGED = "diverged.json"  # in the run folder: the step whose loss or gradient was not finite
 
 
 class TrainingError(Exception):
-    """Training cannot go on (a non-finite loss or gradient)."""
+    """A non-finite loss or gradient."""
 
 
 def draw_micro_batches(
     split, cfg: Config, runtime: Runtime, generator: torch.Generator
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's micro-batches for one step: every rank draws the whole global batch from an
-    identically seeded generator and keeps its own, so the split does not change the tokens."""
+    """This rank's share of the global batch (B*A*W, T) that every rank draws: the number of ranks
+    does not change the tokens."""
     B, A = cfg.train.batch_size, cfg.train.grad_accum_steps
-    # (B*A*W, T)
     x, y = draw_batch(split, B * A * runtime.world_size, cfg.model.block_size, generator)
     mine = slice(runtime.rank * A, (runtime.rank + 1) * A)
     return list(zip(x.split(B)[mine], y.split(B)[mine], strict=True))
 
 
 def micro_steps(model, micro_batches: list, runtime: Runtime):
-    """Each micro-batch on the device, with its context: under DDP, no_sync() on all but the last,
-    so gradients are averaged across ranks once."""
+    """Each micro-batch on the device, with no_sync() under DDP on all but the last: gradients are
+    averaged across ranks once."""
+    device = runtime.device
     for m, (x, y) in enumerate(micro_batches):
-        last = m == len(micro_batches) - 1
-        ddp_sync = contextlib.nullcontext() if last or runtime.world_size == 1 else model.no_sync()
-        yield (
-            x.to(runtime.device, non_blocking=True),
-            y.to(runtime.device, non_blocking=True),
-            ddp_sync,
-        )
+        sync = m == len(micro_batches) - 1 or runtime.world_size == 1
+        context = contextlib.nullcontext() if sync else model.no_sync()
+        yield x.to(device, non_blocking=True), y.to(device, non_blocking=True), context
 
 
-def check_finite(
-    loss: torch.Tensor,
-    grad_norm: torch.Tensor,
-    step: int,
-    checkpoint: Path | None,
-    record: bool = True,
-) -> None:
-    """Stop before the update when the loss or the gradient is not finite (one sync per step);
-    with `record`, diverged.json tells a run that diverged from one that failed."""
+def check_finite(loss, grad_norm, step: int, checkpoint: Path | None, record: bool = True) -> None:
+    """Stop before the update on a non-finite loss or gradient (one sync per step); with `record`,
+    diverged.json tells a run that diverged from one that failed."""
     if torch.isfinite(loss + grad_norm):
         return
-    bad = "loss" if not torch.isfinite(loss) else "gradient"
+    bad = "gradient" if torch.isfinite(loss) else "loss"
     kept = ""
     if checkpoint is not None:
-        kept = f". The last good checkpoint, {checkpoint}, is untouched"
-        if record:
-            # the error below says what happened all the same
+        kept = f"; {checkpoint} is untouched"
+        if record:  # the error says what happened all the same
+            diverged = json.dumps({"step": step + 1, "non_finite": bad}).encode()
             with contextlib.suppress(OSError):
-                write_atomically(
-                    checkpoint.parent / DIVERGED,
-                    json.dumps({"step": step + 1, "non_finite": bad}).encode(),
-                )
+                write_atomically(checkpoint.parent / DIVERGED, diverged)
     raise TrainingError(
         f"non-finite {bad} at step {step + 1}; stopped before the update{kept}; "
         "try a lower --train.lr or --train.grad_clip"
