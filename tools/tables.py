@@ -141,12 +141,9 @@ def order_differences_table(figures: dict) -> str:
     rows = [["difference", *ORDER_HEADERS]]
     for config, value in comparisons(figures):
         base, no_pos, no_mask, neither = order_variants(config)
-        for label, shown in (
-            (no_pos, f"{no_pos} {MINUS} {base}"),
-            (f"{neither} {MINUS} {no_mask}", f"{neither} {MINUS} {no_mask}"),
-        ):
-            differences = value["differences"][label]
-            rows.append([shown, *(cell(differences[t]) for t in ORDER_COLUMNS)])
+        for label in (no_pos, f"{neither} {MINUS} {no_mask}"):
+            shown = label if MINUS in label else f"{label} {MINUS} {base}"
+            rows.append([shown, *(cell(value["differences"][label][t]) for t in ORDER_COLUMNS)])
     return markdown_table(rows)
 
 
