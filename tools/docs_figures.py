@@ -40,14 +40,14 @@ def flatten(value, name: str, out: dict[str, float]) -> None:
 def code_values() -> dict[str, float]:
     char, base = load_config(["--config", "char"]), load_config(["--config", "base"])
     n_char = 65  # Tiny Shakespeare's characters (tests/test_data.py)
-    sizes = {
-        name: GPT(dataclasses.replace(cfg.model, vocab_size=v)).num_params()
-        for name, cfg, v in (("char", char, n_char), ("base", base, 50257))
-    }
+
+    def millions(cfg, vocab_size: int) -> float:
+        return GPT(dataclasses.replace(cfg.model, vocab_size=vocab_size)).num_params() / 1e6
+
     train = char.train
     values = dict(
-        char_params_m=sizes["char"] / 1e6,
-        base_params_m=sizes["base"] / 1e6,
+        char_params_m=millions(char, n_char),
+        base_params_m=millions(base, 50257),
         base_embedding_m=50257 * base.model.n_embd / 1e6,
         char_vocab=n_char,
         ln_char_vocab=math.log(n_char),
