@@ -30,7 +30,7 @@ def test_a_figure_that_drifts_is_caught():
     problems = sync(figures, write=False)
     assert any(
         p.startswith("README.md line ")
-        and p.endswith(": says '1.862' where docs/figures.json gives 1.872 (char.last.loss/val)")
+        and p.endswith(": '1.862' should read 1.872 (char.last.loss/val)")
         for p in problems
     ), problems
     assert any(
@@ -39,7 +39,7 @@ def test_a_figure_that_drifts_is_caught():
         )
         for p in problems
     )
-    assert any(p.startswith("README.md: its table") for p in problems), problems
+    assert "README.md: table: readme_table is stale" in problems, problems
 
 
 def test_every_measured_entry_names_its_command_machine_and_date():
@@ -113,12 +113,11 @@ def test_a_marker_is_filled_and_one_naming_no_figure_or_table_is_caught():
     assert text.startswith("val <!-- {char.last.loss/val:.3f} -->\n1.862 at step <!-- ")
     assert "-->410\n" in text and "python train.py   # 410 steps" in text
     assert problems == [
-        "README.md line 2: says '1.000' where docs/figures.json gives 1.862 (char.last.loss/val)",
-        "README.md line 2: says '{x:.0f}' where docs/figures.json gives 410 (char.last.step)",
-        "README.md line 6: says 'train.py   # 9 steps' where docs/figures.json gives 410 "
-        "(char.last.step)",
-        "README.md: docs/figures.json holds no figure nope.x",
-        "README.md: <!-- table: nope_table --> names no table of tools/tables.py",
+        "README.md line 2: '1.000' should read 1.862 (char.last.loss/val)",
+        "README.md line 2: '{x:.0f}' should read 410 (char.last.step)",
+        "README.md line 6: 'train.py   # 9 steps' should read 410 (char.last.step)",
+        "README.md: no figure nope.x",
+        "README.md: <!-- table: nope_table --> names no table",
         "README.md: no 'at 410' after <!-- at {char.last.step:.0f} -->",
     ]
 

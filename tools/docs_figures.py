@@ -1,6 +1,5 @@
-"""Every measured figure, table and output of README.md and docs/ (marked as docs/tests.md says)
-from docs/figures.json: --record stores what the runs hold there first, --check changes nothing
-and names each difference."""
+"""Fills the figures, tables and outputs that README.md and docs/ mark (docs/tests.md) from
+docs/figures.json."""
 
 import dataclasses
 import functools
@@ -41,14 +40,14 @@ def flatten(value, name: str, out: dict[str, float]) -> None:
 def code_values() -> dict[str, float]:
     char, base = load_config(["--config", "char"]), load_config(["--config", "base"])
     n_char = 65  # Tiny Shakespeare's characters (tests/test_data.py)
-    sizes = {
-        name: GPT(dataclasses.replace(cfg.model, vocab_size=v)).num_params()
-        for name, cfg, v in (("char", char, n_char), ("base", base, 50257))
-    }
+
+    def millions(cfg, vocab_size: int) -> float:
+        return GPT(dataclasses.replace(cfg.model, vocab_size=vocab_size)).num_params() / 1e6
+
     train = char.train
     values = dict(
-        char_params_m=sizes["char"] / 1e6,
-        base_params_m=sizes["base"] / 1e6,
+        char_params_m=millions(char, n_char),
+        base_params_m=millions(base, 50257),
         base_embedding_m=50257 * base.model.n_embd / 1e6,
         char_vocab=n_char,
         ln_char_vocab=math.log(n_char),
@@ -119,17 +118,17 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
         if template.startswith("table: "):
             make = getattr(tables, template.removeprefix("table: "), None)
             if not template.endswith("_table") or make is None:
-                problems.append(f"{doc}: {marker.group(0)} names no table of tools/tables.py")
+                problems.append(f"{doc}: {marker.group(0)} names no table")
                 continue
             start = text.index("\n|", marker.end()) + 1
             end = (text + "\n\n").index("\n\n", start)
             if text[start:end] != (table := make(figures)):
-                problems.append(f"{doc}: its {template} differs from docs/figures.json's")
+                problems.append(f"{doc}: {template} is stale")
                 edits.append((start, end, table))
             continue
         names = PLACEHOLDER.findall(template)
         if unknown := [name for name, _ in names if name not in values]:
-            problems.append(f"{doc}: docs/figures.json holds no figure {unknown[0]}")
+            problems.append(f"{doc}: no figure {unknown[0]}")
             continue
         if not names:
             continue
@@ -143,10 +142,8 @@ def sync_doc(doc: str, text: str, figures: dict, values: dict) -> tuple[str, lis
             continue
         if list(found.groups()) != wanted:
             line = text.count("\n", 0, found.start(1)) + 1
-            problems.append(
-                f"{doc} line {line}: says {found.group(0).strip()!r} where docs/figures.json gives "
-                f"{', '.join(wanted)} ({', '.join(name for name, _ in names)})"
-            )
+            said = f"{found.group(0).strip()!r} should read {', '.join(wanted)}"
+            problems.append(f"{doc} line {line}: {said} ({', '.join(n for n, _ in names)})")
         edits += [(found.start(k), found.end(k), value) for k, value in enumerate(wanted, 1)]
     for start, end, value in sorted(set(edits), reverse=True):
         text = text[:start] + value + text[end:]
@@ -170,13 +167,12 @@ def main(argv: list[str]) -> int:
     parser = OneLineParser(__doc__)
     add = parser.add_argument
     switch = functools.partial(add, action="store_true")
-    switch("--record", help="first store what the runs under --runs-dir hold")
-    add("--runs-dir", type=Path, default=Path("runs"), help="where --record looks (default: runs)")
-    switch("--check", help="change nothing; exit 1 if a doc differs from docs/figures.json")
-    switch("--record-outputs", help="run the commands whose outputs the docs show, and store them")
-    switch("--check-outputs", help="change nothing; exit 1 if a command now prints another output")
-    split = functools.partial(str.split, sep=",")
-    add("--outputs", type=split, metavar="KEYS", help="only these outputs (default: all)")
+    switch("--record", help="first store the figures of the runs in --runs-dir")
+    add("--runs-dir", type=Path, default=Path("runs"))
+    switch("--check", help="change nothing; exit 1 if a doc differs")
+    switch("--record-outputs", help="run the commands the docs show, and store their outputs")
+    switch("--check-outputs", help="change nothing; exit 1 if an output changed")
+    add("--outputs", type=lambda s: s.split(","), metavar="KEYS", help="only these (default: all)")
     add("--probe-cost", nargs="+", metavar=("KEY", "REPORT"), help="record bench.py reports")
     args = parser.parse_args(argv)
     keys = [o.key for o in OUTPUTS]
@@ -186,8 +182,7 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     if args.check_outputs:
         problems = check_outputs(read_figures(), args.runs_dir, args.outputs)
-        said = "every output the docs show is what its command prints on the runs under"
-        print("\n".join(problems) or f"{said} {args.runs_dir}/")
+        print("\n".join(problems) or f"every output agrees with the runs in {args.runs_dir}/")
         return 1 if problems else 0
     if args.probe_cost:
         print(record_probe_cost(*args.probe_cost))

@@ -1,6 +1,7 @@
 """docs/figures.json (each entry a command's result, command, machine and date), and the readers
 that turn what runs leave into entries."""
 
+import dataclasses
 import json
 import os
 import re
@@ -13,8 +14,7 @@ import torch
 
 from data.files import write_atomically
 from harness.experiments.profiling import machine_facts
-from harness.experiments.stats import paired_difference, spread, to_json
-from harness.experiments.sweep import interval as half_interval
+from harness.experiments.stats import half_width, spread, to_json
 from harness.folders import OutputError, read_json
 from harness.pictures.curves import plot_positions
 from harness.training.runlog import evaluations, read_metrics
@@ -136,15 +136,9 @@ def sweep_command(config: str, value: dict) -> str:
 
 
 def interval(values: list[float]) -> dict:
-    s = half_interval(values)
-    half = s.pop("half_width") or 0.0
-    return s | {"low": s["mean"] - half, "high": s["mean"] + half}
-
-
-def difference(mine: list[float], theirs: list[float]) -> dict:
-    d = paired_difference(mine, theirs)
-    half = d.half_width or 0.0
-    return {"mean": d.mean, "low": d.mean - half, "high": d.mean + half, "n": d.n}
+    s = spread(values)
+    half = half_width(s) or 0.0
+    return dataclasses.asdict(s) | {"low": s.mean - half, "high": s.mean + half}
 
 
 def losses(context: dict) -> dict[str, float]:
@@ -159,10 +153,10 @@ def context_figures(folder: Path, config: str) -> dict | None:
     if not found:
         return None
     order = in_table_order(found, config)
-    first_run = next(iter(next(iter(found.values())).values()))
-    out: dict = {"block_size": first_run["block_size"], "differences": {}}
+    out: dict = {"differences": {}}
     for variant in order:
         runs = list(found[variant].values())
+        out.setdefault("block_size", runs[0]["block_size"])
         contexts = runs[0]["contexts"]
         entry = out[variant] = {"positions": runs[0]["positions"], "seeds": len(runs)}
         for label, first in contexts.items():
@@ -180,15 +174,18 @@ def context_figures(folder: Path, config: str) -> dict | None:
             for label in contexts:
                 if not seeds or label not in found[reference][seeds[0]]["contexts"]:
                     continue
-                mine, theirs = (
-                    [losses(found[v][s]["contexts"][label]) for s in seeds]
-                    for v in (variant, reference)
-                )
-                out["differences"].setdefault(variant, {}).setdefault(reference, {})[label] = {
-                    name: difference([a[name] for a in mine], [b[name] for b in theirs])
-                    for name in mine[0]
-                    if name in theirs[0]  # the buckets both cut
+                pairs = [
+                    [losses(found[v][s]["contexts"][label]) for v in (variant, reference)]
+                    for s in seeds
+                ]
+                differences = out["differences"].setdefault(variant, {}).setdefault(reference, {})
+                differences[label] = {  # paired by seed; the buckets both cut
+                    name: interval([a[name] - b[name] for a, b in pairs])
+                    for name in pairs[0][0]
+                    if name in pairs[0][1]
                 }
+                for d in differences[label].values():
+                    del d["std"]
     return out
 
 

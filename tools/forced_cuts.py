@@ -1,6 +1,5 @@
-"""How many GPT-2 ids data/chunks.py's forced cuts change, on texts with no safe place to cut
-(Tiny Shakespeare without whitespace, as base64, as lower-case letters only; random ACGT): each
-piece encoded alone against the whole's ids."""
+"""How many GPT-2 ids data/chunks.py's forced cuts change on texts with no safe place to cut:
+each piece encoded alone against the whole's ids."""
 
 import base64
 import random

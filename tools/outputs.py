@@ -1,5 +1,5 @@
-"""What the docs show each command print on a recorded run (one torch thread): kept in
-docs/figures.json, shown in the first ```text fence after the command."""
+"""What the docs show each command print on a recorded run (one torch thread), kept in
+docs/figures.json and shown in the first ```text fence after the command."""
 
 import json
 import os

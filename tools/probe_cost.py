@@ -1,5 +1,4 @@
-"""What the probe costs a whole run, from `bench.py --whole-run --json` reports (python -m
-tools.docs_figures --probe-cost KEY REPORT...)."""
+"""What the probe costs a whole run, from `bench.py --whole-run --json` reports."""
 
 import math
 import statistics
@@ -32,7 +31,7 @@ def what_is_wrong(path: Path, report) -> str | None:
     if not isinstance(report.get("torch_threads"), int):
         return "has no whole number 'torch_threads'"
     if "val" not in report or not (report["val"] is None or is_number(report["val"], -math.inf)):
-        return "has no 'val' (the run's final val loss, or null)"
+        return "has no 'val' (a number or null)"
     phases = report.get("phases")
     if not isinstance(phases, dict) or not all(
         isinstance(p, dict) and all(is_number(p.get(key)) for key in TIMES) for p in phases.values()

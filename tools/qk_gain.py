@@ -1,6 +1,5 @@
-"""QK-norm with and without the learned gain per head dimension of OLMo 2 and Qwen 3 (ours has
-none): `train.py --qk-norm` both ways at each rate and seed, into <runs-dir>/qk-gain-<config>/;
-prints the final val loss, score spread and largest score, paired by seed."""
+"""QK-norm with and without OLMo 2's and Qwen 3's learned gain per head dimension (ours has none):
+both at each rate and seed, into <runs-dir>/qk-gain-<config>/, compared paired by seed."""
 
 import contextlib
 import runpy
@@ -87,16 +86,14 @@ def main(argv: list[str]) -> dict | int:
     result = measure(cfg, args.config_name, args.overrides, args.seeds, lrs)
     if isinstance(result, int):
         return result
-    shown = "[95% interval of the gain's difference, paired by seed]"
-    if args.seeds == 1:
-        shown = "(one seed: no interval)"
+    shown = "[95% interval, paired by seed]" if args.seeds > 1 else "(one seed: no interval)"
     for lr, rows in result.items():
         print(f"lr {lr}, {args.seeds} seed{'s' * (args.seeds > 1)}: mean {shown}")
         for tag in TAGS:
             d = rows["gain_minus_none"][tag]
             ends = ""
-            if d["half_width"] is not None:
-                ends = f" [{d['mean'] - d['half_width']:+.4f}, {d['mean'] + d['half_width']:+.4f}]"
+            if (half := d["half_width"]) is not None:
+                ends = f" [{d['mean'] - half:+.4f}, {d['mean'] + half:+.4f}]"
             none, gain = rows["none"][tag]["mean"], rows["gain"][tag]["mean"]
             print(f"  {tag}: none {none:.4f}, gain {gain:.4f}, gain - none {d['mean']:+.4f}{ends}")
     if args.record:

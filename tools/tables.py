@@ -141,12 +141,9 @@ def order_differences_table(figures: dict) -> str:
     rows = [["difference", *ORDER_HEADERS]]
     for config, value in comparisons(figures):
         base, no_pos, no_mask, neither = order_variants(config)
-        for label, shown in (
-            (no_pos, f"{no_pos} {MINUS} {base}"),
-            (f"{neither} {MINUS} {no_mask}", f"{neither} {MINUS} {no_mask}"),
-        ):
-            differences = value["differences"][label]
-            rows.append([shown, *(cell(differences[t]) for t in ORDER_COLUMNS)])
+        for label in (no_pos, f"{neither} {MINUS} {no_mask}"):
+            shown = label if MINUS in label else f"{label} {MINUS} {base}"
+            rows.append([shown, *(cell(value["differences"][label][t]) for t in ORDER_COLUMNS)])
     return markdown_table(rows)
 
 
@@ -188,16 +185,16 @@ def lengths_of(variant: dict) -> dict[str, int]:
     return {k: c["length"] for k, c in variant.items() if isinstance(c, dict) and "length" in c}
 
 
-def scored_variants(value: dict, config: str) -> dict[str, list[str]]:
-    return {
+def scored_variants(figures: dict, key: str) -> tuple[dict, dict[str, list[str]]]:
+    value = figures[key]["value"]
+    return value, {
         name: sorted(lengths_of(value[name]), key=lengths_of(value[name]).get)
-        for name in in_table_order(curves(value), config)
+        for name in in_table_order(curves(value), key.removesuffix("-contexts"))
     }
 
 
 def contexts_table(figures: dict, key: str = "char-contexts") -> str:
-    value = figures[key]["value"]
-    variants = scored_variants(value, key.removesuffix("-contexts"))
+    value, variants = scored_variants(figures, key)
     labels = max(variants.values(), key=len)
     lengths = {label: n for name in variants for label, n in lengths_of(value[name]).items()}
     rows = [["run", "positions", *(f"{label}: {lengths[label]} tokens" for label in labels)]]
@@ -209,11 +206,8 @@ def contexts_table(figures: dict, key: str = "char-contexts") -> str:
 
 
 def buckets_table(figures: dict, key: str = "char-contexts") -> str:
-    value = figures[key]["value"]
-    longest = {
-        name: (scored[-1], value[name][scored[-1]])
-        for name, scored in scored_variants(value, key.removesuffix("-contexts")).items()
-    }
+    value, variants = scored_variants(figures, key)
+    longest = {name: (scored[-1], value[name][scored[-1]]) for name, scored in variants.items()}
     # the buckets ("0-15", ...) of the variant cut into the most
     cut = [[n for n in entry if n[0].isdigit()] for _, entry in longest.values()]
     names = sorted(max(cut, key=len), key=lambda n: int(n.split("-")[0]))

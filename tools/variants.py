@@ -1,6 +1,5 @@
-"""Shipped attention variants side by side, into docs/figures.json and docs/variants-<config>.png:
-from compare.py's finished runs, the first token's and the sink's weight and the step time; from
---bench reports, the KV cache's bytes per token and sampling speed."""
+"""Shipped attention variants side by side, into docs/figures.json and docs/variants-<config>.png,
+from compare.py's finished runs and bench.py --variants reports."""
 
 import json
 import statistics
