@@ -28,7 +28,6 @@ PANELS = [
     ("leak gap: honest - forced (0 under the mask), probe", probed("loss/leak_gap")),
     ("order use (recent tokens shuffled), probe; no-mask: evaluations", probed("loss/order_use")),
 ]
-FINAL = "o: the final evaluation (the table's figure)"
 COLORS = "tab:blue tab:red tab:orange tab:green tab:purple tab:brown tab:pink tab:gray".split()
 # (title, tag, log scale)
 SWEEP_PANELS = [
@@ -124,7 +123,7 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
                     ax.plot(*line["final"], "o", color=color, markersize=6, markerfacecolor=face)
         label_axes(ax, panel, "step")
     axes.flat[0].legend()
-    fig.suptitle(f"{title}\n{FINAL}")
+    fig.suptitle(f"{title}\no: the final evaluation (the table's figure)")
     save_figure(fig, path)
 
 
