@@ -170,10 +170,7 @@ def out_of_memory_message(e: BaseException) -> str:
     if asked:
         size = f" ({asked[2] or f'{int(asked[1]) / 2**30:.1f} GiB'} asked for at once)"
     default = (
-        "lower --model.block_size (attention weights grow with its square), "
-        "--train.batch_size or the model's size"
+        "lower --model.block_size (attention grows with its square), --train.batch_size or the "
+        "model's size"
     )
-    advice = getattr(e, "advice", default)
-    return (
-        f"out of memory{size}: the context, batch or model is too large for this machine; {advice}"
-    )
+    return f"out of memory{size}; {getattr(e, 'advice', default)}"

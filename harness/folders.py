@@ -146,10 +146,7 @@ def export_folder(folder: Path, overwrite: bool) -> Path:
     folder = writable_folder(folder, "--out", create=False)
     present = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     if present and is_run_folder(folder):
-        raise OutputError(
-            f"{folder} holds a training run, whose config.json records how it was trained; "
-            "export to another folder"
-        )
+        raise OutputError(f"{folder} holds a training run; export to another folder")
     if present and not (overwrite and present <= EXPORT_FILES):
         why = "export to a new or empty folder"
         if present <= EXPORT_FILES:

@@ -27,28 +27,24 @@ def context_lengths(factors: list[float], model_cfg: ModelConfig, n_tokens: int)
     block_size, lengths = model_cfg.block_size, []
     for factor in factors:
         length = round(factor * block_size)
+        said = f"--contexts {factor:g} is {length} tokens"
         if length < 1:
             raise ConfigError(
-                f"--contexts {factor:g} x block_size {block_size} is less than one token; "
-                f"give at least {1 / block_size:.3g}"
+                f"{said} of block_size {block_size}; give at least {1 / block_size:.3g}"
             )
-        if model_cfg.max_length is not None and length > model_cfg.max_length:
+        rows = model_cfg.max_length
+        if rows is not None and length > rows:
             raise ConfigError(
-                f"--contexts {factor:g} is {length} tokens, past this model's block_size "
-                f"{block_size}: its learned table has no row past block_size (model.positions = "
-                f"learned); give contexts up to {model_cfg.max_length / block_size:g}, or score a "
-                "run trained with positions rope or none"
+                f"{said}, past the learned table's {rows} positions; give contexts up to "
+                f"{rows / block_size:g}, or score a run with positions rope or none"
             )
         if length > n_tokens - 1:
             raise DataError(
-                f"--contexts {factor:g} is {length} tokens, and the text has {n_tokens}: not one "
-                "whole window and its next token; give shorter contexts or a longer text"
+                f"{said}, and the text has {n_tokens}: no window and its next token; "
+                "give shorter contexts or a longer text"
             )
         if length in lengths:
-            raise ConfigError(
-                f"--contexts {factor:g} is {length} tokens again, as an earlier factor is; "
-                "give each length once"
-            )
+            raise ConfigError(f"{said} again; give each length once")
         lengths.append(length)
     return lengths
 
@@ -93,8 +89,7 @@ def check_contexts(
         if one > STEP_LIMIT_S:
             raise ConfigError(
                 f"{what} would take about {duration(one)} on this {device.type}, and a pass "
-                "cannot be stopped midway (attention grows with the square of the context); "
-                "give shorter --contexts, or use a GPU"
+                "cannot be stopped midway; give shorter --contexts, or use a GPU"
             )
         seconds += math.ceil(n_windows / B) * one
     return seconds

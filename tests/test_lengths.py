@@ -147,15 +147,14 @@ def test_a_learned_table_is_refused_past_its_rows_in_one_line(runs, capsys):
     )
     assert_one_line_error(
         proc,
-        "--contexts 2 is 64 tokens, past this model's block_size 32",
-        "learned table",
-        "positions rope or none",
+        "--contexts 2 is 64 tokens, past the learned table's 32 positions",
+        "give contexts up to 1, or score a run with positions rope or none",
     )
     assert proc.stdout == ""
     proc = run_script(
         "score.py", "--checkpoint", str(runs["learned"]), "--device", "cpu", "--contexts", "2"
     )
-    assert_one_line_error(proc, "has no row past block_size (model.positions = learned)")
+    assert_one_line_error(proc, "past the learned table's 32 positions")
 
 
 def test_bad_contexts_are_one_line(runs, tmp_path, capsys):
@@ -181,11 +180,11 @@ def test_bad_contexts_are_one_line(runs, tmp_path, capsys):
         ),
         (
             ["--contexts", "0.01"],
-            ["--contexts 0.01 x block_size 32 is less than one token; give at least 0.0312"],
+            ["--contexts 0.01 is 0 tokens of block_size 32; give at least 0.0312"],
         ),
         (
             ["--contexts", "1,1.01"],
-            ["--contexts 1.01 is 32 tokens again, as an earlier factor is; give each length once"],
+            ["--contexts 1.01 is 32 tokens again; give each length once"],
         ),
         (
             ["--contexts", "1", "--stride", "8"],
@@ -194,7 +193,7 @@ def test_bad_contexts_are_one_line(runs, tmp_path, capsys):
         (["--contexts", "1", "--top", "3"], ["leave out --stride and --top"]),
         (
             ["--contexts", "2", "--file", str(short)],
-            ["--contexts 2 is 64 tokens, and the text has 64: not one whole window"],
+            ["--contexts 2 is 64 tokens, and the text has 64: no window and its next token"],
         ),
     ]
     for argv, needles in cases:

@@ -260,7 +260,7 @@ def test_export_never_overwrites_unasked_and_never_a_run(tmp_path):
     run.mkdir(parents=True)
     (run / "config.json").write_text('{"model": {}, "data": {}, "train": {}}')
     (run / "ckpt.pt").write_bytes(b"")
-    with pytest.raises(OutputError, match=rf"{run} holds a training run"):
+    with pytest.raises(OutputError, match=rf"{run} holds a training run; export to another folder"):
         export_folder(run, overwrite=True)
 
 

@@ -28,7 +28,6 @@ PANELS = [
     ("leak gap: honest - forced (0 under the mask), probe", probed("loss/leak_gap")),
     ("order use (recent tokens shuffled), probe; no-mask: evaluations", probed("loss/order_use")),
 ]
-FINAL = "o: the final evaluation (the table's figure)"
 COLORS = "tab:blue tab:red tab:orange tab:green tab:purple tab:brown tab:pink tab:gray".split()
 # (title, tag, log scale)
 SWEEP_PANELS = [
@@ -55,6 +54,10 @@ def label_axes(ax, title: str, xlabel: str) -> None:
 
 def band(ax, steps, low, high, color) -> None:
     ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
+
+
+def note(ax, text: str, where, shift: tuple[int, int], **kwargs) -> None:
+    ax.annotate(text, where, xytext=shift, textcoords="offset points", **kwargs)
 
 
 def curve(rows: list[dict], tag: str) -> tuple[list[int], list[float]]:
@@ -120,7 +123,7 @@ def plot_runs(run_dirs: dict[str, list[Path]], path: Path, title: str) -> None:
                     ax.plot(*line["final"], "o", color=color, markersize=6, markerfacecolor=face)
         label_axes(ax, panel, "step")
     axes.flat[0].legend()
-    fig.suptitle(f"{title}\n{FINAL}")
+    fig.suptitle(f"{title}\no: the final evaluation (the table's figure)")
     save_figure(fig, path)
 
 
@@ -153,16 +156,8 @@ def sweep_figure(summary: dict, title: str):
                 label = None if marked else "diverged (at the top)"
                 ax.plot(*where, "x", color=color, ms=9, mew=2, transform=across, label=label)
                 steps = ", ".join(str(g["step"]) for g in gone)
-                ax.annotate(
-                    f"diverged at step {steps}",
-                    where,
-                    xycoords=across,
-                    xytext=(-6, 0),
-                    textcoords="offset points",
-                    ha="right",
-                    va="center",
-                    fontsize=8,
-                )
+                text = f"diverged at step {steps}"
+                note(ax, text, where, (-6, 0), xycoords=across, ha="right", va="center", fontsize=8)
                 marked = True
         ax.set_xscale("log")
         if log and plotted:
@@ -206,15 +201,9 @@ def plot_positions(figures: dict, path: Path, title: str) -> None:
         trained = length == block_size
         width = 1.2 if trained else 0.8
         ax.axvline(length, color="black", linestyle="-" if trained else ":", linewidth=width)
-        ax.annotate(
-            f"{length / block_size:g}x" + (": trained" if trained else ""),
-            (length, 1),
-            xycoords=("data", "axes fraction"),
-            xytext=(-3, -12),
-            textcoords="offset points",
-            ha="right",
-            fontsize=9,
-        )
+        text = f"{length / block_size:g}x" + (": trained" if trained else "")
+        top = ("data", "axes fraction")
+        note(ax, text, (length, 1), (-3, -12), xycoords=top, ha="right", fontsize=9)
     window = "position in the window (the prediction at position p reads p + 1 tokens)"
     label_axes(ax, title, window)
     ax.set_ylabel("loss, nats per token")
@@ -231,8 +220,8 @@ def plot_tradeoff(
     colors = itertools.cycle(COLORS)
     for i, ((name, x, y, half), color) in enumerate(zip(points, colors, strict=False)):
         ax.errorbar(x, y, yerr=half, fmt="o", capsize=4, color=color)
-        side = {"xytext": (-8, 4), "ha": "right"} if i % 2 else {"xytext": (8, 4), "ha": "left"}
-        ax.annotate(name, (x, y), textcoords="offset points", fontsize=9, color=color, **side)
+        shift, ha = ((-8, 4), "right") if i % 2 else ((8, 4), "left")
+        note(ax, name, (x, y), shift, ha=ha, fontsize=9, color=color)
     ax.set_xlim(0, 1.15 * max(x for _, x, _, _ in points))  # from 0: read against no cache
     label_axes(ax, title, xlabel)
     ax.set_ylabel(ylabel)
