@@ -9,24 +9,34 @@ import numpy as np
 from data.files import write_atomically
 from harness.training.runlog import read_metrics
 
-
-def probed(*tags: str) -> list[tuple[str, str, str]]:
-    return [(f"Probe_{tag}", tag, style) for tag, style in zip(tags, "-:", strict=False)]
-
-
 # (title, [(the probe's tag, the final evaluation's, line style)])
 PANELS = [
     (
         "val loss on the probe's 2 texts (solid: honest, dotted: forced)",
-        probed("loss/val_honest", "loss/val_forced"),
+        [
+            ("Probe_loss/val_honest", "loss/val_honest", "-"),
+            ("Probe_loss/val_forced", "loss/val_forced", ":"),
+        ],
     ),
     ("training loss (every log_interval steps)", [("loss/train_step", None, "-")]),
-    ("attention entropy on the probe's texts (1 = uniform)", probed("attn/entropy")),
-    ("share of saturated rows (max > 0.99), probe", probed("attn/saturated_frac")),
-    ("attention mass on the future, probe", probed("attn/future_mass")),
+    (
+        "attention entropy on the probe's texts (1 = uniform)",
+        [("Probe_attn/entropy", "attn/entropy", "-")],
+    ),
+    (
+        "share of saturated rows (max > 0.99), probe",
+        [("Probe_attn/saturated_frac", "attn/saturated_frac", "-")],
+    ),
+    ("attention mass on the future, probe", [("Probe_attn/future_mass", "attn/future_mass", "-")]),
     ("grad norm reaching query and key (every log_interval steps)", [("grad/qk_norm", None, "-")]),
-    ("leak gap: honest - forced (0 under the mask), probe", probed("loss/leak_gap")),
-    ("order use (recent tokens shuffled), probe; no-mask: evaluations", probed("loss/order_use")),
+    (
+        "leak gap: honest - forced (0 under the mask), probe",
+        [("Probe_loss/leak_gap", "loss/leak_gap", "-")],
+    ),
+    (
+        "order use (recent tokens shuffled), probe; no-mask: evaluations",
+        [("Probe_loss/order_use", "loss/order_use", "-")],
+    ),
 ]
 COLORS = "tab:blue tab:red tab:orange tab:green tab:purple tab:brown tab:pink tab:gray".split()
 # (title, tag, log scale)
@@ -96,9 +106,9 @@ def panel_data(metrics: dict[str, list[list[dict]]]) -> dict[str, dict[str, list
                 if not all(curve(rows, probe_tag)[0] for rows in runs):
                     tag = final_tag or probe_tag
                 steps, mean, low, high = mean_band([curve(rows, tag) for rows in runs])
-                ends = [curve(rows, final_tag) for rows in runs]
+                ends = [curve(rows, final_tag) for rows in runs] if final_tag else []
                 final = None
-                if all(v for _, v in ends):
+                if ends and all(v for _, v in ends):
                     final = (ends[0][0][-1], float(np.mean([v[-1] for _, v in ends])))
                 line = dict(tag=tag, style=style, steps=steps, mean=mean, low=low, high=high)
                 panels[title][name].append(line | {"final": final})

@@ -28,7 +28,8 @@ PROBE_TAGS = {
     "attn/q_norm": "Probe_attn/q_norm",
     "attn/k_norm": "Probe_attn/k_norm",
 }
-# (title, tags) of the story's charts (runlog.py); anchored: Probe_attn/score_max/L0 is not ^...max$
+# the story's charts in TensorBoard (runlog.py): (title, its tags), regular expressions anchored so
+# that Probe_attn/score_max does not also match Probe_attn/score_max/L0
 STORY_CHARTS = (
     (
         "training loss (loss/train_step): without the mask it falls towards 0; flat: a uniform "
