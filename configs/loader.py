@@ -153,5 +153,7 @@ def refuse_ignored(cfg: Config, overrides: list[tuple[str, str]]) -> None:
             )
         if dotted in FROM_WEIGHTS and cfg.train.init_from:
             raise ConfigError(
-                f"{flag}: the weights of train.init_from = {cfg.train.init_from} fix it, {ignored}"
+                f"{flag}: the weights of train.init_from = {cfg.train.init_from} fix it, {ignored} "
+                f"(such a run chooses only model.{', model.'.join(CHOSEN_WITH_WEIGHTS)}, and may "
+                "switch the mask or the scale off)"
             )

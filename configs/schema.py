@@ -11,7 +11,8 @@ from model.ablations import name_suffix
 from model.config import ModelConfig, check_choice, check_finite, check_positive, setting
 from model.induction import INDUCTION_THRESHOLD, SHORTEST_CONTEXT
 
-MAX_SEED = 2**63 - 1  # torch seeds are 64-bit
+# torch seeds are 64-bit; room is left for the seed + rank and seed + i that runs derive
+MAX_SEED = 2**63 - 1
 MAX_RUN_NAME = 200  # file systems allow 255 bytes, and a moved-aside run adds .old-<time>
 # the model fields a run from pretrained weights takes from its config
 CHOSEN_WITH_WEIGHTS = ("block_size", "dropout", "attention")
@@ -84,7 +85,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_finite(self, "train", ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip"))
-        check_between("train.seed", self.seed, 0, MAX_SEED)
+        check_between("train.seed", self.seed, 0, MAX_SEED, f"{MAX_SEED} (2**63 - 1)")
         counts = ("batch_size", "grad_accum_steps", "max_steps", "eval_interval", "eval_batches")
         check_positive(self, "train", (*counts, "honest_batches", "log_interval"))
         if not self.lr > 0:

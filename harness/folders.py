@@ -26,6 +26,10 @@ def writable_folder(path: Path, flag: str, create: bool = True) -> Path:
         if create:
             path.mkdir(parents=True, exist_ok=True)
         nearest = next(folder for folder in (path, *path.parents) if folder.exists())
+        if not nearest.is_dir():
+            raise OutputError(
+                f"{flag} {path} lies inside {nearest}, which is a file; give a folder to write into"
+            )
         with tempfile.TemporaryFile(dir=nearest):
             pass
     except OSError as e:

@@ -93,6 +93,9 @@ def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         qkv = f"blocks.{n}.attn.qkv."
         state.setdefault(qkv + "bias", torch.zeros(len(state[qkv + "weight"])))
     hub_names = {ours: hub for hub, ours in gpt2_names(n_layer).items()}
+    unknown = [name for name in state if name not in hub_names]
+    if unknown:
+        raise CheckpointError(f"our tensor {unknown[0]} has no GPT-2 counterpart; it cannot export")
     # fresh copies: safetensors refuses tensors that share storage, as the tied embedding and head
     hf = {hub_names[name]: tensor for name, tensor in state.items()}
     return {"transformer." + hub: conv1d(hub, t).contiguous().clone() for hub, t in hf.items()}

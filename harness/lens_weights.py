@@ -13,9 +13,17 @@ class LensError(ValueError):
     """A model that TransformerLens cannot take, or TransformerLens missing."""
 
 
-def our_tensors(model: GPT) -> dict[str, torch.Tensor]:
-    """The tied head once; each is popped as it is placed."""
-    return {name: p.detach() for name, p in model.named_parameters()}
+def our_tensors(model: GPT):
+    """Our tensors by name (the tied head once), and take(name), which hands each out once: what is
+    left at the end has no place in that model."""
+    ours = {name: p.detach() for name, p in model.named_parameters()}
+
+    def take(name: str) -> torch.Tensor:
+        if name not in ours:
+            raise LensError(f"our model has no tensor {name}, which harness/lens_weights.py maps")
+        return ours.pop(name)
+
+    return ours, take
 
 
 def place_positions(out: dict, name: str, cfg: ModelConfig, take, context: int | None) -> None:
@@ -49,8 +57,7 @@ def finished(ours: dict, out: dict) -> dict:
 def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
     """HookedTransformer's names and shapes: it multiplies from the right."""
     cfg, C, D = model.cfg, model.cfg.n_embd, model.cfg.head_size
-    ours = our_tensors(model)
-    take = ours.pop
+    ours, take = our_tensors(model)
     out = {"embed.W_E": take("tok_emb.weight")}  # (V, C)
     out["unembed.W_U"] = out["embed.W_E"].T  # (C, V): tied
     out["unembed.b_U"] = torch.zeros_like(out["embed.W_E"][:, 0])
@@ -85,8 +92,7 @@ def lens_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tens
 def native_weights(model: GPT, context: int | None = None) -> dict[str, torch.Tensor]:
     """4.x's NativeModel's names: its layers are nn.Linear, as ours."""
     cfg = model.cfg
-    ours = our_tensors(model)
-    take = ours.pop
+    ours, take = our_tensors(model)
     out = {"tok_embed.weight": take("tok_emb.weight")}  # (V, C)
     out["head.weight"] = out["tok_embed.weight"]
     place_positions(out, "pos.weight", cfg, take, context)
