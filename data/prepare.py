@@ -241,6 +241,7 @@ def encode_into(
     ):
         try:
             stream = split_stream(plan, text_field)
+            # a character's id never depends on its neighbours: cut anywhere
             for split, pieces, chars in make_tasks(stream, chunk_chars, tokenizer.name == "char"):
                 task = pool.submit(encode_task, tokenizer, pieces, end_of_text, dtype)
                 in_flight.append((split, chars, task))

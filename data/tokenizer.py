@@ -36,6 +36,7 @@ class GPT2Tokenizer:
         return self.enc.encode_ordinary(text)  # special tokens are plain text here
 
     def encode_array(self, text: str) -> np.ndarray:
+        # tiktoken releases the GIL while it encodes, so threads encode in parallel
         return self.enc.encode_to_numpy(text, disallowed_special=())
 
     def decode(self, ids: list[int]) -> str:

@@ -117,9 +117,12 @@ def one_line_failures(command: Command, argv: list[str], interrupted: str) -> in
         interrupt_on_signal()
         code = command(argv)
         sys.stdout.flush()
-    except (*USER_ERRORS, TrainingError) as e:
+    except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1 if isinstance(e, TrainingError) else 2
+        return 2
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except Stopped as e:
         if e.signum != LOST_OUTPUT:
             print(interrupted, file=sys.stderr)
@@ -130,9 +133,9 @@ def one_line_failures(command: Command, argv: list[str], interrupted: str) -> in
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
             raise
-        advice = "write elsewhere"
-        if e.errno != errno.EROFS:
-            advice = f"free some space or {advice}"
+        advice = "free some space or write elsewhere"
+        if e.errno == errno.EROFS:
+            advice = "write elsewhere"
         name = os.fsdecode(e.filename or "a file")
         print(f"error: could not save {name}: {e.strerror}; {advice}", file=sys.stderr)
         return 1
@@ -167,8 +170,10 @@ def out_of_memory_advice(advice: str):
 def out_of_memory_message(e: BaseException) -> str:
     asked = re.search(r"allocate (\d+) bytes|Tried to allocate ([\d.]+ [KMGT]iB)", str(e))
     size = ""
-    if asked:
-        size = f" ({asked[2] or f'{int(asked[1]) / 2**30:.1f} GiB'} asked for at once)"
+    if asked and asked[1]:
+        size = f" ({int(asked[1]) / 2**30:.1f} GiB asked for at once)"
+    elif asked:
+        size = f" ({asked[2]} asked for at once)"
     default = (
         "lower --model.block_size (attention grows with its square), --train.batch_size or the "
         "model's size"

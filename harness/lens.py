@@ -36,6 +36,7 @@ def no_gate(value) -> dict:
 POSITIONS = {
     "learned": {"positional_embedding_type": "standard"},
     "none": {"positional_embedding_type": "standard"},  # a table of zeros
+    # adjacent pairs turned as ours, over the whole head (rotary_dim = d_head), after the QK-norm
     "rope": {
         "positional_embedding_type": "rotary",
         "rotary_adjacent_pairs": True,
@@ -49,7 +50,7 @@ FIELDS: dict[str, Callable] = {
     "n_layer": lambda n: {"n_layers": n},
     "n_head": lambda n: {"n_heads": n},
     "n_embd": lambda n: {"d_model": n},
-    "block_size": anything,
+    "block_size": anything,  # n_ctx is the context, set by lens_config
     "vocab_size": lambda n: {"d_vocab": n, "d_vocab_out": n},
     "causal": lambda causal: {"attention_dir": "causal" if causal else "bidirectional"},
     "scaled": lambda scaled: {"use_attn_scale": scaled},
@@ -60,15 +61,16 @@ FIELDS: dict[str, Callable] = {
     "qkv_bias": anything,  # without one, b_Q, b_K and b_V are zeros
     "gelu": {"exact": {"act_fn": "gelu"}, "tanh": {"act_fn": "gelu_pytorch_tanh"}}.get,
     "mlp": lambda mlp: {"attn_only": not mlp},
+    # each key/value head shared by n_heads / K query heads in order; 0 is n_head
     "kv_heads": lambda k: {"n_key_value_heads": k} if k else {},
     # the query and the W - 1 positions before it, as its "local" layers see
     "window": lambda w: {"use_local_attn": True, "window_size": w} if w else {},
-    "window_layers": anything,
+    "window_layers": anything,  # read with window, by lens_config
     "gate": no_gate,
     "sink": lambda on: {"use_attention_sinks": True} if on else {},  # 3.x's, from 3.7
-    "attention": anything,
-    "qk_init_std": anything,
-    "dropout": anything,
+    "attention": anything,  # every backend computes the same attention
+    "qk_init_std": anything,  # the weights come from the run
+    "dropout": anything,  # both models run in eval mode
 }
 
 

@@ -76,8 +76,11 @@ def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: 
     compile_s = time.perf_counter() - compile_start if compiled else 0.0
     for _ in range(warmup_steps - 1):
         step()
-    runs = [(s, *parts) for s, parts in (timed(step, runtime.device) for _ in range(steps))]
-    seconds, fb, update = map(statistics.median, zip(*runs, strict=True))
+    # each (total, (forward-backward, update))
+    runs = [timed(step, runtime.device) for _ in range(steps)]
+    seconds = statistics.median(total for total, _ in runs)
+    fb = statistics.median(fb for _, (fb, _) in runs)
+    update = statistics.median(update for _, (_, update) in runs)
     # not counted: parameters, optimizer state and the batch; gradients dropped count in full
     optimizer.zero_grad(set_to_none=True)
     peak = peak_memory_bytes(

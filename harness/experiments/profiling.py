@@ -63,6 +63,7 @@ class PeakMemory(TorchDispatchMode):
                 self.counted.add(key)
                 self.live += nbytes
                 self.peak = max(self.peak, self.live)
+                # storage objects live as long as the memory
                 weakref.finalize(storage, self.release, key, nbytes)
         return out
 

@@ -204,10 +204,14 @@ def restore(
             f"{runtime.world_size}: dropout draws new masks"
         )
     window_loss, window_steps = checkpoint.get("window", (0.0, 0))
-    saved = {
-        key: checkpoint[key] for key in ("evaluated", "best_val", "val_loss") if key in checkpoint
-    }
-    return Progress(checkpoint["step"], window_loss=window_loss, window_steps=window_steps, **saved)
+    return Progress(
+        step=checkpoint["step"],
+        evaluated=checkpoint.get("evaluated", False),
+        best_val=checkpoint.get("best_val", math.inf),
+        window_loss=window_loss,
+        window_steps=window_steps,
+        val_loss=checkpoint.get("val_loss"),
+    )
 
 
 class Checkpointer:

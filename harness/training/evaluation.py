@@ -239,7 +239,8 @@ def evaluate(
         nonlocal begun
         if poll is not None:
             poll()
-        bar.update(begun)  # the pass before this one
+        if begun:
+            bar.update(1)  # the pass before this one
         begun = True
 
     shown = progress and runtime.is_main

@@ -20,9 +20,10 @@ def newton_schulz_dtype(choice: str, device: torch.device) -> torch.dtype:
 
 def has_bf16_units() -> bool:
     """By torch's private probes; False if a release breaks them (float32 is only slower)."""
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    names = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    probes = [getattr(torch.cpu, name, None) for name in names]
     try:
-        return any(getattr(torch.cpu, name, bool)() for name in probes)
+        return any(probe() for probe in probes if callable(probe))
     except Exception:
         return False
 

@@ -148,8 +148,11 @@ class EagerOnFailure:
         self.eager = None
         return out
 
-    def __getattr__(self, name: str):  # no_sync(), parameters()
-        return getattr(self.model, name)
+    def no_sync(self):
+        return self.model.no_sync()
+
+    def parameters(self):
+        return self.model.parameters()
 
 
 def wrap_for_training(model: torch.nn.Module, runtime: Runtime):
