@@ -160,14 +160,17 @@ class ModelConfig:
         if 0 < self.softcap < SOFTCAP_LEAST:
             raise ValueError(
                 f"model.softcap = {self.softcap:g} is below 2**-126 ({SOFTCAP_LEAST:.3g}), "
-                "float32's smallest normal number: float32 scores would divide by 0; give 0 for "
-                f"no cap, or at least {SOFTCAP_LEAST:.3g} (Gemma 2 used 50)"
+                "float32's smallest normal number, and the scores are float32: the cap reads as 0 "
+                "there, and C * tanh(score / C) divides by it; give 0 for no cap, or a cap of at "
+                f"least {SOFTCAP_LEAST:.3g} (Gemma 2 used 50)"
             )
         if self.softcap > SOFTCAP_MOST:
             raise ValueError(
                 f"model.softcap = {self.softcap:g} is above 2**102 ({SOFTCAP_MOST:.3g}), the "
-                "largest cap float32 scores can take: scores divided by it read as 0; give 0 for "
-                f"no cap, or at most {SOFTCAP_MOST:.3g} (Gemma 2 used 50)"
+                "largest cap float32 scores can take: ordinary scores divided by it fall below "
+                "float32's smallest normal number and read as 0 (past 3.4e38 the cap is inf, and "
+                "every score NaN), so it would train another model than no cap; give 0 for no "
+                f"cap, or a cap up to {SOFTCAP_MOST:.3g} (Gemma 2 used 50)"
             )
 
     @property

@@ -430,7 +430,7 @@ def test_tokenizer_that_does_not_match_the_model(trained, tmp_path):
     path = tmp_path / "vocab.pt"
     torch.save(checkpoint, path)
     n = len(set(trained["text"]))
-    with pytest.raises(CheckpointError, match=f"tokenizer has {n - 1} tokens, model {n}"):
+    with pytest.raises(CheckpointError, match=f"the tokenizer has {n - 1} tokens, the model {n}"):
         load_model(path)
 
 
