@@ -69,11 +69,12 @@ def progress(desc: str, total: int, unit: str) -> tqdm:
     )
 
 
-def scan(source: Source, text_field: str, count_chars: bool) -> Scan:
+def scan(source: Source, text_field: str, count_chars: bool, check: Callable) -> Scan:
     found = Scan()
     sizes = sum(size for size, _, _ in source.stats)  # taken before reading: check_unchanged
     with progress(f"reading {source.path.name}", sizes, "B") as bar:
         for text, starts, nbytes in read_source(source, text_field):
+            check()
             found.documents += starts
             found.chars += len(text)
             found.blank = found.blank and text.isspace()
@@ -129,27 +130,30 @@ def encode_task(
 
 @contextmanager
 def stopped_by_signals():
-    """Stop signals raise Interrupted once (not again in cleanup)."""
+    """Stop signals are recorded, and the `check` it yields raises Interrupted between tasks: raised
+    by the handler itself, it could leave a lock of the thread pool held, and the pool would never
+    shut down (the signal module's note on handlers and exceptions)."""
+    received = []
+
+    def check():
+        if received:
+            raise Interrupted(received[0])
+
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield check
         return
-    raised = []
-
-    def handle(signum, frame):
-        if not raised:
-            raised.append(signum)
-            raise Interrupted(signum)
-
     previous = {
-        sig: signal.signal(sig, handle)
+        sig: signal.signal(sig, lambda signum, frame: received.append(signum))
         for sig in STOP_SIGNALS
         if signal.getsignal(sig) is not signal.SIG_IGN
     }
     try:
-        yield
+        yield check
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if received:  # after the last check: the data is whole, and the stop goes to the caller
+        signal.raise_signal(received[0])
 
 
 def prepare(
@@ -166,10 +170,10 @@ def prepare(
     """meta.json's record. Val is the corpus's end (10 %, at least one document), not a random
     sample: neighbouring text would leak."""
     started, char = time.perf_counter(), tokenizer_name == "char"
-    with stopped_by_signals():
-        plan = [(source, scan(source, text_field, char), "train" if val_source else None)]
+    with stopped_by_signals() as check:
+        plan = [(source, scan(source, text_field, char, check), "train" if val_source else None)]
         if val_source is not None:
-            plan.append((val_source, scan(val_source, text_field, char), "val"))
+            plan.append((val_source, scan(val_source, text_field, char, check), "val"))
         elif not source.is_one_text and plan[0][1].documents < 2:
             raise DataError(
                 f"{source.flag} {source.path} holds 1 document; the split needs 2 (the last one "
@@ -189,7 +193,7 @@ def prepare(
             tmp.mkdir(parents=True, exist_ok=True)
             try:
                 meta = encode_into(
-                    tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars
+                    tmp, plan, tokenizer, text_field, workers_to_use(workers), chunk_chars, check
                 )
             except (DataError, TokenizerError):  # a file changed since the first pass?
                 check_unchanged(sources)
@@ -216,7 +220,13 @@ def prepare(
 
 
 def encode_into(
-    folder: Path, plan: list, tokenizer: Tokenizer, text_field: str, workers: int, chunk_chars: int
+    folder: Path,
+    plan: list,
+    tokenizer: Tokenizer,
+    text_field: str,
+    workers: int,
+    chunk_chars: int,
+    check: Callable,
 ) -> dict:
     dtype = np.dtype("uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32")
     separated = any(not s.is_one_text for s, _, _ in plan)
@@ -225,6 +235,7 @@ def encode_into(
     started = time.perf_counter()
 
     def write_oldest(bar: tqdm) -> None:
+        check()
         split, chars, future = in_flight.popleft()
         ids = future.result()
         files[split].write(ids.data)

@@ -435,6 +435,63 @@ def test_ctrl_c_while_preparing_exits_130_and_keeps_nothing(tmp_path, capsys):
     assert ids_of(folder, "val") == [chars.index(c) for c in text[int(len(text) * 0.9) :]]
 
 
+@pytest.mark.usefixtures("restore_signal_handlers")
+def test_a_stop_signal_raises_at_a_check_and_one_after_the_last_reaches_the_caller():
+    passed_on = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: passed_on.append(signum))
+    with pytest.raises(data.prepare.Interrupted, match="SIGTERM while preparing"):
+        with data.prepare.stopped_by_signals() as check:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)  # the handler has run, and raised nothing
+            check()
+    assert passed_on == []
+    with data.prepare.stopped_by_signals():
+        os.kill(os.getpid(), signal.SIGTERM)  # after the last check: the data was whole
+        time.sleep(0.01)
+    assert passed_on == [signal.SIGTERM]
+
+
+def test_stop_signals_at_random_moments_never_hang_the_thread_pool(tmp_path):
+    """The handler used to raise wherever the main thread was, inside the pool's own code too: a
+    lock left held there kept the worker, and the process, waiting forever. With the GIL handed
+    over every microsecond, that hung within the first few dozen stops."""
+    path = tmp_path / "corpus.txt"
+    path.write_text(make_corpus_text(min_chars=40_000))
+    program = f"""
+import random, signal, sys, threading
+from pathlib import Path
+import data.prepare
+from data.sources import find_source
+sys.setswitchinterval(1e-6)
+random.seed(0)
+encode, main = data.prepare.encode_task, threading.main_thread().ident
+source = find_source(Path({str(path)!r}), "-")
+stopped, prepared = 0, Path({str(tmp_path / "cache" / "prepared")!r})
+for run in range(150):
+    calls, at = [], random.randrange(1, 30)
+
+    def encode_and_stop(*args):
+        calls.append(1)
+        if len(calls) == at:
+            to = random.choice([main, None])  # None: the timer's own thread
+            stop = lambda: signal.pthread_kill(to or threading.get_ident(), signal.SIGTERM)
+            threading.Timer(random.random() / 500, stop).start()
+        return encode(*args)
+
+    data.prepare.encode_task = encode_and_stop
+    try:
+        data.prepare.prepare(source, "char", "k", prepared / str(run), chunk_chars=50)
+    except data.prepare.Interrupted:
+        stopped += 1
+print(stopped, "stopped")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout == "150 stopped\n", done.stderr[-2000:]
+    assert nothing_prepared(tmp_path)
+
+
 @pytest.mark.skipif(
     not Path("/proc/self/status").exists(), reason="reads the peak memory from Linux's /proc"
 )
