@@ -28,13 +28,6 @@ from harness.training.runlog import evaluations
 from model.ablations import CHANGES, applied, name_suffix, undone, variants
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
-SET_PER_RUN = {
-    "train.runs_dir",
-    "train.run_name",
-    "train.seed",
-    "train.resume",
-    *(f"model.{c.field}" for c in CHANGES),
-}
 
 
 def plan_runs(
@@ -48,16 +41,15 @@ def plan_runs(
         raise ConfigError(
             f"{e}; leave it out of --variants, or change the model so that it fits"
         ) from None
+    train = dataclasses.replace(cfg.train, runs_dir=str(runs_dir), run_name="")
     out = {}
     for model_cfg in planned.values():
-        train = dataclasses.replace(cfg.train, runs_dir=str(runs_dir), run_name="")
-        one = dataclasses.replace(cfg, model=model_cfg, train=train)
-        name = one.run_name + tag
+        name = dataclasses.replace(cfg, model=model_cfg, train=train).run_name + tag
         out[name] = []
         for s in range(cfg.train.seed, cfg.train.seed + n_seeds):
             run_name = name if n_seeds == 1 else f"{name}-s{s}"
-            train = dataclasses.replace(one.train, seed=s, run_name=run_name)
-            out[name].append(dataclasses.replace(one, train=train))
+            seeded = dataclasses.replace(train, seed=s, run_name=run_name)
+            out[name].append(dataclasses.replace(cfg, model=model_cfg, train=seeded))
     return out
 
 
@@ -82,13 +74,14 @@ def figures(plan: dict[str, list[Config]], runs: dict[str, dict]) -> dict:
 def train_argv(
     config_name: str, overrides: list[tuple[str, str]], cfg: Config, also: tuple[str, ...] = ()
 ) -> list[str]:
-    """train.py's arguments for one run: the user's overrides less those set per run (SET_PER_RUN
-    and `also`, such as "train.lr"), then the run's own."""
-    kept = [f"--{key}={value}" for key, value in overrides if key not in SET_PER_RUN | set(also)]
+    """train.py's arguments for one run: the user's overrides less those the run sets itself (and
+    `also`, such as "train.lr"), then the run's own."""
     keys = [*(f"model.{c.field}" for c in CHANGES), *also, "train.seed", "train.runs_dir"]
     own = {key: attrgetter(key)(cfg) for key in keys} | {"train.run_name": cfg.run_name}
     if cfg.train.resume:
         own["train.resume"] = True
+    set_per_run = {*own, "train.resume"}
+    kept = [f"--{key}={value}" for key, value in overrides if key not in set_per_run]
     for key, value in own.items():
         kept.append(f"--{key}={str(value).lower() if isinstance(value, bool) else value}")
     return ["--config", config_name, *kept]
