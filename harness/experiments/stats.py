@@ -31,7 +31,14 @@ COLUMNS = [  # (header, metric tag, format)
 ]
 HEADERS = {tag: (header, fmt) for header, tag, fmt in COLUMNS}
 MINUS = "−"  # in a difference's label: "char-no-mask-no-pos − char-no-mask"
-DIFFERENCE_COLUMNS = ["val", "val honest", "leak gap", "order use", "entropy", "saturated"]
+DIFFERENCE_TAGS = (
+    "loss/val",
+    "loss/val_honest",
+    "loss/leak_gap",
+    "loss/order_use",
+    "attn/entropy",
+    "attn/saturated_frac",
+)
 
 
 @dataclass(frozen=True)
@@ -126,18 +133,17 @@ def differences(
 ) -> dict[str, dict[str, Difference | None]]:
     """Each ablation minus base (the first variant), paired by seed; then each pair `also` asks for
     ({"x-a-b": ["x-a"]}), keyed "x-a-b − x-a"."""
-    (base_name, _), *ablations = by_variant.items()
-    pairs = [(name, name, base_name) for name, _ in ablations]
+    base_name, *ablations = by_variant
+    pairs = [(name, name, base_name) for name in ablations]
     pairs += [
         (f"{name} {MINUS} {reference}", name, reference)
         for name, references in (also or {}).items()
         for reference in references
     ]
-    tags = [tag for tag, (header, _) in HEADERS.items() if header in DIFFERENCE_COLUMNS]
     out = {}
     for label, name, reference in pairs:
         out[label] = {}
-        for tag in tags:
+        for tag in DIFFERENCE_TAGS:
             values, base = column(by_variant[name], tag), column(by_variant[reference], tag)
             missing = values is None or base is None
             out[label][tag] = None if missing else paired_difference(values, base)
