@@ -1,15 +1,13 @@
 """What bench.py will cost, said first: the refusals, then the seconds, from timed passes (a small
 model is bound by each call's fixed time, which counting operations misses)."""
 
-import dataclasses
-
 from configs import Config
 from harness.experiments.benchmark import (
     ATTENTION_LENGTHS,
     SAMPLE_TOKENS,
-    VOCAB_SIZES,
     bench_attention,
     build_model,
+    sized,
 )
 from harness.experiments.profiling import PEAK_SECONDS
 from harness.training.budget import (
@@ -32,10 +30,9 @@ CORE_CALLS = 1 + 3 + 1
 
 def bench_cost(cfg: Config, runtime: Runtime) -> float:
     """Refuse what bench.py could not measure here, before building a model; else its seconds."""
-    device = runtime.device
-    m = dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
-    sized = dataclasses.replace(cfg, model=m)
-    speed = check_affordable(sized, device)
+    device, sized_cfg = runtime.device, sized(cfg)
+    m = sized_cfg.model
+    speed = check_affordable(sized_cfg, device)
     check_sampling(m, 1, 1, SAMPLE_TOKENS, device)
     # the readable core holds (1, H, T, T) scores and weights, and the (T, T) mask
     T = max(ATTENTION_LENGTHS)
@@ -49,7 +46,7 @@ def bench_cost(cfg: Config, runtime: Runtime) -> float:
     cost = measured_pass(model, cfg.train.batch_size, m.block_size, speed)
     del model  # bench_training builds its own, from the seed
     calls = 3 * cfg.train.grad_accum_steps + 1  # forward, backward, update
-    steps = TRAINING_STEPS * cost.seconds(step_flops(sized), calls=calls)
+    steps = TRAINING_STEPS * cost.seconds(step_flops(sized_cfg), calls=calls)
     # one token a pass, the rest read from the cache
     cached = SAMPLED * cost.seconds(forward_flops(m, 1, 1))
     uncached = 2 * sum(

@@ -47,10 +47,14 @@ def expand_gpt2_124m(argv: list[str]) -> list[str]:
     return [arg for given in argv for arg in (GPT2_124M if given == GPT2_124M_FLAG else [given])]
 
 
+def sized(cfg: Config) -> Config:
+    model = dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
+    return dataclasses.replace(cfg, model=model)
+
+
 def build_model(cfg: Config, runtime: Runtime) -> GPT:
     torch.manual_seed(cfg.train.seed)
-    model_cfg = dataclasses.replace(cfg.model, vocab_size=VOCAB_SIZES[cfg.data.tokenizer])
-    return GPT(model_cfg).to(runtime.device)
+    return GPT(sized(cfg).model).to(runtime.device)
 
 
 def bench_training(cfg: Config, runtime: Runtime, warmup_steps: int = 2, steps: int = 8) -> dict:
