@@ -71,6 +71,10 @@ def named_values(figures: dict) -> dict[str, float]:
     out = code_values()
     for key, entry in figures.items():
         flatten(entry["value"], key, out)
+        if key.startswith("score-gradient-"):
+            for when, lines in entry["value"].items():
+                named = dict(zip(("score", "qk", "saturated"), lines, strict=True))
+                flatten(named, f"{key}.{when}", out)
     for name in [n for n in out if n.endswith(".half_width")]:
         stem = name.removesuffix(".half_width")
         out.setdefault(f"{stem}.low", out[f"{stem}.mean"] - out[name])
@@ -81,11 +85,6 @@ def named_values(figures: dict) -> dict[str, float]:
             out[f"{stats}-{REMOVES['scaled']}.attn/score_std.mean"]
             / out[f"{stats}.attn/score_std.mean"]
         )
-    for key, entry in figures.items():
-        if key.startswith("score-gradient-"):
-            for when, lines in entry["value"].items():
-                named = dict(zip(("score", "qk", "saturated"), lines, strict=True))
-                flatten(named, f"{key}.{when}", out)
     return out
 
 

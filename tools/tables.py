@@ -3,7 +3,7 @@ above a table names its function here."""
 
 import re
 
-from harness.experiments.stats import COLUMNS, MINUS, Spread, format_table, markdown_table
+from harness.experiments.stats import COLUMNS, HEADERS, MINUS, Spread, format_table, markdown_table
 from harness.experiments.sweep import COLUMNS as SWEEP_COLUMNS
 from harness.experiments.sweep import format_sweep
 from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_changes, variant_order
@@ -11,9 +11,8 @@ from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_cha
 COMPARISONS = ("char-3seeds", "base-3seeds")  # README's table's, in its order
 SWEEPS = ("char-sweep",)  # their cures at the preset's rate join their config's tables
 MORE_ROWS = ("char-3seeds-rope",)  # whose other variants README's table shows too
-ORDER_COLUMNS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")
-HEADERS = {tag: header for header, tag, _ in COLUMNS}
-ORDER_HEADERS = [HEADERS[tag] for tag in ORDER_COLUMNS]
+ORDER_TAGS = ("loss/val", "loss/val_honest", "loss/order_use", "attn/entropy", "loss/leak_gap")
+ORDER_COLUMNS = [(HEADERS[tag][0], tag, ".3f") for tag in ORDER_TAGS]
 NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"  # as {:g} spells a change's value
 REMOVES = {a.field: a.name for a in ABLATIONS}  # REMOVES["causal"] is no-mask
 
@@ -24,8 +23,7 @@ def removed(variant: str, config: str) -> tuple[str, ...]:
     rest, found = variant.removeprefix(config), []
     for change in CHANGES:  # run names spell their changes in this order (name_suffix)
         number = NUMBER if change.takes_value else ""
-        spelled = re.match(rf"-{re.escape(change.name)}{number}(?=-|$)", rest)
-        if spelled:
+        if spelled := re.match(rf"-{re.escape(change.name)}{number}(?=-|$)", rest):
             found.append(change.name)
             rest = rest[spelled.end() :]
     if rest != "" or not variant.startswith(config):
@@ -68,8 +66,8 @@ def cell(d: dict, sign: str = "+") -> str:
     return f"{d['mean']:{sign}.3f} [{low:{sign}.3f}, {high:{sign}.3f}]"
 
 
-def spread_cell(s: dict) -> str:
-    return f"{s['mean']:.3f} ± {s['std']:.3f}"
+def spreads(stats: dict) -> dict[str, Spread | None]:
+    return {tag: None if s is None else Spread(**s) for tag, s in stats.items()}
 
 
 def readme_table(figures: dict) -> str:
@@ -85,7 +83,7 @@ def readme_table(figures: dict) -> str:
                 preset = sweep_of(figures, config)["preset"]["aggregate"]
                 shown[config].setdefault(variant, preset[variant])
     rows = {
-        variant: {tag: None if s is None else Spread(**s) for tag, s in variants[variant].items()}
+        variant: spreads(variants[variant])
         for config, variants in shown.items()
         for variant in in_table_order(variants, config)
     }
@@ -129,21 +127,21 @@ def order_variants(config: str) -> list[str]:
 
 
 def order_table(figures: dict) -> str:
-    rows = [
-        [variant, *(spread_cell(value["aggregate"][variant][t]) for t in ORDER_COLUMNS)]
+    rows = {
+        variant: spreads(value["aggregate"][variant])
         for config, value in comparisons(figures)
         for variant in order_variants(config)
-    ]
-    return markdown_table([["run", *ORDER_HEADERS], *rows])
+    }
+    return format_table(rows, ORDER_COLUMNS)
 
 
 def order_differences_table(figures: dict) -> str:
-    rows = [["difference", *ORDER_HEADERS]]
+    rows = [["difference", *(header for header, _, _ in ORDER_COLUMNS)]]
     for config, value in comparisons(figures):
         base, no_pos, no_mask, neither = order_variants(config)
         for label in (no_pos, f"{neither} {MINUS} {no_mask}"):
             shown = label if MINUS in label else f"{label} {MINUS} {base}"
-            rows.append([shown, *(cell(value["differences"][label][t]) for t in ORDER_COLUMNS)])
+            rows.append([shown, *(cell(value["differences"][label][t]) for t in ORDER_TAGS)])
     return markdown_table(rows)
 
 
@@ -171,9 +169,8 @@ def first_steps_table(figures: dict) -> str:
     }
     rows = [["step", *(f"{label}: train / val" for label in columns.values())]]
     for step in sorted(runs["nanogpt"]["val"], key=int):
-        rows.append(
-            [step, *(f"{runs[k]['train'][step]:.3f} / {runs[k]['val'][step]:.3f}" for k in columns)]
-        )
+        cells = (f"{runs[k]['train'][step]:.3f} / {runs[k]['val'][step]:.3f}" for k in columns)
+        rows.append([step, *cells])
     return markdown_table(rows, "rrrr")
 
 
@@ -235,7 +232,7 @@ def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
     for name in in_table_order(compared["aggregate"], config):
         b, w = bench[name], weights[name]
         d = compared["differences"].get(name, {}).get("loss/val")
-        val = spread_cell(compared["aggregate"][name]["loss/val"])
+        val = "{mean:.3f} ± {std:.3f}".format(**compared["aggregate"][name]["loss/val"])
         cache = f"{b['cache_bytes_per_token']:,.0f} ({b['cache_fraction']:.0%})"
         speed, step = f"{b['sample_tokens_per_s']:,.0f}", f"{b['step_ms']:.0f} ms"
         first, sink = f"{w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f})", w["sink"]["mean"]
