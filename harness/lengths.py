@@ -24,7 +24,7 @@ from model import GPT, ModelConfig
 
 
 def context_lengths(factors: list[float], model_cfg: ModelConfig, n_tokens: int) -> list[int]:
-    block_size, lengths = model_cfg.block_size, []
+    block_size, rows, lengths = model_cfg.block_size, model_cfg.max_length, []
     for factor in factors:
         length = round(factor * block_size)
         said = f"--contexts {factor:g} is {length} tokens"
@@ -32,7 +32,6 @@ def context_lengths(factors: list[float], model_cfg: ModelConfig, n_tokens: int)
             raise ConfigError(
                 f"{said} of block_size {block_size}; give at least {1 / block_size:.3g}"
             )
-        rows = model_cfg.max_length
         if rows is not None and length > rows:
             raise ConfigError(
                 f"{said}, past the learned table's {rows} positions; give contexts up to "

@@ -165,8 +165,7 @@ def sweep_figure(summary: dict, title: str):
                 where = (rates[lr] * apart, 0.97 - 0.05 * i)
                 label = None if marked else "diverged (at the top)"
                 ax.plot(*where, "x", color=color, ms=9, mew=2, transform=across, label=label)
-                steps = ", ".join(str(g["step"]) for g in gone)
-                text = f"diverged at step {steps}"
+                text = "diverged at step " + ", ".join(str(g["step"]) for g in gone)
                 note(ax, text, where, (-6, 0), xycoords=across, ha="right", va="center", fontsize=8)
                 marked = True
         ax.set_xscale("log")
