@@ -45,7 +45,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         raise CheckpointError(f"could not save {path}: {reason}; {earlier}") from None
 
 
-def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
+def read_checkpoint(path: Path, mmap: bool = False) -> dict:
     """torch.load(weights_only=True), any failure a CheckpointError."""
     if not Path(path).is_file():
         raise CheckpointError(
@@ -53,7 +53,7 @@ def read_checkpoint(path: Path, map_location="cpu", mmap: bool = False) -> dict:
             "--checkpoint PATH"
         )
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 (the unpickler fails on arbitrary bytes in many ways)
         unpickling = isinstance(e, pickle.UnpicklingError)
         unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))

@@ -221,8 +221,8 @@ def evaluate(
     runtime: Runtime,
     tokenizer: Tokenizer,
     started: float,
-    poll: Callable[[], None] | None = None,
-    progress: bool = False,
+    poll: Callable[[], None] | None,
+    progress: bool,
 ) -> Evaluation:
     """Losses on every process, the rest on the main one; `poll`, called before every pass, raises
     to stop."""
