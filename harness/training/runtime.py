@@ -41,9 +41,9 @@ class Runtime:
             value /= self.world_size
         return value
 
-    def say(self, *args, **kwargs) -> None:
+    def say(self, line: str) -> None:
         if self.is_main:
-            print(*args, **kwargs)
+            print(line)
 
 
 def keep_freed_memory() -> bool:
