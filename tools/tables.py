@@ -3,7 +3,15 @@ above a table names its function here."""
 
 import re
 
-from harness.experiments.stats import COLUMNS, HEADERS, MINUS, Spread, format_table, markdown_table
+from harness.experiments.stats import (
+    COLUMNS,
+    HEADERS,
+    MINUS,
+    Spread,
+    format_cell,
+    format_table,
+    markdown_table,
+)
 from harness.experiments.sweep import COLUMNS as SWEEP_COLUMNS
 from harness.experiments.sweep import format_sweep
 from model.ablations import ABLATIONS, CHANGES, CURE, JOIN, SHIPPED, variant_changes, variant_order
@@ -232,7 +240,7 @@ def variants_table(figures: dict, config: str = "char", key: str = "") -> str:
     for name in in_table_order(compared["aggregate"], config):
         b, w = bench[name], weights[name]
         d = compared["differences"].get(name, {}).get("loss/val")
-        val = "{mean:.3f} ± {std:.3f}".format(**compared["aggregate"][name]["loss/val"])
+        val = format_cell(Spread(**compared["aggregate"][name]["loss/val"]), ".3f")
         cache = f"{b['cache_bytes_per_token']:,.0f} ({b['cache_fraction']:.0%})"
         speed, step = f"{b['sample_tokens_per_s']:,.0f}", f"{b['step_ms']:.0f} ms"
         first, sink = f"{w['ratio']['mean']:.2f} ({w['ratio_max']['mean']:.2f})", w["sink"]["mean"]

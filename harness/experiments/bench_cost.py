@@ -30,9 +30,9 @@ CORE_CALLS = 1 + 3 + 1
 
 def bench_cost(cfg: Config, runtime: Runtime) -> float:
     """Refuse what bench.py could not measure here, before building a model; else its seconds."""
-    device, sized_cfg = runtime.device, sized(cfg)
-    m = sized_cfg.model
-    speed = check_affordable(sized_cfg, device)
+    cfg, device = sized(cfg), runtime.device
+    m = cfg.model
+    speed = check_affordable(cfg, device)
     check_sampling(m, 1, 1, SAMPLE_TOKENS, device)
     # the readable core holds (1, H, T, T) scores and weights, and the (T, T) mask
     T = max(ATTENTION_LENGTHS)
@@ -46,7 +46,7 @@ def bench_cost(cfg: Config, runtime: Runtime) -> float:
     cost = measured_pass(model, cfg.train.batch_size, m.block_size, speed)
     del model  # bench_training builds its own, from the seed
     calls = 3 * cfg.train.grad_accum_steps + 1  # forward, backward, update
-    steps = TRAINING_STEPS * cost.seconds(step_flops(sized_cfg), calls=calls)
+    steps = TRAINING_STEPS * cost.seconds(step_flops(cfg), calls=calls)
     # one token a pass, the rest read from the cache
     cached = SAMPLED * cost.seconds(forward_flops(m, 1, 1))
     uncached = 2 * sum(

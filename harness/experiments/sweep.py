@@ -99,8 +99,9 @@ def summarise(
             if gone:
                 out["diverged"].setdefault(v, {})[lr] = gone
             trained = {s: end for s, end in ends[v][lr].items() if "diverged" not in end}
+            done = list(trained.values())
             out["aggregate"][v][lr] = {
-                t: interval(values) for t in TAGS if (values := column(list(trained.values()), t))
+                t: interval(values) for t in TAGS if (values := column(done, t))
             }
             starts = {
                 c.train.seed: (evaluations(c.run_dir) or [{}])[0]
